@@ -1,0 +1,38 @@
+# seglake: the two commands are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: venv demo test lint bench fuzz clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m seglake.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check lib jobs tests bench
+	$(VENV)/bin/ruff format --check lib jobs tests bench
+
+bench: $(STAMP)
+	$(PY) bench/encode.py
+
+fuzz: $(STAMP)
+	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis demo-lake

@@ -1,0 +1,70 @@
+"""One exception hierarchy. Every message names the file, the position and the numbers.
+
+    SeglakeError
+    ├── ConfigError            a setting has a wrong name or value
+    ├── InvalidTopicError      a topic name Kafka would refuse (also the path-traversal guard)
+    ├── InputSchemaError       input columns missing or of the wrong type
+    ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
+    ├── CorruptRecordError     bytes of a .log that do not decode
+    ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
+    ├── SegmentNotFoundError   a path or segment that does not exist
+    └── CatalogError           the Delta catalog refused or lost a race
+        └── ConcurrentRunError another run committed to the same partitions first
+"""
+
+from __future__ import annotations
+
+
+class SeglakeError(Exception):
+    """Base class of every error seglake raises on purpose."""
+
+
+class ConfigError(SeglakeError, ValueError):
+    """A setting has an unknown name or an invalid value."""
+
+
+class InvalidTopicError(SeglakeError, ValueError):
+    """A topic name outside ``[a-zA-Z0-9._-]{1,249}`` (or ``.``/``..``)."""
+
+
+class InputSchemaError(SeglakeError, ValueError):
+    """Input columns are missing or have the wrong type."""
+
+
+class OffsetOrderError(SeglakeError, ValueError):
+    """Offsets go backwards, repeat, or start below the partition's log end offset."""
+
+
+class CorruptRecordError(SeglakeError):
+    """Bytes in a ``.log`` that are not a valid RecordBatch v2.
+
+    Attributes:
+        path: the file (or ``None`` for an in-memory buffer).
+        position: byte position of the batch in the file.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, position: int | None = None):
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if position is not None:
+            where.append(f"position {position}")
+        super().__init__(f"{': '.join(where)}: {message}" if where else message)
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An index file that fails Kafka's sanity checks."""
+
+
+class SegmentNotFoundError(SeglakeError, FileNotFoundError):
+    """A lake, partition directory or segment file that does not exist."""
+
+
+class CatalogError(SeglakeError):
+    """The catalog could not be read or written."""
+
+
+class ConcurrentRunError(CatalogError):
+    """Another run committed segments for the same partitions first; nothing was published."""

@@ -1,0 +1,237 @@
+"""RecordBatch v2 header and the batch-level scan of a ``.log`` buffer.
+
+Header, 61 bytes, big-endian::
+
+    off size field                  off size field
+      0    8 baseOffset              27    8 baseTimestamp
+      8    4 batchLength (size - 12) 35    8 maxTimestamp
+     12    4 partitionLeaderEpoch    43    8 producerId
+     16    1 magic (2)               51    2 producerEpoch
+     17    4 crc (CRC-32C of [21, end))  53    4 baseSequence
+     21    2 attributes              57    4 recordsCount
+     23    4 lastOffsetDelta         61    .. records
+
+attributes: bits 0-2 codec, bit 3 timestampType (1 LogAppendTime), bit 4 transactional,
+bit 5 control, bit 6 hasDeleteHorizonMs.
+
+:func:`scan_batches` walks batch headers (never records) and stops, without raising, at
+the first batch that is truncated or invalid: ``valid_bytes`` is where a reader (or
+recovery) must stop, as Kafka's ``LogSegment.recover`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from seglake.record.crc import crc32c
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAGIC = 2
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+NO_PRODUCER_ID = -1
+NO_TIMESTAMP = -1
+
+HEADER_DTYPE = np.dtype([
+    ("base_offset", ">i8"), ("batch_length", ">i4"), ("leader_epoch", ">i4"),
+    ("magic", "i1"), ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"),
+    ("base_timestamp", ">i8"), ("max_timestamp", ">i8"), ("producer_id", ">i8"),
+    ("producer_epoch", ">i2"), ("base_sequence", ">i4"), ("records_count", ">i4"),
+])
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+
+class BatchHeader(NamedTuple):
+    """One decoded batch header plus where it lies in the file."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    position: int = 0
+
+    @classmethod
+    def unpack_from(cls, buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+        return cls(*HEADER.unpack_from(buf, pos), pos)
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+
+@dataclasses.dataclass
+class BatchScan:
+    """Columns of the batches found by :func:`scan_batches`, one element per batch.
+
+    ``valid_bytes`` is the end of the last complete, valid batch (relative to the file
+    start, i.e. including ``start``); ``error`` says why the scan stopped early, or is
+    ``None`` when it reached ``end`` exactly.
+    """
+
+    position: np.ndarray        # int64, byte position of the batch in the file
+    size: np.ndarray            # int64, whole batch size (batchLength + 12)
+    base_offset: np.ndarray     # int64
+    last_offset: np.ndarray     # int64
+    records_count: np.ndarray   # int64
+    base_timestamp: np.ndarray  # int64
+    max_timestamp: np.ndarray   # int64
+    attributes: np.ndarray      # int64
+    producer_id: np.ndarray     # int64
+    producer_epoch: np.ndarray  # int64
+    base_sequence: np.ndarray   # int64
+    leader_epoch: np.ndarray    # int64
+    crc_valid: np.ndarray       # bool
+    valid_bytes: int
+    error: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+    @property
+    def codec(self) -> np.ndarray:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def is_control(self) -> np.ndarray:
+        return (self.attributes & CONTROL_BIT) != 0
+
+    @property
+    def is_transactional(self) -> np.ndarray:
+        return (self.attributes & TRANSACTIONAL_BIT) != 0
+
+    def header(self, i: int) -> BatchHeader:
+        """The header of batch ``i`` as a :class:`BatchHeader`."""
+        return BatchHeader(
+            int(self.base_offset[i]), int(self.size[i] - LOG_OVERHEAD), int(self.leader_epoch[i]),
+            MAGIC, 0, int(self.attributes[i]), int(self.last_offset[i] - self.base_offset[i]),
+            int(self.base_timestamp[i]), int(self.max_timestamp[i]), int(self.producer_id[i]),
+            int(self.producer_epoch[i]), int(self.base_sequence[i]), int(self.records_count[i]),
+            int(self.position[i]))
+
+    def take(self, sel: slice | np.ndarray) -> BatchScan:
+        """The batches selected by ``sel`` (valid_bytes/error kept)."""
+        fields = {f.name: getattr(self, f.name)[sel] for f in dataclasses.fields(self)
+                  if f.name not in ("valid_bytes", "error")}
+        return BatchScan(**fields, valid_bytes=self.valid_bytes, error=self.error)
+
+    @classmethod
+    def empty(cls, valid_bytes: int = 0, error: str | None = None) -> BatchScan:
+        return _from_rows([], valid_bytes, error)
+
+
+def check_header(h: BatchHeader, remaining: int) -> str | None:
+    """Why the batch at ``h.position`` is structurally invalid, or ``None``."""
+    if h.magic != MAGIC:
+        return f"magic {h.magic} (expected {MAGIC})"
+    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        return f"batch length {h.batch_length} is below the minimum {HEADER_SIZE - LOG_OVERHEAD}"
+    if h.size > remaining:
+        return f"batch of {h.size} bytes is truncated ({remaining} bytes remain)"
+    if h.records_count < 0 or h.last_offset_delta < 0:
+        return (f"records count {h.records_count} / last offset delta {h.last_offset_delta} "
+                "is negative")
+    return None
+
+
+def scan_batches(buf: bytes | memoryview, *, start: int = 0, end: int | None = None,
+                 verify_crc: bool = True, stop_on_crc_error: bool = True,
+                 max_batches: int | None = None, stop_after_offset: int | None = None,
+                 ) -> BatchScan:
+    """Walk the batch headers of ``buf[start:end]`` without decoding records.
+
+    Args:
+        buf: the whole ``.log`` (or a window of it whose position 0 is file position 0).
+        start, end: byte range to scan; positions reported are positions in ``buf``.
+        verify_crc: compute CRC-32C of every batch (``crc_valid``); else all are True.
+        stop_on_crc_error: stop at a batch with a bad CRC (recovery, readers) or report it
+            and go on (``seglake dump``).
+        max_batches: stop after this many batches.
+        stop_after_offset: stop after the first batch whose last offset >= this.
+
+    Never raises for bad bytes; see ``valid_bytes`` and ``error`` of the result.
+    """
+    view = memoryview(buf)
+    end = len(view) if end is None else min(end, len(view))
+    rows: list[tuple] = []
+    crcs: list[bool] = []
+    pos = start
+    error = None
+    unpack = HEADER.unpack_from
+    while pos < end:
+        if max_batches is not None and len(rows) >= max_batches:
+            break
+        if end - pos < HEADER_SIZE:
+            error = f"position {pos}: {end - pos} bytes left, less than a batch header"
+            break
+        h = BatchHeader(*unpack(view, pos), pos)
+        why = check_header(h, end - pos)
+        if why:
+            error = f"position {pos}: {why}"
+            break
+        ok = True
+        if verify_crc:
+            ok = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + h.size]) == h.crc
+            if not ok and stop_on_crc_error:
+                error = f"position {pos}: CRC-32C mismatch (stored {h.crc:#010x})"
+                break
+        rows.append(h)
+        crcs.append(ok)
+        pos += h.size
+        if stop_after_offset is not None and h.last_offset >= stop_after_offset:
+            break
+    return _from_rows(rows, pos, error, crcs)
+
+
+def _from_rows(rows: list, valid_bytes: int, error: str | None,
+               crcs: list[bool] | None = None) -> BatchScan:
+    if rows:
+        a = np.array(rows, dtype=np.int64)  # 13 header fields + position
+    else:
+        a = np.zeros((0, 14), dtype=np.int64)
+    return BatchScan(
+        position=a[:, 13], size=a[:, 1] + LOG_OVERHEAD, base_offset=a[:, 0],
+        last_offset=a[:, 0] + a[:, 6], records_count=a[:, 12], base_timestamp=a[:, 7],
+        max_timestamp=a[:, 8], attributes=a[:, 5], producer_id=a[:, 9],
+        producer_epoch=a[:, 10], base_sequence=a[:, 11], leader_epoch=a[:, 2],
+        crc_valid=np.array(crcs if crcs is not None else [True] * len(rows), dtype=bool),
+        valid_bytes=valid_bytes, error=error)

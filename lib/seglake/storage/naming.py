@@ -1,0 +1,93 @@
+"""File and directory names of a Kafka partition log.
+
+    <topic>-<partition>/                       e.g. orders-3/
+      00000000000000368769.log                 base offset, zero-padded to 20 digits
+      00000000000000368769.index / .timeindex / .txnindex
+      *.deleted / *.cleaned / *.swap           mid-operation files: readers skip them
+
+Topic names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``.
+Validating them is also what keeps a name like ``../x`` from leaving the lake.
+"""
+
+from __future__ import annotations
+
+import re
+
+from seglake.errors import InvalidTopicError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
+MAX_TOPIC_LENGTH = 249
+
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
+_PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if Kafka would accept it, else raise :class:`InvalidTopicError`."""
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(topic).__name__}")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if not _TOPIC_RE.fullmatch(topic):
+        if not topic:
+            raise InvalidTopicError("topic name is empty")
+        if len(topic) > MAX_TOPIC_LENGTH:
+            raise InvalidTopicError(
+                f"topic name is {len(topic)} characters, more than {MAX_TOPIC_LENGTH}")
+        bad = sorted({c for c in topic if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
+        raise InvalidTopicError(
+            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]: {bad}")
+    return topic
+
+
+def validate_partition(partition: object) -> int:
+    """Return ``partition`` as an int if it is a non-negative int32."""
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        try:
+            import numpy as np
+
+            if isinstance(partition, np.integer):
+                partition = int(partition)
+            else:
+                raise TypeError
+        except TypeError:
+            raise InvalidTopicError(f"partition must be an integer, got {partition!r}") from None
+    if not 0 <= partition < 2**31:
+        raise InvalidTopicError(f"partition {partition} is outside 0..2147483647")
+    return partition
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``orders-3`` for topic ``orders``, partition 3 (both validated)."""
+    return f"{validate_topic(topic)}-{validate_partition(partition)}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """``"orders-3"`` -> ``("orders", 3)``; raises :class:`InvalidTopicError` otherwise."""
+    m = _PARTITION_DIR_RE.fullmatch(name)
+    if not m:
+        raise InvalidTopicError(f"{name!r} is not a partition directory name (<topic>-<n>)")
+    return validate_topic(m.group(1)), int(m.group(2))
+
+
+def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    """``00000000000000368769.log`` for base offset 368769."""
+    if not 0 <= base_offset < 2**63:
+        raise ValueError(f"base offset {base_offset} is outside 0..2^63-1")
+    if suffix not in SEGMENT_SUFFIXES:
+        raise ValueError(f"unknown segment file suffix {suffix!r}")
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """``("00000000000000368769.log")`` -> ``(368769, ".log")``; ``None`` for other files."""
+    m = _SEGMENT_RE.fullmatch(name)
+    if not m:
+        return None
+    return int(m.group(1)), m.group(2)
