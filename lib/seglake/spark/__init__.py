@@ -1,0 +1,1 @@
+"""Spark integration: the only package of seglake that imports pyspark."""

@@ -1,0 +1,45 @@
+"""Building a SparkSession the way seglake's jobs and tests want it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+DEFAULTS = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def get_session(app_name: str = "seglake", *, master: str | None = None,
+                conf: dict[str, str] | None = None, quiet: bool = False) -> SparkSession:
+    """The active session, or a new one with seglake's defaults.
+
+    ``master`` defaults to ``local[*]`` unless spark-submit already set one. ``quiet``
+    hides the console progress bar (tests); people running jobs keep it.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master or not os.environ.get("SPARK_SUBMIT_ORIGIN"):
+        builder = builder.master(master or os.environ.get("SEGLAKE_MASTER", "local[*]"))
+    log4j = CONF_DIR / "log4j2.properties"
+    if log4j.exists():
+        opt = f"-Dlog4j.configurationFile=file:{log4j}"
+        builder = builder.config("spark.driver.extraJavaOptions", opt)
+        builder = builder.config("spark.executor.extraJavaOptions", opt)
+    for key, value in {**DEFAULTS, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    if quiet:
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+        builder = builder.config("spark.ui.enabled", "false")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

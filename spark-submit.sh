@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Submit a seglake job:  ./spark-submit.sh [spark-submit options] JOB [job arguments]
+#   JOB is a file in jobs/ (ingest, extract, lookup, ...); `./spark-submit.sh JOB --help` lists its arguments.
+#   Spark options before JOB pass through to spark-submit (--master, --conf k=v, --executor-memory ...).
+#   Default master: local[*] (or $SEGLAKE_MASTER). lib/seglake is zipped for --py-files, so the
+#   same command runs on a cluster; executors need seglake's dependencies (pyarrow, numpy,
+#   crc32c, cramjam, deltalake), e.g. through --archives with a packed venv.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/spark-submit" ]; then
+  echo "spark-submit.sh: $venv is not set up; run 'make venv' (or 'make demo') first" >&2
+  exit 2
+fi
+py="$venv/bin/python"
+
+usage() {
+  echo "usage: ./spark-submit.sh [spark-submit options] JOB [job arguments]" >&2
+  echo "jobs: $(cd "$here/jobs" && ls *.py 2>/dev/null | sed 's/\.py$//' | grep -v '^_' | tr '\n' ' ')" >&2
+  exit 2
+}
+
+spark_opts=()
+master=""
+job=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --verbose|--supervise) spark_opts+=("$1"); shift ;;
+    --master) master="$2"; shift 2 ;;
+    --master=*) master="${1#--master=}"; shift ;;
+    --*=*) spark_opts+=("$1"); shift ;;
+    --*) [ $# -ge 2 ] || usage; spark_opts+=("$1" "$2"); shift 2 ;;
+    -h|help) usage ;;
+    *) job="$1"; shift; break ;;
+  esac
+done
+[ -n "$job" ] || usage
+script="$here/jobs/$job.py"
+[ -f "$script" ] || { echo "spark-submit.sh: no job '$job' (no $script)" >&2; usage; }
+
+mkdir -p "$here/build"
+zip="$here/build/seglake.zip"
+# re-zip when any source is newer than the zip
+if [ ! -f "$zip" ] || [ -n "$(find "$here/lib/seglake" -name '*.py' -newer "$zip" -print -quit)" ]; then
+  rm -f "$zip"
+  (cd "$here/lib" && "$py" -c "
+import pathlib, zipfile
+with zipfile.ZipFile('$zip', 'w', zipfile.ZIP_DEFLATED) as z:
+    for p in sorted(pathlib.Path('seglake').rglob('*')):
+        if p.is_file() and '__pycache__' not in p.parts:
+            z.write(p)
+")
+fi
+
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$py}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$py}"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export SPARK_SUBMIT_ORIGIN=seglake
+log4j="-Dlog4j.configurationFile=file:$here/conf/log4j2.properties"
+
+exec "$venv/bin/spark-submit" \
+  --master "${master:-${SEGLAKE_MASTER:-local[*]}}" \
+  --properties-file "$here/conf/spark-defaults.conf" \
+  --driver-java-options "$log4j" \
+  --conf "spark.executor.extraJavaOptions=$log4j" \
+  --py-files "$zip" \
+  "${spark_opts[@]}" \
+  "$script" "$@"
