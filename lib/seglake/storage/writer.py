@@ -1,0 +1,257 @@
+"""Streaming writer of one topic-partition's segments: ``.log``, ``.index`` and
+``.timeindex`` in one pass, on any ``pyarrow.fs`` filesystem.
+
+This is the append path of seglake: the Spark ingest task and :class:`PartitionLog`
+both go through it, so the batching, roll and index rules live in one place.
+
+    records (Arrow, offset-ordered)
+      -> encode_batches (vectorised RecordBatch v2)
+      -> per batch: roll_reason? -> append bytes to <base>.log, IndexBuilder.add
+      -> on roll/close: IndexBuilder.finish, write <base>.index / <base>.timeindex (trimmed)
+
+The last, possibly unfilled, batch of every ``append`` is held back and re-planned with
+the next records, so batches come out as full as one pass over all records would make
+them. Memory is bounded by one Arrow chunk plus one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from seglake.config import LogConfig
+from seglake.errors import OffsetOrderError
+from seglake.record.codecs import NAMES
+from seglake.record.encode import EncodedBatches, encode_batches
+from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_file_name,
+)
+from seglake.storage.roll import ActiveSegment, roll_reason
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentInfo:
+    """Metadata of one closed segment (one catalog row, less topic/partition/run)."""
+
+    base_offset: int
+    next_offset: int
+    record_count: int
+    min_timestamp: int
+    max_timestamp: int
+    size_bytes: int
+    index_entries: int
+    time_index_entries: int
+    codec: str
+    log_path: str
+    roll_reason: str | None = None
+
+
+@dataclasses.dataclass
+class _Open:
+    state: ActiveSegment
+    stream: pa.NativeFile
+    log_path: str
+    builder: IndexBuilder
+    records: int = 0
+    min_ts: int = np.iinfo(np.int64).max
+    max_ts: int = np.iinfo(np.int64).min
+    next_offset: int = 0
+
+
+class SegmentWriter:
+    """Writes records of one partition into segments under ``directory``.
+
+    Args:
+        fs: the filesystem (``pyarrow.fs``) that ``directory`` is on.
+        directory: the partition directory (or its staging twin).
+        config: batching, compression, roll and index settings.
+        min_offset: offsets must be >= this (the partition's log end offset).
+        tmp_suffix: write each file under ``name + tmp_suffix`` and rename it when the
+            segment closes (local/HDFS: a concurrent attempt never sees a half file).
+        label: how errors name this partition (e.g. ``orders-3``).
+    """
+
+    def __init__(self, fs: pafs.FileSystem, directory: str, *, config: LogConfig,
+                 min_offset: int = 0, tmp_suffix: str | None = None, label: str | None = None,
+                 on_close: Callable[[SegmentInfo], None] | None = None) -> None:
+        self.fs = fs
+        self.directory = directory.rstrip("/")
+        self.config = config
+        self.tmp_suffix = tmp_suffix
+        self.label = label or posixpath.basename(self.directory)
+        self.on_close = on_close
+        self._next_offset = min_offset
+        self._pending: pa.Table | None = None
+        self._open: _Open | None = None
+        self._closed: list[SegmentInfo] = []
+        self._dir_made = False
+
+    # -- public -----------------------------------------------------------------------
+    def append(self, records: pa.Table | pa.RecordBatch) -> list[SegmentInfo]:
+        """Append offset-ordered records; returns the segments closed by rolls meanwhile."""
+        if isinstance(records, pa.RecordBatch):
+            records = pa.Table.from_batches([records])
+        if records.num_rows == 0:
+            return self._take_closed()
+        self._check_first_offset(records)
+        table = records if self._pending is None else pa.concat_tables(
+            [self._pending, records.select(self._pending.column_names).cast(
+                self._pending.schema)])
+        self._pending = None
+        runs = _timestamp_type_runs(table)
+        for i, run in enumerate(runs):
+            self._encode_and_write(run, hold_back_last=i == len(runs) - 1)
+        return self._take_closed()
+
+    def close(self) -> list[SegmentInfo]:
+        """Flush held-back records, close the active segment; returns closed segments."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._encode_and_write(pending, hold_back_last=False)
+        if self._open is not None:
+            self._close_segment(None)
+        return self._take_closed()
+
+    def abort(self) -> None:
+        """Close streams without publishing anything (files stay as garbage to clean)."""
+        if self._open is not None:
+            try:
+                self._open.stream.close()
+            finally:
+                self._open = None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next record must be at or above."""
+        return self._next_offset
+
+    # -- internals --------------------------------------------------------------------
+    def _check_first_offset(self, records: pa.Table) -> None:
+        first = records.column("offset")[0].as_py()
+        if first < self._next_offset:
+            raise OffsetOrderError(
+                f"{self.label}: offset {first} goes backwards: offsets must be >= "
+                f"{self._next_offset} (the log end offset or the last offset written + 1)")
+
+    def _encode_and_write(self, table: pa.Table, *, hold_back_last: bool) -> None:
+        batches = encode_batches(table, config=self.config,
+                                 timestamp_type=int(table.column("timestamp_type")[0].as_py())
+                                 if "timestamp_type" in table.column_names else 0)
+        n = len(batches)
+        if hold_back_last and n:
+            self._pending = table.slice(int(batches.record_start[n - 1]))
+            n -= 1
+        if n:
+            self._write_batches(batches, n)
+            self._next_offset = int(batches.last_offset[n - 1]) + 1
+
+    def _write_batches(self, b: EncodedBatches, n: int) -> None:
+        data = memoryview(b.data) if not isinstance(b.data, np.ndarray) else memoryview(
+            b.data.data)
+        run_start = 0  # first batch of the current contiguous write
+        for i in range(n):
+            size = int(b.size[i])
+            last = int(b.last_offset[i])
+            max_ts = int(b.max_timestamp[i])
+            seg = self._open
+            if seg is not None:
+                reason = roll_reason(seg.state, batch_size=size, batch_last_offset=last,
+                                     batch_max_timestamp=max_ts, config=self.config)
+                if reason:
+                    self._write_run(data, b, run_start, i)
+                    run_start = i
+                    self._close_segment(reason)
+                    seg = None
+            if seg is None:
+                seg = self._open_segment(int(b.base_offset[i]))
+            st = seg.state
+            seg.builder.add_batch(st.size, size, last, max_ts)
+            if st.size == 0:
+                st.rolling_timestamp = max_ts
+            st.size += size
+            st.index_full = seg.builder.is_full
+            seg.records += int(b.records_count[i])
+            seg.min_ts = min(seg.min_ts, int(b.min_timestamp[i]))
+            seg.max_ts = max(seg.max_ts, max_ts)
+            seg.next_offset = last + 1
+        self._write_run(data, b, run_start, n)
+
+    def _write_run(self, data: memoryview, b: EncodedBatches, start: int, stop: int) -> None:
+        if stop > start and self._open is not None:
+            lo = int(b.position[start])
+            hi = int(b.position[stop - 1] + b.size[stop - 1])
+            self._open.stream.write(data[lo:hi])
+
+    def _path(self, base_offset: int, suffix: str) -> str:
+        return f"{self.directory}/{segment_file_name(base_offset, suffix)}"
+
+    def _open_segment(self, base_offset: int) -> _Open:
+        if not self._dir_made:
+            self.fs.create_dir(self.directory, recursive=True)
+            self._dir_made = True
+        log_path = self._path(base_offset, LOG_SUFFIX)
+        stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
+        builder = IndexBuilder(base_offset,
+                               index_interval_bytes=self.config.index_interval_bytes,
+                               max_index_entries=self.config.max_index_entries,
+                               max_time_index_entries=self.config.max_time_index_entries)
+        self._open = _Open(ActiveSegment(base_offset), stream, log_path, builder,
+                           next_offset=base_offset)
+        return self._open
+
+    def _close_segment(self, reason: str | None) -> None:
+        seg, self._open = self._open, None
+        if seg is None:
+            return
+        seg.stream.close()
+        seg.builder.finish()
+        base = seg.state.base_offset
+        files = {LOG_SUFFIX: None,
+                 INDEX_SUFFIX: seg.builder.offset_index.to_bytes(),
+                 TIME_INDEX_SUFFIX: seg.builder.time_index.to_bytes()}
+        for suffix, payload in files.items():
+            path = self._path(base, suffix)
+            if payload is not None:
+                with self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out:
+                    out.write(payload)
+            if self.tmp_suffix:
+                self.fs.move(path + self.tmp_suffix, path)
+        info = SegmentInfo(
+            base_offset=base, next_offset=seg.next_offset, record_count=seg.records,
+            min_timestamp=seg.min_ts, max_timestamp=seg.max_ts, size_bytes=seg.state.size,
+            index_entries=len(seg.builder.offset_index),
+            time_index_entries=len(seg.builder.time_index),
+            codec=NAMES[self.config.codec], log_path=seg.log_path, roll_reason=reason)
+        self._closed.append(info)
+        if self.on_close is not None:
+            self.on_close(info)
+
+    def _take_closed(self) -> list[SegmentInfo]:
+        out, self._closed = self._closed, []
+        return out
+
+
+def _timestamp_type_runs(table: pa.Table) -> list[pa.Table]:
+    """Split where a batch may not continue: the timestamp type changes, or, inside
+    LogAppendTime records, the timestamp changes (one append time per batch)."""
+    if "timestamp_type" not in table.column_names or table.num_rows < 2:
+        return [table]
+    tt = table.column("timestamp_type").to_numpy()
+    if not tt.any():
+        return [table]
+    ts = table.column("timestamp").to_numpy()
+    change = (tt[1:] != tt[:-1]) | ((tt[1:] == 1) & (ts[1:] != ts[:-1]))
+    cuts = np.nonzero(change)[0] + 1
+    if not len(cuts):
+        return [table]
+    bounds = [0, *cuts.tolist(), table.num_rows]
+    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
