@@ -14,7 +14,7 @@
 
 Commit first, move second: a run that loses the commit race never touches a partition
 directory, and a reader of a committed row whose file is not moved yet finds it under
-``_staging/<run_id>/`` (see :func:`seglake.storage.lake.segment_location`). Rerunning a committed run
+``_staging/<run_id>/`` (``LogSegment(staged_path=...)``). Rerunning a committed run
 id finishes any pending moves and changes nothing else.
 """
 
@@ -25,7 +25,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -39,13 +38,8 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.record.partitioner import default_partition
 from seglake.spark.normalize import normalize
-from seglake.storage.naming import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    partition_dir_name,
-    validate_topic,
-)
+from seglake.storage.naming import partition_dir_name, validate_topic
+from seglake.lake import SEGMENT_SUFFIXES, publish_pending
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
 SEGMENT_ROWS = pa.schema([
@@ -56,7 +50,6 @@ SEGMENT_ROWS = pa.schema([
     ("run_id", pa.string()),
 ])
 RECORD_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 
 @dataclasses.dataclass
@@ -410,37 +403,3 @@ def _verify(rows: pa.Table, plans: dict[tuple[str, int], _PartitionPlan], has_of
                 bases[0] != plan.log_end_offset or (bases[1:] != nexts[:-1]).any()):
             raise SeglakeError(f"{t}-{p}: assigned offsets are not contiguous from the log end "
                                f"offset {plan.log_end_offset}: bases {bases.tolist()}")
-
-
-def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int:
-    """Move a committed run's staged files into their partition directories.
-
-    Idempotent: files already moved are skipped, so a rerun after a crash between the
-    commit and the moves finishes the job. Returns the number of files moved.
-    """
-    fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, "_staging", run_id)
-    if not lakefs.exists(fs, staging):
-        return 0
-    if rows is None:
-        rows = Catalog(root).segments(run_id=run_id)
-    moves = []
-    for rel in rows.column("path").to_pylist():
-        stem = rel[: -len(LOG_SUFFIX)]
-        for suffix in SEGMENT_SUFFIXES:
-            src = lakefs.join(staging, stem + suffix)
-            dst = lakefs.safe_join(base, stem + suffix)
-            moves.append((src, dst))
-
-    def move(pair: tuple[str, str]) -> int:
-        src, dst = pair
-        if not lakefs.exists(fs, src):
-            return 0
-        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-        lakefs.move(fs, src, dst)
-        return 1
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        moved = sum(pool.map(move, moves))
-    lakefs.delete_dir(fs, staging)
-    return moved

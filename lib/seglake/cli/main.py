@@ -1,0 +1,108 @@
+"""The ``seglake`` command: dump, offset-for-time, read, cleanup.
+
+Errors of seglake's own print one line naming the file, position and numbers, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+
+from seglake.errors import SeglakeError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("dump", help="print .log/.index/.timeindex/.txnindex files "
+                                    "(like kafka-dump-log.sh)")
+    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("--print-data-log", action="store_true", help="print keys and values")
+    d.add_argument("--deep-iteration", action="store_true", help="print every record")
+    d.add_argument("--index-sanity-check", action="store_true",
+                   help="check index files for sanity (Kafka's checks)")
+    d.add_argument("--verify-index-only", action="store_true",
+                   help="check index entries against the .log beside them")
+    d.add_argument("--max-bytes", type=int, default=None,
+                   help="read at most this many bytes of each .log")
+    d.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    o = sub.add_parser("offset-for-time",
+                       help="Kafka's offsetsForTimes for one partition directory")
+    o.add_argument("partition_dir", metavar="PARTITION_DIR")
+    o.add_argument("timestamp", type=int, metavar="TIMESTAMP",
+                   help="epoch ms, or -2 earliest, -1 latest, -3 max timestamp")
+
+    r = sub.add_parser("read", help="records of a partition directory from an offset")
+    r.add_argument("partition_dir", metavar="PARTITION_DIR")
+    r.add_argument("--offset", type=int, required=True)
+    r.add_argument("--max-records", type=int, default=10)
+    r.add_argument("--json", action="store_true", help="one JSON object per record")
+
+    c = sub.add_parser("cleanup", help="finish committed runs' moves; delete files of "
+                                       "runs that never committed")
+    c.add_argument("root", metavar="LAKE")
+    c.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
+                   help="keep staging of runs touched more recently (still running)")
+    c.add_argument("--dry-run", action="store_true")
+    return p
+
+
+def _record_json(r: dict) -> str:
+    b64 = (lambda b: None if b is None else base64.b64encode(b).decode("ascii"))
+    return json.dumps({
+        "offset": r["offset"], "timestamp": r["timestamp"],
+        "timestamp_type": r["timestamp_type"], "key": b64(r["key"]), "value": b64(r["value"]),
+        "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
+    })
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "dump":
+        from seglake.cli.dump import dump
+
+        return dump(args.files, deep=args.deep_iteration, print_data=args.print_data_log,
+                    as_json=args.json, sanity=args.index_sanity_check,
+                    verify_only=args.verify_index_only, max_bytes=args.max_bytes)
+    if args.command == "offset-for-time":
+        from seglake.storage.log import PartitionLog
+
+        found = PartitionLog.open(args.partition_dir).offsets_for_times(args.timestamp)
+        print(json.dumps({"offset": None} if found is None
+                         else {"offset": found.offset, "timestamp": found.timestamp}))
+        return 0
+    if args.command == "read":
+        from seglake.storage.log import PartitionLog
+
+        log = PartitionLog.open(args.partition_dir)
+        for r in log.read(args.offset, args.max_records).to_pylist():
+            if args.json:
+                print(_record_json(r))
+            else:
+                print(f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
+                      f"value: {r['value']!r} headers: {[(h['key'], h['value']) for h in r['headers']]}")
+        return 0
+    if args.command == "cleanup":
+        from seglake.lake import cleanup
+
+        print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
+        return 0
+    raise AssertionError(args.command)  # argparse only allows the commands above
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except (SeglakeError, ValueError) as exc:
+        print(f"seglake: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Lake-level operations that need no Spark: publishing a committed run's staged files,
+cleaning up after failed runs, and opening partitions from the catalog.
+
+    <root>/_catalog/                 Delta table, one row per committed segment
+    <root>/<topic>-<p>/<base>.log    published segment files (+ .index, .timeindex)
+    <root>/_staging/<run-id>/...     files of a run: moved out once it has committed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.catalog import Catalog
+from seglake.storage.log import PartitionLog
+from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+STAGING = "_staging"
+
+
+def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int:
+    """Move a committed run's staged files into their partition directories.
+
+    Idempotent: files already moved are skipped, so a rerun after a crash between the
+    commit and the moves finishes the job. Returns the number of files moved.
+    """
+    fs, base = lakefs.resolve(root)
+    staging = lakefs.join(base, STAGING, run_id)
+    if not lakefs.exists(fs, staging):
+        return 0
+    if rows is None:
+        segs = Catalog(root).segments()
+        rows = segs.filter(pa.compute.equal(segs["run_id"], run_id))
+    moves = []
+    for rel in rows.column("path").to_pylist():
+        stem = rel[: -len(LOG_SUFFIX)]
+        for suffix in SEGMENT_SUFFIXES:
+            moves.append((lakefs.join(staging, stem + suffix), lakefs.safe_join(base, stem + suffix)))
+
+    def move(pair: tuple[str, str]) -> int:
+        src, dst = pair
+        if not lakefs.exists(fs, src):
+            return 0
+        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        lakefs.move(fs, src, dst)
+        return 1
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        moved = sum(pool.map(move, moves))
+    lakefs.delete_dir(fs, staging)
+    return moved
+
+
+@dataclasses.dataclass
+class CleanupReport:
+    published_runs: list[str]
+    removed_runs: list[str]
+    kept_runs: list[str]
+
+    def __str__(self) -> str:
+        return (f"finished publishing {len(self.published_runs)} committed run(s) "
+                f"{self.published_runs}; removed {len(self.removed_runs)} uncommitted run(s) "
+                f"{self.removed_runs}; kept {len(self.kept_runs)} younger than the grace "
+                f"period {self.kept_runs}")
+
+
+def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> CleanupReport:
+    """Finish committed runs' moves and delete staged files of runs that never committed.
+
+    ``older_than_s`` keeps staging directories modified more recently than that (a run
+    that may still be writing); ``seglake cleanup`` defaults to 0 (every uncommitted run).
+    """
+    fs, base = lakefs.resolve(root)
+    staging = lakefs.join(base, STAGING)
+    catalog = Catalog(root)
+    report = CleanupReport([], [], [])
+    now = time.time()
+    for info in fs.get_file_info(pafs.FileSelector(staging, allow_not_found=True)):
+        if info.type != pafs.FileType.Directory:
+            continue
+        run_id = info.base_name
+        if catalog.exists() and catalog.run_committed(run_id):
+            report.published_runs.append(run_id)
+            if not dry_run:
+                publish_pending(root, run_id)
+            continue
+        newest = max((f.mtime.timestamp() for f in fs.get_file_info(
+            pafs.FileSelector(info.path, recursive=True)) if f.mtime is not None),
+            default=info.mtime.timestamp() if info.mtime else 0.0)
+        if now - newest < older_than_s:
+            report.kept_runs.append(run_id)
+            continue
+        report.removed_runs.append(run_id)
+        if not dry_run:
+            lakefs.delete_dir(fs, info.path)
+    return report
+
+
+def open_partition(root: str, topic: str, partition: int, *, catalog: Catalog | None = None,
+                   rows: pa.Table | None = None) -> PartitionLog:
+    """The committed segments of one partition, as a :class:`PartitionLog`."""
+    fs, base = lakefs.resolve(root)
+    if rows is None:
+        rows = (catalog or Catalog(root)).segments(topic, partition)
+    return PartitionLog.from_rows(fs, base, rows)

@@ -1,0 +1,201 @@
+"""PartitionLog: a partition's segments in offset order, and Kafka's partition-level reads.
+
+    segments sorted by base offset (Kafka: a skip-list map; here numpy arrays)
+    segment for offset o:  floor  = searchsorted(base_offsets, o, "right") - 1
+    segment for time t:    first with largestTimestamp >= t
+                           = searchsorted(running max of max_timestamps, t, "left")
+
+A partition directory is opened as a broker left it (``open``), or from catalog rows
+(``from_rows``), in which case sizes, next offsets and largest timestamps come from the
+catalog and no file is listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.config import LogConfig
+from seglake.errors import SegmentNotFoundError
+from seglake.record.schema import empty_records
+from seglake.storage.naming import LOG_SUFFIX, parse_partition_dir, parse_segment_file_name
+from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset
+from seglake.storage.writer import SegmentInfo, SegmentWriter
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+class PartitionLog:
+    """A topic-partition's log: segments in offset order."""
+
+    def __init__(self, fs: pafs.FileSystem, directory: str, segments: Sequence[LogSegment], *,
+                 log_start_offset: int | None = None) -> None:
+        self.fs = fs
+        self.directory = directory.rstrip("/")
+        self.segments = sorted(segments, key=lambda s: s.base_offset)
+        self.base_offsets = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._log_start_offset = log_start_offset
+        name = self.directory.rsplit("/", 1)[-1]
+        try:
+            self.topic, self.partition = parse_partition_dir(name)
+        except Exception:
+            self.topic, self.partition = name, -1
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.directory!r}, segments={len(self.segments)}, "
+                f"offsets={self.log_start_offset}..{self.log_end_offset})")
+
+    # -- opening ----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str, *, index_interval_bytes: int = DEFAULT_INTERVAL) -> PartitionLog:
+        """A partition directory as a broker (or seglake) left it.
+
+        ``.deleted``/``.cleaned``/``.swap`` files are skipped, as a reader must.
+        """
+        fs, directory = lakefs.resolve(path)
+        info = fs.get_file_info(directory)
+        if info.type != pafs.FileType.Directory:
+            raise SegmentNotFoundError(f"{path}: no such partition directory")
+        segments = []
+        for entry in fs.get_file_info(pafs.FileSelector(directory)):
+            parsed = parse_segment_file_name(entry.base_name)
+            if parsed and parsed[1] == LOG_SUFFIX:
+                segments.append(LogSegment(fs, entry.path, size=entry.size,
+                                           index_interval_bytes=index_interval_bytes))
+        return cls(fs, directory, segments)
+
+    @classmethod
+    def from_rows(cls, fs: pafs.FileSystem, root: str, rows: pa.Table, *,
+                  log_start_offset: int | None = None) -> PartitionLog:
+        """From catalog rows of one partition (paths relative to ``root``)."""
+        segments = []
+        directory = root
+        for r in rows.to_pylist():
+            path = lakefs.safe_join(root, r["path"])
+            directory = path.rsplit("/", 1)[0]
+            staged = lakefs.join(root, "_staging", r["run_id"], r["path"]) if r.get(
+                "run_id") else None
+            segments.append(LogSegment(fs, path, size=r["size_bytes"],
+                                       next_offset=r["next_offset"],
+                                       max_timestamp=r["max_timestamp"], staged_path=staged))
+        return cls(fs, directory, segments, log_start_offset=log_start_offset)
+
+    # -- offsets ----------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        if self._log_start_offset is not None:
+            return self._log_start_offset
+        return int(self.base_offsets[0]) if len(self.segments) else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        """Last offset + 1 (LEO)."""
+        return self.segments[-1].next_offset if self.segments else self.log_start_offset
+
+    @property
+    def max_timestamps(self) -> np.ndarray:
+        return np.array([s.max_timestamp for s in self.segments], dtype=np.int64)
+
+    def segment_index_for_offset(self, offset: int) -> int | None:
+        """Index of the segment with the largest base offset <= ``offset`` (floor)."""
+        if offset < self.log_start_offset or offset >= self.log_end_offset:
+            return None
+        i = int(np.searchsorted(self.base_offsets, offset, side="right")) - 1
+        return i if i >= 0 else None
+
+    def segment_index_for_timestamp(self, timestamp: int) -> int | None:
+        """Index of the first segment whose largest timestamp >= ``timestamp``."""
+        if not self.segments:
+            return None
+        running = np.maximum.accumulate(self.max_timestamps)
+        i = int(np.searchsorted(running, timestamp, side="left"))
+        return i if i < len(self.segments) else None
+
+    # -- reads ------------------------------------------------------------------------
+    def read(self, offset: int, max_records: int = 500, *, skip_control: bool = True
+             ) -> pa.Table:
+        """Up to ``max_records`` records from ``offset`` on (across segments)."""
+        i = self.segment_index_for_offset(max(offset, self.log_start_offset))
+        if i is None:
+            return empty_records()
+        parts, need = [], max_records
+        while i < len(self.segments) and need > 0:
+            t = self.segments[i].read_records(offset, max_records=need,
+                                              skip_control=skip_control)
+            parts.append(t)
+            need -= t.num_rows
+            i += 1
+        return pa.concat_tables(parts) if parts else empty_records()
+
+    def read_range(self, start_offset: int, end_offset: int, *, skip_control: bool = True
+                   ) -> pa.Table:
+        """Records with ``start_offset <= offset < end_offset``."""
+        lo = max(start_offset, self.log_start_offset)
+        hi = min(end_offset, self.log_end_offset)
+        if hi <= lo:
+            return empty_records()
+        first = self.segment_index_for_offset(lo)
+        last = self.segment_index_for_offset(hi - 1)
+        parts = [self.segments[i].read_records(lo, hi, skip_control=skip_control)
+                 for i in range(first or 0, (last if last is not None else -1) + 1)]
+        return pa.concat_tables(parts) if parts else empty_records()
+
+    def offsets_for_times(self, timestamp: int) -> TimestampOffset | None:
+        """Kafka's ``offsetsForTimes``/ListOffsets for one partition.
+
+        ``timestamp >= 0``: the first record with timestamp >= it (``None`` if none);
+        ``-2`` earliest: (-1, log start offset); ``-1`` latest: (-1, log end offset);
+        ``-3``: the first record carrying the largest timestamp.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_end_offset)
+        if timestamp == MAX_TIMESTAMP:
+            if not self.segments:
+                return None
+            maxes = self.max_timestamps
+            if maxes.max() < 0:
+                return None
+            i = int(np.argmax(maxes))
+            return self.segments[i].find_offset_by_timestamp(int(maxes[i]),
+                                                             self.log_start_offset)
+        if timestamp < 0:
+            raise ValueError(f"timestamp {timestamp}: expected >= 0 or -1/-2/-3")
+        i = self.segment_index_for_timestamp(timestamp)
+        while i is not None and i < len(self.segments):
+            found = self.segments[i].find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+            i += 1
+        return None
+
+    # -- appends (local directories) --------------------------------------------------
+    def append(self, records: pa.Table, *, config: LogConfig | None = None
+               ) -> list[SegmentInfo]:
+        """Append offset-ordered records (internal record schema) after the log end.
+
+        Each call starts a new segment at the log end offset (as after a broker restart;
+        committed segments are never rewritten) and rolls by the usual rules.
+        """
+        writer = SegmentWriter(self.fs, self.directory, config=config or LogConfig(),
+                               min_offset=self.log_end_offset,
+                               tmp_suffix=".tmp" if lakefs.renames_atomically(self.fs) else None,
+                               label=f"{self.topic}-{self.partition}")
+        try:
+            infos = writer.append(records) + writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        for info in infos:
+            self.segments.append(LogSegment(self.fs, info.log_path, size=info.size_bytes,
+                                            next_offset=info.next_offset,
+                                            max_timestamp=info.max_timestamp))
+        self.base_offsets = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        return infos

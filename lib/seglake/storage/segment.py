@@ -1,0 +1,352 @@
+"""LogSegment: one ``.log`` with its ``.index``, ``.timeindex`` and ``.txnindex``, read
+through ``pyarrow.fs`` with ranged reads (local disk and object storage alike).
+
+Reads touch few bytes: each index file is read once (one ranged read), then only the
+window between two index entries and the batches wanted.
+
+    offsets [lo, hi]: offset index floor(lo) -> start; first entry with offset > hi -> end;
+                      read [start, end + 61) (the header of the batch at ``end`` too),
+                      then that batch whole only if it is needed.
+    timestamp t:      time index strict floor (largest entry with timestamp < t) -> offset
+                      -> offset index floor -> position; walk index-interval chunks to the
+                      first batch with maxTimestamp >= t; its first record with ts >= t.
+
+An index that is missing, fails its sanity check, or points where no matching batch
+starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a warning is
+logged), so a broken index never yields wrong records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
+from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan, scan_batches
+from seglake.record.decode import decode_batches
+from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_segment_file_name,
+)
+from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.time_index import TimeIndex
+from seglake.storage.txn_index import TransactionIndex
+
+log = logging.getLogger(__name__)
+DEFAULT_INTERVAL = 4096
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+@dataclasses.dataclass
+class Window:
+    """Bytes of a ``.log`` starting at file position ``start``, and the whole batches in
+    them (``scan`` positions are relative to ``data``)."""
+
+    start: int
+    data: bytes
+    scan: BatchScan
+
+    @property
+    def positions(self) -> np.ndarray:
+        """File positions of the batches."""
+        return self.scan.position + self.start
+
+    @property
+    def end(self) -> int:
+        """File position just past the last whole batch."""
+        return self.start + self.scan.valid_bytes
+
+    def decode(self, sel: slice | np.ndarray | None = None, *, skip_control: bool = True,
+               path: str | None = None) -> pa.Table:
+        scan = self.scan if sel is None else self.scan.take(sel)
+        return decode_batches(self.data, scan, skip_control=skip_control, path=path)
+
+
+class LogSegment:
+    """A segment on a ``pyarrow.fs`` filesystem.
+
+    Args:
+        fs: the filesystem.
+        log_path: path of the ``.log`` file (20-digit base offset name).
+        size: the ``.log`` size if known (catalog), else asked of the filesystem.
+        next_offset, max_timestamp: from the catalog if known, else derived on demand.
+        index_interval_bytes: used when indexes must be rebuilt.
+        staged_path: where the files are if ``log_path`` is missing (a committed run
+            whose files were not moved out of staging yet).
+    """
+
+    def __init__(self, fs: pafs.FileSystem, log_path: str, *, size: int | None = None,
+                 next_offset: int | None = None, max_timestamp: int | None = None,
+                 index_interval_bytes: int = DEFAULT_INTERVAL,
+                 staged_path: str | None = None) -> None:
+        parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
+        if parsed is None or parsed[1] != LOG_SUFFIX:
+            raise SegmentNotFoundError(f"{log_path}: not a segment .log file name "
+                                       "(20-digit base offset + .log)")
+        self.fs = fs
+        self.log_path = log_path
+        self.base_offset = parsed[0]
+        self.stem = log_path[: -len(LOG_SUFFIX)]
+        self._size = size
+        self._next_offset = next_offset
+        self._max_timestamp = max_timestamp
+        self.index_interval_bytes = index_interval_bytes
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None | bool = False
+        self.index_source = "unread"
+        self._staged_path = staged_path
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
+
+    def _fallback(self) -> bool:
+        """Switch to the staged copy if the final file is missing; False if there is none."""
+        staged, self._staged_path = self._staged_path, None
+        if staged is None or not lakefs.exists(self.fs, staged):
+            return False
+        self.log_path, self.stem = staged, staged[: -len(LOG_SUFFIX)]
+        return True
+
+    def _read_range(self, start: int, length: int) -> bytes:
+        try:
+            return lakefs.read_range(self.fs, self.log_path, start, length)
+        except SegmentNotFoundError:
+            if not self._fallback():
+                raise
+            return lakefs.read_range(self.fs, self.log_path, start, length)
+
+    def _read_file(self, suffix: str) -> bytes:
+        try:
+            return lakefs.read_all(self.fs, self.stem + suffix)
+        except SegmentNotFoundError:
+            if suffix == LOG_SUFFIX or not self._staged_path or not self._fallback():
+                raise
+            return lakefs.read_all(self.fs, self.stem + suffix)
+
+    # -- sizes and bounds -------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes of the ``.log``."""
+        if self._size is None:
+            try:
+                self._size = lakefs.file_size(self.fs, self.log_path)
+            except SegmentNotFoundError:
+                if not self._fallback():
+                    raise
+                self._size = lakefs.file_size(self.fs, self.log_path)
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """Last offset + 1 (from the catalog, else read off the log's tail)."""
+        if self._next_offset is None:
+            self._derive_tail()
+        return self._next_offset  # type: ignore[return-value]
+
+    @property
+    def max_timestamp(self) -> int:
+        """Kafka's largestTimestamp (-1 for an empty segment)."""
+        if self._max_timestamp is None:
+            self._derive_tail()
+        return self._max_timestamp  # type: ignore[return-value]
+
+    def _derive_tail(self) -> None:
+        oi, ti = self.offset_index, self.time_index
+        w = self.window(int(oi.positions[-1]) if len(oi) else 0, self.size)
+        if len(w.scan):
+            self._next_offset = int(w.scan.last_offset[-1]) + 1
+        else:
+            self._next_offset = int(oi.offsets[-1]) + 1 if len(oi) else self.base_offset
+        scanned = int(w.scan.max_timestamp.max()) if len(w.scan) else -1
+        self._max_timestamp = max(scanned, int(ti.last_entry[0]) if len(ti) else -1)
+
+    # -- indexes ----------------------------------------------------------------------
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._load_indexes()
+        return self._offset_index  # type: ignore[return-value]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._load_indexes()
+        return self._time_index  # type: ignore[return-value]
+
+    @property
+    def txn_index(self) -> TransactionIndex | None:
+        """Aborted transactions of this segment (``None`` without a ``.txnindex``)."""
+        if self._txn_index is False:
+            path = self.stem + TXN_INDEX_SUFFIX
+            self._txn_index = (TransactionIndex.from_bytes(lakefs.read_all(self.fs, path),
+                                                           path=path)
+                               if lakefs.exists(self.fs, path) else None)
+        return self._txn_index  # type: ignore[return-value]
+
+    def _load_indexes(self) -> None:
+        ipath, tpath = self.stem + INDEX_SUFFIX, self.stem + TIME_INDEX_SUFFIX
+        try:
+            oi = OffsetIndex.from_bytes(self._read_file(INDEX_SUFFIX), self.base_offset,
+                                        path=ipath)
+            ti = TimeIndex.from_bytes(self._read_file(TIME_INDEX_SUFFIX), self.base_offset,
+                                      path=tpath)
+            oi.sanity_check()
+            ti.sanity_check()
+            if len(oi) and int(oi.positions[-1]) >= self.size:
+                raise CorruptIndexError(f"last entry's position {int(oi.positions[-1])} is "
+                                        f"past the end of the log ({self.size} bytes)",
+                                        path=ipath)
+        except (SegmentNotFoundError, CorruptRecordError) as exc:
+            self.rebuild_indexes(str(exc))
+            return
+        self._offset_index, self._time_index = oi, ti
+        self.index_source = "file"
+
+    def rebuild_indexes(self, why: str) -> None:
+        """Replace the in-memory indexes with ones rebuilt from a full scan of the log."""
+        log.warning("%s: indexes rebuilt from a scan of the log: %s", self.log_path, why)
+        self._offset_index, self._time_index = rebuild_indexes(
+            self.scan(), self.base_offset, self.index_interval_bytes)
+        self.index_source = f"rebuilt: {why}"
+
+    # -- byte access ------------------------------------------------------------------
+    def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window:
+        """One ranged read of ``[start, end)`` and the whole batches in it."""
+        end = min(end, self.size)
+        data = self._read_range(start, end - start) if end > start else b""
+        return Window(start, data, scan_batches(data, verify_crc=verify_crc))
+
+    def scan(self) -> BatchScan:
+        """Headers of every valid batch (one full read); stops at a corrupt tail."""
+        return self.window(0, self.size).scan
+
+    def _next_entry_position(self, offset: int) -> int:
+        """Position of the first offset-index entry with offset > ``offset`` (or EOF)."""
+        oi = self.offset_index
+        i = int(np.searchsorted(oi.offsets, offset, side="right"))
+        return int(oi.positions[i]) if i < len(oi) else self.size
+
+    def _span(self, lo: int, hi: int) -> Window:
+        """Whole batches covering offsets ``[lo, hi]``, read with at most two requests:
+        ``[floor(lo), next_entry(hi))`` plus the header after it; the batch at
+        ``next_entry(hi)`` is read whole only when ``hi`` lies in it."""
+        oi = self.offset_index
+        start = int(oi.lookup(lo)[1]) if lo > self.base_offset else 0
+        end = self._next_entry_position(hi)
+        w = self.window(start, end + HEADER_SIZE if end < self.size else end)
+        if self.index_source == "file" and not self._window_agrees(w, start, end):
+            self.rebuild_indexes(f"offset index entries around position {start} do not match "
+                                 "the batches of the log")
+            return self._span(lo, hi)
+        if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
+            tail = w.data[end - start:]
+            if len(tail) >= HEADER_SIZE:
+                size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+                rest = self.window(end, end + size)
+                w = Window(start, w.data[: end - start] + rest.data,
+                           scan_batches(w.data[: end - start] + rest.data))
+        return w
+
+    def _window_agrees(self, w: Window, start: int, end: int) -> bool:
+        """The index said batches start at ``start`` and ``end``: do they?"""
+        if end - start > 0 and (not len(w.scan) or w.scan.valid_bytes < end - start):
+            return False
+        if start > 0:
+            entry = self.offset_index.lookup(int(w.scan.last_offset[0]))
+            if int(entry[1]) != start:
+                return False
+        return True
+
+    # -- reads ------------------------------------------------------------------------
+    def read_records(self, start_offset: int | None = None, end_offset: int | None = None, *,
+                     max_records: int | None = None, skip_control: bool = True) -> pa.Table:
+        """Records with ``start_offset <= offset < end_offset`` (internal record schema),
+        at most ``max_records`` of them."""
+        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
+        hi = (end_offset - 1) if end_offset is not None else None
+        if max_records is not None and (hi is None or hi > lo + max_records - 1):
+            hi = lo + max_records - 1  # offsets are unique: max_records records lie within
+        if hi is None:
+            start = int(self.offset_index.lookup(lo)[1]) if lo > self.base_offset else 0
+            w = self.window(start, self.size)
+        else:
+            if hi < lo:
+                return decode_batches(b"", BatchScan.empty())
+            w = self._span(lo, hi)
+        keep = w.scan.last_offset >= lo
+        if hi is not None:
+            keep &= w.scan.base_offset <= hi
+        table = w.decode(keep, skip_control=skip_control, path=self.log_path)
+        off = table.column("offset")
+        mask = pc.greater_equal(off, lo)
+        if hi is not None:
+            mask = pc.and_(mask, pc.less_equal(off, hi))
+        return table.filter(mask)
+
+    def read(self, start_offset: int, max_size: int, *, max_position: int | None = None,
+             min_one_message: bool = True) -> Window:
+        """Kafka's ``LogSegment.read``: whole batches from the one holding ``start_offset``,
+        at most ``max_size`` bytes (with ``min_one_message`` the first batch even if it is
+        larger), not starting at or past ``max_position``."""
+        limit = self.size if max_position is None else min(max_position, self.size)
+        w = self._span(start_offset, start_offset)
+        hits = np.nonzero(w.scan.last_offset >= start_offset)[0]
+        if not len(hits):
+            return Window(limit, b"", BatchScan.empty())
+        first = int(w.positions[hits[0]])
+        first_size = int(w.scan.size[hits[0]])
+        budget = max(max_size, first_size) if min_one_message else max_size
+        if first >= limit or budget < first_size:
+            return Window(first, b"", BatchScan.empty())
+        return self.window(first, min(limit, first + budget))
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int | None = None
+                                 ) -> TimestampOffset | None:
+        """First record (offset >= ``start_offset``) with timestamp >= ``timestamp``, or
+        ``None``. Exact under non-monotonic CreateTime (strict time-index floor)."""
+        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
+        ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
+        from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
+        pos = int(self.offset_index.lookup(from_offset)[1]) if from_offset > self.base_offset \
+            else 0
+        oi_positions = self.offset_index.positions
+        while pos < self.size:
+            # one index interval at a time: up to the next index entry after pos
+            i = int(np.searchsorted(oi_positions, pos, side="right"))
+            end = int(oi_positions[i]) if i < len(oi_positions) else self.size
+            w = self.window(pos, end)
+            if not len(w.scan):
+                # a batch larger than the chunk (or a corrupt tail): read it whole
+                head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
+                if len(head) < HEADER_SIZE:
+                    return None
+                w = self.window(pos, pos + int.from_bytes(head[8:12], "big", signed=True)
+                                + LOG_OVERHEAD)
+                if not len(w.scan):
+                    return None
+            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
+            for b in hits:
+                recs = w.decode(slice(int(b), int(b) + 1), path=self.log_path)
+                ts = recs.column("timestamp").to_numpy()
+                offs = recs.column("offset").to_numpy()
+                ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
+                if len(ok):
+                    return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
+            pos = w.end
+        return None
