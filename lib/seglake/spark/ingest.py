@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
@@ -137,9 +138,13 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
     try:
-        rows = _write(spark, df, root, run_id, config, topic, num_partitions, catalog,
-                      started, fail_after_records)
-        result = catalog.commit(rows, run_id)
+        rows, has_offset = _write(spark, df, root, run_id, config, topic, num_partitions,
+                                  catalog, started, fail_after_records)
+        if rows.num_rows == 0:
+            lakefs.delete_dir(fs, staging)
+            return IngestResult(run_id, False, False, rows, time.time() - started,
+                                catalog.version() if catalog.exists() else None)
+        result = catalog.commit(rows, run_id, contiguous=not has_offset)
     except BaseException:
         lakefs.delete_dir(fs, staging)
         raise
@@ -153,19 +158,19 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
 
 def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: LogConfig,
            topic: str | None, num_partitions: int | None, catalog: Catalog, started: float,
-           fail_after_records: int | None) -> pa.Table:
+           fail_after_records: int | None) -> tuple[pa.Table, bool]:
     if topic is not None:
         validate_topic(topic)
     norm = normalize(df, topic=topic, log_append_time_ms=int(started * 1000),
                      timestamp_type=config.timestamp_type)
-    leo = catalog.log_end_offsets()
+    leo = catalog.log_end_offsets() if catalog.exists() else {}
     has_partition = "partition" in norm.columns
     has_offset = "offset" in norm.columns
     if not has_partition:
         norm = _with_default_partition(norm, topic, num_partitions, leo, config)
     plans, task_starts = _count_and_plan(norm, has_offset, leo, config)
     if not plans:
-        return SEGMENT_ROWS.empty_table()
+        return SEGMENT_ROWS.empty_table(), has_offset
     prepared = _prepare(norm, plans, task_starts, has_offset)
     num_tasks = sum(p.chunks for p in plans.values())
     shuffled = (prepared.repartitionByRange(num_tasks, "topic", "partition", "_chunk")
@@ -176,7 +181,7 @@ def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: L
     rows = out.toArrow().cast(SEGMENT_ROWS).sort_by([("topic", "ascending"), ("partition", "ascending"),
                                             ("base_offset", "ascending")])
     _verify(rows, plans, has_offset)
-    return rows
+    return rows, has_offset
 
 
 def _spark_schema(schema: pa.Schema) -> str:
@@ -211,7 +216,7 @@ def _with_default_partition(norm: DataFrame, topic: str | None, num_partitions: 
             yield pa.RecordBatch.from_arrays([*b.columns, pa.array(parts, pa.int32())],
                                              names=[*b.schema.names, "partition"])
 
-    schema = norm.schema.add("partition", "int", False)
+    schema = T.StructType([*norm.schema.fields, T.StructField("partition", T.IntegerType(), False)])
     return norm.mapInArrow(assign, schema)
 
 
@@ -298,7 +303,8 @@ def _prepare(norm: DataFrame, plans: dict[tuple[str, int], _PartitionPlan],
                                              names=[*names, "offset", "_chunk"])
 
     base = norm.drop("offset") if has_offset else norm
-    schema = base.schema.add("offset", "bigint", False).add("_chunk", "int", False)
+    schema = T.StructType([*base.schema.fields, T.StructField("offset", T.LongType(), False),
+                           T.StructField("_chunk", T.IntegerType(), False)])
     return norm.mapInArrow(prepare, schema)
 
 
@@ -347,7 +353,7 @@ def _encode_task(root: str, run_id: str, config: LogConfig,
                                            config=config, min_offset=log_end[key[:2]],
                                            tmp_suffix=tmp_suffix, label=pdir)
                 records = pa.Table.from_batches([b.slice(lo, hi - lo).select(RECORD_COLUMNS)])
-                writer.append(records)
+                infos.extend((key[0], key[1], i) for i in writer.append(records))
                 written += hi - lo
                 if fail_after_records is not None and written >= fail_after_records:
                     raise RuntimeError(f"seglake test hook: task failed after {written} "
