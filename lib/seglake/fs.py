@@ -1,0 +1,342 @@
+"""Lake file I/O, all through :mod:`pyarrow.fs`, so executors read and write object storage.
+
+A lake root is any URI pyarrow understands: a local path (made absolute), ``file://``,
+``s3://bucket/prefix`` (``?endpoint_override=host:port&scheme=http`` or the
+``AWS_ENDPOINT_URL`` environment variable point it at MinIO or a moto server),
+``gs://``, ``hdfs://``. :func:`resolve` turns it into ``(filesystem, base path)``;
+every other function takes that filesystem and a path made with :func:`join` or
+:func:`safe_join`.
+
+Paths read from the catalog are untrusted: :func:`safe_join` refuses anything that could
+leave the root. A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
+naming the path. :data:`IO_STATS` counts the bytes this process read, so tests can assert
+that a lookup reads an index interval and one batch, not a whole segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pyarrow.fs as pafs
+
+from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
+
+__all__ = [
+    "IO_STATS",
+    "IOStats",
+    "delete_dir",
+    "delete_file",
+    "exists",
+    "file_size",
+    "join",
+    "listdir",
+    "move",
+    "read_all",
+    "read_range",
+    "renames_atomically",
+    "resolve",
+    "safe_join",
+    "validate_relative",
+    "write_bytes",
+]
+
+# filesystems whose move() is an atomic rename (object stores copy, then delete)
+_ATOMIC_RENAME = frozenset({"local", "hdfs"})
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_UNSAFE_CHARS = re.compile(r"[\\:%?#~\x00-\x1f\x7f]")
+
+
+class IOStats:
+    """Bytes and reads done by :func:`read_range` / :func:`read_all` in this process.
+
+    Attributes:
+        bytes_read: bytes returned by reads since the last :meth:`reset`.
+        reads: read calls.
+        files_opened: files opened for reading.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_read = 0
+        self.reads = 0
+        self.files_opened = 0
+
+    def record(self, nbytes: int, *, opened: int = 1) -> None:
+        """Count one read of ``nbytes`` bytes (and ``opened`` file opens)."""
+        with self._lock:
+            self.bytes_read += nbytes
+            self.reads += 1
+            self.files_opened += opened
+
+    def reset(self) -> None:
+        """Set every counter back to zero."""
+        with self._lock:
+            self.bytes_read = 0
+            self.reads = 0
+            self.files_opened = 0
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a dict, read under the lock."""
+        with self._lock:
+            return {
+                "bytes_read": self.bytes_read,
+                "reads": self.reads,
+                "files_opened": self.files_opened,
+            }
+
+    def __repr__(self) -> str:
+        s = self.snapshot()
+        return (
+            f"IOStats(bytes_read={s['bytes_read']}, reads={s['reads']}, "
+            f"files_opened={s['files_opened']})"
+        )
+
+
+IO_STATS = IOStats()
+
+
+def resolve(
+    root: str | os.PathLike[str], *, endpoint_override: str | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """Filesystem and base path of a lake root.
+
+    Args:
+        root: local path (made absolute) or a URI pyarrow understands.
+        endpoint_override: for ``s3://`` roots, ``http://host:port`` or ``host:port`` of an
+            S3-compatible server. Without it, a ``?endpoint_override=`` in the URI or the
+            ``AWS_ENDPOINT_URL`` environment variable (read by pyarrow) is used.
+
+    Returns:
+        ``(filesystem, path)`` with no trailing slash on ``path``.
+
+    Raises:
+        ConfigError: ``root`` is empty or pyarrow does not understand it.
+    """
+    root = os.fspath(root)
+    if not isinstance(root, str) or not root.strip():
+        raise ConfigError(f"lake root must be a non-empty path or URI, got {root!r}")
+    if "://" not in root:
+        return pafs.LocalFileSystem(), os.path.abspath(root).replace(os.sep, "/")
+    uri = root
+    if endpoint_override is not None:
+        parts = urlsplit(uri)
+        if parts.scheme.lower() != "s3":
+            raise ConfigError(f"endpoint_override applies to s3:// roots, not {root!r}")
+        query = dict(parse_qsl(parts.query))
+        endpoint = urlsplit(
+            endpoint_override if "://" in endpoint_override else f"https://{endpoint_override}"
+        )
+        query["endpoint_override"] = endpoint.netloc
+        query.setdefault("scheme", endpoint.scheme)
+        uri = urlunsplit(parts._replace(query=urlencode(query)))
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"lake root {root!r}: {exc}") from exc
+    return fs, path.rstrip("/") or path
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts with ``/`` (pyarrow paths always use ``/``); no safety checks."""
+    out = base.rstrip("/")
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out = f"{out}/{part}" if out else part
+    return out
+
+
+def validate_relative(relative: str) -> str:
+    """Return ``relative`` if it is a plain relative path that stays below its root.
+
+    Refused: absolute paths, URIs and drive letters, ``.``/``..`` or empty components,
+    backslashes, and characters that URL decoding or a shell could turn into an escape
+    (``%``, ``?``, ``#``, ``~``, ``:``, control characters).
+
+    Raises:
+        InvalidTopicError: the path is unsafe (the message names it).
+    """
+    if not isinstance(relative, str):
+        raise InvalidTopicError(f"lake path must be a string, got {type(relative).__name__}")
+    reason = None
+    if not relative:
+        reason = "is empty"
+    elif relative.startswith("/"):
+        reason = "is absolute"
+    elif _SCHEME_RE.match(relative) or "://" in relative:
+        reason = "is a URI, not a path relative to the lake root"
+    elif m := _UNSAFE_CHARS.search(relative):
+        reason = f"contains {m.group()!r}"
+    else:
+        for part in relative.split("/"):
+            if part in ("", ".", ".."):
+                reason = f"has a {part or 'empty'!r} component"
+                break
+    if reason:
+        raise InvalidTopicError(f"unsafe lake path {relative!r}: {reason}")
+    return relative
+
+
+def safe_join(root: str, relative: str) -> str:
+    """``root/relative`` for a path read from the catalog, refusing anything that escapes.
+
+    Raises:
+        InvalidTopicError: ``relative`` is absolute, a URI, or contains ``..`` (see
+            :func:`validate_relative`).
+    """
+    validate_relative(relative)
+    out = join(root, relative)
+    base = root.rstrip("/")
+    if base and not out.startswith(base + "/"):  # belt and braces
+        raise InvalidTopicError(f"unsafe lake path {relative!r}: leaves {root!r}")
+    return out
+
+
+@contextlib.contextmanager
+def _missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise SegmentNotFoundError(f"{path}: no such {what}") from exc
+
+
+def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes:
+    """Read ``length`` bytes at ``start`` with one ranged read.
+
+    Args:
+        fs: the lake filesystem.
+        path: file path on ``fs``.
+        start: first byte.
+        length: bytes wanted; fewer come back if the file ends first.
+
+    Raises:
+        SegmentNotFoundError: the file does not exist.
+        ValueError: negative ``start`` or ``length``.
+    """
+    if start < 0 or length < 0:
+        raise ValueError(f"{path}: negative read range start={start} length={length}")
+    with _missing_as_not_found(path), fs.open_input_file(path) as f:
+        data = f.read_at(length, start) if length else b""
+    IO_STATS.record(len(data))
+    return bytes(data)
+
+
+def read_all(fs: pafs.FileSystem, path: str) -> bytes:
+    """The whole file.
+
+    Raises:
+        SegmentNotFoundError: the file does not exist.
+    """
+    with _missing_as_not_found(path), fs.open_input_stream(path) as f:
+        data = f.readall()
+    IO_STATS.record(len(data))
+    return bytes(data)
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def renames_atomically(fs: pafs.FileSystem) -> bool:
+    """Whether ``fs.move`` is an atomic rename (local, HDFS) rather than copy + delete."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return fs.type_name in _ATOMIC_RENAME
+
+
+def write_bytes(fs: pafs.FileSystem, path: str, data: bytes | bytearray | memoryview) -> None:
+    """Write a whole file so that readers see either nothing or all of ``data``.
+
+    Where ``move`` is a rename (local, HDFS) the bytes go to a hidden temporary name in
+    the same directory first; on object stores a single PUT is already atomic.
+    """
+    if not renames_atomically(fs):
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
+    parent = _parent(path)
+    if parent:
+        fs.create_dir(parent, recursive=True)
+    tmp = join(parent, f".{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
+
+
+def move(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    """Move a file (a rename where the filesystem has one; copy + delete on object stores).
+
+    Raises:
+        SegmentNotFoundError: ``src`` does not exist.
+    """
+    if renames_atomically(fs) and _parent(dst):
+        fs.create_dir(_parent(dst), recursive=True)
+    with _missing_as_not_found(src):
+        fs.move(src, dst)
+
+
+def exists(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether a file or directory exists at ``path``."""
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def file_size(fs: pafs.FileSystem, path: str) -> int:
+    """Size of a file in bytes.
+
+    Raises:
+        SegmentNotFoundError: no file at ``path`` (missing, or a directory).
+    """
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise SegmentNotFoundError(f"{path}: no such file")
+    if info.type != pafs.FileType.File:
+        raise SegmentNotFoundError(f"{path}: is a directory, not a file")
+    return int(info.size)
+
+
+def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list[str]:
+    """Sorted base names of the entries directly under ``path``.
+
+    Raises:
+        SegmentNotFoundError: ``path`` does not exist (unless ``missing_ok``).
+    """
+    with _missing_as_not_found(path, "directory"):
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
+    return sorted(info.base_name for info in infos)
+
+
+def delete_file(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
+    """Delete one file.
+
+    Raises:
+        SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
+    """
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError as exc:
+        if not missing_ok:
+            raise SegmentNotFoundError(f"{path}: no such file") from exc
+
+
+def delete_dir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
+    """Delete a directory and everything under it.
+
+    Raises:
+        SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
+    """
+    try:
+        fs.delete_dir(path)
+    except FileNotFoundError as exc:
+        if not missing_ok:
+            raise SegmentNotFoundError(f"{path}: no such directory") from exc

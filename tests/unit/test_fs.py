@@ -1,0 +1,307 @@
+"""seglake.fs: pyarrow.fs wrappers, the path-escape guard and the byte counter."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from seglake import fs
+from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> tuple[pafs.FileSystem, str]:
+    return fs.resolve(str(tmp_path / "lake"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats() -> None:
+    fs.IO_STATS.reset()
+
+
+# ------------------------------------------------------------------ resolve / join
+
+
+def test_resolve_local_relative_path_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    filesystem, path = fs.resolve("lake/")
+    assert isinstance(filesystem, pafs.LocalFileSystem)
+    assert path == str(tmp_path / "lake")
+
+
+def test_resolve_file_uri_and_pathlike(tmp_path: Path) -> None:
+    filesystem, path = fs.resolve(f"file://{tmp_path}/lake/")
+    assert isinstance(filesystem, pafs.LocalFileSystem)
+    assert path == f"{tmp_path}/lake"
+    assert fs.resolve(tmp_path / "lake")[1] == f"{tmp_path}/lake"
+
+
+def test_resolve_s3_endpoint_override() -> None:
+    filesystem, path = fs.resolve(
+        "s3://bucket/some/prefix/?region=us-east-1", endpoint_override="http://127.0.0.1:9"
+    )
+    assert filesystem.type_name == "s3"
+    assert not fs.renames_atomically(filesystem)
+    assert fs.renames_atomically(pafs.LocalFileSystem())
+    assert fs.renames_atomically(pafs.SubTreeFileSystem("/tmp", pafs.LocalFileSystem()))
+    assert path == "bucket/some/prefix"
+    with pytest.raises(ConfigError, match="s3://"):
+        fs.resolve("file:///tmp/x", endpoint_override="http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("root", ["", "   "])
+def test_resolve_rejects_empty_root(root: str) -> None:
+    with pytest.raises(ConfigError, match="non-empty"):
+        fs.resolve(root)
+
+
+def test_join() -> None:
+    assert fs.join("/a/", "b", "/c/", "", "d.log") == "/a/b/c/d.log"
+    assert fs.join("bucket/p", "orders-3") == "bucket/p/orders-3"
+    assert fs.join("", "x") == "x"
+
+
+# ------------------------------------------------------------------ safe_join
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "orders-3/00000000000000000000.log",
+        "_staging/run-1/orders-3/00000000000000000042.index",
+        "a..b/c.log",
+    ],
+)
+def test_safe_join_accepts_plain_relative_paths(relative: str) -> None:
+    assert fs.safe_join("/lake", relative) == f"/lake/{relative}"
+    assert fs.safe_join("bucket/prefix/", relative) == f"bucket/prefix/{relative}"
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "../x",
+        "/etc/passwd",
+        "a/../../b",
+        "orders-3/..",
+        "./orders-3/x.log",
+        "a//b",
+        "",
+        "file:///etc/passwd",
+        "s3://other-bucket/x",
+        "c:/windows/x",
+        "C:\\x",
+        "..\\x",
+        "%2e%2e/x",
+        "..%2fx",
+        "a/b?x=../..",
+        "a#../../b",
+        "~/x",
+        "a\x00b",
+    ],
+)
+def test_safe_join_refuses_escapes(relative: str) -> None:
+    with pytest.raises(InvalidTopicError) as info:
+        fs.safe_join("/lake", relative)
+    assert isinstance(info.value, SeglakeError)
+    assert repr(relative) in str(info.value)
+
+
+def test_safe_join_refuses_non_strings() -> None:
+    with pytest.raises(InvalidTopicError, match="string"):
+        fs.safe_join("/lake", None)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ reads and the counter
+
+
+def test_read_range_is_one_counted_read(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    path = fs.join(root, "orders-0", "00000000000000000000.log")
+    fs.write_bytes(filesystem, path, bytes(range(256)) * 4)
+    fs.IO_STATS.reset()
+
+    assert fs.read_range(filesystem, path, 100, 16) == bytes(range(100, 116))
+    assert fs.IO_STATS.snapshot() == {"bytes_read": 16, "reads": 1, "files_opened": 1}
+
+    assert fs.read_range(filesystem, path, 1020, 100) == bytes(range(252, 256))  # short at EOF
+    assert fs.read_range(filesystem, path, 0, 0) == b""
+    assert fs.IO_STATS.bytes_read == 20
+    assert fs.IO_STATS.reads == 3
+
+    assert len(fs.read_all(filesystem, path)) == 1024
+    assert fs.IO_STATS.bytes_read == 1044
+    fs.IO_STATS.reset()
+    assert fs.IO_STATS.snapshot() == {"bytes_read": 0, "reads": 0, "files_opened": 0}
+
+
+def test_read_range_rejects_negative_ranges(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    with pytest.raises(ValueError, match="negative"):
+        fs.read_range(filesystem, fs.join(root, "x"), -1, 4)
+
+
+def test_missing_files_raise_segment_not_found(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    missing = fs.join(root, "orders-0", "00000000000000000000.index")
+    for call in (
+        lambda: fs.read_range(filesystem, missing, 0, 8),
+        lambda: fs.read_all(filesystem, missing),
+        lambda: fs.file_size(filesystem, missing),
+        lambda: fs.move(filesystem, missing, missing + ".x"),
+        lambda: fs.delete_file(filesystem, missing, missing_ok=False),
+    ):
+        with pytest.raises(SegmentNotFoundError, match=missing):
+            call()
+    assert fs.IO_STATS.reads == 0
+
+
+def test_io_stats_are_thread_safe(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    path = fs.join(root, "f")
+    fs.write_bytes(filesystem, path, b"x" * 64)
+    fs.IO_STATS.reset()
+
+    def work() -> None:
+        for _ in range(50):
+            fs.read_range(filesystem, path, 0, 8)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fs.IO_STATS.snapshot() == {"bytes_read": 8 * 50 * 8, "reads": 400, "files_opened": 400}
+
+
+# ------------------------------------------------------------------ writes and directories
+
+
+def test_write_bytes_replaces_atomically_and_leaves_no_temp(
+    lake: tuple[pafs.FileSystem, str],
+) -> None:
+    filesystem, root = lake
+    path = fs.join(root, "orders-0", "00000000000000000000.log")
+    fs.write_bytes(filesystem, path, b"first")
+    fs.write_bytes(filesystem, path, memoryview(b"second"))
+    assert fs.read_all(filesystem, path) == b"second"
+    assert fs.listdir(filesystem, fs.join(root, "orders-0")) == ["00000000000000000000.log"]
+
+
+def test_write_bytes_failure_leaves_nothing(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    path = fs.join(root, "orders-0", "00000000000000000000.log")
+    with pytest.raises(TypeError):
+        fs.write_bytes(filesystem, path, 12345)  # type: ignore[arg-type]
+    assert fs.listdir(filesystem, fs.join(root, "orders-0")) == []
+
+
+def test_move_exists_listdir_size_delete(lake: tuple[pafs.FileSystem, str]) -> None:
+    filesystem, root = lake
+    staged = fs.join(root, "_staging", "run-1", "orders-0", "00000000000000000000.log")
+    final = fs.safe_join(root, "orders-0/00000000000000000000.log")
+    fs.write_bytes(filesystem, staged, b"12345")
+    fs.move(filesystem, staged, final)  # creates orders-0/
+    assert not fs.exists(filesystem, staged)
+    assert fs.exists(filesystem, final)
+    assert fs.file_size(filesystem, final) == 5
+    assert fs.listdir(filesystem, root) == ["_staging", "orders-0"]
+    with pytest.raises(SegmentNotFoundError, match="directory"):
+        fs.file_size(filesystem, fs.join(root, "orders-0"))
+    with pytest.raises(SegmentNotFoundError, match="nope"):
+        fs.listdir(filesystem, fs.join(root, "nope"))
+    assert fs.listdir(filesystem, fs.join(root, "nope"), missing_ok=True) == []
+
+    fs.delete_dir(filesystem, fs.join(root, "_staging"))
+    fs.delete_dir(filesystem, fs.join(root, "_staging"))  # missing_ok by default
+    with pytest.raises(SegmentNotFoundError):
+        fs.delete_dir(filesystem, fs.join(root, "_staging"), missing_ok=False)
+    fs.delete_file(filesystem, final)
+    fs.delete_file(filesystem, final)
+    assert fs.listdir(filesystem, root) == ["orders-0"]
+
+
+# ------------------------------------------------------------------ object storage (moto)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_root() -> Iterator[str]:
+    """A bucket on a moto S3 server on loopback; yields an ``s3://`` lake root URI.
+
+    The server runs in a child process: deltalake holds the GIL in some calls, which
+    would starve a server thread in this process.
+    """
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.skip("moto server did not start")
+                time.sleep(0.05)
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in {
+                "AWS_ACCESS_KEY_ID": "test",
+                "AWS_SECRET_ACCESS_KEY": "test",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_REGION": "us-east-1",
+            }.items():
+                mp.setenv(key, value)
+            mp.delenv("AWS_ENDPOINT_URL", raising=False)
+            boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="lake")
+            yield f"s3://lake/root?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_s3_round_trip(s3_root: str) -> None:
+    filesystem, root = fs.resolve(s3_root)
+    assert filesystem.type_name == "s3" and root == "lake/root"
+    staged = fs.join(root, "_staging", "r1", "orders-0", "00000000000000000000.log")
+    final = fs.safe_join(root, "orders-0/00000000000000000000.log")
+    fs.write_bytes(filesystem, staged, b"0123456789")
+    fs.move(filesystem, staged, final)
+    assert fs.read_range(filesystem, final, 3, 4) == b"3456"
+    assert fs.file_size(filesystem, final) == 10
+    assert "orders-0" in fs.listdir(filesystem, root)
+    with pytest.raises(SegmentNotFoundError):
+        fs.read_all(filesystem, staged)
+    fs.delete_dir(filesystem, fs.join(root, "orders-0"))
+    assert not fs.exists(filesystem, final)
+
+
+def test_s3_endpoint_from_environment(s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    query = dict(kv.split("=") for kv in s3_root.split("?", 1)[1].split("&"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{query['endpoint_override']}")
+    filesystem, root = fs.resolve("s3://lake/env")
+    fs.write_bytes(filesystem, fs.join(root, "x"), b"abc")
+    assert fs.read_all(filesystem, fs.join(root, "x")) == b"abc"
+    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
