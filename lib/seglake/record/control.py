@@ -1,0 +1,118 @@
+"""Control records: the single record of a control batch (attributes bit 5).
+
+Key and value, big-endian::
+
+    key    version:int16 (0)  type:int16      0 abort, 1 commit (transaction markers);
+                                              2-6 KRaft: leader change, snapshot header and
+                                              footer, kraft.version, voters
+    value  (abort/commit only) version:int16 (0)  coordinatorEpoch:int32
+
+The values of the KRaft types are their own messages; they are kept as raw bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+
+from seglake.errors import CorruptRecordError
+
+_KEY = struct.Struct(">hh")
+_TXN_VALUE = struct.Struct(">hi")
+
+
+class ControlType(enum.IntEnum):
+    """``type`` of a control record key (Kafka's ``ControlRecordType``)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+    UNKNOWN = -1
+
+    @classmethod
+    def of(cls, type_id: int) -> ControlType:
+        """The member for ``type_id``; ``UNKNOWN`` for types newer than this code."""
+        try:
+            return cls(type_id)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """A parsed control record.
+
+    ``type_id`` is the raw type (kept when ``type`` is ``UNKNOWN``). For transaction
+    markers ``coordinator_epoch`` is set; other types leave it ``None`` and keep ``value``.
+    """
+
+    version: int
+    type: ControlType
+    type_id: int
+    coordinator_epoch: int | None = None
+    value: bytes | None = None
+
+    @property
+    def is_transaction_marker(self) -> bool:
+        return self.type in (ControlType.ABORT, ControlType.COMMIT)
+
+    @property
+    def is_commit(self) -> bool:
+        return self.type is ControlType.COMMIT
+
+    @property
+    def is_abort(self) -> bool:
+        return self.type is ControlType.ABORT
+
+
+def parse_control_record(
+    key: bytes | None, value: bytes | None, *, path: str | None = None, position: int | None = None
+) -> ControlRecord:
+    """Parse the key (and, for abort/commit, the value) of a control record.
+
+    Raises :class:`CorruptRecordError` for a key shorter than 4 bytes, a negative key
+    version, or an abort/commit value shorter than 6 bytes or with a negative version.
+    Like Kafka, a newer version may carry extra trailing bytes, which are ignored.
+    """
+    if key is None or len(key) < _KEY.size:
+        raise CorruptRecordError(
+            f"control record key of {None if key is None else len(key)} bytes "
+            f"(expected at least {_KEY.size}: version int16, type int16)",
+            path=path,
+            position=position,
+        )
+    version, type_id = _KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptRecordError(
+            f"control record key version {version} is negative", path=path, position=position
+        )
+    kind = ControlType.of(type_id)
+    if kind not in (ControlType.ABORT, ControlType.COMMIT):
+        return ControlRecord(version, kind, type_id, None, value)
+    if value is None or len(value) < _TXN_VALUE.size:
+        raise CorruptRecordError(
+            f"{kind.name.lower()} marker value of {None if value is None else len(value)} "
+            f"bytes (expected at least {_TXN_VALUE.size}: version int16, coordinatorEpoch int32)",
+            path=path,
+            position=position,
+        )
+    value_version, epoch = _TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise CorruptRecordError(
+            f"{kind.name.lower()} marker value version {value_version} is negative",
+            path=path,
+            position=position,
+        )
+    return ControlRecord(version, kind, type_id, epoch, value)
+
+
+def encode_control_record(kind: ControlType, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
+    """``(key, value)`` of a version-0 abort or commit marker."""
+    if kind not in (ControlType.ABORT, ControlType.COMMIT):
+        raise ValueError(f"only abort/commit markers can be encoded, not {kind!r}")
+    return _KEY.pack(0, int(kind)), _TXN_VALUE.pack(0, coordinator_epoch)
