@@ -1,0 +1,117 @@
+"""Per-process LRU cache of opened segments (their offset and time indexes), bounded by bytes.
+
+Kafka's ``RemoteIndexCache`` for seglake's executors: a Python worker that answers many
+lookups or reads many splits of the same segment reads each ``.index``/``.timeindex``
+once. An entry's weight is the bytes of its loaded indexes (plus a small fixed overhead);
+least recently used entries are evicted once the total exceeds
+``seglake.index.cache.bytes`` (:attr:`LogConfig.index_cache_bytes`). ``0`` disables it.
+
+Entries are keyed by (lake root, segment path, run id, size): a segment rewritten by
+recovery gets a new size or run id, so a stale entry is never returned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.storage.segment import LogSegment
+
+ENTRY_OVERHEAD = 512
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+__all__ = ["IndexCache", "get_cache", "segment_weight"]
+
+
+def segment_weight(seg: LogSegment) -> int:
+    """Bytes an opened segment holds in memory (its loaded indexes)."""
+    w = ENTRY_OVERHEAD
+    if seg._offset_index is not None:
+        w += len(seg._offset_index) * 8
+    if seg._time_index is not None:
+        w += len(seg._time_index) * 12
+    return w
+
+
+class IndexCache:
+    """LRU of :class:`LogSegment` objects with their indexes loaded."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple[LogSegment, int]] = OrderedDict()
+        self._fs: dict[str, tuple[pafs.FileSystem, str]] = {}
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def resolve(self, root: str) -> tuple[pafs.FileSystem, str]:
+        """``fs.resolve(root)``, memoised (object-store clients are costly to build)."""
+        got = self._fs.get(root)
+        if got is None:
+            got = self._fs[root] = lakefs.resolve(root)
+        return got
+
+    def segment(self, root: str, path: str, *, size: int, next_offset: int | None = None,
+                max_timestamp: int | None = None, run_id: str | None = None,
+                load_indexes: bool = True) -> LogSegment:
+        """The segment at ``path`` (relative to ``root``), indexes loaded, from the cache."""
+        key = (root, path, run_id, int(size))
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return hit[0]
+            self.misses += 1
+        fs, base = self.resolve(root)
+        staged = lakefs.join(base, "_staging", run_id, path) if run_id else None
+        seg = LogSegment(fs, lakefs.safe_join(base, path), size=int(size),
+                         next_offset=next_offset, max_timestamp=max_timestamp,
+                         staged_path=staged)
+        if load_indexes:
+            seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
+        if self.max_bytes <= 0:
+            return seg
+        weight = segment_weight(seg)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self._entries[key] = (seg, weight)
+            self.bytes += weight
+            while self.bytes > self.max_bytes and len(self._entries) > 1:
+                _, (_, w) = self._entries.popitem(last=False)
+                self.bytes -= w
+                self.evictions += 1
+        return seg
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits,
+                    "misses": self.misses, "evictions": self.evictions}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.bytes = 0
+
+
+_CACHE: IndexCache | None = None
+_CACHE_LOCK = threading.Lock()
+
+
+def get_cache(max_bytes: int | None = None) -> IndexCache:
+    """This process's cache (created on first use; ``max_bytes`` resizes it)."""
+    global _CACHE
+    with _CACHE_LOCK:
+        if _CACHE is None:
+            _CACHE = IndexCache(DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
+        elif max_bytes is not None:
+            _CACHE.max_bytes = int(max_bytes)
+        return _CACHE
