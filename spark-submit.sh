@@ -41,7 +41,7 @@ script="$here/jobs/$job.py"
 mkdir -p "$here/build"
 zip="$here/build/seglake.zip"
 # re-zip when any source is newer than the zip
-if [ ! -f "$zip" ] || [ -n "$(find "$here/lib/seglake" -name '*.py' -newer "$zip" -print -quit)" ]; then
+if [ ! -f "$zip" ] || [ -n "$(find "$here/lib/seglake" "$here/schemas" -newer "$zip" -print -quit)" ]; then
   rm -f "$zip"
   (cd "$here/lib" && "$py" -c "
 import pathlib, zipfile
@@ -49,6 +49,8 @@ with zipfile.ZipFile('$zip', 'w', zipfile.ZIP_DEFLATED) as z:
     for p in sorted(pathlib.Path('seglake').rglob('*')):
         if p.is_file() and '__pycache__' not in p.parts:
             z.write(p)
+    for p in sorted(pathlib.Path('../schemas').glob('*.json')):
+        z.write(p, 'seglake/schemas/' + p.name)
 ")
 fi
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import importlib.resources
+import tempfile
 import itertools
 import json
 import os
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -89,10 +92,24 @@ def _schema_candidates() -> list[Path]:
     return [d / "catalog.json" for d in dirs]
 
 
+def _packaged_schema() -> Path | None:
+    """``seglake/schemas/catalog.json`` inside the spark-submit zip (spark-submit.sh puts
+    ``schemas/`` there), read through importlib.resources."""
+    try:
+        res = importlib.resources.files("seglake").joinpath("schemas/catalog.json")
+        if res.is_file():
+            tmp = Path(tempfile.gettempdir()) / f"seglake-catalog-schema-{os.getpid()}.json"
+            tmp.write_bytes(res.read_bytes())
+            return tmp
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        pass
+    return None
+
+
 @functools.cache
 def _schema_spec() -> tuple[pa.Schema, tuple[str, ...]]:
-    for path in _schema_candidates():
-        if path.is_file():
+    for path in [*_schema_candidates(), _packaged_schema()]:
+        if path is not None and path.is_file():
             break
     else:
         raise CatalogError(
@@ -216,7 +233,7 @@ def _table_location(
 def _as_list(value: str | int | Iterable[Any] | None) -> list[Any] | None:
     if value is None:
         return None
-    if isinstance(value, (str, int)):
+    if isinstance(value, (str, int, np.integer)):
         return [value]
     return list(value)
 

@@ -1,0 +1,217 @@
+"""Spark ingest against independent oracles: kafka-python decodes what we wrote, indexes
+rebuilt from the .log equal the written ones, murmur2 equals kafka-python's."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from kafka.partitioner.default import murmur2 as kp_murmur2
+from kafka.record.memory_records import MemoryRecords
+
+from seglake.catalog import Catalog
+from seglake.cli.main import main as seglake_cli
+from seglake.errors import InputSchemaError, InvalidTopicError, OffsetOrderError
+from seglake.lake import cleanup
+from seglake.record.batch import scan_batches
+from seglake.sample import generate
+from seglake.spark.ingest import ingest
+from seglake.storage.index_builder import rebuild_indexes
+
+pytestmark = pytest.mark.spark
+
+
+def kafka_python_records(path: str) -> list[tuple]:
+    """(offset, timestamp, key, value, headers) of every record, decoded by kafka-python."""
+    out = []
+    mr = MemoryRecords(open(path, "rb").read())
+    while mr.has_next():
+        batch = mr.next_batch()
+        for r in batch:
+            out.append((r.offset, r.timestamp, r.key, r.value,
+                        [(k, v) for k, v in r.headers]))
+    return out
+
+
+def partition_records(root: str, topic: str, partition: int) -> list[tuple]:
+    rows = Catalog(root).segments(topic, partition).to_pylist()
+    out = []
+    for r in rows:
+        out += kafka_python_records(os.path.join(root, r["path"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def messages() -> pa.Table:
+    return generate(6000, seed=3)
+
+
+@pytest.fixture(scope="module")
+def lake(spark, messages, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("ingest") / "lake")
+    result = ingest(spark, spark.createDataFrame(messages), root, num_partitions=3,
+                    conf={"log.segment.bytes": "30000", "compression.type": "lz4",
+                          "log.index.interval.bytes": "2048"})
+    return root, result
+
+
+def test_written_partitions_decode_with_kafka_python_to_the_input(lake, messages):
+    root, result = lake
+    assert result.committed and result.records == messages.num_rows
+    df = messages.to_pandas()
+    keys = df["key"].tolist()
+    df["partition"] = [(kp_murmur2(k) & 0x7FFFFFFF) % 3 for k in keys]  # Kafka's partitioner
+    for (topic, p), g in df.groupby(["topic", "partition"]):
+        got = partition_records(root, topic, p)
+        # offsets assigned from 0 in input order
+        assert [r[0] for r in got] == list(range(len(g)))
+        assert [r[1] for r in got] == g["timestamp"].tolist()
+        assert [r[2] for r in got] == g["key"].tolist()
+        assert [r[3] for r in got] == g["value"].tolist()
+        assert [r[4] for r in got] == [[(h["key"], h["value"]) for h in hs] for hs in g["headers"]]
+
+
+def test_indexes_equal_a_rebuild_and_pass_sanity_checks(lake, capsys):
+    root, _ = lake
+    rows = Catalog(root).segments().to_pylist()
+    assert len(rows) > 9, "small log.segment.bytes must roll"
+    for r in rows:
+        log_path = os.path.join(root, r["path"])
+        buf = open(log_path, "rb").read()
+        assert len(buf) == r["size_bytes"] <= 30000
+        oi, ti = rebuild_indexes(scan_batches(buf), r["base_offset"], 2048)
+        stem = log_path[:-4]
+        assert open(stem + ".index", "rb").read() == oi.to_bytes()
+        assert open(stem + ".timeindex", "rb").read() == ti.to_bytes()
+        assert r["index_entries"] == len(oi) and r["time_index_entries"] == len(ti)
+    files = glob.glob(os.path.join(root, "*", "*.index")) + glob.glob(
+        os.path.join(root, "*", "*.timeindex"))
+    assert seglake_cli(["dump", "--index-sanity-check", *files]) == 0
+    assert seglake_cli(["dump", "--verify-index-only", *files]) == 0
+    assert capsys.readouterr().out.count("passed sanity check") == len(files)
+
+
+def test_catalog_rows_describe_the_segments(lake):
+    root, _ = lake
+    seg = Catalog(root).segments().to_pandas()
+    for (_, _), g in seg.groupby(["topic", "partition"]):
+        assert g["base_offset"].iloc[0] == 0
+        assert (g["base_offset"].to_numpy()[1:] == g["next_offset"].to_numpy()[:-1]).all()
+        assert (g["next_offset"] - g["base_offset"] == g["record_count"]).all()
+    assert set(seg["codec"]) == {"lz4"}
+    # the run's staging directory is gone (the shared _staging/ parent may stay)
+    assert os.listdir(os.path.join(root, "_staging")) == []
+
+
+def test_rerun_of_a_committed_run_id_is_a_noop(spark, lake, messages):
+    root, first = lake
+    version = Catalog(root).version()
+    again = ingest(spark, spark.createDataFrame(messages), root, run_id=first.run_id,
+                   num_partitions=3)
+    assert again.already_committed and not again.committed
+    assert "already committed" in again.summary()
+    assert Catalog(root).version() == version
+
+
+def test_second_run_appends_with_continuous_offsets(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    msgs = generate(1500, topics=("t",), seed=5)
+    ingest(spark, spark.createDataFrame(msgs.slice(0, 1000)), root, num_partitions=2)
+    leo = Catalog(root).log_end_offsets()
+    ingest(spark, spark.createDataFrame(msgs.slice(1000)), root, num_partitions=2)
+    for p in range(2):
+        got = partition_records(root, "t", p)
+        assert [r[0] for r in got] == list(range(len(got)))
+        assert len(got) > leo[("t", p)]
+    assert sum(len(partition_records(root, "t", p)) for p in range(2)) == 1500
+
+
+def test_given_offsets_are_kept_and_checked(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    pdf = pd.DataFrame({"topic": "o", "partition": 0, "offset": [10, 12, 15, 16],
+                        "value": [b"a", b"b", b"c", b"d"]})
+    ingest(spark, spark.createDataFrame(pdf.sample(frac=1, random_state=1)), root)
+    assert [r[0] for r in partition_records(root, "o", 0)] == [10, 12, 15, 16]
+    with pytest.raises(OffsetOrderError, match=r"o-0: input offset 16 is below .* 17"):
+        ingest(spark, spark.createDataFrame(pdf.iloc[3:]), root)
+    dup = pd.DataFrame({"topic": "o", "partition": 0, "offset": [20, 20, 21],
+                        "value": [b"x", b"y", b"z"]})
+    with pytest.raises(OffsetOrderError, match="offsets repeat"):
+        ingest(spark, spark.createDataFrame(dup), root)
+    assert [r[0] for r in partition_records(root, "o", 0)] == [10, 12, 15, 16]
+
+
+def test_hot_partition_is_split_across_tasks(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    msgs = generate(3000, topics=("hot",), seed=9)
+    result = ingest(spark, spark.createDataFrame(msgs), root, topic=None, num_partitions=1,
+                    conf={"seglake.ingest.task.max.records": "1000"})
+    seg = result.segments.to_pandas()
+    assert len(seg) >= 3  # each of the 3 chunks writes whole segments
+    assert [r[0] for r in partition_records(root, "hot", 0)] == list(range(3000))
+    assert [r[3] for r in partition_records(root, "hot", 0)] == msgs["value"].to_pylist()
+
+
+def test_index_full_rolls(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    msgs = generate(2000, topics=("ix",), seed=2)
+    ingest(spark, spark.createDataFrame(msgs), root, num_partitions=1,
+           conf={"log.index.interval.bytes": "0", "log.index.size.max.bytes": "40",
+                 "batch.size": "1024"})
+    seg = Catalog(root).segments().to_pandas()
+    assert len(seg) > 3
+    assert (seg["index_entries"] <= 5).all() and (seg["time_index_entries"] <= 3).all()
+    assert [r[0] for r in partition_records(root, "ix", 0)] == list(range(2000))
+
+
+def test_failed_task_leaves_nothing_after_cleanup(spark, tmp_path, messages):
+    root = str(tmp_path / "lake")
+    with pytest.raises(Exception, match="fail_after_records"):
+        ingest(spark, spark.createDataFrame(messages), root, num_partitions=2,
+               run_id="doomed", fail_after_records=100)
+    assert not Catalog(root).exists() or Catalog(root).segments().num_rows == 0
+    cleanup(root)
+    leftovers = [f for f in glob.glob(os.path.join(root, "**", "*.*"), recursive=True)
+                 if "_catalog" not in f]
+    assert leftovers == []
+
+
+def test_bad_inputs_give_clear_errors(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    with pytest.raises(InputSchemaError, match=r"unknown column\(s\) \['payload'\]"):
+        ingest(spark, spark.createDataFrame(pd.DataFrame({"payload": [b"x"]})), root, topic="t")
+    with pytest.raises(InputSchemaError, match="no 'value' column"):
+        ingest(spark, spark.createDataFrame(pd.DataFrame({"key": [b"x"]})), root, topic="t")
+    with pytest.raises(InputSchemaError, match=r"wrong type for timestamp: double"):
+        ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"x"],
+                                                          "timestamp": [1.5]})), root, topic="t")
+    with pytest.raises(InvalidTopicError, match=r"\['/'\]"):
+        ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"x"]})), root,
+               topic="../etc")
+    bad_topic = pd.DataFrame({"topic": ["ok", "b a d"], "partition": [0, 0], "value": [b"1", b"2"]})
+    with pytest.raises(InvalidTopicError, match="b a d"):
+        ingest(spark, spark.createDataFrame(bad_topic), root)
+    assert not os.path.exists(root) or sorted(os.listdir(root)) in ([], ["_catalog"],
+                                                                   ["_catalog", "_staging"])
+
+
+def test_string_values_and_spark_timestamps(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    pdf = pd.DataFrame({"key": ["k1", None], "value": ["héllo", "w"],
+                        "timestamp": pd.to_datetime([1_700_000_000_123, 1_700_000_000_001],
+                                                    unit="ms")})
+    ingest(spark, spark.createDataFrame(pdf), root, topic="s", num_partitions=1)
+    got = partition_records(root, "s", 0)
+    assert [(r[1], r[2], r[3]) for r in got] == [
+        (1_700_000_000_123, b"k1", "héllo".encode()), (1_700_000_000_001, None, b"w")]
+    # no timestamp column: LogAppendTime, one append time for the whole run
+    ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"a", b"b"]})), root,
+           topic="lat", num_partitions=1)
+    rows = Catalog(root).segments("lat").to_pylist()
+    scan = scan_batches(open(os.path.join(root, rows[0]["path"]), "rb").read())
+    assert (scan.attributes & 0x08).all()
+    assert np.unique(scan.max_timestamp).size == 1
