@@ -167,8 +167,8 @@ def dump_index(path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: b
             txn.sanity_check()
             out.write(f"{path} passed sanity check.\n")
             return 0
-        for e in txn.entries():
-            obj = dataclass_dict(e)
+        for e in txn.all_aborted():
+            obj = {"version": 0, **e._asdict()}
             out.write(json.dumps(obj) + "\n" if as_json else
                       " ".join(f"{k}: {v}" for k, v in obj.items()) + "\n")
         return 0
@@ -198,14 +198,6 @@ def dump_index(path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: b
             out.write(json.dumps({"timestamp": ts, "offset": off}) + "\n" if as_json
                       else f"timestamp: {ts} offset: {off}\n")
     return 0
-
-
-def dataclass_dict(obj: Any) -> dict[str, Any]:
-    if hasattr(obj, "_asdict"):
-        return dict(obj._asdict())
-    import dataclasses
-
-    return dataclasses.asdict(obj)
 
 
 def dump(files: list[str], *, deep: bool = False, print_data: bool = False,
