@@ -121,7 +121,8 @@ class PartitionLog:
     def read(self, offset: int, max_records: int = 500, *, skip_control: bool = True
              ) -> pa.Table:
         """Up to ``max_records`` records from ``offset`` on (across segments)."""
-        i = self.segment_index_for_offset(max(offset, self.log_start_offset))
+        offset = max(offset, self.log_start_offset)  # nothing below the log start is visible
+        i = self.segment_index_for_offset(offset)
         if i is None:
             return empty_records()
         parts, need = [], max_records

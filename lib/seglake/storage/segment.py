@@ -108,7 +108,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
-        self._txn_index: TransactionIndex | None | bool = False
+        self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
         self._staged_path = staged_path
 
@@ -168,7 +168,15 @@ class LogSegment:
 
     def _derive_tail(self) -> None:
         oi, ti = self.offset_index, self.time_index
-        w = self.window(int(oi.positions[-1]) if len(oi) else 0, self.size)
+        start = int(oi.positions[-1]) if len(oi) else 0
+        w = self.window(start, self.size)
+        if start > 0 and self.index_source == "file" and (
+                not len(w.scan) or int(w.scan.base_offset[0]) > int(oi.offsets[-1])):
+            # the last entry does not point at the start of its batch: never guess the tail
+            self.rebuild_indexes(f"last offset index entry (offset {int(oi.offsets[-1])}, "
+                                 f"position {start}) does not point at a batch holding it")
+            self._derive_tail()
+            return
         if len(w.scan):
             self._next_offset = int(w.scan.last_offset[-1]) + 1
         else:
@@ -268,10 +276,30 @@ class LogSegment:
         if end - start > 0 and (not len(w.scan) or w.scan.valid_bytes < end - start):
             return False
         if start > 0:
+            if not len(w.scan):
+                return False
             entry = self.offset_index.lookup(int(w.scan.last_offset[0]))
-            if int(entry[1]) != start:
+            # the entry must point at this batch: a later batch would skip records
+            if int(entry[1]) != start or int(entry[0]) < int(w.scan.base_offset[0]):
                 return False
         return True
+
+    def _checked_floor_position(self, offset: int) -> int:
+        """Offset index floor of ``offset`` as a position, verified against the batch that
+        starts there (the index is rebuilt if it points anywhere else)."""
+        if offset <= self.base_offset:
+            return 0
+        start = int(self.offset_index.lookup(offset)[1])
+        if start > 0 and self.index_source == "file":
+            head = self._read_range(start, max(0, min(HEADER_SIZE, self.size - start)))
+            size = (int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
+                    if len(head) == HEADER_SIZE else 0)
+            w = self.window(start, start + max(size, 0))
+            if not self._window_agrees(w, start, start):
+                self.rebuild_indexes(f"offset index entry for offset {offset} (position "
+                                     f"{start}) does not point at the start of its batch")
+                return self._checked_floor_position(offset)
+        return start
 
     # -- reads ------------------------------------------------------------------------
     def read_records(self, start_offset: int | None = None, end_offset: int | None = None, *,
@@ -283,8 +311,7 @@ class LogSegment:
         if max_records is not None and (hi is None or hi > lo + max_records - 1):
             hi = lo + max_records - 1  # offsets are unique: max_records records lie within
         if hi is None:
-            start = int(self.offset_index.lookup(lo)[1]) if lo > self.base_offset else 0
-            w = self.window(start, self.size)
+            w = self.window(self._checked_floor_position(lo), self.size)
         else:
             if hi < lo:
                 return decode_batches(b"", BatchScan.empty())
@@ -323,8 +350,7 @@ class LogSegment:
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
         ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
         from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
-        pos = int(self.offset_index.lookup(from_offset)[1]) if from_offset > self.base_offset \
-            else 0
+        pos = self._checked_floor_position(from_offset)
         oi_positions = self.offset_index.positions
         while pos < self.size:
             # one index interval at a time: up to the next index entry after pos
