@@ -215,3 +215,24 @@ def test_string_values_and_spark_timestamps(spark, tmp_path):
     scan = scan_batches(open(os.path.join(root, rows[0]["path"]), "rb").read())
     assert (scan.attributes & 0x08).all()
     assert np.unique(scan.max_timestamp).size == 1
+
+
+def test_parquet_input_through_the_job_runner(spark, tmp_path, messages):
+    """Files declare nested fields nullable (unlike Arrow tables from memory)."""
+    import pyarrow.parquet as pq
+
+    from seglake.cli.jobargs import ingest_parser
+    from seglake.spark.jobs import run_ingest
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(messages.slice(0, 500), src)
+    root = str(tmp_path / "lake")
+    args = ingest_parser().parse_args(["--input", str(src), "--root", root,
+                                       "--num-partitions", "1", "--conf", "batch.size=2048"])
+    assert run_ingest(spark, args) == 0
+    got = []
+    for t in ("clicks", "orders", "sensor.readings"):
+        got += [(r[3], r[4]) for r in partition_records(root, t, 0)]
+    want = messages.slice(0, 500).to_pandas()
+    assert sorted(got) == sorted(zip(want["value"], [[(h["key"], h["value"]) for h in hs]
+                                                     for hs in want["headers"]], strict=True))

@@ -19,9 +19,10 @@ from seglake.spark.session import get_session
 
 def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     """A DataFrame of ``path`` in ``fmt`` (delta without delta-spark: via deltalake)."""
-    from seglake.fs import resolve
-    from seglake.errors import SegmentNotFoundError
     import pyarrow.fs as pafs
+
+    from seglake.errors import SegmentNotFoundError
+    from seglake.fs import resolve
 
     fs, p = resolve(path)
     if fs.get_file_info(p).type == pafs.FileType.NotFound:
@@ -53,12 +54,83 @@ def run_ingest(spark: SparkSession, args) -> int:
     return 0
 
 
+def write_output(spark: SparkSession, df: DataFrame, path: str, fmt: str) -> None:
+    """Write ``df`` to ``path`` (delta via delta-spark if configured, else deltalake)."""
+    if fmt == "delta":
+        if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
+            df.write.format("delta").mode("append").save(path)
+            return
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        batches = df._collect_as_arrow()
+        table = pa.Table.from_batches(batches) if batches else None
+        if table is not None:
+            write_deltalake(path, table, mode="append")
+        return
+    df.write.mode("errorifexists").format(fmt).save(path)
+
+
+def _accumulator(spark: SparkSession):
+    try:
+        return spark.sparkContext.accumulator(0)
+    except Exception:  # e.g. Spark Connect: no accumulators
+        return None
+
+
+def run_extract(spark: SparkSession, args) -> int:
+    from seglake import fs as lakefs
+    from seglake.spark.extract import extract, plan_extract
+
+    config = _config(args)
+    started = time.time()
+    plan = plan_extract(args.root, args.topic, partitions=args.partitions, start=args.start,
+                        end=args.end, start_offset=args.start_offset,
+                        end_offset=args.end_offset, mode=args.mode,
+                        isolation_level=args.isolation_level)
+    print(plan.summary())
+    acc = _accumulator(spark)
+    before = lakefs.IO_STATS.snapshot()["bytes_read"]
+    df = extract(spark, args.root, args.topic, mode=args.mode,
+                 isolation_level=args.isolation_level, plan=plan,
+                 cache_bytes=config.index_cache_bytes, bytes_accumulator=acc)
+    write_output(spark, df, args.output, args.output_format)
+    # in local mode executors may share this process's counter: count it once
+    task_bytes = acc.value if acc is not None else lakefs.IO_STATS.snapshot()["bytes_read"] - before
+    print(f"extracted {args.topic} ranges {sorted(plan.ranges.items())[:8]}"
+          f"{' ...' if len(plan.ranges) > 8 else ''}")
+    print(f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
+          f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
+          f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
+    return 0
+
+
+def run_lookup(spark: SparkSession, args) -> int:
+    from seglake.spark.lookup import lookup
+
+    config = _config(args)
+    started = time.time()
+    fmt = jobargs.format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
+    queries = read_input(spark, args.queries, fmt)
+    out = lookup(spark, args.root, queries, cache_bytes=config.index_cache_bytes).cache()
+    counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
+    write_output(spark, out, args.output, args.output_format)
+    print(f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
+          f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
+    return 0
+
+
 RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
+    "extract": (jobargs.extract_parser, run_extract),
+    "lookup": (jobargs.lookup_parser, run_lookup),
 }
 
 
 def main(job: str, argv: list[str]) -> int:
+    if job not in RUNNERS:
+        print(f"seglake {job}: this job is not available in this build", file=sys.stderr)
+        return 2
     parser_fn, runner = RUNNERS[job]
     args = parser_fn().parse_args(argv)
     started = time.time()
