@@ -1,0 +1,306 @@
+"""Spark ingest throughput: seglake ``ingest`` vs a plain Spark parquet write.
+
+    .venv/bin/python bench/ingest.py [--records N] [--keep]
+
+Workload: N messages (default 2,000,000) from ``seglake.sample.generate(N, value_bytes=100)``
+(three topics, keys, two headers, jittered CreateTime), written once with pyarrow to an
+input parquet file. Then, in ONE SparkSession (``get_session(master="local[2]", quiet=True)``):
+
+- peer: ``spark.read.parquet(input).write.mode("overwrite").option("compression",
+  "snappy").parquet(out)``;
+- seglake: ``seglake.spark.ingest.ingest(spark, spark.read.parquet(input), root,
+  num_partitions=8)`` into a fresh lake root.
+
+Both sides are warmed up first with a small (20k-record) run of each, so JVM start,
+class loading and Python worker start are not counted. MB/s is input *value* bytes
+(N * 100) over wall seconds.
+
+Memory: a sampler thread in the driver walks /proc every 20 ms. The JVM is the ``java``
+descendant of this (driver) process; Python workers are every descendant of the JVM
+(pyspark.daemon and the workers it forks). Before each timed run the peak-RSS counters
+(VmHWM) of the JVM and of live workers are reset by writing ``5`` to
+``/proc/<pid>/clear_refs``; afterwards we report the JVM's VmHWM, the largest VmHWM of any
+single Python worker, and the largest *sum* of VmRSS over all Python workers seen in one
+sample (a worker that lives < 20 ms can be missed by the sum, not by its own HWM if it is
+still alive at a sample).
+
+Results go to stdout as a markdown table and replace the "## ingest (bench/ingest.py)"
+section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SECTION = "## ingest (bench/ingest.py)"
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+VALUE_BYTES = 100
+WARMUP_RECORDS = 20_000
+
+
+# ---------------------------------------------------------------- /proc memory sampling
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def _descendants(pid: int, kids: dict[int, list[int]]) -> list[int]:
+    out, todo = [], list(kids.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _status_kb(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmHWM:", "VmRSS:", "Name:")):
+                    k, v = line.split(":", 1)
+                    out[k] = v.split()[0] if k == "Name" else int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def find_jvm() -> int:
+    kids = _children_map()
+    for p in _descendants(os.getpid(), kids):
+        if _comm(p) == "java":
+            return p
+    raise RuntimeError("no java child of the driver process found")
+
+
+def _reset_hwm(pid: int) -> None:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+class MemSampler:
+    """Peak RSS of the JVM and of its Python worker descendants while running."""
+
+    def __init__(self, jvm: int, interval: float = 0.02):
+        self.jvm, self.interval = jvm, interval
+        self.jvm_hwm_kb = 0
+        self.worker_hwm_kb = 0      # largest single-worker VmHWM
+        self.workers_sum_kb = 0     # largest sum of worker VmRSS in one sample
+        self.max_workers = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _workers(self) -> list[int]:
+        return _descendants(self.jvm, _children_map())
+
+    def _sample(self) -> None:
+        total, n = 0, 0
+        for p in self._workers():
+            st = _status_kb(p)
+            if "VmRSS" not in st or not str(st.get("Name", "")).startswith("python"):
+                continue
+            n += 1
+            total += st["VmRSS"]
+            self.worker_hwm_kb = max(self.worker_hwm_kb, st["VmHWM"])
+        self.workers_sum_kb = max(self.workers_sum_kb, total)
+        self.max_workers = max(self.max_workers, n)
+        self.jvm_hwm_kb = max(self.jvm_hwm_kb, _status_kb(self.jvm).get("VmHWM", 0))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            time.sleep(self.interval)
+
+    def __enter__(self) -> MemSampler:
+        _reset_hwm(self.jvm)
+        for p in self._workers():
+            _reset_hwm(p)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+# ---------------------------------------------------------------- the runs
+
+def write_input(n: int, path: str) -> int:
+    from seglake.sample import generate
+
+    table = generate(n, value_bytes=VALUE_BYTES)
+    # The Spark Kafka source's headers type has a nullable key; sample.generate's has a
+    # NOT NULL key, which Spark keeps when reading the parquet back, and
+    # seglake.spark.normalize then fails ("cannot cast ... to ... key: STRING NOT NULL")
+    # in coalesce(headers, array()). Write the Kafka source's (nullable) shape.
+    hdr = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    table = table.set_column(table.schema.get_field_index("headers"), "headers",
+                             table["headers"].cast(hdr))
+    pq.write_table(table, path, compression="snappy")
+    return table.num_rows
+
+
+def run_parquet(spark, inp: str, out: str) -> None:
+    (spark.read.parquet(inp).write.mode("overwrite").option("compression", "snappy")
+     .parquet(out))
+
+
+def run_seglake(spark, inp: str, root: str):
+    from seglake.spark.ingest import ingest
+
+    shutil.rmtree(root, ignore_errors=True)
+    return ingest(spark, spark.read.parquet(inp), root, num_partitions=8)
+
+
+def dir_bytes(path: str) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def timed(fn, jvm: int) -> tuple[float, MemSampler]:
+    with MemSampler(jvm) as mem:
+        t0 = time.perf_counter()
+        fn()
+        secs = time.perf_counter() - t0
+    return secs, mem
+
+
+def render(n: int, rows: list[dict], note: str) -> str:
+    mb = n * VALUE_BYTES / 1e6
+    base = rows[0]["secs"]
+    lines = [
+        f"{n:,} messages, {VALUE_BYTES}-byte values ({mb:.0f} MB of values), "
+        f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"pyspark {__import__('pyspark').__version__}. {note}",
+        "",
+        "| run | seconds | MB/s (values) | vs parquet | output MB | JVM peak RSS MB "
+        "| Python worker peak RSS MB (max one / max sum) | workers |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        m = r["mem"]
+        lines.append(
+            f"| {r['name']} | {r['secs']:.2f} | {mb / r['secs']:.1f} | {r['secs'] / base:.2f}x "
+            f"| {r['out_bytes'] / 1e6:.0f} | {m.jvm_hwm_kb / 1024:.0f} "
+            f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |")
+    lines += [
+        "",
+        "Timing: wall clock of the action only (input parquet written beforehand with pyarrow; "
+        f"both sides warmed up with a {WARMUP_RECORDS:,}-record run in the same session). "
+        "Memory: /proc sampler thread in the driver every 20 ms; JVM = the `java` child of "
+        "the driver, VmHWM reset via `/proc/<pid>/clear_refs` before each run; Python workers "
+        "= python descendants of the JVM (pyspark.daemon + forked workers), per-process VmHWM "
+        "max and max over samples of summed VmRSS. The driver Python process itself is not "
+        "counted.",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(body: str) -> None:
+    text = RESULTS.read_text() if RESULTS.exists() else "# seglake benchmarks\n"
+    section = f"{SECTION}\n\n{body}\n"
+    pat = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pat.search(text):
+        text = pat.sub(lambda _: section + "\n", text).rstrip("\n") + "\n"
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    RESULTS.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument("--only", choices=["parquet", "seglake"], help="time one side (profiling)")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    tmp = tempfile.mkdtemp(prefix="seglake-bench-ingest-")
+    try:
+        t0 = time.perf_counter()
+        inp, small = os.path.join(tmp, "input.parquet"), os.path.join(tmp, "small.parquet")
+        n = write_input(args.records, inp)
+        write_input(WARMUP_RECORDS, small)
+        print(f"input: {n:,} records, {os.path.getsize(inp) / 1e6:.0f} MB parquet "
+              f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+
+        from seglake.spark.session import get_session
+
+        spark = get_session(master="local[2]", quiet=True)
+        jvm = find_jvm()
+        run_parquet(spark, small, os.path.join(tmp, "warm-pq"))
+        run_seglake(spark, small, os.path.join(tmp, "warm-lake"))
+
+        rows = []
+        if args.only != "seglake":
+            out = os.path.join(tmp, "out-pq")
+            secs, mem = timed(lambda: run_parquet(spark, inp, out), jvm)
+            rows.append(dict(name="parquet (spark write, snappy)", secs=secs, mem=mem,
+                             out_bytes=dir_bytes(out)))
+            print(f"parquet: {secs:.2f} s", file=sys.stderr)
+        if args.only != "parquet":
+            root = os.path.join(tmp, "lake")
+            res = {}
+            secs, mem = timed(lambda: res.setdefault("r", run_seglake(spark, inp, root)), jvm)
+            r = res["r"]
+            assert r.committed and r.records == n, (r.committed, r.records, n)
+            rows.append(dict(name="seglake ingest (8 partitions)", secs=secs, mem=mem,
+                             out_bytes=dir_bytes(root)))
+            print(f"seglake: {secs:.2f} s", file=sys.stderr)
+        spark.stop()
+
+        note = ""
+        if len(rows) == 2:
+            note = f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x**."
+        body = render(n, rows, note)
+        print(body)
+        if len(rows) == 2 and not args.no_write:
+            write_section(body)
+    finally:
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
