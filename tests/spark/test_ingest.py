@@ -236,3 +236,27 @@ def test_parquet_input_through_the_job_runner(spark, tmp_path, messages):
     want = messages.slice(0, 500).to_pandas()
     assert sorted(got) == sorted(zip(want["value"], [[(h["key"], h["value"]) for h in hs]
                                                      for hs in want["headers"]], strict=True))
+
+
+def test_a_run_that_loses_the_race_publishes_nothing(spark, tmp_path, monkeypatch):
+    """Two runs plan from the same log end offset; the second to commit fails clearly and
+    neither loses data: the winner's segments stay, the loser's files never land."""
+    from seglake.errors import ConcurrentRunError
+
+    root = str(tmp_path / "lake")
+    msgs = generate(800, topics=("race",), seed=11)
+    winner = ingest(spark, spark.createDataFrame(msgs.slice(0, 400)), root, num_partitions=1)
+    before = partition_records(root, "race", 0)
+    # the loser read the catalog before the winner committed: it saw an empty partition
+    monkeypatch.setattr(Catalog, "log_end_offsets", lambda self, *a, **k: {})
+    with pytest.raises(ConcurrentRunError, match="race-0"):
+        ingest(spark, spark.createDataFrame(msgs.slice(400)), root, num_partitions=1,
+               run_id="loser")
+    monkeypatch.undo()
+    assert partition_records(root, "race", 0) == before
+    assert {r["run_id"] for r in Catalog(root).segments().to_pylist()} == {winner.run_id}
+    assert not os.path.exists(os.path.join(root, "_staging", "loser"))
+    names = sorted(os.listdir(os.path.join(root, "race-0")))
+    assert names == sorted(os.path.basename(r["path"])[:-4] + s
+                           for r in Catalog(root).segments().to_pylist()
+                           for s in (".log", ".index", ".timeindex"))
