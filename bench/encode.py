@@ -1,0 +1,231 @@
+"""Encode / decode throughput: seglake's vectorised RecordBatch v2 codec vs kafka-python.
+
+    .venv/bin/python bench/encode.py [--records N] [--repeat R] [--no-write]
+
+Workload: N records (default 1,000,000), 100-byte values (lowercase letters, so zstd has
+something to do), keys ``key-<i mod 10000>``, 10 records per millisecond, batches of
+``batch.size`` 16 KiB as seglake plans them; codecs none and zstd.
+
+- encode: seglake ``encode_batches`` (Arrow table in, one buffer of batches out) vs
+  kafka-python 3's ``DefaultRecordBatchBuilder``, one builder per batch with the same
+  batch boundaries, appending pre-built Python ``bytes`` (input preparation not timed).
+- decode: seglake ``scan_batches`` + ``decode_batches`` (buffer in, Arrow table out) vs
+  kafka-python's ``MemoryRecords`` reader iterating every record and touching its key,
+  value, offset and timestamp.
+
+MB/s is computed on the *uncompressed* log size for every row, so rows compare; each figure
+is the best of ``--repeat`` runs (both sides). Results go to stdout as a markdown table and
+replace the "## encode / decode (bench/encode.py)" section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import platform
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.record.batch import scan_batches
+from seglake.record.encode import encode_batches
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.memory_records import MemoryRecords
+
+SECTION = "## encode / decode (bench/encode.py)"
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+BATCH_SIZE = 16384
+CODECS = {"none": 0, "zstd": 4}
+
+
+def make_records(n: int, seed: int = 7) -> pa.Table:
+    """The workload as an Arrow table (offset, timestamp, key, value)."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(ord("a"), ord("z") + 1, size=n * 100, dtype=np.uint8)
+    value_offsets = np.arange(0, n * 100 + 1, 100, dtype=np.int32)
+    keys = pa.array([f"key-{i % 10000}".encode() for i in range(n)], pa.binary())
+    return pa.table(
+        {
+            "offset": np.arange(n, dtype=np.int64),
+            "timestamp": 1_700_000_000_000 + np.arange(n, dtype=np.int64) // 10,
+            "key": keys,
+            "value": pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)]
+            ),
+        }
+    )
+
+
+def best(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    """Smallest wall time of ``repeat`` calls, and the last result."""
+    times = []
+    out = None
+    for _ in range(repeat):
+        out = None
+        gc.collect()
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def kafka_python_encode(
+    offsets: list[int],
+    timestamps: list[int],
+    keys: list[bytes],
+    values: list[bytes],
+    starts: list[int],
+    codec: int,
+) -> list[bytes]:
+    """One kafka-python builder per batch (same boundaries as seglake's), base offset set
+    after ``build()`` as a broker would."""
+    out = []
+    bounds = [*starts, len(offsets)]
+    for b in range(len(starts)):
+        lo, hi = bounds[b], bounds[b + 1]
+        base = offsets[lo]
+        builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 30)
+        for i in range(lo, hi):
+            builder.append(offsets[i] - base, timestamps[i], keys[i], values[i], [])
+        buf = builder.build()
+        buf[0:8] = base.to_bytes(8, "big", signed=True)
+        out.append(bytes(buf))
+    return out
+
+
+def kafka_python_decode(buf: bytes) -> int:
+    """Iterate every record with kafka-python's reader, touching its fields."""
+    records = MemoryRecords(buf)
+    n = 0
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return n
+        for rec in batch:
+            _ = (rec.key, rec.value, rec.offset, rec.timestamp)
+            n += 1
+
+
+def seglake_decode(decode_batches: Callable, buf: bytes) -> pa.Table:
+    scan = scan_batches(buf, verify_crc=False)
+    return decode_batches(buf, scan)
+
+
+def run(n: int, repeat: int) -> tuple[list[dict], str]:
+    table = make_records(n)
+    offsets = table.column("offset").to_pylist()
+    timestamps = table.column("timestamp").to_pylist()
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    try:
+        decode_batches = importlib.import_module("seglake.record.decode").decode_batches
+    except (ImportError, AttributeError) as exc:  # the decoder lands separately
+        decode_batches = None
+        print(f"decode rows skipped: seglake.record.decode.decode_batches missing ({exc})")
+
+    plain = encode_batches(table, codec=0)
+    log_bytes = plain.nbytes  # MB/s basis for every row
+    starts = plain.record_start.tolist()
+    rows = []
+    for name, codec in CODECS.items():
+        t_sl, enc = best(lambda c=codec: encode_batches(table, codec=c), repeat)
+        t_kp, kp_batches = best(
+            lambda c=codec: kafka_python_encode(offsets, timestamps, keys, values, starts, c),
+            repeat,
+        )
+        buf = enc.tobytes()
+        kp_buf = b"".join(kp_batches)
+        if codec == 0 and kp_buf != buf:
+            raise SystemExit("kafka-python and seglake disagree on the uncompressed bytes")
+        rows.append(_row("encode", name, n, log_bytes, t_sl, t_kp, len(buf)))
+        if decode_batches is not None:
+            t_sl, out = best(lambda b=buf: seglake_decode(decode_batches, b), repeat)
+            if out.num_rows != n:
+                raise SystemExit(f"seglake decoded {out.num_rows} records, expected {n}")
+            t_kp, count = best(lambda b=buf: kafka_python_decode(b), repeat)
+            if count != n:
+                raise SystemExit(f"kafka-python decoded {count} records, expected {n}")
+            rows.append(_row("decode", name, n, log_bytes, t_sl, t_kp, len(buf)))
+    env = (
+        f"{n:,} records, 100-byte values, batch.size {BATCH_SIZE}, {len(plain):,} batches, "
+        f"log {log_bytes / 1e6:.1f} MB uncompressed; best of {repeat}; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pa.__version__},"
+        f" kafka-python {importlib.import_module('kafka').__version__}"
+    )
+    return rows, env
+
+
+def _row(
+    op: str, codec: str, n: int, log_bytes: int, t_sl: float, t_kp: float, out_bytes: int
+) -> dict:
+    return {
+        "op": op,
+        "codec": codec,
+        "bytes": out_bytes,
+        "sl_s": t_sl,
+        "kp_s": t_kp,
+        "sl_mbs": log_bytes / t_sl / 1e6,
+        "kp_mbs": log_bytes / t_kp / 1e6,
+        "sl_rps": n / t_sl,
+        "kp_rps": n / t_kp,
+        "ratio": t_kp / t_sl,
+    }
+
+
+def markdown(rows: list[dict], env: str) -> str:
+    lines = [
+        "| op | codec | seglake s | seglake MB/s | seglake rec/s | kafka-python s "
+        "| kafka-python MB/s | kafka-python rec/s | seglake / kafka-python |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['op']} | {r['codec']} | {r['sl_s']:.3f} | {r['sl_mbs']:,.0f} "
+            f"| {r['sl_rps'] / 1e6:.2f} M | {r['kp_s']:.3f} | {r['kp_mbs']:,.1f} "
+            f"| {r['kp_rps'] / 1e6:.2f} M | **{r['ratio']:.1f}x** |"
+        )
+    return "\n".join(lines) + f"\n\n{env}\n"
+
+
+def write_section(text: str, path: Path = RESULTS) -> None:
+    """Replace (or append) this bench's section of RESULTS.md, leaving the others."""
+    body = (
+        f"{SECTION}\n\n`.venv/bin/python bench/encode.py` (MB/s on the uncompressed "
+        f"log size; ratio = kafka-python time / seglake time)\n\n{text}"
+    )
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: body + "\n", old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + body
+    path.write_text(new.rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    ap.add_argument("--no-write", action="store_true", help="do not touch bench/RESULTS.md")
+    args = ap.parse_args(argv)
+    rows, env = run(args.records, args.repeat)
+    text = markdown(rows, env)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+        print(f"written to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
