@@ -41,7 +41,8 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
     for rel in rows.column("path").to_pylist():
         stem = rel[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
-            moves.append((lakefs.join(staging, stem + suffix), lakefs.safe_join(base, stem + suffix)))
+            moves.append((lakefs.join(staging, stem + suffix),
+                          lakefs.safe_join(base, stem + suffix)))
 
     def move(pair: tuple[str, str]) -> int:
         src, dst = pair

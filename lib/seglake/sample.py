@@ -48,7 +48,8 @@ def generate(n: int, *, seed: int = 7, topics: tuple[str, ...] = TOPICS, value_b
         flat_values = pa.array(np.stack([np.char.encode(sources.astype(str)),
                                          np.asarray(trace.to_pylist(), dtype=object)],
                                         axis=1).ravel().tolist(), pa.binary())
-        structs = pa.StructArray.from_arrays([flat_keys, flat_values], fields=list(HEADERS_TYPE.value_type))
+        structs = pa.StructArray.from_arrays([flat_keys, flat_values],
+                                             fields=list(HEADERS_TYPE.value_type))
         hdrs = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()),
                                         structs, type=HEADERS_TYPE)
     else:

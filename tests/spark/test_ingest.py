@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.spark
 def kafka_python_records(path: str) -> list[tuple]:
     """(offset, timestamp, key, value, headers) of every record, decoded by kafka-python."""
     out = []
-    mr = MemoryRecords(open(path, "rb").read())
+    mr = MemoryRecords(Path(path).read_bytes())
     while mr.has_next():
         batch = mr.next_batch()
         for r in batch:
@@ -81,12 +82,12 @@ def test_indexes_equal_a_rebuild_and_pass_sanity_checks(lake, capsys):
     assert len(rows) > 9, "small log.segment.bytes must roll"
     for r in rows:
         log_path = os.path.join(root, r["path"])
-        buf = open(log_path, "rb").read()
+        buf = Path(log_path).read_bytes()
         assert len(buf) == r["size_bytes"] <= 30000
         oi, ti = rebuild_indexes(scan_batches(buf), r["base_offset"], 2048)
         stem = log_path[:-4]
-        assert open(stem + ".index", "rb").read() == oi.to_bytes()
-        assert open(stem + ".timeindex", "rb").read() == ti.to_bytes()
+        assert Path(stem + ".index").read_bytes() == oi.to_bytes()
+        assert Path(stem + ".timeindex").read_bytes() == ti.to_bytes()
         assert r["index_entries"] == len(oi) and r["time_index_entries"] == len(ti)
     files = glob.glob(os.path.join(root, "*", "*.index")) + glob.glob(
         os.path.join(root, "*", "*.timeindex"))
@@ -212,7 +213,7 @@ def test_string_values_and_spark_timestamps(spark, tmp_path):
     ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"a", b"b"]})), root,
            topic="lat", num_partitions=1)
     rows = Catalog(root).segments("lat").to_pylist()
-    scan = scan_batches(open(os.path.join(root, rows[0]["path"]), "rb").read())
+    scan = scan_batches(Path(root, rows[0]["path"]).read_bytes())
     assert (scan.attributes & 0x08).all()
     assert np.unique(scan.max_timestamp).size == 1
 

@@ -1,4 +1,4 @@
-"""The ``seglake`` command: dump, offset-for-time, read, cleanup.
+"""The ``seglake`` command: dump, offset-for-time, read, cleanup, recover, register, retention.
 
 Errors of seglake's own print one line naming the file, position and numbers, exit 2.
 """
@@ -48,11 +48,40 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
                    help="keep staging of runs touched more recently (still running)")
     c.add_argument("--dry-run", action="store_true")
+
+    rc = sub.add_parser("recover", help="truncate corrupt tails, rebuild indexes, finish "
+                                        "leftover .swap/.deleted/.cleaned files; for a lake "
+                                        "(a directory with _catalog) also fix the catalog")
+    rc.add_argument("target", metavar="PARTITION_DIR|LAKE")
+    rc.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    rc.add_argument("--force", action="store_true",
+                    help="rebuild valid indexes too (Kafka always rebuilds)")
+    rc.add_argument("--index-interval-bytes", type=int, default=4096)
+    rc.add_argument("--json", action="store_true", help="one JSON object per partition")
+
+    rg = sub.add_parser("register", help="copy a broker data directory's partitions into a "
+                                         "lake and catalog their segments")
+    rg.add_argument("broker_dir", metavar="BROKER_DATA_DIR")
+    rg.add_argument("--root", required=True, metavar="LAKE")
+    rg.add_argument("--topics", nargs="+", default=None)
+    rg.add_argument("--run-id", default=None)
+
+    rt = sub.add_parser("retention", help="delete segments by log.retention.ms/.bytes and "
+                                          "log start offsets (catalog first, then files)")
+    rt.add_argument("root", metavar="LAKE")
+    rt.add_argument("--retention-ms", type=int, default=None)
+    rt.add_argument("--retention-bytes", type=int, default=None)
+    rt.add_argument("--log-start-offset", action="append", default=[],
+                    metavar="TOPIC:PARTITION:OFFSET")
+    rt.add_argument("--now-ms", type=int, default=None)
+    rt.add_argument("--dry-run", action="store_true")
     return p
 
 
 def _record_json(r: dict) -> str:
-    b64 = (lambda b: None if b is None else base64.b64encode(b).decode("ascii"))
+    def b64(b: bytes | None) -> str | None:
+        return None if b is None else base64.b64encode(b).decode("ascii")
+
     return json.dumps({
         "offset": r["offset"], "timestamp": r["timestamp"],
         "timestamp_type": r["timestamp_type"], "key": b64(r["key"]), "value": b64(r["value"]),
@@ -83,15 +112,52 @@ def run(argv: list[str] | None = None) -> int:
             if args.json:
                 print(_record_json(r))
             else:
+                headers = [(h["key"], h["value"]) for h in r["headers"]]
                 print(f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
-                      f"value: {r['value']!r} headers: {[(h['key'], h['value']) for h in r['headers']]}")
+                      f"value: {r['value']!r} headers: {headers}")
         return 0
     if args.command == "cleanup":
         from seglake.lake import cleanup
 
         print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
         return 0
+    if args.command == "recover":
+        return _recover(args)
+    if args.command == "register":
+        from seglake.register import register
+
+        print(register(args.root, args.broker_dir, topics=args.topics, run_id=args.run_id))
+        return 0
+    if args.command == "retention":
+        from seglake.storage.retention import apply_retention, parse_log_start_offsets
+
+        print(apply_retention(args.root, retention_ms=args.retention_ms,
+                              retention_bytes=args.retention_bytes, now_ms=args.now_ms,
+                              log_start_offsets=parse_log_start_offsets(args.log_start_offset),
+                              dry_run=args.dry_run))
+        return 0
     raise AssertionError(args.command)  # argparse only allows the commands above
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from seglake import fs as lakefs
+    from seglake.catalog import CATALOG_DIR
+    from seglake.storage.recovery import recover_lake, recover_partition
+
+    fs, path = lakefs.resolve(args.target)
+    if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
+        rep = recover_lake(args.target, dry_run=args.dry_run, force=args.force,
+                           interval=args.index_interval_bytes)
+        if args.json:
+            for p in rep.partitions:
+                print(json.dumps(p.to_dict()))
+        else:
+            print(rep)
+        return 0
+    part = recover_partition(args.target, dry_run=args.dry_run, force=args.force,
+                             interval=args.index_interval_bytes)
+    print(json.dumps(part.to_dict()) if args.json else part)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -224,10 +224,8 @@ def scan_batches(buf: bytes | memoryview, *, start: int = 0, end: int | None = N
 
 def _from_rows(rows: list, valid_bytes: int, error: str | None,
                crcs: list[bool] | None = None) -> BatchScan:
-    if rows:
-        a = np.array(rows, dtype=np.int64)  # 13 header fields + position
-    else:
-        a = np.zeros((0, 14), dtype=np.int64)
+    # 13 header fields + position per row
+    a = np.array(rows, dtype=np.int64) if rows else np.zeros((0, 14), dtype=np.int64)
     return BatchScan(
         position=a[:, 13], size=a[:, 1] + LOG_OVERHEAD, base_offset=a[:, 0],
         last_offset=a[:, 0] + a[:, 6], records_count=a[:, 12], base_timestamp=a[:, 7],

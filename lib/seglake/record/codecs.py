@@ -86,7 +86,7 @@ def _xerial_compress(data: bytes | memoryview) -> bytes:
 def _snappy_raw(block: bytes, max_output: int) -> bytes:
     # the raw format starts with the uncompressed length as a (non-zig-zag) varint
     claimed, shift = 0, 0
-    for i, b in enumerate(block[:5]):
+    for b in block[:5]:
         claimed |= (b & 0x7F) << shift
         shift += 7
         if b < 0x80:
@@ -96,7 +96,6 @@ def _snappy_raw(block: bytes, max_output: int) -> bytes:
     if claimed > max_output:
         raise CorruptRecordError(f"snappy block claims {claimed} bytes, more than the limit "
                                  f"{max_output}")
-    del i
     return bytes(cramjam.snappy.decompress_raw(block))
 
 

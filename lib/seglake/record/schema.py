@@ -18,7 +18,7 @@ source return: ``key, value, topic, partition, offset, timestamp, timestampType,
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False),
                          pa.field("value", pa.binary())])

@@ -21,6 +21,7 @@ id finishes any pending moves and changes nothing else.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 import uuid
@@ -37,10 +38,10 @@ from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
+from seglake.lake import publish_pending
 from seglake.record.partitioner import default_partition
 from seglake.spark.normalize import normalize
 from seglake.storage.naming import partition_dir_name, validate_topic
-from seglake.lake import SEGMENT_SUFFIXES, publish_pending
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
 SEGMENT_ROWS = pa.schema([
@@ -178,8 +179,8 @@ def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: L
     encode = _encode_task(root, run_id, config, {k: p.log_end_offset for k, p in plans.items()},
                           fail_after_records)
     out = shuffled.mapInArrow(encode, _spark_schema(SEGMENT_ROWS))
-    rows = out.toArrow().cast(SEGMENT_ROWS).sort_by([("topic", "ascending"), ("partition", "ascending"),
-                                            ("base_offset", "ascending")])
+    rows = out.toArrow().cast(SEGMENT_ROWS).sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
     _verify(rows, plans, has_offset)
     return rows, has_offset
 
@@ -222,7 +223,8 @@ def _with_default_partition(norm: DataFrame, topic: str | None, num_partitions: 
 
 def _count_and_plan(norm: DataFrame, has_offset: bool, leo: Mapping[tuple[str, int], int],
                     config: LogConfig
-                    ) -> tuple[dict[tuple[str, int], _PartitionPlan], dict[tuple[int, str, int], int]]:
+                    ) -> tuple[dict[tuple[str, int], _PartitionPlan],
+                               dict[tuple[int, str, int], int]]:
     """The count pass: per (topic, partition) counts (and per input task when offsets are
     assigned), validated against the catalog's log end offsets before anything is written."""
     if has_offset:
@@ -370,7 +372,7 @@ def _key_runs(b: pa.RecordBatch) -> list[tuple[int, int]]:
     chunk = b.column("_chunk").to_numpy()
     cuts = np.nonzero(chunk[1:] != chunk[:-1])[0] + 1
     bounds = [0, *cuts.tolist(), b.num_rows]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    return list(itertools.pairwise(bounds))
 
 
 def _segment_rows(infos: list[tuple[str, int, SegmentInfo]], run_id: str, base: str

@@ -17,6 +17,7 @@ them. Memory is bounded by one Arrow chunk plus one batch.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import posixpath
 from collections.abc import Callable
 
@@ -254,4 +255,4 @@ def _timestamp_type_runs(table: pa.Table) -> list[pa.Table]:
     if not len(cuts):
         return [table]
     bounds = [0, *cuts.tolist(), table.num_rows]
-    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
