@@ -125,13 +125,24 @@ class PartitionLog:
         i = self.segment_index_for_offset(offset)
         if i is None:
             return empty_records()
-        parts, need = [], max_records
+        parts, need, span = [], max_records, max_records
         while i < len(self.segments) and need > 0:
-            t = self.segments[i].read_records(offset, max_records=need,
-                                              skip_control=skip_control)
+            # offsets may have gaps (compaction, control records skipped): read growing
+            # offset spans until ``max_records`` records or the end of the segment
+            bound = (int(self.base_offsets[i + 1]) if i + 1 < len(self.segments)
+                     else self.log_end_offset)
+            end = min(offset + span, bound)
+            t = self.segments[i].read_records(offset, end, skip_control=skip_control)
+            if t.num_rows > need:
+                t = t.slice(0, need)
             parts.append(t)
             need -= t.num_rows
-            i += 1
+            offset = end
+            if end >= bound:
+                i += 1
+                span = max(need, 1)
+            else:
+                span *= 2
         return pa.concat_tables(parts) if parts else empty_records()
 
     def read_range(self, start_offset: int, end_offset: int, *, skip_control: bool = True

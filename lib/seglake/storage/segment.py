@@ -284,22 +284,19 @@ class LogSegment:
                 return False
         return True
 
-    def _checked_floor_position(self, offset: int) -> int:
-        """Offset index floor of ``offset`` as a position, verified against the batch that
-        starts there (the index is rebuilt if it points anywhere else)."""
-        if offset <= self.base_offset:
-            return 0
-        start = int(self.offset_index.lookup(offset)[1])
-        if start > 0 and self.index_source == "file":
-            head = self._read_range(start, max(0, min(HEADER_SIZE, self.size - start)))
-            size = (int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
-                    if len(head) == HEADER_SIZE else 0)
-            w = self.window(start, start + max(size, 0))
-            if not self._window_agrees(w, start, start):
-                self.rebuild_indexes(f"offset index entry for offset {offset} (position "
-                                     f"{start}) does not point at the start of its batch")
-                return self._checked_floor_position(offset)
-        return start
+    def _floor_position(self, offset: int) -> int:
+        """Offset index floor of ``offset`` as a position (0 at or below the base)."""
+        return int(self.offset_index.lookup(offset)[1]) if offset > self.base_offset else 0
+
+    def _bad_start(self, w: Window, start: int) -> bool:
+        """A window read from an offset index position does not start where the index
+        said a batch starts: rebuild the index (and the caller starts over)."""
+        if start > 0 and self.index_source == "file" and not self._window_agrees(w, start,
+                                                                                  start):
+            self.rebuild_indexes(f"offset index entry at position {start} does not point at "
+                                 "the start of its batch")
+            return True
+        return False
 
     # -- reads ------------------------------------------------------------------------
     def read_records(self, start_offset: int | None = None, end_offset: int | None = None, *,
@@ -311,7 +308,11 @@ class LogSegment:
         if max_records is not None and (hi is None or hi > lo + max_records - 1):
             hi = lo + max_records - 1  # offsets are unique: max_records records lie within
         if hi is None:
-            w = self.window(self._checked_floor_position(lo), self.size)
+            start = self._floor_position(lo)
+            w = self.window(start, self.size)
+            if self._bad_start(w, start):
+                return self.read_records(start_offset, end_offset, max_records=max_records,
+                                         skip_control=skip_control)
         else:
             if hi < lo:
                 return decode_batches(b"", BatchScan.empty())
@@ -350,7 +351,7 @@ class LogSegment:
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
         ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
         from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
-        pos = self._checked_floor_position(from_offset)
+        pos = first = self._floor_position(from_offset)
         oi_positions = self.offset_index.positions
         while pos < self.size:
             # one index interval at a time: up to the next index entry after pos
@@ -360,12 +361,13 @@ class LogSegment:
             if not len(w.scan):
                 # a batch larger than the chunk (or a corrupt tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
-                if len(head) < HEADER_SIZE:
-                    return None
-                w = self.window(pos, pos + int.from_bytes(head[8:12], "big", signed=True)
-                                + LOG_OVERHEAD)
-                if not len(w.scan):
-                    return None
+                if len(head) == HEADER_SIZE:
+                    w = self.window(pos, pos + int.from_bytes(head[8:12], "big", signed=True)
+                                    + LOG_OVERHEAD)
+            if pos == first and self._bad_start(w, first):
+                return self.find_offset_by_timestamp(timestamp, start_offset)
+            if not len(w.scan):
+                return None
             hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
             for b in hits:
                 recs = w.decode(slice(int(b), int(b) + 1), path=self.log_path)
