@@ -1,0 +1,147 @@
+"""Register a Kafka broker's data directory in a lake: catalog rows built by scanning it.
+
+    broker_data_dir/<topic>-<p>/<base>.log/.index/.timeindex[/.txnindex]
+      -> copied to <root>/_staging/<run>/<topic>-<p>/   (the broker's files are only read)
+      -> recovered there (corrupt tails cut, missing or invalid indexes rebuilt; valid
+         broker indexes are kept byte for byte)
+      -> one catalog commit of every non-empty segment (offset gaps of compacted topics
+         allowed), then the files are moved to <root>/<topic>-<p>/ (as ingest publishes)
+
+Copy mode only, unless the broker directory *is* the lake root: catalog paths are
+relative to the root and the catalog refuses anything outside it, so a broker directory
+elsewhere cannot be referenced in place. (``register(root=broker_dir, broker_dir)``
+registers in place, creating ``_catalog`` inside the broker directory; a broker does
+not expect that directory there, so do it on a copy the broker no longer runs on.)
+
+Skipped: directories that are not ``<topic>-<n>`` (``meta.properties``, ``-delete`` /
+``-future`` / ``-stray`` directories), ``.snapshot`` and checkpoint files, empty segments
+(a broker's empty active segment), and pending ``.deleted``/``.cleaned``/``.swap`` files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable
+
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.catalog import Catalog, CommitResult
+from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
+from seglake.lake import STAGING, publish_pending
+from seglake.storage.naming import (
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    parse_partition_dir,
+    parse_segment_file_name,
+    validate_topic,
+)
+from seglake.storage.recovery import (
+    DEFAULT_INTERVAL,
+    PartitionRecovery,
+    _recover_dir,
+    rows_table,
+    segment_row,
+)
+
+__all__ = ["RegisterReport", "register"]
+
+
+@dataclasses.dataclass
+class RegisterReport:
+    root: str
+    source: str
+    run_id: str
+    partitions: dict[str, PartitionRecovery]
+    skipped: list[str]
+    rows: int
+    commit: CommitResult | None
+
+    def __str__(self) -> str:
+        state = ("already registered by this run id" if self.commit is None
+                 or self.commit.already_committed else f"catalog version {self.commit.version}")
+        lines = [f"registered {self.rows} segment(s) of {len(self.partitions)} partition(s) "
+                 f"from {self.source} into {self.root} (run {self.run_id}, {state})"]
+        lines += [f"  {p}" for p in self.partitions.values() if p.changed]
+        if self.skipped:
+            lines.append(f"  skipped: {self.skipped}")
+        return "\n".join(lines)
+
+
+def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = None,
+             copy: bool = True, run_id: str | None = None,
+             interval: int = DEFAULT_INTERVAL) -> RegisterReport:
+    """Register the partitions of a broker data directory in the lake at ``root``.
+
+    Args:
+        root: lake root (created if needed).
+        broker_data_dir: a broker's ``log.dirs`` entry (read only).
+        topics: only these topics (default: all).
+        copy: copy the files into the lake (the only mode for a directory outside the
+            root; ``copy=False`` requires ``broker_data_dir`` to be the root).
+        run_id: idempotency key (a rerun of a committed run id writes nothing).
+        interval: ``log.index.interval.bytes`` for indexes that must be rebuilt.
+
+    Raises:
+        ConfigError: ``copy=False`` for a directory that is not the lake root.
+        SegmentNotFoundError: ``broker_data_dir`` does not exist.
+        ConcurrentRunError / OffsetOrderError: the partitions already hold these offsets.
+    """
+    wanted = None if topics is None else {validate_topic(t) for t in topics}
+    sfs, src = lakefs.resolve(broker_data_dir)
+    fs, base = lakefs.resolve(root)
+    if sfs.get_file_info(src).type != pafs.FileType.Directory:
+        raise SegmentNotFoundError(f"{broker_data_dir}: no such broker data directory")
+    in_place = not copy
+    if in_place and (src != base or type(sfs) is not type(fs)):
+        raise ConfigError(
+            f"cannot register {broker_data_dir} in place in the lake {root}: catalog paths are "
+            "relative to the lake root and may not leave it; use copy mode (the default), "
+            "or make the broker directory the lake root")
+    run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
+    catalog = Catalog(root)
+    if catalog.run_committed(run_id):
+        return RegisterReport(root, broker_data_dir, run_id, {}, [], 0, None)
+    staging = lakefs.join(base, STAGING, run_id)
+    skipped: list[str] = []
+    reports: dict[str, PartitionRecovery] = {}
+    rows: list[dict] = []
+    for entry in sfs.get_file_info(pafs.FileSelector(src)):
+        name = entry.base_name
+        if entry.type != pafs.FileType.Directory:
+            continue
+        if name in ("_catalog", STAGING) or name.startswith("."):
+            skipped.append(name)
+            continue
+        try:
+            topic, part = parse_partition_dir(name)
+        except InvalidTopicError:
+            skipped.append(name)
+            continue
+        if wanted is not None and topic not in wanted:
+            continue
+        if in_place:
+            work = entry.path
+        else:
+            work = lakefs.join(staging, name)
+            for f in sfs.get_file_info(pafs.FileSelector(entry.path)):
+                parsed = parse_segment_file_name(f.base_name)
+                if parsed and parsed[1] in SEGMENT_SUFFIXES:
+                    fs.create_dir(work, recursive=True)
+                    pafs.copy_files(f.path, lakefs.join(work, f.base_name),
+                                    source_filesystem=sfs, destination_filesystem=fs)
+            if not lakefs.exists(fs, work):
+                skipped.append(f"{name} (no segments)")
+                continue
+        rep = _recover_dir(fs, work, dry_run=False, interval=interval, force=False)
+        reports[name] = rep
+        for rec in rep.segments:
+            if rec.batches and rec.base_offset not in rep.deleted_segments:
+                rows.append(segment_row(topic, part, rec,
+                                        f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}"))
+    table = rows_table(rows)
+    result = catalog.commit(table, run_id, contiguous=False)
+    if not in_place:
+        publish_pending(root, run_id, table)
+    return RegisterReport(root, broker_data_dir, run_id, reports, skipped, len(rows), result)
