@@ -1,0 +1,150 @@
+"""Retention: Kafka's rules on catalog rows (time, size, log start offset, never the
+newest segment), then catalog-first deletion, and a crash between catalog and files."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from seglake.catalog import Catalog
+from seglake.cli.main import main
+from seglake.errors import ConfigError
+from seglake.lake import open_partition
+from seglake.storage import retention as retention_mod
+from seglake.storage.retention import (
+    apply_retention,
+    parse_log_start_offsets,
+    plan_retention,
+)
+from tests.unit.test_recovery import N, logs, make_lake, pristine  # noqa: F401
+
+DAY = 86_400_000
+
+
+def rows(specs: list[tuple[str, int, int, int, int, int]]) -> pa.Table:
+    """(topic, partition, base, next, max_timestamp, size) -> catalog-like rows."""
+    t, p, b, n, m, s = zip(*specs, strict=True)
+    return pa.table({
+        "topic": list(t), "partition": pa.array(p, pa.int32()), "base_offset": list(b),
+        "next_offset": list(n), "max_timestamp": list(m), "size_bytes": list(s),
+        "committed_at": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * len(t),
+                                 pa.timestamp("us", tz="UTC")),
+    })
+
+
+SEGS = rows([("a", 0, 0, 10, 1 * DAY, 100), ("a", 0, 10, 20, 2 * DAY, 100),
+             ("a", 0, 20, 30, 3 * DAY, 100), ("a", 0, 30, 40, 4 * DAY, 100),
+             ("b", 1, 0, 5, 1 * DAY, 50)])
+
+
+def bases(t: pa.Table) -> list[tuple[str, int, int]]:
+    return list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
+                    t.column("base_offset").to_pylist(), strict=True))
+
+
+def test_time_rule_and_newest_kept() -> None:
+    plan = plan_retention(SEGS, now_ms=10 * DAY, retention_ms=7 * DAY + 1)
+    assert bases(plan) == [("a", 0, 0), ("a", 0, 10)]
+    # everything expired: all but each partition's newest
+    plan = plan_retention(SEGS, now_ms=100 * DAY, retention_ms=DAY)
+    assert bases(plan) == [("a", 0, 0), ("a", 0, 10), ("a", 0, 20)]
+    assert plan_retention(SEGS, now_ms=100 * DAY, retention_ms=-1).num_rows == 0
+
+
+def test_time_rule_stops_at_first_young_segment() -> None:
+    t = rows([("a", 0, 0, 1, 9 * DAY, 1), ("a", 0, 1, 2, 1 * DAY, 1), ("a", 0, 2, 3, 9 * DAY, 1)])
+    assert plan_retention(t, now_ms=10 * DAY, retention_ms=5 * DAY).num_rows == 0
+
+
+def test_size_rule() -> None:
+    # 400 bytes, limit 250: delete while the rest stays >= 250 -> 2 segments (200 left)
+    assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=200)) == [
+        ("a", 0, 0), ("a", 0, 10)]
+    assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=250)) == [("a", 0, 0)]
+    assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=0)) == [
+        ("a", 0, 0), ("a", 0, 10), ("a", 0, 20)]
+
+
+def test_log_start_offset_rule() -> None:
+    plan = plan_retention(SEGS, now_ms=0, log_start_offsets={("a", 0): 20})
+    assert bases(plan) == [("a", 0, 0), ("a", 0, 10)]
+    plan = plan_retention(SEGS, now_ms=0, log_start_offsets={("a", 0): 19, ("b", 1): 99})
+    assert bases(plan) == [("a", 0, 0)]
+    assert "log start offset" in plan.column("reason")[0].as_py()
+
+
+def test_missing_timestamps_use_commit_time() -> None:
+    t = rows([("a", 0, 0, 1, -1, 1), ("a", 0, 1, 2, -1, 1)])
+    now = int(dt.datetime(2024, 1, 3, tzinfo=dt.UTC).timestamp() * 1000)
+    assert bases(plan_retention(t, now_ms=now, retention_ms=DAY)) == [("a", 0, 0)]
+    assert plan_retention(t, now_ms=now, retention_ms=3 * DAY).num_rows == 0
+
+
+def test_parse_log_start_offsets() -> None:
+    assert parse_log_start_offsets(["a.b-c:3:100"]) == {("a.b-c", 3): 100}
+    for bad in ["a:1", "../x:0:1", "a:x:1", "a:0:-5"]:
+        with pytest.raises(ConfigError):
+            parse_log_start_offsets([bad])
+
+
+def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None:  # noqa: F811
+    root = tmp_path / "lake"
+    cat = make_lake(root, pristine)
+    segs = logs(root / "t-0")
+    v = cat.version()
+    dry = apply_retention(str(root), retention_bytes=0, now_ms=0, dry_run=True)
+    assert dry.deleted.num_rows == len(segs) - 1 and cat.version() == v
+    rep = apply_retention(str(root), retention_bytes=0, retention_ms=-1)
+    assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
+    assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
+    assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
+        segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex"))
+    log = open_partition(str(root), "t", 0)
+    assert log.log_start_offset == int(segs[-1].stem) and log.log_end_offset == N
+    assert log.read(log.log_start_offset, 10 * N).num_rows == N - int(segs[-1].stem)
+    # nothing more to delete: the newest stays
+    assert apply_retention(str(root), retention_bytes=0, retention_ms=0).deleted.num_rows == 0
+
+
+def test_crash_between_catalog_and_files(tmp_path: Path, pristine: Path,  # noqa: F811
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "lake"
+    cat = make_lake(root, pristine)
+    segs = logs(root / "t-0")
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt("killed after the commit")
+
+    monkeypatch.setattr(retention_mod, "delete_segment_files", crash)
+    with pytest.raises(KeyboardInterrupt):
+        apply_retention(str(root), log_start_offsets={("t", 0): int(segs[2].stem)},
+                        retention_ms=-1)
+    monkeypatch.undo()
+    # committed: readers see the new log start at once; the files are still there
+    assert cat.segments("t", 0).column("base_offset").to_pylist() == [
+        int(p.stem) for p in segs[2:]]
+    assert logs(root / "t-0") == segs
+    expected = open_partition(str(root), "t", 0).read(0, 10 * N)
+    assert expected.column("offset").to_pylist()[0] == int(segs[2].stem)
+    # one stray .deleted too (a crash mid-rename)
+    (root / "t-0" / (segs[0].name + ".deleted")).write_bytes(b"x")
+    rep = apply_retention(str(root), retention_ms=-1)
+    assert rep.deleted.num_rows == 0 and len(rep.leftovers_finished) >= 7
+    assert logs(root / "t-0") == segs[2:]
+    assert not list((root / "t-0").glob("*.deleted"))
+    after = open_partition(str(root), "t", 0).read(0, 10 * N)
+    assert after.equals(expected)  # nothing visible was lost
+
+
+def test_cli_retention(tmp_path: Path, pristine: Path, capsys) -> None:  # noqa: F811
+    root = tmp_path / "lake"
+    make_lake(root, pristine)
+    assert main(["retention", str(root), "--retention-bytes", "0", "--dry-run"]) == 0
+    assert "would delete" in capsys.readouterr().out
+    assert main(["retention", str(root), "--log-start-offset", "t:0:100000",
+                 "--retention-ms", "-1"]) == 0
+    assert len(Catalog(str(root)).segments("t", 0)) == 1
+    assert main(["retention", str(root), "--log-start-offset", "../x:0:1"]) == 2
