@@ -1,0 +1,95 @@
+"""Register a broker data directory (copied to tmp: the fixtures are read-only): catalog
+rows match expected.json, broker indexes are kept, and lookups through the lake equal a
+scan of the broker's .log."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from seglake.catalog import Catalog
+from seglake.cli.main import main
+from seglake.errors import ConfigError, ConcurrentRunError
+from seglake.lake import open_partition
+from seglake.register import register
+from tests.compat.test_fixture_lookups import brute, first_at_or_after, row_tuples
+from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Path:
+    broker = tmp_path_factory.mktemp("broker") / "data"
+    shutil.copytree(FIXTURES, broker)
+    (broker / "meta.properties").write_text("version=1\n")
+    (broker / "first-0.abc123-delete").mkdir()
+    root = tmp_path_factory.mktemp("lake") / "lake"
+    rep = register(str(root), str(broker), run_id="reg-1")
+    assert rep.rows == len(FIXTURE_PARTITIONS)
+    assert "first-0.abc123-delete" in rep.skipped
+    assert not any(p.changed for p in rep.partitions.values())  # broker indexes kept
+    return root
+
+
+@pytest.mark.parametrize("partition", FIXTURE_PARTITIONS)
+def test_rows_match_expected(lake: Path, partition: str) -> None:
+    topic, part = partition.rsplit("-", 1)
+    rows = Catalog(str(lake)).segments(topic, int(part)).to_pylist()
+    exp = load_expected(partition)
+    assert len(rows) == len(exp)
+    for r, (name, seg) in zip(rows, sorted(exp.items()), strict=True):
+        assert r["base_offset"] == seg["base_offset"] and r["size_bytes"] == seg["valid_bytes"]
+        assert r["next_offset"] == seg["batches"][-1]["last_offset"] + 1
+        assert r["record_count"] == sum(b["count"] for b in seg["batches"])
+        assert r["max_timestamp"] == max(b["max_timestamp"] for b in seg["batches"])
+        assert r["index_entries"] == len(seg["offset_index"])
+        assert r["time_index_entries"] == len(seg["time_index"])
+        for suffix in (".log", ".index", ".timeindex"):  # copied byte for byte
+            assert (lake / partition / f"{name}{suffix}").read_bytes() == (
+                FIXTURES / partition / f"{name}{suffix}").read_bytes()
+
+
+@pytest.mark.parametrize("partition", FIXTURE_PARTITIONS)
+def test_lookups_equal_scan(lake: Path, partition: str) -> None:
+    topic, part = partition.rsplit("-", 1)
+    log = open_partition(str(lake), topic, int(part))
+    offs, ts, allrows, start, leo = brute(partition)
+    assert (log.log_start_offset, log.log_end_offset) == (start, leo)
+    assert row_tuples(log.read(start, len(allrows) + 10)) == allrows
+    for o in list(offs[:: max(1, len(offs) // 40)]) + [int(offs[-1])]:
+        got = log.read(int(o), 1)
+        assert row_tuples(got) == [allrows[int((offs == o).argmax())]]
+    for t in sorted(set(ts[:: max(1, len(ts) // 40)].tolist())) + [-1, -2, -3,
+                                                                   int(ts.max()) + 1]:
+        found = log.offsets_for_times(int(t))
+        want = first_at_or_after(partition, int(t))
+        assert (None if found is None else (found.timestamp, found.offset)) == want
+
+
+def test_rerun_is_noop_and_overlap_refused(lake: Path, tmp_path: Path) -> None:
+    v = Catalog(str(lake)).version()
+    rep = register(str(lake), str(FIXTURES), run_id="reg-1")
+    assert rep.rows == 0 and Catalog(str(lake)).version() == v
+    with pytest.raises(ConcurrentRunError):
+        register(str(lake), str(FIXTURES), topics=["first"], run_id="reg-2")
+    assert Catalog(str(lake)).version() == v
+
+
+def test_in_place_needs_the_root(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="in place"):
+        register(str(tmp_path / "lake"), str(FIXTURES), copy=False)
+    broker = tmp_path / "broker"
+    shutil.copytree(FIXTURES / "first-0", broker / "first-0")
+    rep = register(str(broker), str(broker), copy=False)
+    assert rep.rows == 1
+    log = open_partition(str(broker), "first", 0)
+    assert log.log_end_offset == brute("first-0")[4]
+
+
+def test_cli_register(tmp_path: Path, capsys) -> None:
+    assert main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES),
+                 "--topics", "sensor-data"]) == 0
+    assert "registered 1 segment" in capsys.readouterr().out
+    assert main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES),
+                 "--topics", "../etc"]) == 2
