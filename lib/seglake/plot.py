@@ -119,38 +119,58 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
     offs = recs.column("offset").to_numpy()
     ts = recs.column("timestamp").to_numpy()
 
-    fig = new_figure(figsize=(12, 4.6))
-    left, right = fig.subplots(1, 2)
-    left.plot(scan.position, scan.base_offset, ".", color="0.7", markersize=3,
-              label=f"batch starts ({len(scan)})")
-    left.step(oi.positions, oi.offsets, where="post", color="C0", linewidth=1)
-    left.plot(oi.positions, oi.offsets, "o", color="C0", markersize=5,
-              label=f"offset index entries ({len(oi)})")
-    left.set_xlabel("byte position in .log")
-    left.set_ylabel("offset")
-    left.set_title(f".index: 1 entry per {seg.index_interval_bytes}+ bytes "
-                   f"({seg.size} bytes, {len(scan)} batches)", fontsize=10)
-    left.legend(loc="upper left", fontsize=8)
-    left.grid(alpha=0.3)
-
     t0 = int(ts.min()) if len(ts) else 0
-    right.plot(offs, (ts - t0) / 1000, ".", color="C1", alpha=0.25, markersize=3,
-               label=f"record timestamps ({len(ts)})")
-    if len(ts):
-        right.plot(offs, (np.maximum.accumulate(ts) - t0) / 1000, color="0.6", linewidth=0.8,
-                   label="running max timestamp")
-    if len(ti):
-        right.step(ti.offsets, (ti.timestamps - t0) / 1000, where="post", color="C3",
-                   linewidth=1)
-        right.plot(ti.offsets, (ti.timestamps - t0) / 1000, "s", color="C3", markersize=5,
-                   label=f"time index entries ({len(ti)})")
     late = int(np.count_nonzero(ts < np.maximum.accumulate(ts))) if len(ts) else 0
-    right.set_xlabel("offset")
-    right.set_ylabel(f"seconds after {_iso(t0)} UTC")
-    right.set_title(f".timeindex: {late} of {len(ts)} records older than one before them",
+    # zoom on a few index intervals in the middle: sparsity and out-of-order records show
+    m = len(ti) // 2
+    if len(ti) >= 2:
+        z0 = int(ti.offsets[max(m - 2, 0)])
+        z1 = int(ti.offsets[min(m + 2, len(ti) - 1)])
+    else:
+        z0, z1 = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 1)
+
+    fig = new_figure(figsize=(13, 8.5))
+    (left, right), (lzoom, rzoom) = fig.subplots(2, 2)
+    for ax, zoomed in ((left, False), (lzoom, True)):
+        bsel = (scan.base_offset <= z1) & (scan.last_offset >= z0) if zoomed else slice(None)
+        isel = (oi.offsets >= z0 - 1) & (oi.offsets <= z1) if zoomed else slice(None)
+        ax.plot(scan.position[bsel], scan.base_offset[bsel], ".", color="0.45",
+                markersize=4 if not zoomed else 7, label=f"batch starts ({len(scan)})")
+        ax.step(oi.positions[isel], oi.offsets[isel], where="post", color="C0", linewidth=1)
+        ax.plot(oi.positions[isel], oi.offsets[isel], "o", color="C0", markersize=6,
+                alpha=0.7, label=f"offset index entries ({len(oi)})")
+        ax.set_xlabel("byte position in .log")
+        ax.set_ylabel("offset")
+        ax.grid(alpha=0.3)
+    left.set_title(f".index: {len(oi)} entries for {len(scan)} batches ({_size(seg.size)})",
+                   fontsize=10)
+    left.legend(loc="upper left", fontsize=8)
+    gap = int(np.median(np.diff(oi.positions))) if len(oi) > 1 else seg.size
+    lzoom.set_title(f"zoom, offsets {z0}..{z1}: an entry every ~{gap} bytes; batches "
+                    "between entries are found by a scan", fontsize=9)
+
+    for ax, zoomed in ((right, False), (rzoom, True)):
+        sel = (offs >= z0) & (offs <= z1) if zoomed else slice(None)
+        tsel = (ti.offsets >= z0) & (ti.offsets <= z1) if zoomed else slice(None)
+        ax.plot(offs[sel], (ts[sel] - t0) / 1000, ".", color="C1", alpha=0.35,
+                markersize=5 if zoomed else 3, label=f"record timestamps ({len(ts)})")
+        if len(ts):
+            ax.plot(offs[sel], (np.maximum.accumulate(ts)[sel] - t0) / 1000, color="0.4",
+                    linewidth=0.8, label="running max timestamp")
+        if len(ti):
+            ax.step(ti.offsets[tsel], (ti.timestamps[tsel] - t0) / 1000, where="post",
+                    color="C3", linewidth=1)
+            ax.plot(ti.offsets[tsel], (ti.timestamps[tsel] - t0) / 1000, "s", color="C3",
+                    markersize=5, label=f"time index entries ({len(ti)})")
+        ax.set_xlabel("offset")
+        ax.set_ylabel(f"s after {_iso(t0)}")
+        ax.grid(alpha=0.3)
+    right.axvspan(z0, z1, color="C2", alpha=0.2, label="zoomed below")
+    right.set_title(f".timeindex: {len(ti)} entries (largest timestamp so far, offset)",
                     fontsize=10)
     right.legend(loc="upper left", fontsize=8)
-    right.grid(alpha=0.3)
+    rzoom.set_title(f"zoom: {late} of {len(ts)} records are older than an earlier record "
+                    "(points below the line)", fontsize=9)
     fig.suptitle(f"{partition.topic}-{partition.partition} segment {seg.base_offset} "
                  f"(offsets {seg.base_offset}..{seg.next_offset - 1})")
     return fig
@@ -185,19 +205,27 @@ def plot_rate(lake: Lake, topic: str, bucket: str = "1min") -> Figure:
         df = df.reindex(full, fill_value=0)
     fig = new_figure(figsize=(11, 4))
     ax = fig.subplots()
-    x = df.index.tz_convert(None).to_numpy() if len(df) else np.array([], "datetime64[ms]")
+    if len(df):  # one more edge so the last bucket is drawn as wide as the others
+        x = df.index.tz_convert(None).to_numpy()
+        x = np.append(x, x[-1] + pd.Timedelta(bucket).to_timedelta64())
+    else:
+        x = np.array([], "datetime64[ms]")
+
+    def ys(col: np.ndarray) -> np.ndarray:
+        return np.append(col, col[-1]) if len(col) else col
+
     if len(parts) <= 10:
         for p in parts:
-            ax.step(x, df[p].to_numpy(), where="post", linewidth=1, alpha=0.8,
+            ax.step(x, ys(df[p].to_numpy()), where="post", linewidth=1, alpha=0.8,
                     label=f"{topic}-{p}")
-    ax.step(x, df.sum(axis=1).to_numpy() if len(df) else [], where="post", color="black",
+    ax.step(x, ys(df.sum(axis=1).to_numpy()), where="post", color="black",
             linewidth=2, label="all partitions")
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.set_ylabel(f"messages per {bucket}")
     ax.set_xlabel("record timestamp (UTC)")
     ax.set_title(f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket "
                  f"(catalog version {lake.version})")
-    ax.legend(loc="upper right", fontsize=8, ncols=2)
+    ax.legend(loc="center right", fontsize=8, ncols=2)
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     return fig
