@@ -69,6 +69,36 @@ def lookup_parser() -> argparse.ArgumentParser:
     return p
 
 
+def recover_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="./spark-submit.sh recover",
+        description="Recover every catalogued partition (one task each: truncate corrupt "
+                    "tails, rebuild bad indexes); the driver fixes the catalog in one commit.")
+    p.add_argument("--root", required=True)
+    p.add_argument("--topics", nargs="+", default=None)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--force", action="store_true", help="rebuild valid indexes too")
+    p.add_argument("--run-id", default=None)
+    _common(p)
+    return p
+
+
+def retention_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="./spark-submit.sh retention",
+        description="Delete segments by log.retention.ms / log.retention.bytes / log start "
+                    "offsets: catalog first (one commit), then files (one task per partition).")
+    p.add_argument("--root", required=True)
+    p.add_argument("--topics", nargs="+", default=None)
+    p.add_argument("--log-start-offset", action="append", default=[],
+                   metavar="TOPIC:PARTITION:OFFSET")
+    p.add_argument("--now-ms", type=int, default=None)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--run-id", default=None)
+    _common(p)
+    return p
+
+
 def format_from_path(path: str, explicit: str | None, allowed: tuple[str, ...]) -> str:
     """``explicit`` or the format the path's extension names (default parquet)."""
     if explicit:

@@ -120,10 +120,89 @@ def run_lookup(spark: SparkSession, args) -> int:
     return 0
 
 
+def _partition_groups(rows):
+    """Catalog rows grouped per partition, as plain lists (picklable task inputs)."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows.to_pylist():
+        r.pop("committed_at", None)
+        groups.setdefault((r["topic"], r["partition"]), []).append(r)
+    return [groups[k] for k in sorted(groups)]
+
+
+def run_recover(spark: SparkSession, args) -> int:
+    from seglake import fs as lakefs
+    from seglake.catalog import Catalog
+    from seglake.errors import SegmentNotFoundError
+    from seglake.lake import STAGING, publish_pending
+    from seglake.storage.recovery import apply_recovery_fix
+
+    root, interval = args.root, _config(args).index_interval_bytes
+    dry_run, force = args.dry_run, args.force
+    catalog = Catalog(root)
+    if not catalog.exists():
+        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    if not dry_run:
+        fs, base = lakefs.resolve(root)
+        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
+            if catalog.run_committed(run):
+                publish_pending(root, run)
+    groups = _partition_groups(catalog.segments(args.topics))
+
+    def task(rows):
+        import pyarrow as pa
+
+        from seglake.catalog import catalog_schema
+        from seglake.storage.recovery import recover_partition_rows
+
+        schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
+        return recover_partition_rows(root, pa.Table.from_pylist(rows, schema=schema),
+                                      dry_run=dry_run, interval=interval, force=force)
+
+    results = (spark.sparkContext.parallelize(groups, max(1, len(groups))).map(task).collect()
+               if groups else [])
+    reports = [r[0] for r in results]
+    replace = [row for r in results for row in r[1]]
+    remove = [key for r in results for key in r[2]]
+    print(apply_recovery_fix(root, reports, replace, remove, run_id=args.run_id,
+                             dry_run=dry_run))
+    return 0
+
+
+def run_retention(spark: SparkSession, args) -> int:
+    from seglake.storage.retention import apply_retention, parse_log_start_offsets
+
+    root = args.root
+    report = apply_retention(root, config=_config(args), now_ms=args.now_ms,
+                             log_start_offsets=parse_log_start_offsets(args.log_start_offset),
+                             topics=args.topics, run_id=args.run_id, dry_run=args.dry_run,
+                             delete_files=False)
+    keys = list(zip(report.deleted.column("topic").to_pylist(),
+                    report.deleted.column("partition").to_pylist(),
+                    report.deleted.column("base_offset").to_pylist(), strict=True))
+    if keys and not args.dry_run:
+        by_partition: dict[tuple[str, int], list] = {}
+        for k in keys:
+            by_partition.setdefault(k[:2], []).append(k)
+        groups = list(by_partition.values())
+
+        def task(group):
+            from seglake.storage.retention import delete_segment_files
+
+            return delete_segment_files(root, group)
+
+        report.files_deleted = [f for fs in spark.sparkContext.parallelize(
+            groups, len(groups)).map(task).collect() for f in fs]
+    print(report)
+    print(f"retention: {len(report.files_deleted)} file(s) deleted")
+    return 0
+
+
 RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
     "extract": (jobargs.extract_parser, run_extract),
     "lookup": (jobargs.lookup_parser, run_lookup),
+    "recover": (jobargs.recover_parser, run_recover),
+    "retention": (jobargs.retention_parser, run_retention),
 }
 
 
