@@ -202,7 +202,7 @@ def test_recover_segment_on_mutated_logs(tmp_path_factory, buf: bytes) -> None:
     assert kept == buf[: rep.valid_bytes] and len(kept) == rep.valid_bytes
     assert not recover_segment(fs, str(p), interval=128).changed  # idempotent
     try:
-        records, scan = read_log(kept, skip_control=False)
+        _records, scan = read_log(kept, skip_control=False)
     except SeglakeError:
         return  # a CRC-valid batch with broken records (CRC collision of a forged edit)
     assert scan.valid_bytes == len(kept) and scan.error is None

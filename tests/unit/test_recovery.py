@@ -20,7 +20,6 @@ from seglake.config import LogConfig
 from seglake.lake import open_partition
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
-from seglake.record.decode import read_log
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import (

@@ -11,7 +11,7 @@ import pytest
 
 from seglake.catalog import Catalog
 from seglake.cli.main import main
-from seglake.errors import ConfigError, ConcurrentRunError
+from seglake.errors import ConcurrentRunError, ConfigError
 from seglake.lake import open_partition
 from seglake.register import register
 from tests.compat.test_fixture_lookups import brute, first_at_or_after, row_tuples
@@ -57,11 +57,10 @@ def test_lookups_equal_scan(lake: Path, partition: str) -> None:
     offs, ts, allrows, start, leo = brute(partition)
     assert (log.log_start_offset, log.log_end_offset) == (start, leo)
     assert row_tuples(log.read(start, len(allrows) + 10)) == allrows
-    for o in list(offs[:: max(1, len(offs) // 40)]) + [int(offs[-1])]:
+    for o in [*list(offs[::max(1, len(offs) // 40)]), int(offs[-1])]:
         got = log.read(int(o), 1)
         assert row_tuples(got) == [allrows[int((offs == o).argmax())]]
-    for t in sorted(set(ts[:: max(1, len(ts) // 40)].tolist())) + [-1, -2, -3,
-                                                                   int(ts.max()) + 1]:
+    for t in [*sorted(set(ts[::max(1, len(ts) // 40)].tolist())), -1, -2, -3, int(ts.max()) + 1]:
         found = log.offsets_for_times(int(t))
         want = first_at_or_after(partition, int(t))
         assert (None if found is None else (found.timestamp, found.offset)) == want

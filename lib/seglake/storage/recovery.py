@@ -58,7 +58,6 @@ from seglake.storage.naming import (
     PENDING_SUFFIXES,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    parse_partition_dir,
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import INT32_MAX, OffsetIndex
@@ -451,9 +450,8 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
         rebuilt[TXN_INDEX_SUFFIX] = "fails its sanity check"
     elif set(known) != {(t.producer_id, t.last_offset) for t in aborted}:
         rebuilt[TXN_INDEX_SUFFIX] = "disagrees with the abort markers of the log"
-    elif force or error:
-        if txn_new.to_bytes() != bytes(txn_bytes):
-            rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
+    elif (force or error) and txn_new.to_bytes() != bytes(txn_bytes):
+        rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
 
     report = SegmentRecovery(
         log_path=log_path, base_offset=base, original_bytes=original, valid_bytes=valid,

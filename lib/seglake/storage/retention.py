@@ -31,8 +31,8 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.storage.naming import (
-    partition_dir_name,
     parse_segment_file_name,
+    partition_dir_name,
     validate_partition,
     validate_topic,
 )
