@@ -15,13 +15,13 @@ Both sides are warmed up first with a small (20k-record) run of each, so JVM sta
 class loading and Python worker start are not counted. MB/s is input *value* bytes
 (N * 100) over wall seconds.
 
-Memory: a sampler thread in the driver walks /proc every 20 ms. The JVM is the ``java``
+Memory: a sampler thread in the driver walks /proc every 100 ms. The JVM is the ``java``
 descendant of this (driver) process; Python workers are every descendant of the JVM
 (pyspark.daemon and the workers it forks). Before each timed run the peak-RSS counters
 (VmHWM) of the JVM and of live workers are reset by writing ``5`` to
 ``/proc/<pid>/clear_refs``; afterwards we report the JVM's VmHWM, the largest VmHWM of any
 single Python worker, and the largest *sum* of VmRSS over all Python workers seen in one
-sample (a worker that lives < 20 ms can be missed by the sum, not by its own HWM if it is
+sample (a worker that lives < 100 ms can be missed by the sum, not by its own HWM if it is
 still alive at a sample).
 
 Results go to stdout as a markdown table and replace the "## ingest (bench/ingest.py)"
@@ -52,27 +52,28 @@ WARMUP_RECORDS = 20_000
 
 # ---------------------------------------------------------------- /proc memory sampling
 
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+def _kids(pid: int) -> list[int]:
+    """Direct children via /proc/<pid>/task/*/children (cheap: no full /proc walk)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
         try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out.extend(int(x) for x in f.read().split())
         except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(d))
-    return kids
+            pass
+    return out
 
 
-def _descendants(pid: int, kids: dict[int, list[int]]) -> list[int]:
-    out, todo = [], list(kids.get(pid, []))
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], _kids(pid)
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(kids.get(p, []))
+        todo.extend(_kids(p))
     return out
 
 
@@ -98,8 +99,7 @@ def _comm(pid: int) -> str:
 
 
 def find_jvm() -> int:
-    kids = _children_map()
-    for p in _descendants(os.getpid(), kids):
+    for p in _descendants(os.getpid()):
         if _comm(p) == "java":
             return p
     raise RuntimeError("no java child of the driver process found")
@@ -116,7 +116,7 @@ def _reset_hwm(pid: int) -> None:
 class MemSampler:
     """Peak RSS of the JVM and of its Python worker descendants while running."""
 
-    def __init__(self, jvm: int, interval: float = 0.02):
+    def __init__(self, jvm: int, interval: float = 0.1):
         self.jvm, self.interval = jvm, interval
         self.jvm_hwm_kb = 0
         self.worker_hwm_kb = 0      # largest single-worker VmHWM
@@ -126,7 +126,7 @@ class MemSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _workers(self) -> list[int]:
-        return _descendants(self.jvm, _children_map())
+        return _descendants(self.jvm)
 
     def _sample(self) -> None:
         total, n = 0, 0
@@ -222,7 +222,7 @@ def render(n: int, rows: list[dict], note: str) -> str:
         "",
         "Timing: wall clock of the action only (input parquet written beforehand with pyarrow; "
         f"both sides warmed up with a {WARMUP_RECORDS:,}-record run in the same session). "
-        "Memory: /proc sampler thread in the driver every 20 ms; JVM = the `java` child of "
+        "Memory: /proc sampler thread in the driver every 100 ms; JVM = the `java` child of "
         "the driver, VmHWM reset via `/proc/<pid>/clear_refs` before each run; Python workers "
         "= python descendants of the JVM (pyspark.daemon + forked workers), per-process VmHWM "
         "max and max over samples of summed VmRSS. The driver Python process itself is not "
