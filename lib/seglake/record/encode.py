@@ -25,7 +25,8 @@ How (no Python loop per record):
 
        prefix  [61-byte batch header: first record of a batch]
                [length][attributes=0][timestampDelta][offsetDelta][keyLength]
-               (binary_view: inline for <= 12 bytes, header + prefix in a side buffer)
+               (binary_view: inline for <= 12 bytes, header + prefix in a side buffer;
+               if a prefix is longer, the headers get a part of their own)
        key     the input column (null: skipped; keyLength is -1)
        mid     [valueLength]
        value   the input column (null: skipped)
@@ -74,7 +75,6 @@ __all__ = ["EncodedBatches", "encode_batches", "plan_batches"]
 
 INT32_MAX = 2**31 - 1
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
-_HEADER_COLUMNS = np.arange(HEADER_SIZE)
 _CRC_COLUMNS = np.arange(CRC_OFFSET, CRC_OFFSET + 4)
 # below this many output bytes Arrow's 32-bit offsets (binary) are enough
 _BINARY_LIMIT = INT32_MAX - 1024
@@ -151,13 +151,14 @@ class EncodedBatches:
 # --------------------------------------------------------------------------------------
 # varints and sizes
 
-_U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
+_U16, _U32, _U64 = np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8")
 # continuation bits (0x80 on all but the last byte) of an s-byte varint, little-endian word
 _CONT64 = np.array(
     [0] + [int.from_bytes(b"\x80" * (s - 1), "little") for s in range(1, 9)], dtype=_U64
 )
 _CONT32 = _CONT64[:5].astype(_U32)
 _POW256 = np.array([1 << (8 * k) for k in range(8)], dtype=_U64)  # x << 8k == x * 256**k
+_CHUNK = 1 << 16  # records per numpy pass: keeps the temporaries in cache
 _SHR64 = np.array([64 - 8 * k if k else 0 for k in range(8)], dtype=_U64)
 
 
@@ -183,9 +184,12 @@ def _vsize(values: np.ndarray) -> np.ndarray:
 
 
 def _varint_word(z: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:
-    """Little-endian word (uint32 if ``width <= 4``, else uint64; ``width <= 8``) whose
+    """Little-endian word (uint16/32/64 for ``width`` <= 2/4/8 bytes) whose
     low ``s[i]`` bytes are the varint of the zig-zagged ``z[i]``; higher bytes are 0."""
-    dt, cont = (_U32, _CONT32) if width <= 4 else (_U64, _CONT64)
+    if width <= 2:
+        dt, cont = _U16, _CONT32  # (cont unused below 4 bytes)
+    else:
+        dt, cont = (_U32, _CONT32) if width <= 4 else (_U64, _CONT64)
     zz = z.astype(dt)
     word = zz & dt.type(0x7F)
     for k in range(1, width):  # 7-bit group k moves to byte k
@@ -202,6 +206,8 @@ def _varint_matrix(z: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:
     """``(n, width)`` uint8: row ``i`` starts with the varint of the zig-zagged ``z[i]``
     (``s[i]`` bytes), zeros after. Whole-column numpy ops, no scatter."""
     n = len(z)
+    if width == 1:  # values < 64 (zig-zagged < 128): the byte is the value
+        return z.astype(np.uint8).reshape(n, 1)
     if width <= 8:
         word = _varint_word(z, s, width)
         return word.view(np.uint8).reshape(n, word.itemsize)[:, :width]
@@ -322,15 +328,47 @@ def _rel(
     return _Rel(z_off, s_off, z_ts, s_ts, z_len, _vsize_z(z_len))
 
 
-def _rel_for(fixed: np.ndarray, off: np.ndarray, ts: np.ndarray, starts: np.ndarray) -> _Rel:
-    counts = np.diff(np.append(starts, len(fixed)))
-    return _rel(
-        fixed, off, ts, slice(None), np.repeat(off[starts], counts), np.repeat(ts[starts], counts)
-    )
+def _rel_for(fixed: np.ndarray, off: np.ndarray, ts: np.ndarray, starts: np.ndarray) -> list[_Rel]:
+    """:class:`_Rel` of all records for the given batch starts, in cache-sized pieces."""
+    n = len(fixed)
+    counts = np.diff(np.append(starts, n))
+    base_off, base_ts = np.repeat(off[starts], counts), np.repeat(ts[starts], counts)
+    return [
+        _rel(
+            fixed, off, ts, slice(a, a + _CHUNK), base_off[a : a + _CHUNK], base_ts[a : a + _CHUNK]
+        )
+        for a in range(0, n, _CHUNK)
+    ]
+
+
+def _inline_prefixes(
+    rel: _Rel,
+    z_key: np.ndarray,
+    s_key: np.ndarray,
+    s_head: np.ndarray,
+    length: np.ndarray,
+    views: np.ndarray,
+) -> None:
+    """Fill ``views`` (``(n, 2)`` uint64: binary_view structs) with inline prefixes of at
+    most 12 bytes: ``head`` = length + attributes + timestampDelta (<= 7 bytes) and
+    ``tail`` = offsetDelta + keyLength (<= 8 bytes), little-endian."""
+    word = _varint_word(rel.z_len, rel.s_len, int(rel.s_len.max())).astype(_U64)
+    w_ts = _varint_word(rel.z_ts, rel.s_ts, int(rel.s_ts.max())).astype(_U64)
+    word |= w_ts * _POW256[(rel.s_len + 1).astype(np.intp)]
+    tail = _varint_word(rel.z_off, rel.s_off, int(rel.s_off.max())).astype(_U64)
+    w_key = _varint_word(z_key, s_key, int(s_key.max())).astype(_U64)
+    tail |= w_key * _POW256[rel.s_off.astype(np.intp)]
+    head_bytes = s_head.astype(np.intp)
+    lo = word | tail * _POW256[head_bytes]  # prefix bytes 0..7 (tail bytes past 8 drop)
+    views[:, 0] = length.astype(_U64) | (lo << np.uint64(32))
+    lo >>= np.uint64(32)  # prefix bytes 4..7
+    if int(length.max()) > 8:  # bytes 8..11: the part of the tail past byte 8
+        lo |= (tail >> _SHR64[head_bytes]) << np.uint64(32)
+    views[:, 1] = lo
 
 
 def _prefix_array(
-    rel: _Rel,
+    pieces: list[_Rel],
     z_key: np.ndarray,
     s_key: np.ndarray,
     starts: np.ndarray,
@@ -339,7 +377,8 @@ def _prefix_array(
 ) -> tuple[pa.Array, bool]:
     """Element ``i``: ``[batch header][length][attributes=0][timestampDelta][offsetDelta]
     [keyLength]``, the batch header (``headers[b]``, 61 bytes) only on the first record of
-    batch ``b``. Returns ``(array, whether the batch headers are in it)``.
+    batch ``b``. ``pieces``: the records' :class:`_Rel`, in order. Returns ``(array,
+    whether the batch headers are in it)``.
 
     Fast path (prefixes of <= 12 bytes whose length + attributes + timestampDelta take
     <= 7 and offsetDelta + keyLength <= 8, i.e. nearly always): the varints are combined
@@ -349,25 +388,17 @@ def _prefix_array(
     cast to binary gathers them. Otherwise the general :func:`_pack`, without headers.
     """
     n = len(z_key)
-    s_head = rel.s_len + rel.s_ts + 1  # uint8: length, attributes, timestampDelta
-    s_tail = rel.s_off + s_key  # offsetDelta, keyLength
+    s_head = np.concatenate([p.s_len + p.s_ts for p in pieces]) + 1  # length .. tsDelta
+    s_tail = np.concatenate([p.s_off for p in pieces]) + s_key  # offsetDelta, keyLength
     length = s_head + s_tail
-    longest = int(length.max())
-    if int(s_head.max()) <= 7 and int(s_tail.max()) <= 8 and longest <= 12:
-        word = _varint_word(rel.z_len, rel.s_len, int(rel.s_len.max())).astype(_U64)
-        w_ts = _varint_word(rel.z_ts, rel.s_ts, int(rel.s_ts.max())).astype(_U64)
-        word |= w_ts * _POW256[(rel.s_len + 1).astype(np.intp)]
-        tail = _varint_word(rel.z_off, rel.s_off, int(rel.s_off.max())).astype(_U64)
-        w_key = _varint_word(z_key, s_key, int(s_key.max())).astype(_U64)
-        tail |= w_key * _POW256[rel.s_off.astype(np.intp)]
-        head_bytes = s_head.astype(np.intp)
+    fast = int(s_head.max()) <= 7 and int(s_tail.max()) <= 8 and int(length.max()) <= 12
+    if fast and 80 * len(starts) <= INT32_MAX:  # binary_view offsets are int32
         views = np.empty((n, 2), dtype=_U64)  # binary_view: length int32, 12 inline bytes
-        lo = word | tail * _POW256[head_bytes]  # prefix bytes 0..7 (tail bytes past 8 drop)
-        views[:, 0] = length.astype(_U64) | (lo << np.uint64(32))
-        lo >>= np.uint64(32)  # prefix bytes 4..7
-        if longest > 8:  # bytes 8..11: the part of the tail past byte 8
-            lo |= (tail >> _SHR64[head_bytes]) << np.uint64(32)
-        views[:, 1] = lo
+        a = 0
+        for rel in pieces:
+            b = a + len(rel.s_len)
+            _inline_prefixes(rel, z_key[a:b], s_key[a:b], s_head[a:b], length[a:b], views[a:b])
+            a = b
         # first records: a view of [header, prefix] in a side buffer, one 80-byte slot each
         nb = len(starts)
         side = np.empty((nb, 80), dtype=np.uint8)
@@ -382,6 +413,7 @@ def _prefix_array(
             pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(side)], null_count=0
         )
         return arr.cast(btype), True
+    rel = _Rel.concat(pieces)
     data, lengths = _pack(
         [
             (rel.z_len, rel.s_len),
@@ -415,16 +447,18 @@ def _chain(
     max_records: int,
     limit_offsets: np.ndarray | None,
     max_batches: int,
+    stop_at: int | None = None,
 ) -> list[int]:
     """Greedy batches over fixed sizes (``cum``: prefix sums, ``cum[0] = 0``) from record
-    ``start``: the starts of up to ``max_batches`` batches, then the end of the last one.
-    One ``searchsorted`` per batch."""
+    ``start``: the starts of up to ``max_batches`` batches (or until one ends at or past
+    record ``stop_at``), then the end of the last one. One ``searchsorted`` per batch."""
     n = len(cum) - 1
+    stop = n if stop_at is None else min(n, stop_at)
     out = [start]
     s = start
     search = cum.searchsorted
     for _ in range(max_batches):
-        if s >= n:
+        if s >= stop:
             break
         e = int(search(cum[s] + budget, "right")) - 1
         if e <= s:
@@ -478,59 +512,53 @@ def plan_batches(record_sizes: np.ndarray, *, batch_size: int, max_records: int 
 
 def _plan_exact(
     fixed: np.ndarray, off: np.ndarray, ts: np.ndarray, *, batch_size: int, max_records: int
-) -> tuple[np.ndarray, _Rel]:
+) -> tuple[np.ndarray, list[_Rel]]:
     """:func:`plan_batches` with each record's size taken in the batch it lands in
     (its offset and timestamp deltas depend on the batch start), exactly as
-    kafka-python's builder measures it. Also returns the records' :class:`_Rel`.
+    kafka-python's builder measures it. Also returns the records' :class:`_Rel`, in
+    pieces of whole batches, in order.
 
     Sizes depend on the plan, so the greedy rule cannot run on one size array. This
     guesses sizes (deltas taken from a grid of batches as long as the lower-bound sizes
     allow), walks the greedy chain over them a run of batches at a time, and verifies
     each run with exact sizes in one numpy pass: the verified prefix is kept and the
     first wrong batch is computed exactly. A batch also ends where an offset delta would
-    exceed int32.
+    exceed int32. Numpy work goes in cache-sized runs of about ``_CHUNK`` records.
     """
     n = len(fixed)
     budget = batch_size - HEADER_SIZE
     limit = off if int(off[-1]) - int(off[0]) > INT32_MAX else None
     # about as many records as fit in a batch, sizes taken as fixed + 3
     period = max(1, min(n, budget * n // (int(fixed.sum()) + 3 * n), max_records or n))
-    guess = _rel(
-        fixed,
-        off,
-        ts,
-        slice(None),
-        np.repeat(off[::period], period)[:n],
-        np.repeat(ts[::period], period)[:n],
-    )
     cum = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(guess.size, out=cum[1:])
-    del guess
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        base = np.arange(a, b) // period * period
+        np.cumsum(
+            _rel(fixed, off, ts, slice(a, b), off[base], ts[base]).size, out=cum[a + 1 : b + 1]
+        )
+        cum[a + 1 : b + 1] += cum[a]
 
-    cum_low: list[np.ndarray] = []  # built on the first miss
-
-    def exact(s: int) -> tuple[int, _Rel]:
-        """The batch starting at record ``s``, computed directly."""
-        if not cum_low:
-            low = fixed + 2  # both deltas 0: a lower bound of every size
-            low += _vsize(low)
-            cum_low.append(np.zeros(n + 1, dtype=np.int64))
-            np.cumsum(low, out=cum_low[0][1:])
-        lows = cum_low[0]
-        w = max(int(lows.searchsorted(lows[s] + budget, "right")) - 1, s + 1)
-        if max_records:
-            w = min(w, s + max_records)
+    def exact(s: int, hint: int) -> tuple[int, _Rel]:
+        """The batch starting at record ``s``, computed directly over a window of records
+        that doubles until the batch ends inside it (``hint``: a guess of its length)."""
+        cap = n if not max_records else min(n, s + max_records)
         if limit is not None:
-            w = min(w, int(limit.searchsorted(limit[s] + INT32_MAX, "right")))
-        rel = _rel(fixed, off, ts, slice(s, w), off[s], ts[s])
-        k = max(1, int(np.cumsum(rel.size).searchsorted(budget, "right")))
-        return s + k, rel.head(k)
+            cap = min(cap, int(limit.searchsorted(limit[s] + INT32_MAX, "right")))
+        width = hint + 16
+        while True:
+            e = min(cap, s + width)
+            rel = _rel(fixed, off, ts, slice(s, e), off[s], ts[s])
+            k = max(1, int(np.cumsum(rel.size).searchsorted(budget, "right")))
+            if k < e - s or e == cap:
+                return s + k, rel.head(k)
+            width *= 2
 
     starts: list[int] = []
     pieces: list[_Rel] = []
     s, run = 0, n
     while s < n:
-        chain = _chain(cum, s, budget, max_records, limit, run)
+        chain = _chain(cum, s, budget, max_records, limit, run, s + _CHUNK)
         c = np.array(chain[:-1], dtype=np.int64)
         ends = np.array(chain[1:], dtype=np.int64)
         lens = ends - c
@@ -554,10 +582,10 @@ def _plan_exact(
         starts.extend(chain[: f + 1])
         if f:
             pieces.append(rel.head(chain[f] - s))
-        s, rel = exact(chain[f])
+        s, rel = exact(chain[f], int(lens[f]))
         pieces.append(rel)
         run = max(2 * f, 16)
-    return np.array(starts, dtype=np.int64), _Rel.concat(pieces)
+    return np.array(starts, dtype=np.int64), pieces
 
 
 # --------------------------------------------------------------------------------------
@@ -848,12 +876,8 @@ def encode_batches(
             i = int(np.argmax(lens))
             raise InputSchemaError(f"row {i}: {name} of {int(lens[i])} bytes exceeds int32")
     hcol = _headers_column(records)
-    estimate = (
-        int(np.maximum(klen, 0).sum())
-        + int(np.maximum(vlen, 0).sum())
-        + (hcol[0].nbytes if hcol else 0)
-        + (HEADER_SIZE + 40) * n
-    )
+    # output size, over-estimated (Arrow nbytes: data + offsets of the referenced rows)
+    estimate = key.nbytes + value.nbytes + (hcol[0].nbytes if hcol else 0) + (HEADER_SIZE + 40) * n
     btype = pa.large_binary() if estimate > _BINARY_LIMIT else pa.binary()
     headers = _prepare_headers(hcol[0], hcol[1], btype) if hcol else None
 
@@ -875,17 +899,18 @@ def encode_batches(
 
     if batch_starts is None:
         _check_plan_args(config.batch_size, config.batch_max_records)
-        starts, rel = _plan_exact(
+        starts, pieces = _plan_exact(
             fixed, off, ts, batch_size=config.batch_size, max_records=config.batch_max_records
         )
     else:
         starts = _check_starts(batch_starts, n)
         _check_deltas(off, starts)
-        rel = _rel_for(fixed, off, ts, starts)
+        pieces = _rel_for(fixed, off, ts, starts)
     nb = len(starts)
     ends = np.append(starts[1:], n)
     counts = ends - starts
-    size = np.add.reduceat(rel.size, starts) + HEADER_SIZE
+    sizes = np.concatenate([p.size for p in pieces])  # of each record
+    size = np.add.reduceat(sizes, starts) + HEADER_SIZE
     if int(size.max()) - LOG_OVERHEAD > INT32_MAX:
         i = int(np.argmax(size))
         raise InputSchemaError(
@@ -924,7 +949,7 @@ def encode_batches(
 
     # parts of each record, joined row by row (see the module docstring)
     prefix, with_headers = _prefix_array(
-        rel, zk, vk, starts, hdr.view(np.uint8).reshape(nb, HEADER_SIZE), btype
+        pieces, zk, vk, starts, hdr.view(np.uint8).reshape(nb, HEADER_SIZE), btype
     )
     parts = [prefix, _as(key, btype), _varint_array(zv, vv, btype), _as(value, btype)]
     if not with_headers:
