@@ -36,7 +36,31 @@ def _mpl():  # type: ignore[no-untyped-def]
     def new_figure(**kw):  # type: ignore[no-untyped-def]
         return Figure(layout="constrained", **kw)
 
+    _ipython_display_support(Figure)
     return new_figure, matplotlib.colormaps, mdates
+
+
+def _ipython_display_support(figure_type: type) -> None:
+    """In IPython/Jupyter, show returned figures as PNG even if pyplot (which registers
+    the formatter) was never imported; a user's own figure formats are left alone."""
+    import sys
+
+    if "IPython" not in sys.modules:
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return
+    formatters = ip.display_formatter.formatters
+    if any(figure_type in formatters[f].type_printers
+           for f in ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+           if f in formatters):
+        return
+    select_figure_formats(ip, {"png"})
 
 
 def _dates(ms: np.ndarray) -> np.ndarray:
