@@ -62,6 +62,15 @@ SETTINGS: tuple[Setting, ...] = (
             "a partition with more records is split across tasks by offset range", 1),
     Setting("seglake.ingest.order", "ingest_order", str, "input",
             "order of records when offsets are assigned: input or timestamp"),
+    Setting("seglake.ingest.shuffle", "ingest_shuffle", str, "auto",
+            "auto, always or never: never writes each input task's records of a partition "
+            "as its own segments (no shuffle); auto does so when the pieces are large"),
+    Setting("seglake.ingest.local.min.records", "local_min_records", int, 10_000,
+            "auto: skip the shuffle when (input task, partition) pieces average this many "
+            "records", 1),
+    Setting("seglake.ingest.buffer.bytes", "ingest_buffer_bytes", int, 64 * 1024 * 1024,
+            "without a shuffle: records buffered per task before encoding, over all its "
+            "partitions", 1),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 _ALIASES = {"log.roll.hours": ("log.roll.ms", 3600 * 1000),
@@ -91,6 +100,9 @@ class LogConfig:
     index_cache_bytes: int = 256 * 1024 * 1024
     task_max_records: int = 4_000_000
     ingest_order: str = "input"
+    ingest_shuffle: str = "auto"
+    local_min_records: int = 10_000
+    ingest_buffer_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for s in SETTINGS:
@@ -106,6 +118,9 @@ class LogConfig:
         if self.ingest_order not in ("input", "timestamp"):
             raise ConfigError(f"seglake.ingest.order={self.ingest_order!r}: expected input "
                               "or timestamp")
+        if self.ingest_shuffle not in ("auto", "always", "never"):
+            raise ConfigError(f"seglake.ingest.shuffle={self.ingest_shuffle!r}: expected "
+                              "auto, always or never")
         if self.segment_bytes > INT32_MAX:
             raise ConfigError(f"log.segment.bytes={self.segment_bytes} exceeds {INT32_MAX}: "
                               "index positions are int32")

@@ -51,19 +51,24 @@ def messages() -> pa.Table:
     return generate(6000, seed=3)
 
 
-@pytest.fixture(scope="module")
-def lake(spark, messages, tmp_path_factory):
+@pytest.fixture(scope="module", params=["always", "never"], ids=["shuffle", "no-shuffle"])
+def lake(spark, messages, tmp_path_factory, request):
+    """The same messages through both write modes: a shuffle to one task per partition,
+    or each input task (3 here) writing its own pieces of every partition."""
     root = str(tmp_path_factory.mktemp("ingest") / "lake")
-    result = ingest(spark, spark.createDataFrame(messages), root, num_partitions=3,
+    result = ingest(spark, spark.createDataFrame(messages).repartition(3), root,
+                    num_partitions=3,
                     conf={"log.segment.bytes": "30000", "compression.type": "lz4",
-                          "log.index.interval.bytes": "2048"})
+                          "log.index.interval.bytes": "2048",
+                          "seglake.ingest.shuffle": request.param})
     return root, result
 
 
-def test_written_partitions_decode_with_kafka_python_to_the_input(lake, messages):
+def test_written_partitions_decode_with_kafka_python_to_the_input(spark, lake, messages):
     root, result = lake
     assert result.committed and result.records == messages.num_rows
-    df = messages.to_pandas()
+    # input order is the order of the repartitioned DataFrame's rows
+    df = spark.createDataFrame(messages).repartition(3).toPandas()
     keys = df["key"].tolist()
     df["partition"] = [(kp_murmur2(k) & 0x7FFFFFFF) % 3 for k in keys]  # Kafka's partitioner
     for (topic, p), g in df.groupby(["topic", "partition"]):
@@ -169,11 +174,13 @@ def test_index_full_rolls(spark, tmp_path):
     assert [r[0] for r in partition_records(root, "ix", 0)] == list(range(2000))
 
 
-def test_failed_task_leaves_nothing_after_cleanup(spark, tmp_path, messages):
+@pytest.mark.parametrize("mode", ["always", "never"])
+def test_failed_task_leaves_nothing_after_cleanup(spark, tmp_path, messages, mode):
     root = str(tmp_path / "lake")
     with pytest.raises(Exception, match="fail_after_records"):
         ingest(spark, spark.createDataFrame(messages), root, num_partitions=2,
-               run_id="doomed", fail_after_records=100)
+               run_id="doomed", fail_after_records=100,
+               conf={"seglake.ingest.shuffle": mode, "batch.size": "1024"})
     assert not Catalog(root).exists() or Catalog(root).segments().num_rows == 0
     cleanup(root)
     leftovers = [f for f in glob.glob(os.path.join(root, "**", "*.*"), recursive=True)
@@ -261,3 +268,49 @@ def test_a_run_that_loses_the_race_publishes_nothing(spark, tmp_path, monkeypatc
     assert names == sorted(os.path.basename(r["path"])[:-4] + s
                            for r in Catalog(root).segments().to_pylist()
                            for s in (".log", ".index", ".timeindex"))
+
+
+def test_shuffle_keys_land_one_chunk_per_task(spark):
+    """task_keys() inverts Spark's hash partitioning: chunk c's key goes to task c."""
+    import pyspark.sql.functions as F
+
+    from seglake.spark.ingest_tasks import spark_hash_int, task_keys
+
+    ints = [0, 1, -1, 42, 2**31 - 1, -(2**31), 123456789]
+    got = spark.createDataFrame([(i,) for i in ints], "k int").select(F.hash("k")).collect()
+    assert [r[0] for r in got] == [spark_hash_int(i) for i in ints]
+    for n in (1, 7, 24):
+        keys = task_keys(n)
+        placed = (spark.createDataFrame([(int(k), c) for c, k in enumerate(keys)], "k int, c int")
+                  .repartition(n, "k").select(F.spark_partition_id().alias("task"), "c")
+                  .collect())
+        assert sorted((r["task"], r["c"]) for r in placed) == [(c, c) for c in range(n)]
+
+
+def test_timestamp_order_assigns_offsets_by_timestamp(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    msgs = generate(1200, topics=("ts",), seed=4, jitter_ms=5000)
+    ingest(spark, spark.createDataFrame(msgs).repartition(2), root, num_partitions=2,
+           conf={"seglake.ingest.order": "timestamp", "batch.size": "2048"})
+    df = spark.createDataFrame(msgs).repartition(2).toPandas()
+    df["partition"] = [(kp_murmur2(k) & 0x7FFFFFFF) % 2 for k in df["key"]]
+    for p, g in df.groupby("partition"):
+        want = g.sort_values("timestamp", kind="stable")  # ties keep input order
+        got = partition_records(root, "ts", p)
+        assert [r[0] for r in got] == list(range(len(g)))
+        assert [(r[1], r[3]) for r in got] == list(zip(want["timestamp"], want["value"],
+                                                       strict=True))
+
+
+def test_null_keys_spread_over_partitions_without_a_shuffle(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    pdf = pd.DataFrame({"value": [f"v{i}".encode() for i in range(4000)]})
+    result = ingest(spark, spark.createDataFrame(pdf).repartition(2), root, topic="nk",
+                    num_partitions=4, conf={"seglake.ingest.shuffle": "auto",
+                                            "seglake.ingest.local.min.records": "100"})
+    counts = [len(partition_records(root, "nk", p)) for p in range(4)]
+    assert counts == [1000] * 4  # round robin: each task's nulls cycle the partitions
+    seg = result.segments.to_pandas()
+    assert len(seg) == 8  # no shuffle: each of the 2 input tasks wrote a piece of each
+    values = sorted(r[3] for p in range(4) for r in partition_records(root, "nk", p))
+    assert values == sorted(pdf["value"])

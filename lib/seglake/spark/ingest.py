@@ -2,13 +2,17 @@
 
     input DataFrame
       -> normalize (validate, internal columns)                       spark/normalize.py
-      -> [partition = murmur2(key) % N]                                record/partitioner.py
-      -> count pass: records per (topic, partition) [and per input task]
-      -> check topics, offsets >= log end offset; plan chunks of a hot partition
-      -> prepare (mapInArrow, no shuffle): assign offsets in input order, chunk id
-      -> repartitionByRange(topic, partition, chunk) + sortWithinPartitions(offset)
-      -> encode (mapInArrow): SegmentWriter per (topic, partition, chunk) writes
-         .log/.index/.timeindex to <root>/_staging/<run>/<topic>-<p>/, yields one row per segment
+      -> count pass over (topic, key[, partition][, offset]) only: records per (input
+         task, topic, partition); partition = murmur2(key) % N when not given
+      -> plan (driver): offsets from the catalog's log end offsets, checks, write mode
+                                                                       spark/ingest_plan.py
+      -> no shuffle (default when pieces are large): each input task writes its records
+         of each partition, offsets continuing the earlier tasks'    spark/ingest_tasks.py
+         shuffle (given offsets, timestamp order, small pieces): prepare (partition,
+         offset, chunk) -> repartition(one task per chunk) -> sortWithinPartitions ->
+         encode
+      -> SegmentWriter per (topic, partition, piece or chunk) writes .log/.index/
+         .timeindex to <root>/_staging/<run>/<topic>-<p>/, one row per segment
       -> driver: verify counts and contiguity, ONE Delta commit (run-id guarded),
          then move staged files into <root>/<topic>-<p>/ and drop the staging dir.
 
@@ -21,14 +25,11 @@ id finishes any pending moves and changes nothing else.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
@@ -39,19 +40,11 @@ from seglake.catalog import Catalog
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.lake import publish_pending
-from seglake.record.partitioner import default_partition
+from seglake.spark import ingest_tasks as tasks
+from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
+from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
-from seglake.storage.naming import partition_dir_name, validate_topic
-from seglake.storage.writer import SegmentInfo, SegmentWriter
-
-SEGMENT_ROWS = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("base_offset", pa.int64()),
-    ("next_offset", pa.int64()), ("record_count", pa.int64()), ("min_timestamp", pa.int64()),
-    ("max_timestamp", pa.int64()), ("size_bytes", pa.int64()), ("index_entries", pa.int32()),
-    ("time_index_entries", pa.int32()), ("codec", pa.string()), ("path", pa.string()),
-    ("run_id", pa.string()),
-])
-RECORD_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
+from seglake.storage.naming import validate_topic
 
 
 @dataclasses.dataclass
@@ -89,18 +82,6 @@ class IngestResult:
         lines.append(f"run {self.run_id}: {self.seconds:.1f} s, {mbs:.1f} MB/s, "
                      f"catalog version {self.catalog_version}")
         return "\n".join(lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class _PartitionPlan:
-    """How one topic-partition is written: offsets and the chunks (tasks) it is cut in."""
-
-    first_offset: int      # first offset this run writes (assigned) or min given offset
-    last_offset: int
-    count: int
-    chunks: int
-    chunk0: int            # global chunk id of this partition's first chunk
-    log_end_offset: int
 
 
 def new_run_id() -> str:
@@ -165,24 +146,57 @@ def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: L
     norm = normalize(df, topic=topic, log_append_time_ms=int(started * 1000),
                      timestamp_type=config.timestamp_type)
     leo = catalog.log_end_offsets() if catalog.exists() else {}
-    has_partition = "partition" in norm.columns
     has_offset = "offset" in norm.columns
-    if not has_partition:
-        norm = _with_default_partition(norm, topic, num_partitions, leo, config)
-    plans, task_starts = _count_and_plan(norm, has_offset, leo, config)
-    if not plans:
+    n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo,
+                                                                 config)
+    plan = plan_ingest(_count(norm, n, has_offset), leo, config, has_offset=has_offset)
+    if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset
-    prepared = _prepare(norm, plans, task_starts, has_offset)
-    num_tasks = sum(p.chunks for p in plans.values())
-    shuffled = (prepared.repartitionByRange(num_tasks, "topic", "partition", "_chunk")
-                .sortWithinPartitions("topic", "partition", "_chunk", "offset"))
-    encode = _encode_task(root, run_id, config, {k: p.log_end_offset for k, p in plans.items()},
-                          fail_after_records)
-    out = shuffled.mapInArrow(encode, _spark_schema(SEGMENT_ROWS))
+    if plan.shuffle:
+        by_ts = config.ingest_order == "timestamp" and not has_offset
+        prepared = norm.mapInArrow(
+            tasks.prepare(plan.partitions, plan.task_starts, n, has_offset, by_ts,
+                          tasks.task_keys(plan.num_tasks)),
+            _with_fields(norm, ("partition", T.IntegerType()), ("offset", T.LongType()),
+                         ("_chunk", T.IntegerType()), ("_task", T.IntegerType())))
+        order = ["topic", "partition", "_chunk", *(["timestamp"] if by_ts else []), "offset"]
+        out = (prepared.repartition(plan.num_tasks, "_task").sortWithinPartitions(*order)
+               .mapInArrow(tasks.encoder(root, run_id, config, plan.log_end, by_ts,
+                                         fail_after_records), _spark_schema(SEGMENT_ROWS)))
+    else:
+        out = norm.mapInArrow(
+            tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records),
+            _spark_schema(SEGMENT_ROWS))
     rows = out.toArrow().cast(SEGMENT_ROWS).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
-    _verify(rows, plans, has_offset)
+    _verify(rows, plan.partitions, has_offset)
     return rows, has_offset
+
+
+def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> list[dict]:
+    """The count pass: one row per (input task, topic, partition) with its count and offset
+    range. Reads only the columns it needs; Python only to partition by key."""
+    cols = ["topic", "key", *(["partition"] if num_partitions is None else []),
+            *(["offset"] if has_offset else [])]
+    pinned = [F.hash(*norm.columns).alias("_all")] if _pruning_changes_rows(norm) else []
+    if num_partitions is None:
+        lo, hi = ((F.min("offset"), F.max("offset")) if has_offset
+                  else (F.lit(None).cast("long"), F.lit(None).cast("long")))
+        rows = (norm.select(*cols, *pinned)
+                .groupBy(F.spark_partition_id().alias("task"), "topic", "partition")
+                .agg(F.count(F.lit(1)).alias("count"), lo.alias("lo"), hi.alias("hi"),
+                     *(F.max("_all") for _ in pinned)))
+        return [r.asDict() for r in rows.collect()]
+    counted = norm.select(*cols, *pinned).mapInArrow(tasks.count_groups(num_partitions),
+                                                     _spark_schema(tasks.COUNT_ROWS))
+    return counted.toArrow().to_pylist()
+
+
+def _pruning_changes_rows(df: DataFrame) -> bool:
+    """A round-robin repartition in the input (``df.repartition(n)``) sorts rows by their
+    bytes first, so reading fewer columns would move rows to other tasks: the count pass
+    must then keep every column (hashed) to see the rows where the write pass sees them."""
+    return "RoundRobinPartitioning" in df._jdf.queryExecution().executedPlan().toString()
 
 
 def _spark_schema(schema: pa.Schema) -> str:
@@ -190,13 +204,20 @@ def _spark_schema(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {kinds[f.type]}" for f in schema)
 
 
-def _with_default_partition(norm: DataFrame, topic: str | None, num_partitions: int | None,
-                            leo: Mapping[tuple[str, int], int], config: LogConfig
-                            ) -> DataFrame:
-    """Kafka's default partitioner over the key, per input task."""
-    existing = {t: 0 for t, _ in leo}
+def _with_fields(df: DataFrame, *fields: tuple[str, T.DataType]) -> T.StructType:
+    """``df``'s schema with ``fields`` replaced or appended at the end, in order."""
+    names = {n for n, _ in fields}
+    return T.StructType([*(f for f in df.schema.fields if f.name not in names),
+                         *(T.StructField(n, t, False) for n, t in fields)])
+
+
+def _num_partitions(topic: str | None, num_partitions: int | None,
+                    leo: Mapping[tuple[str, int], int], config: LogConfig) -> int:
+    """Partitions for Kafka's default partitioner: the argument, else the topic's
+    partitions in the catalog, else ``num.partitions``."""
+    existing: dict[str, int] = {}
     for t, p in leo:
-        existing[t] = max(existing[t], p + 1)
+        existing[t] = max(existing.get(t, 0), p + 1)
     if num_partitions is None:
         counts = set(existing.values())
         num_partitions = counts.pop() if len(counts) == 1 and topic in existing else (
@@ -204,194 +225,10 @@ def _with_default_partition(norm: DataFrame, topic: str | None, num_partitions: 
     n = int(num_partitions)
     if n < 1:
         raise SeglakeError(f"--num-partitions must be >= 1, got {n}")
-
-    def assign(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        null_start = (ctx.partitionId() * 7919) if ctx else 0
-        for b in batches:
-            keys = b.column("key")
-            parts = default_partition(keys, n, null_start=null_start)
-            null_start += keys.null_count
-            yield pa.RecordBatch.from_arrays([*b.columns, pa.array(parts, pa.int32())],
-                                             names=[*b.schema.names, "partition"])
-
-    schema = T.StructType([*norm.schema.fields, T.StructField("partition", T.IntegerType(), False)])
-    return norm.mapInArrow(assign, schema)
+    return n
 
 
-def _count_and_plan(norm: DataFrame, has_offset: bool, leo: Mapping[tuple[str, int], int],
-                    config: LogConfig
-                    ) -> tuple[dict[tuple[str, int], _PartitionPlan],
-                               dict[tuple[int, str, int], int]]:
-    """The count pass: per (topic, partition) counts (and per input task when offsets are
-    assigned), validated against the catalog's log end offsets before anything is written."""
-    if has_offset:
-        stats = (norm.groupBy("topic", "partition")
-                 .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("lo"),
-                      F.max("offset").alias("hi")).collect())
-        per_task = []
-    else:
-        per_task = (norm.groupBy(F.spark_partition_id().alias("task"), "topic", "partition")
-                    .count().collect())
-        agg: dict[tuple[str, int], int] = {}
-        for r in per_task:
-            agg[(r["topic"], r["partition"])] = agg.get((r["topic"], r["partition"]), 0) + r[
-                "count"]
-        stats = [dict(topic=t, partition=p, n=n, lo=None, hi=None) for (t, p), n in agg.items()]
-    plans: dict[tuple[str, int], _PartitionPlan] = {}
-    chunk0 = 0
-    for r in sorted(stats, key=lambda r: (r["topic"], r["partition"])):
-        t, p, n = r["topic"], r["partition"], int(r["n"])
-        if t is None or p is None:
-            raise SeglakeError(f"{n} input rows have a null topic or partition")
-        partition_dir_name(t, p)  # validates both before any file is touched
-        end = leo.get((t, p), 0)
-        if has_offset:
-            lo, hi = int(r["lo"]), int(r["hi"])
-            if lo < end:
-                raise OffsetOrderError(
-                    f"{t}-{p}: input offset {lo} is below the partition's log end offset {end}"
-                    f" (offsets {lo}..{hi} in the input; the lake already holds up to {end - 1})")
-            if hi - lo + 1 < n:
-                raise OffsetOrderError(
-                    f"{t}-{p}: {n} records but offsets {lo}..{hi} span only {hi - lo + 1}: "
-                    "offsets repeat")
-        else:
-            lo, hi = end, end + n - 1
-        chunks = max(1, math.ceil(n / config.task_max_records))
-        plans[(t, p)] = _PartitionPlan(lo, hi, n, chunks, chunk0, end)
-        chunk0 += chunks
-    task_starts: dict[tuple[int, str, int], int] = {}
-    if not has_offset:
-        nxt = {k: p.first_offset for k, p in plans.items()}
-        for r in sorted(per_task, key=lambda r: (r["topic"], r["partition"], r["task"])):
-            key = (r["topic"], r["partition"])
-            task_starts[(r["task"], *key)] = nxt[key]
-            nxt[key] += r["count"]
-    return plans, task_starts
-
-
-def _prepare(norm: DataFrame, plans: dict[tuple[str, int], _PartitionPlan],
-             task_starts: dict[tuple[int, str, int], int], has_offset: bool) -> DataFrame:
-    """Add ``offset`` (assigned in input order) and ``_chunk`` (which task writes it)."""
-
-    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx else 0
-        nxt: dict[tuple[str, int], int] = {}
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            topics = b.column("topic").to_numpy(zero_copy_only=False)
-            parts = b.column("partition").to_numpy()
-            offsets = (b.column("offset").to_numpy() if has_offset
-                       else np.empty(b.num_rows, dtype=np.int64))
-            chunk = np.empty(b.num_rows, dtype=np.int32)
-            for (t, p), idx in _groups(topics, parts):
-                plan = plans[(t, p)]
-                if not has_offset:
-                    start = nxt.get((t, p), task_starts[(task, t, p)])
-                    offsets[idx] = start + np.arange(len(idx))
-                    nxt[(t, p)] = start + len(idx)
-                span = plan.last_offset - plan.first_offset + 1
-                chunk[idx] = plan.chunk0 + (offsets[idx] - plan.first_offset) * plan.chunks // span
-            cols = [c for n, c in zip(b.schema.names, b.columns, strict=True) if n != "offset"]
-            names = [n for n in b.schema.names if n != "offset"]
-            yield pa.RecordBatch.from_arrays([*cols, pa.array(offsets), pa.array(chunk)],
-                                             names=[*names, "offset", "_chunk"])
-
-    base = norm.drop("offset") if has_offset else norm
-    schema = T.StructType([*base.schema.fields, T.StructField("offset", T.LongType(), False),
-                           T.StructField("_chunk", T.IntegerType(), False)])
-    return norm.mapInArrow(prepare, schema)
-
-
-def _groups(topics: np.ndarray, parts: np.ndarray) -> list[tuple[tuple[str, int], np.ndarray]]:
-    """Row indices of each (topic, partition) in a batch, in row order."""
-    if len(topics) and (topics[0] == topics).all() and (parts[0] == parts).all():
-        return [((str(topics[0]), int(parts[0])), np.arange(len(topics)))]
-    keys: dict[tuple[str, int], list[int]] = {}
-    for i, key in enumerate(zip(topics.tolist(), parts.tolist(), strict=True)):
-        keys.setdefault(key, []).append(i)
-    return [(k, np.asarray(v)) for k, v in keys.items()]
-
-
-def _encode_task(root: str, run_id: str, config: LogConfig,
-                 log_end: dict[tuple[str, int], int], fail_after_records: int | None):
-    """The mapInArrow function that writes segments of its sorted rows to staging."""
-
-    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        attempt = (f".tmp-{ctx.stageId()}-{ctx.partitionId()}-{ctx.attemptNumber()}"
-                   if ctx else ".tmp")
-        fs, base = lakefs.resolve(root)
-        tmp_suffix = attempt if lakefs.renames_atomically(fs) else None
-        writer: SegmentWriter | None = None
-        key: tuple[str, int, int] | None = None
-        infos: list[tuple[str, int, SegmentInfo]] = []
-        written = 0
-
-        def finish() -> None:
-            if writer is not None and key is not None:
-                infos.extend((key[0], key[1], i) for i in writer.close())
-
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            for lo, hi in _key_runs(b):
-                run_key = (b.column("topic")[lo].as_py(), b.column("partition")[lo].as_py(),
-                           b.column("_chunk")[lo].as_py())
-                if run_key != key:
-                    finish()
-                    key = run_key
-                    pdir = partition_dir_name(key[0], key[1])
-                    writer = SegmentWriter(fs, lakefs.join(base, "_staging", run_id, pdir),
-                                           config=config, min_offset=log_end[key[:2]],
-                                           tmp_suffix=tmp_suffix, label=pdir)
-                records = pa.Table.from_batches([b.slice(lo, hi - lo).select(RECORD_COLUMNS)])
-                infos.extend((key[0], key[1], i) for i in writer.append(records))
-                written += hi - lo
-                if fail_after_records is not None and written >= fail_after_records:
-                    raise RuntimeError(f"seglake test hook: task failed after {written} "
-                                       "records (fail_after_records)")
-        finish()
-        if infos:
-            yield _segment_rows(infos, run_id, base)
-
-    return encode
-
-
-def _key_runs(b: pa.RecordBatch) -> list[tuple[int, int]]:
-    """[lo, hi) row ranges of equal (topic, partition, _chunk) in a sorted batch."""
-    chunk = b.column("_chunk").to_numpy()
-    cuts = np.nonzero(chunk[1:] != chunk[:-1])[0] + 1
-    bounds = [0, *cuts.tolist(), b.num_rows]
-    return list(itertools.pairwise(bounds))
-
-
-def _segment_rows(infos: list[tuple[str, int, SegmentInfo]], run_id: str, base: str
-                  ) -> pa.RecordBatch:
-    prefix = lakefs.join(base, "_staging", run_id) + "/"
-    cols: dict[str, list] = {f.name: [] for f in SEGMENT_ROWS}
-    for topic, partition, i in infos:
-        row = dict(topic=topic, partition=partition, base_offset=i.base_offset,
-                   next_offset=i.next_offset, record_count=i.record_count,
-                   min_timestamp=i.min_timestamp, max_timestamp=i.max_timestamp,
-                   size_bytes=i.size_bytes, index_entries=i.index_entries,
-                   time_index_entries=i.time_index_entries, codec=i.codec,
-                   path=i.log_path.removeprefix(prefix), run_id=run_id)
-        for k, v in row.items():
-            cols[k].append(v)
-    return pa.RecordBatch.from_pydict(cols, schema=SEGMENT_ROWS)
-
-
-def _verify(rows: pa.Table, plans: dict[tuple[str, int], _PartitionPlan], has_offset: bool
+def _verify(rows: pa.Table, plans: dict[tuple[str, int], PartitionPlan], has_offset: bool
             ) -> None:
     """Before committing: every partition got exactly its records, in non-overlapping
     segments starting at or after its log end offset (assigned: exactly at it, gapless)."""

@@ -1,0 +1,361 @@
+"""The executor side of ingest: the ``mapInArrow`` functions and their pure helpers.
+
+    count_groups        the count pass: records per (input task, topic, partition), with
+                        Kafka's default partitioner over ``key`` when there is no
+                        ``partition`` (null keys: round robin from ``task * 7919``),
+                        computed exactly as the write pass computes it
+    local_writer        no shuffle: one task = one input split; rows grouped by
+                        (topic, partition), offsets from the planned per-task start,
+                        buffered per group, one SegmentWriter per group
+    prepare / encoder   shuffle: tag rows with partition, offset and chunk, then write
+                        the sorted rows of each (topic, partition, chunk) run
+
+Every writer stages under ``<root>/_staging/<run>/<topic>-<p>/`` and yields one
+``SEGMENT_ROWS`` row per closed segment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake import fs as lakefs
+from seglake.config import LogConfig
+from seglake.errors import SeglakeError
+from seglake.record.partitioner import default_partition
+from seglake.storage.naming import partition_dir_name
+from seglake.storage.writer import SegmentInfo, SegmentWriter
+
+SEGMENT_ROWS = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("base_offset", pa.int64()),
+    ("next_offset", pa.int64()), ("record_count", pa.int64()), ("min_timestamp", pa.int64()),
+    ("max_timestamp", pa.int64()), ("size_bytes", pa.int64()), ("index_entries", pa.int32()),
+    ("time_index_entries", pa.int32()), ("codec", pa.string()), ("path", pa.string()),
+    ("run_id", pa.string()),
+])
+COUNT_ROWS = pa.schema([("task", pa.int32()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("count", pa.int64()),
+                        ("lo", pa.int64()), ("hi", pa.int64())])
+RECORD_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
+NULL_KEY_STRIDE = 7919  # task t's null keys start at partition (t * 7919) % n
+Key = tuple[str, int]
+Batches = Iterator[pa.RecordBatch]
+
+
+def _task_id() -> tuple[int, str]:
+    """(partition id, a file suffix unique to this task attempt) of the running task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, ".tmp"
+    return ctx.partitionId(), f".tmp-{ctx.stageId()}-{ctx.partitionId()}-{ctx.attemptNumber()}"
+
+
+class _Partitioner:
+    """Partition numbers of successive batches of one task (stateful for null keys)."""
+
+    def __init__(self, num_partitions: int | None, task: int) -> None:
+        self.n = num_partitions
+        self.null_start = task * NULL_KEY_STRIDE
+
+    def __call__(self, b: pa.RecordBatch) -> np.ndarray:
+        if self.n is None:
+            return b.column("partition").to_numpy()
+        keys = b.column("key")
+        parts = default_partition(keys, self.n, null_start=self.null_start)
+        self.null_start += keys.null_count
+        return parts.astype(np.int32, copy=False)
+
+
+def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
+    """mapInArrow of the count pass over (topic, key[, partition][, offset]): one row per
+    (task, topic, partition) with its record count (and offset range), partitioned
+    exactly as the write pass will partition (Kafka's default partitioner over ``key``
+    when there is no ``partition``; null keys round robin from ``task * 7919``)."""
+
+    def count(batches: Batches) -> Batches:
+        task = _task_id()[0]
+        part = _Partitioner(num_partitions, task)
+        stats: dict[Key, list[int | None]] = {}
+        for b in batches:
+            offsets = None
+            if "offset" in b.schema.names:
+                if b.column("offset").null_count:
+                    raise SeglakeError(f"{b.column('offset').null_count} input rows have a "
+                                       "null offset: give every row an offset or none")
+                offsets = b.column("offset").to_numpy()
+            for key, idx in group_rows(b.column("topic"), part(b)):
+                lo, hi = ((None, None) if offsets is None
+                          else (int(offsets[idx].min()), int(offsets[idx].max())))
+                s = stats.setdefault(key, [0, lo, hi])
+                s[0] += len(idx)
+                if lo is not None:
+                    s[1], s[2] = min(s[1], lo), max(s[2], hi)
+        if stats:
+            cols = list(zip(*stats.values(), strict=True))
+            yield pa.RecordBatch.from_pydict(
+                {"task": [task] * len(stats), "topic": [k[0] for k in stats],
+                 "partition": [k[1] for k in stats], "count": cols[0], "lo": cols[1],
+                 "hi": cols[2]}, schema=COUNT_ROWS)
+
+    return count
+
+
+def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarray]]:
+    """Row indices of each (topic, partition) of a batch, each in row order (vectorised)."""
+    n = len(parts)
+    if n == 0:
+        return []
+    enc = pc.dictionary_encode(topics)
+    codes = enc.indices.fill_null(-1).to_numpy().astype(np.int64)
+    names = enc.dictionary.to_pylist()
+    key = (codes << 32) | (parts.astype(np.int64) & 0xFFFFFFFF)
+    if (key == key[0]).all():
+        return [((names[codes[0]], int(parts[0])), np.arange(n))]
+    order = np.argsort(key, kind="stable")
+    cuts = np.nonzero(np.diff(key[order]))[0] + 1
+    out = []
+    for idx in np.split(order, cuts):
+        c = codes[idx[0]]
+        out.append(((names[c] if c >= 0 else None, int(parts[idx[0]])), idx))
+    return out
+
+
+def _records(b: pa.RecordBatch, idx: np.ndarray | None, offsets: np.ndarray) -> pa.Table:
+    """The writer's columns of rows ``idx`` (all if None) with the given offsets."""
+    rows = b if idx is None else b.take(pa.array(idx))
+    cols = [pa.array(offsets, pa.int64())] + [rows.column(c) for c in RECORD_COLUMNS[1:]]
+    return pa.Table.from_arrays(cols, names=RECORD_COLUMNS)
+
+
+@dataclasses.dataclass
+class _Group:
+    writer: SegmentWriter
+    next_offset: int
+    pending: list[pa.Table] = dataclasses.field(default_factory=list)
+    pending_bytes: int = 0
+
+
+class _StagedWriters:
+    """SegmentWriters of one task, one per staged partition directory, and their output."""
+
+    def __init__(self, root: str, run_id: str, config: LogConfig, tmp_suffix: str,
+                 fail_after_records: int | None) -> None:
+        self.fs, base = lakefs.resolve(root)
+        self.staging = lakefs.join(base, "_staging", run_id)
+        self.run_id = run_id
+        self.config = config
+        self.tmp_suffix = tmp_suffix if lakefs.renames_atomically(self.fs) else None
+        self.fail_after = fail_after_records
+        self.written = 0
+        self.infos: list[tuple[str, int, SegmentInfo]] = []
+
+    def open(self, key: Key, min_offset: int) -> SegmentWriter:
+        pdir = partition_dir_name(*key)
+        return SegmentWriter(self.fs, lakefs.join(self.staging, pdir), config=self.config,
+                             min_offset=min_offset, tmp_suffix=self.tmp_suffix, label=pdir)
+
+    def append(self, key: Key, writer: SegmentWriter, records: pa.Table) -> None:
+        self.infos.extend((*key, i) for i in writer.append(records))
+        self.written += records.num_rows
+        if self.fail_after is not None and self.written >= self.fail_after:
+            raise RuntimeError(f"seglake test hook: task failed after {self.written} "
+                               "records (fail_after_records)")
+
+    def close(self, key: Key, writer: SegmentWriter) -> None:
+        self.infos.extend((*key, i) for i in writer.close())
+
+    def rows(self) -> Batches:
+        if self.infos:
+            yield segment_rows(self.infos, self.run_id, self.staging)
+
+
+def local_writer(root: str, run_id: str, config: LogConfig, num_partitions: int | None,
+                 task_starts: Mapping[tuple[int, str, int], int],
+                 fail_after_records: int | None) -> Callable[[Batches], Batches]:
+    """mapInArrow without a shuffle: this task's records of each (topic, partition) get
+    the offsets planned for (task, topic, partition) onwards, in input order, and are
+    written as segments of their own. Memory: ``seglake.ingest.buffer.bytes`` of
+    buffered records over all groups, plus one input batch."""
+
+    def write(batches: Batches) -> Batches:
+        task, suffix = _task_id()
+        out = _StagedWriters(root, run_id, config, suffix, fail_after_records)
+        part = _Partitioner(num_partitions, task)
+        mine = sum(1 for k in task_starts if k[0] == task)
+        threshold = max(4 * config.batch_size, config.ingest_buffer_bytes // max(mine, 1))
+        groups: dict[Key, _Group] = {}
+        for b in batches:
+            parts = part(b)
+            split = group_rows(b.column("topic"), parts)
+            for key, idx in split:
+                g = groups.get(key)
+                if g is None:
+                    start = task_starts.get((task, *key))
+                    if start is None:
+                        raise SeglakeError(
+                            f"{key[0]}-{key[1]}: input task {task} has records the count pass "
+                            "did not see: the input is not deterministic (persist it first)")
+                    g = groups[key] = _Group(out.open(key, start), start)
+                recs = _records(b, None if len(split) == 1 else idx,
+                                np.arange(g.next_offset, g.next_offset + len(idx)))
+                g.next_offset += len(idx)
+                g.pending.append(recs)
+                g.pending_bytes += recs.nbytes
+                if g.pending_bytes >= threshold:
+                    _flush(out, key, g)
+        for key, g in groups.items():
+            _flush(out, key, g)
+            out.close(key, g.writer)
+        yield from out.rows()
+
+    return write
+
+
+def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
+    if g.pending:
+        out.append(key, g.writer, pa.concat_tables(g.pending))
+        g.pending, g.pending_bytes = [], 0
+
+
+def prepare(plans: Mapping[Key, object], task_starts: Mapping[tuple[int, str, int], int],
+            num_partitions: int | None, has_offset: bool, by_timestamp: bool,
+            task_keys: np.ndarray) -> Callable[[Batches], Batches]:
+    """mapInArrow before the shuffle: ``partition`` (if not given), ``offset`` (given, or
+    assigned in input order; by timestamp: an input-order tie breaker that the encoder
+    replaces), ``_chunk`` (global id of the task that writes the row) and ``_task`` (a
+    value Spark's hash partitioning sends to exactly task ``_chunk``)."""
+
+    def run(batches: Batches) -> Batches:
+        task = _task_id()[0]
+        part = _Partitioner(num_partitions, task)
+        nxt: dict[Key, int] = {}
+        seq = task << 40
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            parts = part(b)
+            offsets = (b.column("offset").to_numpy() if has_offset
+                       else np.empty(b.num_rows, dtype=np.int64))
+            chunk = np.empty(b.num_rows, dtype=np.int32)
+            for key, idx in group_rows(b.column("topic"), parts):
+                plan = plans[key]
+                if by_timestamp:
+                    offsets[idx] = seq + idx
+                    chunk[idx] = plan.chunk0
+                    continue
+                if not has_offset:
+                    start = nxt.get(key, task_starts[(task, *key)])
+                    offsets[idx] = start + np.arange(len(idx))
+                    nxt[key] = start + len(idx)
+                span = plan.last_offset - plan.first_offset + 1
+                chunk[idx] = plan.chunk0 + (offsets[idx] - plan.first_offset) * plan.chunks // span
+            seq += b.num_rows
+            keep = [n for n in b.schema.names if n not in ("offset", "partition")]
+            yield pa.RecordBatch.from_arrays(
+                [*(b.column(n) for n in keep), pa.array(parts, pa.int32()), pa.array(offsets),
+                 pa.array(chunk), pa.array(task_keys[chunk])],
+                names=[*keep, "partition", "offset", "_chunk", "_task"])
+
+    return run
+
+
+def encoder(root: str, run_id: str, config: LogConfig, log_end: Mapping[Key, int],
+            by_timestamp: bool, fail_after_records: int | None
+            ) -> Callable[[Batches], Batches]:
+    """mapInArrow after the shuffle: rows sorted by (topic, partition, _chunk, offset), or
+    by (..., timestamp, offset) when offsets are assigned in timestamp order (one chunk
+    per partition, numbered from its log end offset here); each run of equal ``_chunk``
+    is one (topic, partition)'s offset range."""
+
+    def encode(batches: Batches) -> Batches:
+        out = _StagedWriters(root, run_id, config, _task_id()[1], fail_after_records)
+        writer: SegmentWriter | None = None
+        key: Key | None = None
+        chunk = None
+        nxt = 0
+        for b in batches:
+            for lo, hi in _chunk_runs(b):
+                if b.column("_chunk")[lo].as_py() != chunk:
+                    if writer is not None:
+                        out.close(key, writer)
+                    chunk = b.column("_chunk")[lo].as_py()
+                    key = (b.column("topic")[lo].as_py(), b.column("partition")[lo].as_py())
+                    writer = out.open(key, log_end[key])
+                    nxt = log_end[key]
+                rows = b.slice(lo, hi - lo)
+                if by_timestamp:
+                    offsets = np.arange(nxt, nxt + rows.num_rows)
+                    nxt += rows.num_rows
+                else:
+                    offsets = rows.column("offset").to_numpy()
+                out.append(key, writer, _records(rows, None, offsets))
+        if writer is not None:
+            out.close(key, writer)
+        yield from out.rows()
+
+    return encode
+
+
+def _chunk_runs(b: pa.RecordBatch) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges of equal ``_chunk`` in a sorted batch."""
+    if b.num_rows == 0:
+        return []
+    chunk = b.column("_chunk").to_numpy()
+    cuts = np.nonzero(chunk[1:] != chunk[:-1])[0] + 1
+    return list(itertools.pairwise([0, *cuts.tolist(), b.num_rows]))
+
+
+def segment_rows(infos: list[tuple[str, int, SegmentInfo]], run_id: str, staging: str
+                 ) -> pa.RecordBatch:
+    """One SEGMENT_ROWS row per closed segment; ``path`` relative to the staging dir."""
+    prefix = staging.rstrip("/") + "/"
+    cols: dict[str, list] = {f.name: [] for f in SEGMENT_ROWS}
+    for topic, partition, i in infos:
+        row = dict(topic=topic, partition=partition, base_offset=i.base_offset,
+                   next_offset=i.next_offset, record_count=i.record_count,
+                   min_timestamp=i.min_timestamp, max_timestamp=i.max_timestamp,
+                   size_bytes=i.size_bytes, index_entries=i.index_entries,
+                   time_index_entries=i.time_index_entries, codec=i.codec,
+                   path=i.log_path.removeprefix(prefix), run_id=run_id)
+        for k, v in row.items():
+            cols[k].append(v)
+    return pa.RecordBatch.from_pydict(cols, schema=SEGMENT_ROWS)
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` (Murmur3_x86_32.hashInt) of an int column value."""
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    k1 = rotl((value & m) * 0xCC9E2D51 & m, 15) * 0x1B873593 & m
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & m
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & m
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & m
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def task_keys(num_tasks: int) -> np.ndarray:
+    """``keys[c]`` is an int that ``repartition(num_tasks, col)`` sends to task ``c``:
+    one chunk per task, no sampling pass (``repartitionByRange`` samples its input)."""
+    keys = np.full(num_tasks, -1, dtype=np.int32)
+    missing, k = num_tasks, 0
+    while missing:
+        t = spark_hash_int(k) % num_tasks
+        if keys[t] < 0:
+            keys[t] = k
+            missing -= 1
+        k += 1
+    return keys
