@@ -7,7 +7,6 @@ Run as ``python -m seglake.demo [--records N] [--dir demo-lake]``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -43,10 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(lake)
     _run("./spark-submit.sh", "ingest", "--input", str(messages), "--root", str(lake),
          "--num-partitions", "4", "--conf", "log.segment.bytes=16777216")
-    if not _available("extract") or not _available("lookup"):
-        print("\n(extract/lookup jobs are not in this build yet: skipping those steps)")
-        _summary(lake, time.time() - started)
-        return 0
     start, end = START_MS + 300_000, START_MS + 310_000
     _run("./spark-submit.sh", "extract", "--root", str(lake), "--topic", "orders",
          "--start", str(start), "--end", str(end), "--output", str(work / "extract"))
@@ -61,10 +56,6 @@ def main(argv: list[str] | None = None) -> int:
          "--output", str(work / "lookup"), "--output-format", "json")
     _summary(lake, time.time() - started)
     return 0
-
-
-def _available(job: str) -> bool:
-    return importlib.util.find_spec(f"seglake.spark.{job}") is not None
 
 
 def _summary(lake: Path, seconds: float) -> None:
