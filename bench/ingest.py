@@ -181,11 +181,12 @@ def run_parquet(spark, inp: str, out: str) -> None:
      .parquet(out))
 
 
-def run_seglake(spark, inp: str, root: str):
+def run_seglake(spark, inp: str, root: str, shuffle: str = "auto"):
     from seglake.spark.ingest import ingest
 
     shutil.rmtree(root, ignore_errors=True)
-    return ingest(spark, spark.read.parquet(inp), root, num_partitions=8)
+    return ingest(spark, spark.read.parquet(inp), root, num_partitions=8,
+                  conf={"seglake.ingest.shuffle": shuffle})
 
 
 def dir_bytes(path: str) -> int:
@@ -208,15 +209,16 @@ def render(n: int, rows: list[dict], note: str) -> str:
         f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"pyspark {__import__('pyspark').__version__}. {note}",
         "",
-        "| run | seconds | MB/s (values) | vs parquet | output MB | JVM peak RSS MB "
-        "| Python worker peak RSS MB (max one / max sum) | workers |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | seconds | MB/s (values) | vs parquet | output MB | files/segments "
+        "| JVM peak RSS MB | Python worker peak RSS MB (max one / max sum) | workers |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         m = r["mem"]
         lines.append(
             f"| {r['name']} | {r['secs']:.2f} | {mb / r['secs']:.1f} | {r['secs'] / base:.2f}x "
-            f"| {r['out_bytes'] / 1e6:.0f} | {m.jvm_hwm_kb / 1024:.0f} "
+            f"| {r['out_bytes'] / 1e6:.0f} | {r.get('segments', '')} "
+            f"| {m.jvm_hwm_kb / 1024:.0f} "
             f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |")
     lines += [
         "",
@@ -277,22 +279,28 @@ def main(argv: list[str] | None = None) -> int:
                              out_bytes=dir_bytes(out)))
             print(f"parquet: {secs:.2f} s", file=sys.stderr)
         if args.only != "parquet":
-            root = os.path.join(tmp, "lake")
-            res = {}
-            secs, mem = timed(lambda: res.setdefault("r", run_seglake(spark, inp, root)), jvm)
-            r = res["r"]
-            assert r.committed and r.records == n, (r.committed, r.records, n)
-            rows.append(dict(name="seglake ingest (8 partitions)", secs=secs, mem=mem,
-                             out_bytes=dir_bytes(root)))
-            print(f"seglake: {secs:.2f} s", file=sys.stderr)
+            for shuffle, name in (("auto", "seglake ingest (default: no shuffle)"),
+                                  ("always", "seglake ingest, shuffle=always")):
+                root = os.path.join(tmp, f"lake-{shuffle}")
+                res = {}
+                secs, mem = timed(
+                    lambda root=root, shuffle=shuffle, res=res: res.setdefault(
+                        "r", run_seglake(spark, inp, root, shuffle)), jvm)
+                r = res.pop("r")
+                assert r.committed and r.records == n, (r.committed, r.records, n)
+                rows.append(dict(name=name, secs=secs, mem=mem, out_bytes=dir_bytes(root),
+                                 segments=r.segments.num_rows))
+                print(f"{name}: {secs:.2f} s", file=sys.stderr)
+                shutil.rmtree(root, ignore_errors=True)
         spark.stop()
 
         note = ""
-        if len(rows) == 2:
-            note = f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x**."
+        if len(rows) == 3:
+            note = (f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x** "
+                    f"(with a shuffle: {rows[2]['secs'] / rows[0]['secs']:.2f}x).")
         body = render(n, rows, note)
         print(body)
-        if len(rows) == 2 and not args.no_write:
+        if len(rows) == 3 and not args.no_write:
             write_section(body)
     finally:
         if args.keep:

@@ -314,3 +314,22 @@ def test_null_keys_spread_over_partitions_without_a_shuffle(spark, tmp_path):
     assert len(seg) == 8  # no shuffle: each of the 2 input tasks wrote a piece of each
     values = sorted(r[3] for p in range(4) for r in partition_records(root, "nk", p))
     assert values == sorted(pdf["value"])
+
+
+def test_delta_input_is_read_from_its_files(spark, tmp_path, messages):
+    """--input-format delta without delta-spark: the table's current files only."""
+    from deltalake import write_deltalake
+
+    from seglake.cli.jobargs import ingest_parser
+    from seglake.spark.jobs import run_ingest
+
+    src = str(tmp_path / "in_delta")
+    write_deltalake(src, messages.slice(0, 300))
+    write_deltalake(src, messages.slice(300, 200), mode="overwrite")  # 300 rows replaced
+    root = str(tmp_path / "lake")
+    args = ingest_parser().parse_args(["--input", src, "--input-format", "delta", "--root",
+                                       root, "--num-partitions", "1"])
+    assert run_ingest(spark, args) == 0
+    got = sorted(r[3] for t in ("clicks", "orders", "sensor.readings")
+                 for r in partition_records(root, t, 0))
+    assert got == sorted(messages.slice(300, 200).column("value").to_pylist())

@@ -30,13 +30,28 @@ def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     if fmt == "delta":
         if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
             return spark.read.format("delta").load(path)
-        from deltalake import DeltaTable
-
-        return spark.createDataFrame(DeltaTable(path).to_pyarrow_dataset().to_table())
+        return _read_delta(spark, path)
     reader = spark.read
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.format(fmt).load(path)
+
+
+def _read_delta(spark: SparkSession, path: str) -> DataFrame:
+    """A Delta table without delta-spark: its current parquet files (from the log, via
+    deltalake) read by Spark in parallel. Tables whose files need rewriting on read
+    (deletion vectors, column mapping) go through Arrow on the driver instead."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    features = set(table.protocol().reader_features or [])
+    files = table.file_uris()
+    if features & {"deletionVectors", "columnMapping"} or not files:
+        return spark.createDataFrame(table.to_pyarrow_dataset().to_table())
+    reader = spark.read
+    if table.metadata().partition_columns:
+        reader = reader.option("basePath", path)
+    return reader.parquet(*files)
 
 
 def _config(args) -> LogConfig:
