@@ -73,7 +73,7 @@ def _summary(lake: Path, seconds: float) -> None:
     import io
 
     buf = io.StringIO()
-    dump([str(lake / first["path"])], max_bytes=4096, out=buf)
+    dump([str(lake / first["path"])], max_bytes=65536, out=buf)
     print("\n".join(buf.getvalue().splitlines()[:6]))
     print(f"\ndemo done in {seconds:.0f} s; lake at {lake}")
 

@@ -162,3 +162,21 @@ def test_console_script(tmp_path: Path) -> None:
                          text=True, timeout=120, check=False)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and str(missing) in out.stderr
+
+
+def test_dump_byte_limit_is_not_reported_as_corruption(partition: Path) -> None:
+    import io
+
+    from seglake.cli.dump import dump
+    from seglake.record.batch import scan_batches
+
+    log = next(partition.glob("*.log"))
+    data = log.read_bytes()
+    scan = scan_batches(data)
+    limit = int(scan.position[2] + scan.size[2] // 2)  # cuts the third batch
+    buf = io.StringIO()
+    assert dump([str(log)], max_bytes=limit, out=buf) == 0
+    text = buf.getvalue()
+    assert text.count("baseOffset:") == 2
+    assert f"(first {limit} of {len(data)} bytes)" in text
+    assert "corrupt" not in text

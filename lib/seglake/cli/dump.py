@@ -124,6 +124,10 @@ def dump_log(path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: 
             if print_data:
                 line += f" key: {_text(key)} payload: {_text(value)}"
             out.write(line + "\n")
+    if scan.error is not None and len(data) < size and "truncated" in str(scan.error):
+        if not as_json:  # the byte limit cut a batch: not corruption
+            out.write(f"(first {len(data)} of {size} bytes)\n")
+        return 0
     bad = 0 if scan.error is None else 1
     if scan.error is not None:
         msg = f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes} of {len(data)}"
