@@ -3,9 +3,11 @@ CRC-valid batches whose records are corrupt."""
 
 from __future__ import annotations
 
+import functools
 import struct
 from unittest.mock import patch
 
+import cramjam
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -454,6 +456,11 @@ HUGE = b"\xfe\xff\xff\xff\x0f"  # varint of 2**31 - 1
 NULL_KV = b"\x00\x00\x00\x01\x01"  # attributes, deltas 0, null key, null value
 
 
+@functools.cache
+def zstd(block: bytes) -> bytes:
+    return bytes(cramjam.zstd.compress(block))
+
+
 def corrupt_cases() -> dict[str, tuple[bytes, str]]:
     """CRC-valid batches whose records are broken, and what the error must say."""
     good = raw_record(0, 0, b"key", b"value")
@@ -530,6 +537,19 @@ def corrupt_cases() -> dict[str, tuple[bytes, str]]:
         "offset deltas repeat": (raw_batch(good * 2, 2), "does not follow"),
         "unknown codec": (raw_batch(good, 1, attributes=5), "unknown compression codec id 5"),
         "garbage gzip block": (raw_batch(b"\x1f\x8b" + b"garbage" * 3, 1, attributes=1), "gzip"),
+        "zstd block, count cannot fit": (
+            raw_batch(zstd(good), 2**31 - 1, attributes=4),
+            "records count 2147483647 cannot fit in a records block of 15 bytes",
+        ),
+        "zstd block, length past block end": (
+            raw_batch(zstd(raw_record(length=1000)), 1, attributes=4),
+            "length 1000",
+        ),
+        "zstd bomb": (
+            raw_batch(zstd(bytes(17 << 20)), 1, attributes=4),
+            "inflates past the limit of 16777216 bytes (what is left of the 16777216-byte "
+            "budget of this read)",
+        ),
         "varint runs past buffer end": (
             raw_batch(b"\x0c\x00\x00\x00\x01\x01\x80", 1),
             "header count: varint runs past the end",
@@ -558,6 +578,26 @@ def test_corrupt_records_in_crc_valid_batch(walk_below: int, case: str) -> None:
     assert text.startswith(f"{PATH}: position {len(prefix)}: batch with base offset 1000")
     assert message in text
     assert err.value.position == len(prefix) and err.value.path == PATH
+
+
+def test_decompression_budget_spans_batches() -> None:
+    """Three zstd batches of 7 MiB each, a few hundred bytes compressed: the default
+    budget of a read (16 MiB here) stops the third; a larger one decodes them all."""
+    value = bytes(7 << 20)
+    buf = b"".join(kp_batch([(5, b"k", value, [])], codec=4, base_offset=i) for i in range(3))
+    scan = scan_batches(buf)
+    third = int(scan.position[2])
+    left = (16 << 20) - 2 * (len(value) + 14)  # 14: the record's framing
+    with pytest.raises(CorruptRecordError, match=f"{PATH}: position {third}: ") as err:
+        decode_batches(buf, scan, path=PATH)
+    assert f"past the limit of {left} bytes (what is left of the 16777216-byte budget" in str(
+        err.value
+    )
+    with pytest.raises(CorruptRecordError, match="limit of 1048576 bytes \\(max_batch_bytes"):
+        decode_batches(buf, scan, max_batch_bytes=1 << 20)
+    table = decode_batches(buf, scan, max_decompressed_bytes=22 << 20)
+    assert table.column("offset").to_pylist() == [0, 1, 2]
+    assert table.column("value").to_pylist() == [value] * 3
 
 
 def test_scan_from_another_buffer_is_refused() -> None:

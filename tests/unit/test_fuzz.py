@@ -7,9 +7,13 @@ is touched."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import subprocess
+import sys
 import tracemalloc
+from collections.abc import Iterator
 from functools import cache
 
 import cramjam
@@ -76,17 +80,25 @@ def mutated_logs(draw) -> bytes:
 log_bytes = st.one_of(st.binary(max_size=2048), mutated_logs())
 
 
-def bounded(fn, *args, **kwargs):
-    """Run ``fn``; only SeglakeError may escape; the traced peak stays under the bound."""
+@contextlib.contextmanager
+def traced_peak_below(bound: int) -> Iterator[None]:
+    """The block's peak of traced (Python and numpy) memory stays under ``bound`` bytes."""
     tracemalloc.start()
     try:
-        return fn(*args, **kwargs)
-    except SeglakeError:
-        return None
+        yield
     finally:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        assert peak < MEMORY_BOUND, f"{fn.__name__} peaked at {peak} bytes"
+        assert peak < bound, f"peaked at {peak} bytes"
+
+
+def bounded(fn, *args, **kwargs):
+    """Run ``fn``; only SeglakeError may escape; the traced peak stays under the bound."""
+    with traced_peak_below(MEMORY_BOUND):
+        try:
+            return fn(*args, **kwargs)
+        except SeglakeError:
+            return None
 
 
 @FUZZ
@@ -179,14 +191,59 @@ def test_batch_claiming_2gb_is_a_truncated_tail() -> None:
     assert records.num_rows == 0
 
 
-@pytest.mark.xfail(strict=True, reason="codecs.decompress inflates gzip/zstd/lz4 whole "
-                   "before checking max_output: a 6 KB zstd batch allocates 200 MB "
-                   "(RELIABILITY.md, open item)")
-@pytest.mark.parametrize("codec", [1, 4])
+def bomb(codec: int, size: int) -> bytes:
+    """``size`` zero bytes (a multiple of 1 MiB) compressed, built without holding them:
+    one frame (gzip member, xerial block) of 1 MiB of zeros, repeated."""
+    if codec == codecs.SNAPPY:
+        block = bytes(cramjam.snappy.compress_raw(bytes(codecs.XERIAL_BLOCK)))
+        framed = struct.pack(">i", len(block)) + block
+        return codecs.XERIAL_HEADER + framed * (size // codecs.XERIAL_BLOCK)
+    mod = {codecs.GZIP: cramjam.gzip, codecs.LZ4: cramjam.lz4, codecs.ZSTD: cramjam.zstd}[codec]
+    return bytes(mod.compress(bytes(1 << 20))) * (size >> 20)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_decompression_bomb_is_bounded(codec: int) -> None:
-    comp = {1: cramjam.gzip.compress, 4: cramjam.zstd.compress}[codec]
-    bomb = bytes(comp(b"\x00" * (200 << 20)))
-    bounded(codecs.decompress, codec, bomb, max_output=1 << 20)
+    """200 MB of zeros in 10 KB (zstd) to 2 MB (snappy): refused having produced at most
+    the limit (1 MiB), under the traced memory bound."""
+    frame = bomb(codec, 200 << 20)
+    with traced_peak_below(MEMORY_BOUND), pytest.raises(codecs.OutputLimitError) as err:
+        codecs.decompress(codec, frame, max_output=1 << 20)
+    assert f"{len(frame)} bytes" in str(err.value) and "limit of 1048576 bytes" in str(err.value)
+
+
+def test_decompression_bomb_memory_outside_python() -> None:
+    """tracemalloc sees numpy and Python, not cramjam's own (Rust) buffers: the peak RSS
+    of a fresh process decompressing 1 GB bombs must not move by more than a few MiB."""
+    code = f"""
+import resource, sys
+sys.path[:0] = {sys.path!r}
+from seglake.errors import SeglakeError
+from seglake.record import codecs
+from tests.unit.test_fuzz import bomb
+frames = [(c, bomb(c, 1 << 30)) for c in (1, 3, 4)]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for c, frame in frames:
+    try:
+        codecs.decompress(c, frame, max_output=4 << 20)
+    except codecs.OutputLimitError:
+        pass
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    grown_kib = int(out.stdout.split()[-1])
+    assert grown_kib < 32 << 10, f"peak RSS grew by {grown_kib} KiB"
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_high_ratio_blocks_within_the_limit_decompress(codec: int) -> None:
+    """Output far beyond the first guess of the buffer (4x the input + 64 KiB): it grows."""
+    frame = bomb(codec, 8 << 20)
+    assert codecs.decompress(codec, frame, max_output=8 << 20) == bytes(8 << 20)
+    with pytest.raises(codecs.OutputLimitError):
+        codecs.decompress(codec, frame, max_output=(8 << 20) - 1)
 
 
 @FUZZ

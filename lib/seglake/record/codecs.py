@@ -2,21 +2,30 @@
 
     id  name    frame
     0   none
-    1   gzip    gzip stream (RFC 1952)
+    1   gzip    gzip stream (RFC 1952; several members are read back to back)
     2   snappy  xerial framing: b"\\x82SNAPPY\\x00" + int32 version(1) + int32 compat(1),
                 then blocks of int32 length + raw snappy; raw (unframed) snappy is accepted too
     3   lz4     LZ4 frame format
     4   zstd    zstd frame
 
-Implemented on ``cramjam`` (Rust, no system libraries). Decompression refuses output
-larger than ``max_output`` so a forged length cannot allocate gigabytes.
+Implemented on ``cramjam`` (Rust, no system libraries).
+
+Decompression is bounded: output goes into a buffer of at most ``limit + 1`` bytes that
+cramjam's ``*_into`` functions fill as a stream and stop at when it is full, so a block
+that inflates past the limit (a decompression bomb, a forged length) costs at most that
+much memory and the time to produce it, and is refused with :class:`CorruptRecordError`.
+Raw snappy states its length up front and is checked before anything is allocated. The
+default limit of a block is :func:`inflate_budget` of its size, at most
+:data:`MAX_BLOCK_OUTPUT`.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import cramjam
+import numpy as np
 
 from seglake.errors import CorruptRecordError
 
@@ -25,8 +34,31 @@ NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 XERIAL_BLOCK = 32 * 1024
-DEFAULT_MAX_OUTPUT = 1 << 31
+MAX_RATIO = 256  # compressed bytes may inflate to 256x their size ...
+MIN_BUDGET = 16 << 20  # ... or to 16 MiB, whichever is more ...
+MAX_BLOCK_OUTPUT = 1 << 30  # ... and one records block never beyond 1 GiB
 _INT32 = struct.Struct(">i")
+_FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is full
+_MIN_GUESS = 64 << 10
+_Into = Callable[[bytes | memoryview, np.ndarray], int]  # cramjam.<codec>.decompress_into
+_STREAMS: dict[int, _Into] = {
+    GZIP: cramjam.gzip.decompress_into,
+    LZ4: cramjam.lz4.decompress_into,
+    ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+class OutputLimitError(CorruptRecordError):
+    """A compressed block that inflates (or claims to) past the limit it was given."""
+
+
+def inflate_budget(compressed_bytes: int) -> int:
+    """Most bytes ``compressed_bytes`` of compressed records may decompress to.
+
+    ``max(16 MiB, 256 x compressed_bytes)``: far above what Kafka's codecs reach on
+    records (zstd on repetitive JSON: 10-50x), far below what a bomb claims (zstd: 30000x).
+    """
+    return max(MIN_BUDGET, MAX_RATIO * compressed_bytes)
 
 
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:
@@ -44,76 +76,133 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
     raise CorruptRecordError(f"unknown compression codec id {codec} (expected 0-4)")
 
 
-def decompress(codec: int, data: bytes | memoryview, *, max_output: int = DEFAULT_MAX_OUTPUT
-               ) -> bytes:
-    """Decompress a records block; errors are :class:`CorruptRecordError` with the codec."""
+def decompress(codec: int, data: bytes | memoryview, *, max_output: int | None = None) -> bytes:
+    """Decompress a records block; errors are :class:`CorruptRecordError` with the codec.
+
+    ``max_output``: refuse a block that inflates past this many bytes (default
+    ``min(inflate_budget(len(data)), MAX_BLOCK_OUTPUT)``).
+    """
     if codec == NONE:
         return bytes(data)
-    name = NAMES.get(codec)
-    if name is None:
-        raise CorruptRecordError(f"unknown compression codec id {codec} (expected 0-4)")
-    try:
-        if codec == GZIP:
-            out = cramjam.gzip.decompress(data)
-        elif codec == SNAPPY:
-            out = _snappy_decompress(bytes(data), max_output)
-        elif codec == LZ4:
-            out = cramjam.lz4.decompress(data)
+    if max_output is None:
+        max_output = min(inflate_budget(len(data)), MAX_BLOCK_OUTPUT)
+    out = Inflater()
+    out.append(codec, data, max_output)
+    return out.data.tobytes()
+
+
+class Inflater:
+    """Decompresses records blocks back to back into one growing buffer (:attr:`data`).
+
+    Each block gets room after the bytes so far: a guess (4x its size + 64 KiB, or what
+    is free), doubled (and the block decompressed again) until it fits, up to ``limit + 1``
+    bytes: a block that fills that much is refused. The buffer grows by doubling, keeping
+    what it holds, so a log's blocks cost about one copy in all.
+    """
+
+    def __init__(self) -> None:
+        self._buf = np.empty(0, dtype=np.uint8)
+        self._used = 0
+
+    @property
+    def data(self) -> np.ndarray:
+        """All blocks appended so far, back to back (a view of the buffer)."""
+        return self._buf[: self._used]
+
+    def append_raw(self, data: bytes | memoryview) -> int:
+        """Append an uncompressed block; returns its size."""
+        self._room(len(data))[:] = np.frombuffer(data, dtype=np.uint8)
+        self._used += len(data)
+        return len(data)
+
+    def append(self, codec: int, data: bytes | memoryview, limit: int) -> int:
+        """Append ``data`` decompressed; returns its decompressed size.
+
+        Raises :class:`CorruptRecordError` naming the codec and the numbers when ``data``
+        does not decompress, :class:`OutputLimitError` when it inflates past ``limit``.
+        """
+        name = NAMES.get(codec)
+        if name is None or codec == NONE:
+            raise CorruptRecordError(f"unknown compression codec id {codec} (expected 1-4)")
+        try:
+            if codec == SNAPPY:
+                n = self._snappy(memoryview(data), limit)
+            else:
+                n = self._stream(_STREAMS[codec], data, limit)
+        except CorruptRecordError as exc:
+            raise type(exc)(f"{name} block of {len(data)} bytes: {exc}") from None
+        except Exception as exc:  # cramjam raises its own DecompressionError / ValueError
+            raise CorruptRecordError(
+                f"{name} block of {len(data)} bytes does not decompress: {exc}"
+            ) from None
+        self._used += n
+        return n
+
+    def _room(self, size: int) -> np.ndarray:
+        """``size`` bytes after the used ones, growing the buffer (doubling) if needed."""
+        end = self._used + size
+        if len(self._buf) < end:
+            grown = np.empty(max(end, 2 * len(self._buf)), dtype=np.uint8)
+            grown[: self._used] = self._buf[: self._used]
+            self._buf = grown
+        return self._buf[self._used : end]
+
+    def _stream(self, into: _Into, data: bytes | memoryview, limit: int) -> int:
+        free = len(self._buf) - self._used
+        size = min(limit + 1, max(free, 4 * len(data) + _MIN_GUESS))
+        while True:
+            try:
+                n = into(data, self._room(size))
+                if n <= limit:
+                    return n
+            except Exception as exc:
+                if _FULL not in str(exc):
+                    raise
+            if size > limit:
+                raise OutputLimitError(f"inflates past the limit of {limit} bytes")
+            size = min(limit + 1, 2 * size)
+
+    def _snappy(self, view: memoryview, limit: int) -> int:
+        """Raw snappy, or xerial blocks (int32 length + raw snappy) after the 16-byte
+        header; each raw block starts with its decompressed length (a varint)."""
+        if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+            blocks = [view]
         else:
-            out = cramjam.zstd.decompress(data)
-    except CorruptRecordError:
-        raise
-    except Exception as exc:  # cramjam raises its own DecompressionError / ValueError
-        raise CorruptRecordError(f"{name} block of {len(data)} bytes does not decompress: "
-                                 f"{exc}") from None
-    out = bytes(out)
-    if len(out) > max_output:
-        raise CorruptRecordError(f"{name} block decompresses to {len(out)} bytes, more than "
-                                 f"the limit {max_output}")
-    return out
+            blocks, pos = [], len(XERIAL_HEADER)
+            while pos < len(view):
+                if pos + 4 > len(view):
+                    raise CorruptRecordError(
+                        f"xerial block length at {pos} runs past the end ({len(view)} bytes)"
+                    )
+                (size,) = _INT32.unpack_from(view, pos)
+                pos += 4
+                if size < 0 or pos + size > len(view):
+                    raise CorruptRecordError(
+                        f"xerial block at {pos - 4} claims {size} bytes, {len(view) - pos} remain"
+                    )
+                blocks.append(view[pos : pos + size])
+                pos += size
+        claims = [cramjam.snappy.decompress_raw_len(b) for b in blocks]
+        total = sum(claims)
+        if total > limit:
+            raise OutputLimitError(
+                f"{len(blocks)} raw block(s) claim {total} bytes, past the limit of {limit} bytes"
+            )
+        out = self._room(total)
+        at = 0
+        for i, (block, claim) in enumerate(zip(blocks, claims, strict=True)):
+            got = cramjam.snappy.decompress_raw_into(block, out[at : at + claim])
+            if got != claim:
+                raise CorruptRecordError(f"raw block {i} claims {claim} bytes, holds {got}")
+            at += got
+        return at
 
 
 def _xerial_compress(data: bytes | memoryview) -> bytes:
     view = memoryview(data)
     parts = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(view[start:start + XERIAL_BLOCK]))
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK]))
         parts.append(_INT32.pack(len(block)))
         parts.append(block)
-    return b"".join(parts)
-
-
-def _snappy_raw(block: bytes, max_output: int) -> bytes:
-    # the raw format starts with the uncompressed length as a (non-zig-zag) varint
-    claimed, shift = 0, 0
-    for b in block[:5]:
-        claimed |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            break
-    else:
-        raise CorruptRecordError("snappy block has no valid length prefix")
-    if claimed > max_output:
-        raise CorruptRecordError(f"snappy block claims {claimed} bytes, more than the limit "
-                                 f"{max_output}")
-    return bytes(cramjam.snappy.decompress_raw(block))
-
-
-def _snappy_decompress(data: bytes, max_output: int) -> bytes:
-    if not data.startswith(XERIAL_MAGIC):
-        return _snappy_raw(data, max_output)
-    pos, parts, total = 16, [], 0
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise CorruptRecordError(f"xerial snappy block length at {pos} runs past the end "
-                                     f"({len(data)} bytes)")
-        (size,) = _INT32.unpack_from(data, pos)
-        pos += 4
-        if size < 0 or pos + size > len(data):
-            raise CorruptRecordError(f"xerial snappy block at {pos - 4} claims {size} bytes, "
-                                     f"{len(data) - pos} remain")
-        part = _snappy_raw(data[pos:pos + size], max_output - total)
-        total += len(part)
-        parts.append(part)
-        pos += size
     return b"".join(parts)

@@ -40,14 +40,19 @@ from seglake.record.batch import (
     BatchScan,
     scan_batches,
 )
-from seglake.record.codecs import NAMES, decompress
+from seglake.record.codecs import (
+    MAX_BLOCK_OUTPUT,
+    Inflater,
+    OutputLimitError,
+    inflate_budget,
+)
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, decode_varint, read_varints
 
 MIN_RECORD_BODY = 6  # attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
 MIN_RECORD_SIZE = 1 + MIN_RECORD_BODY  # plus the length varint
 MIN_HEADER_SIZE = 2  # keyLength, valueLength
-MAX_BATCH_OUTPUT = 1 << 30  # refuse a compressed records block that inflates beyond this
+MAX_BATCH_OUTPUT = MAX_BLOCK_OUTPUT  # refuse a records block that inflates beyond this
 # below this many chains still running, one numpy step costs more than walking them in Python
 PYTHON_WALK_BELOW = 48
 _INLINE = 12  # binary_view keeps values of up to 12 bytes inside the view
@@ -107,12 +112,18 @@ def decode_batches(
     skip_control: bool = True,
     path: str | None = None,
     max_batch_bytes: int = MAX_BATCH_OUTPUT,
+    max_decompressed_bytes: int | None = None,
 ) -> pa.Table:
     """One row per record of the batches of ``scan`` (found in ``buf``), in file order.
 
     Columns are exactly :data:`RECORD_SCHEMA`. Control batches (transaction markers) are
     left out when ``skip_control``. Batches are decoded whether or not ``scan.crc_valid``
-    says their CRC matched. ``max_batch_bytes`` bounds one decompressed records block.
+    says their CRC matched.
+
+    Decompression is bounded: one records block inflates to at most ``max_batch_bytes``,
+    all of them together to at most ``max_decompressed_bytes`` (default
+    :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
+    least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
     """
     data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
@@ -128,7 +139,12 @@ def decode_batches(
     counts = scan.records_count[sel]
     ctx = _Context(path, position, scan.base_offset[sel], counts)
     data, start, end = _record_blocks(
-        data, position + HEADER_SIZE, end, scan.attributes[sel] & CODEC_MASK, ctx, max_batch_bytes
+        data,
+        position + HEADER_SIZE,
+        end,
+        scan.attributes[sel] & CODEC_MASK,
+        ctx,
+        (max_batch_bytes, max_decompressed_bytes),
     )
     too_many = counts > (end - start) // MIN_RECORD_SIZE
     if too_many.any():
@@ -261,32 +277,43 @@ def _record_blocks(
     end: np.ndarray,
     codec: np.ndarray,
     ctx: _Context,
-    max_batch_bytes: int,
+    limits: tuple[int, int | None],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(data, start, end)``: the records block of each batch is ``data[start:end]``.
 
     Without compression that is the file buffer itself (no copy); otherwise the blocks,
-    decompressed where needed, are joined into one buffer.
+    decompressed where needed, are joined into one buffer. ``limits``: bytes one block,
+    and all blocks together (``None``: :func:`inflate_budget`), may decompress to.
     """
-    if not codec.any():
+    packed = (codec != 0) & (end > start)
+    if not packed.any():
         return data, start, end
+    max_block, budget = limits
+    if budget is None:
+        budget = inflate_budget(int((end - start)[packed].sum()))
     view = memoryview(data)
-    pieces: list[bytes | memoryview] = []
+    out = Inflater()
     sizes = np.empty(len(start), dtype=np.int64)
+    left = budget
     for b, (a, z, c) in enumerate(zip(start.tolist(), end.tolist(), codec.tolist(), strict=True)):
-        piece: bytes | memoryview = view[a:z]
-        if c and z > a:
-            try:
-                piece = decompress(c, piece, max_output=max_batch_bytes)
-            except CorruptRecordError as exc:
-                raise ctx.error(
-                    b, f"records block ({NAMES.get(c, c)}, {z - a} bytes): {exc}"
-                ) from None
-        pieces.append(piece)
-        sizes[b] = len(piece)
-    joined = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        if not (c and z > a):
+            sizes[b] = out.append_raw(view[a:z])
+            continue
+        limit = min(max_block, left)
+        try:
+            sizes[b] = out.append(c, view[a:z], limit)
+        except OutputLimitError as exc:
+            why = (
+                "max_batch_bytes"
+                if limit == max_block
+                else f"what is left of the {budget}-byte budget of this read"
+            )
+            raise ctx.error(b, f"records block: {exc} ({why})") from None
+        except CorruptRecordError as exc:
+            raise ctx.error(b, f"records block: {exc}") from None
+        left -= int(sizes[b])
     new_end = np.cumsum(sizes)
-    return joined, new_end - sizes, new_end
+    return out.data, new_end - sizes, new_end
 
 
 def _walk_records(
