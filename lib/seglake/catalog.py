@@ -24,11 +24,11 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import importlib.resources
-import tempfile
 import itertools
 import json
 import os
 import random
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +56,7 @@ from seglake.storage.naming import (
     validate_partition,
     validate_topic,
 )
+from seglake.testing_hooks import crash_point
 
 __all__ = [
     "CATALOG_DIR",
@@ -596,6 +597,7 @@ class Catalog:
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         aid = app_id(run_id)
+        crash_point(f"catalog.{op}")
         self.create_if_missing()
         lost: tuple[int, int] | None = None  # (read version, version that beat us)
         for attempt in range(1, self.max_attempts + 1):
@@ -634,6 +636,7 @@ class Catalog:
                 },
             )
             try:
+                crash_point(f"catalog.{op}.write")
                 write(table, props)
             except CommitFailedError as exc:
                 now = self.version()
@@ -646,6 +649,7 @@ class Catalog:
                 continue
             except DeltaError as exc:
                 raise CatalogError(f"{op} of run {run_id!r} failed: {exc}") from exc
+            crash_point(f"catalog.{op}.done")
             return CommitResult(
                 committed=True,
                 already_committed=False,

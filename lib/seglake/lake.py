@@ -19,6 +19,7 @@ from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from seglake.testing_hooks import crash_point
 
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 STAGING = "_staging"
@@ -50,6 +51,7 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
             return 0
         fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         lakefs.move(fs, src, dst)
+        crash_point("publish")
         return 1
 
     with ThreadPoolExecutor(max_workers=8) as pool:

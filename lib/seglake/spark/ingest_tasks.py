@@ -30,6 +30,7 @@ from seglake.errors import SeglakeError
 from seglake.record.partitioner import default_partition
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.writer import SegmentInfo, SegmentWriter
+from seglake.testing_hooks import crash_point
 
 SEGMENT_ROWS = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("base_offset", pa.int64()),
@@ -164,6 +165,7 @@ class _StagedWriters:
     def append(self, key: Key, writer: SegmentWriter, records: pa.Table) -> None:
         self.infos.extend((*key, i) for i in writer.append(records))
         self.written += records.num_rows
+        crash_point("write")
         if self.fail_after is not None and self.written >= self.fail_after:
             raise RuntimeError(f"seglake test hook: task failed after {self.written} "
                                "records (fail_after_records)")
