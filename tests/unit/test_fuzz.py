@@ -239,7 +239,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_high_ratio_blocks_within_the_limit_decompress(codec: int) -> None:
-    """Output far beyond the first guess of the buffer (4x the input + 64 KiB): it grows."""
+    """Output far beyond the first guess of the buffer (16x the input + 64 KiB): it grows."""
     frame = bomb(codec, 8 << 20)
     assert codecs.decompress(codec, frame, max_output=8 << 20) == bytes(8 << 20)
     with pytest.raises(codecs.OutputLimitError):

@@ -94,7 +94,7 @@ def decompress(codec: int, data: bytes | memoryview, *, max_output: int | None =
 class Inflater:
     """Decompresses records blocks back to back into one growing buffer (:attr:`data`).
 
-    Each block gets room after the bytes so far: a guess (4x its size + 64 KiB, or what
+    Each block gets room after the bytes so far: a guess (16x its size + 64 KiB, or what
     is free), doubled (and the block decompressed again) until it fits, up to ``limit + 1``
     bytes: a block that fills that much is refused. The buffer grows by doubling, keeping
     what it holds, so a log's blocks cost about one copy in all.
@@ -149,7 +149,7 @@ class Inflater:
 
     def _stream(self, into: _Into, data: bytes | memoryview, limit: int) -> int:
         free = len(self._buf) - self._used
-        size = min(limit + 1, max(free, 4 * len(data) + _MIN_GUESS))
+        size = min(limit + 1, max(free, 16 * len(data) + _MIN_GUESS))
         while True:
             try:
                 n = into(data, self._room(size))
