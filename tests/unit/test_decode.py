@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from seglake.errors import CorruptRecordError
-from seglake.record import decode
+from seglake.record import decode, walk
 from seglake.record.batch import CONTROL_BIT, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, scan_batches
 from seglake.record.control import (
     ControlRecord,
@@ -35,7 +35,7 @@ WALKS = pytest.mark.parametrize("walk_below", [1, 10**9], ids=["numpy-walk", "py
 
 
 def walking(walk_below: int):
-    return patch.object(decode, "PYTHON_WALK_BELOW", walk_below)
+    return patch.object(walk, "PYTHON_WALK_BELOW", walk_below)
 
 
 # ---------------------------------------------------------------- building logs

@@ -1,33 +1,16 @@
 """Decode the records of RecordBatch v2 batches into the internal record table.
 
-Record, inside a batch's records block (after decompression); varints are zig-zag::
-
-    length          varint   bytes of the record after this field (>= 6)
-    attributes      int8     unused
-    timestampDelta  varlong  timestamp = baseTimestamp + delta (LogAppendTime: maxTimestamp)
-    offsetDelta     varint   offset = baseOffset + delta, 0 <= delta <= lastOffsetDelta
-    keyLength       varint   -1 = null key
-    key             bytes
-    valueLength     varint   -1 = null value (tombstone)
-    value           bytes
-    headerCount     varint
-    headers         headerCount x (keyLength varint >= 0, key UTF-8,
-                                   valueLength varint (-1 = null), value)
-
-Vectorised: the only per-record step that cannot be is finding where each record starts
-(``p += length``). That chain is walked for all batches at once, one record per batch per
-numpy step; the few long batches left at the end are walked in Python. All fields are then
-read with numpy over all records of all batches, and keys/values (and headers) are gathered
-by Arrow: a ``binary_view`` array pointing into the records blocks, cast to ``binary``.
+Three stages over all selected batches at once: the records blocks (the file buffer itself,
+or the blocks decompressed into one buffer, within a memory budget); the records and their
+fields, located and checked by :mod:`seglake.record.walk` (record layout there); the
+columns, where keys/values (and headers) are gathered by Arrow: a ``binary_view`` array
+pointing into the records blocks, cast to ``binary``.
 
 Bytes that do not decode raise :class:`CorruptRecordError` naming the file, the batch
 position, the record and the numbers; nothing is allocated from an unchecked length.
 """
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -47,18 +30,33 @@ from seglake.record.codecs import (
     inflate_budget,
 )
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_records
-from seglake.record.varint import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, decode_varint, read_varints
+from seglake.record.varint import fast_varints
+from seglake.record.walk import (
+    MIN_HEADER_SIZE,
+    MIN_RECORD_BODY,
+    MIN_RECORD_SIZE,
+    BatchContext,
+    read_fields,
+    walk_headers,
+    walk_records,
+)
 
-MIN_RECORD_BODY = 6  # attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
-MIN_RECORD_SIZE = 1 + MIN_RECORD_BODY  # plus the length varint
-MIN_HEADER_SIZE = 2  # keyLength, valueLength
+# fast_varints (seglake.record.varint) and MIN_* (seglake.record.walk): re-exported
+__all__ = [
+    "MAX_BATCH_OUTPUT",
+    "MIN_HEADER_SIZE",
+    "MIN_RECORD_BODY",
+    "MIN_RECORD_SIZE",
+    "decode_batch",
+    "decode_batches",
+    "fast_varints",
+    "read_log",
+]
+
 MAX_BATCH_OUTPUT = MAX_BLOCK_OUTPUT  # refuse a records block that inflates beyond this
-# below this many chains still running, one numpy step costs more than walking them in Python
-PYTHON_WALK_BELOW = 48
 _INLINE = 12  # binary_view keeps values of up to 12 bytes inside the view
 _MAX_BINARY = (1 << 31) - 1  # bytes of one pa.binary() chunk
 _WINDOW = 1 << 30  # binary_view offsets are int32: data beyond 2 GiB is cut into windows
-_LE_U32 = np.dtype("<u4")
 # _INLINE_MASKS[k]: keeps the first k of 12 inline bytes (as three int32), zeroes the rest
 _INLINE_MASKS = (
     (np.arange(_INLINE)[None, :] < np.arange(_INLINE + 1)[:, None])
@@ -66,9 +64,6 @@ _INLINE_MASKS = (
     .__mul__(0xFF)
     .view(np.int32)
 )
-_U32_ONE = np.uint32(1)
-_U32_STOP_BITS = np.uint32(0x80808080)
-_U32_GROUPS = [np.uint32(0x7F << (7 * k)) for k in range(4)]
 
 
 def read_log(
@@ -137,7 +132,7 @@ def decode_batches(
             path=path,
         )
     counts = scan.records_count[sel]
-    ctx = _Context(path, position, scan.base_offset[sel], counts)
+    ctx = BatchContext(path, position, scan.base_offset[sel], counts)
     data, start, end = _record_blocks(
         data,
         position + HEADER_SIZE,
@@ -157,9 +152,9 @@ def decode_batches(
     # only now that the counts are bounded by the bytes: one entry per record
     ctx.rec_batch = np.repeat(np.arange(len(sel)), counts)
     ctx.rec_base = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    body, rec_end = _walk_records(data, start, end, ctx)
+    body, rec_end = walk_records(data, start, end, ctx)
     rec_batch = ctx.rec_batch
-    f = _read_fields(data, body, rec_end, ctx)
+    f = read_fields(data, body, rec_end, ctx)
 
     offset_delta = f["offset_delta"]
     last_delta = (scan.last_offset[sel] - scan.base_offset[sel])[rec_batch]
@@ -196,87 +191,12 @@ def decode_batches(
     return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
 
 
-@dataclasses.dataclass
-class _Context:
-    """Where the selected batches are, to name them in errors."""
-
-    path: str | None
-    position: np.ndarray  # file position of each selected batch
-    base_offset: np.ndarray
-    counts: np.ndarray
-    # set once the counts are checked: batch of each record, first record of each batch
-    rec_batch: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    rec_base: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def error(self, b: int, message: str) -> CorruptRecordError:
-        return CorruptRecordError(
-            f"batch with base offset {int(self.base_offset[b])}: {message}",
-            path=self.path,
-            position=int(self.position[b]),
-        )
-
-    def record_error(self, i: int, message: str) -> CorruptRecordError:
-        b = int(self.rec_batch[i])
-        k = i - int(self.rec_base[b])
-        return self.error(b, f"record {k} of {int(self.counts[b])}: {message}")
-
-    def check(self, bad: np.ndarray, message: Callable[[int], str]) -> None:
-        """Raise for the first record ``i`` where ``bad[i]``, saying ``message(i)``."""
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise self.record_error(i, message(i))
-
-
-def _varints(
-    data: np.ndarray,
-    pos: np.ndarray,
-    max_bytes: int,
-    what: str,
-    fail: Callable[[int, str], CorruptRecordError],
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`fast_varints`, with errors re-raised naming the batch and record."""
-    try:
-        return fast_varints(data, pos, max_bytes)
-    except CorruptRecordError as exc:
-        j = int(np.argmax(pos == exc.position)) if exc.position is not None else 0
-        reason = str(exc).split(": ", 1)[-1]
-        raise fail(j, f"{what}: {reason}") from None
-
-
-def fast_varints(
-    data: np.ndarray, pos: np.ndarray, max_bytes: int = MAX_VARLONG_BYTES
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`read_varints` (same result and errors), about 3x faster for short varints.
-
-    Varints of up to 4 bytes (values of up to 27 bits: lengths, deltas, counts) are decoded
-    from one unaligned little-endian uint32 gathered at each position; the rest (longer
-    ones, and those within 3 bytes of the end of ``data``) go to :func:`read_varints`.
-    """
-    span = len(data)
-    if span < 4 or not len(pos) or max_bytes < 4:
-        return read_varints(data, pos, max_bytes)
-    words = np.ndarray((span - 3,), _LE_U32, buffer=data, strides=(1,))
-    w = words[np.minimum(pos, span - 4)]
-    stop = ~w & _U32_STOP_BITS
-    first = stop & (~stop + _U32_ONE)  # 0x80 << 8 * (size - 1): the last byte's clear high bit
-    w &= (first << _U32_ONE) - _U32_ONE
-    z = w & _U32_GROUPS[0]
-    for k in range(1, 4):
-        z |= (w >> np.uint32(k)) & _U32_GROUPS[k]
-    values = ((z >> _U32_ONE) ^ (np.uint32(0) - (z & _U32_ONE))).view(np.int32).astype(np.int64)
-    sizes = ((np.bitwise_count(first - _U32_ONE) + 1) >> 3).astype(np.int64)
-    slow = np.flatnonzero((first == 0) | (pos > span - 4))
-    if len(slow):
-        values[slow], sizes[slow] = read_varints(data, pos[slow], max_bytes)
-    return values, sizes
-
-
 def _record_blocks(
     data: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
     codec: np.ndarray,
-    ctx: _Context,
+    ctx: BatchContext,
     limits: tuple[int, int | None],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(data, start, end)``: the records block of each batch is ``data[start:end]``.
@@ -316,263 +236,27 @@ def _record_blocks(
     return out.data, new_end - sizes, new_end
 
 
-def _walk_records(
-    data: np.ndarray, start: np.ndarray, end: np.ndarray, ctx: _Context
-) -> tuple[np.ndarray, np.ndarray]:
-    """Follow each batch's record length chain: ``(body, end)`` of every record.
-
-    ``body`` is where a record's attributes byte is, ``end`` one past its last byte.
-    Records come out batch by batch, in order.
-    """
-    counts, rec_base = ctx.counts, ctx.rec_base
-    total = int(counts.sum())
-    body = np.empty(total, dtype=np.int64)
-    rec_end = np.empty(total, dtype=np.int64)
-    active = np.flatnonzero(counts > 0)
-    empty = (counts == 0) & (end > start)
-    if empty.any():
-        b = int(np.argmax(empty))
-        raise ctx.error(
-            b, f"records count is 0 but the records block has {int(end[b] - start[b])} bytes"
-        )
-    pos = start[active]
-    limit = end[active]
-    k = 0
-    while len(active) >= max(PYTHON_WALK_BELOW, 1):
-        short = pos >= limit
-        if short.any():
-            b = int(active[np.argmax(short)])
-            raise ctx.error(
-                b, f"records block holds only {k} records, the header says {int(counts[b])}"
-            )
-        lens, sizes = _varints(
-            data,
-            pos,
-            MAX_VARINT_BYTES,
-            "record length",
-            lambda j, m, a=active, k=k: ctx.error(int(a[j]), f"record {k}: {m}"),
-        )
-        first = pos + sizes
-        last = first + lens
-        bad = (lens < MIN_RECORD_BODY) | (last > limit)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise ctx.error(
-                int(active[j]), _length_message(k, int(lens[j]), int(limit[j] - first[j]))
-            )
-        idx = rec_base[active] + k
-        body[idx] = first
-        rec_end[idx] = last
-        pos = last
-        k += 1
-        done = counts[active] <= k
-        if done.any():
-            trailing = done & (pos != limit)
-            if trailing.any():
-                j = int(np.argmax(trailing))
-                raise ctx.error(
-                    int(active[j]), f"{int(limit[j] - pos[j])} bytes follow the last of {k} records"
-                )
-            keep = ~done
-            active, pos, limit = active[keep], pos[keep], limit[keep]
-    view = memoryview(data)
-    for b, p, lim in zip(active.tolist(), pos.tolist(), limit.tolist(), strict=True):
-        n = int(counts[b])
-        firsts, lasts = _walk_one(view, p, lim, k, n, lambda m, b=b: ctx.error(b, m))
-        base = int(rec_base[b])
-        body[base + k : base + n] = firsts
-        rec_end[base + k : base + n] = lasts
-    return body, rec_end
-
-
-def _walk_one(
-    view: memoryview, p: int, limit: int, k: int, n: int, fail: Callable[[str], CorruptRecordError]
-) -> tuple[list[int], list[int]]:
-    """Records ``k..n-1`` of one batch in Python: ``(bodies, ends)``."""
-    firsts: list[int] = []
-    lasts: list[int] = []
-    for r in range(k, n):
-        if p >= limit:
-            raise fail(f"records block holds only {r} records, the header says {n}")
-        c = view[p]
-        if c < 0x80:
-            length, p = (c >> 1) ^ -(c & 1), p + 1
-        else:
-            try:
-                length, p = decode_varint(view, p, MAX_VARINT_BYTES)
-            except CorruptRecordError as exc:
-                raise fail(f"record {r}: record length: {str(exc).split(': ', 1)[-1]}") from None
-        if length < MIN_RECORD_BODY or p + length > limit:
-            raise fail(_length_message(r, length, limit - p))
-        firsts.append(p)
-        p += length
-        lasts.append(p)
-    if p != limit:
-        raise fail(f"{limit - p} bytes follow the last of {n} records")
-    return firsts, lasts
-
-
-def _length_message(k: int, length: int, remaining: int) -> str:
-    return (
-        f"record {k}: length {length} is invalid ({remaining} bytes remain in the "
-        f"records block, a record body takes at least {MIN_RECORD_BODY})"
-    )
-
-
-def _read_fields(
-    data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: _Context
-) -> dict[str, np.ndarray]:
-    """Timestamp/offset deltas, key/value positions and lengths, header counts."""
-    out: dict[str, np.ndarray] = {}
-    p = body + 1  # attributes: unused
-
-    def varint(name: str, max_bytes: int, follows: str) -> np.ndarray:
-        """Read field ``name``; the record must still hold ``follows`` after it."""
-        nonlocal p
-        values, sizes = _varints(data, p, max_bytes, name, ctx.record_error)
-        p = p + sizes
-        ctx.check(
-            p >= end,
-            lambda i: f"the record ({int(end[i] - body[i])} bytes) ends before its {follows}",
-        )
-        return values
-
-    out["timestamp_delta"] = varint("timestamp delta", MAX_VARLONG_BYTES, "offset delta")
-    out["offset_delta"] = varint("offset delta", MAX_VARINT_BYTES, "key length")
-    for name, follows in (("key", "value length"), ("value", "header count")):
-        length = varint(f"{name} length", MAX_VARINT_BYTES, follows)
-        start = p
-        p = p + np.maximum(length, 0)
-        ctx.check(length < -1, lambda i, n=name, v=length: f"{n} length {int(v[i])} is negative")
-        ctx.check(
-            p >= end,
-            lambda i, n=name, v=length, f=follows, s=start: (
-                f"{n} length {int(v[i])} leaves no room for the {f} ({int(end[i] - s[i])} bytes "
-                f"remain in the record)"
-            ),
-        )
-        out[f"{name}_pos"] = start
-        out[f"{name}_len"] = length
-    count, sizes = _varints(data, p, MAX_VARINT_BYTES, "header count", ctx.record_error)
-    p = p + sizes
-    ctx.check(
-        (count < 0) | (count * MIN_HEADER_SIZE > end - p),
-        lambda i: (
-            f"header count {int(count[i])} is invalid ({int(end[i] - p[i])} bytes remain in the "
-            f"record)"
-        ),
-    )
-    out["header_pos"] = p
-    out["header_count"] = count
-    return out
-
-
 def _headers(
-    data: np.ndarray, pos: np.ndarray, count: np.ndarray, end: np.ndarray, ctx: _Context
+    data: np.ndarray, pos: np.ndarray, count: np.ndarray, end: np.ndarray, ctx: BatchContext
 ) -> pa.Array:
-    """The ``headers`` column: walks each record's headers, checks the record ends there."""
-    n = len(count)
-    if not count.any():
-        ctx.check(pos != end, lambda i: f"{int(end[i] - pos[i])} bytes follow the headers")
-        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
-        return pa.ListArray.from_arrays(
-            offsets,
-            _header_structs(pa.array([], pa.binary()), pa.array([], pa.binary())),
-            type=HEADERS_TYPE,
+    """The ``headers`` column: ``list<struct<key: string, value: binary>>``."""
+    h = walk_headers(data, pos, count, end, ctx)
+    if len(h.key_pos) > _MAX_BINARY:
+        raise ctx.record_error(
+            int(h.owner[0]), f"{len(h.key_pos)} headers are more than a column holds"
         )
-    none = count == 0
-    ctx.check(none & (pos != end), lambda i: f"{int(end[i] - pos[i])} bytes follow the headers")
-    recs = np.flatnonzero(~none)
-    cnt = count[recs]
-    base = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-    total = int(cnt.sum())
-    if total > _MAX_BINARY:
-        raise ctx.record_error(int(recs[0]), f"{total} headers are more than one column holds")
-    key_pos, key_len, val_pos, val_len = (np.empty(total, dtype=np.int64) for _ in range(4))
-    active = np.arange(len(recs))
-    hp = pos[recs]
-    lim = end[recs]
-    j = 0
-    while len(active) >= max(PYTHON_WALK_BELOW, 1):
-        q = hp[active]
-        e = lim[active]
-        owner = recs[active]
-
-        def fail(i: int, m: str, owner: np.ndarray = owner, j: int = j) -> CorruptRecordError:
-            return ctx.record_error(int(owner[i]), f"header {j}: {m}")
-
-        kl, s = _varints(data, q, MAX_VARINT_BYTES, "key length", fail)
-        q = q + s
-        kp = q
-        q = q + kl
-        bad = (kl < 0) | (q >= e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"key length {int(kl[i])} is invalid ({int(e[i] - kp[i])} bytes "
-                f"remain in the record)",
-            )
-        vl, s = _varints(data, q, MAX_VARINT_BYTES, "value length", fail)
-        q = q + s
-        vp = q
-        q = q + np.maximum(vl, 0)
-        bad = (vl < -1) | (q > e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"value length {int(vl[i])} is invalid ({int(e[i] - vp[i])} bytes "
-                f"remain in the record)",
-            )
-        idx = base[active] + j
-        key_pos[idx], key_len[idx], val_pos[idx], val_len[idx] = kp, kl, vp, vl
-        hp[active] = q
-        j += 1
-        done = cnt[active] <= j
-        bad = np.where(done, q != e, q >= e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"{int(e[i] - q[i])} bytes follow the last header"
-                if done[i]
-                else "the record ends before its next header",
-            )
-        active = active[~done]
-    view = memoryview(data)
-    for a in active.tolist():
-        r = int(recs[a])
-        b0 = int(base[a])
-        q, e = int(hp[a]), int(lim[a])
-        for h in range(j, int(cnt[a])):
-
-            def fail(m: str, r: int = r, h: int = h) -> CorruptRecordError:
-                return ctx.record_error(r, f"header {h}: {m}")
-
-            kl, q = _scalar_varint(view, q, e, "key length", fail)
-            if kl < 0 or q + kl >= e:
-                raise fail(f"key length {kl} is invalid ({e - q} bytes remain in the record)")
-            key_pos[b0 + h], key_len[b0 + h] = q, kl
-            q += kl
-            vl, q = _scalar_varint(view, q, e, "value length", fail)
-            if vl < -1 or q + max(vl, 0) > e:
-                raise fail(f"value length {vl} is invalid ({e - q} bytes remain in the record)")
-            val_pos[b0 + h], val_len[b0 + h] = q, vl
-            q += max(vl, 0)
-        if q != e:
-            raise ctx.record_error(r, f"{e - q} bytes follow the last header")
-    keys = _binary(data, key_pos, key_len)
+    keys = _binary(data, h.key_pos, h.key_len)
     try:
         keys = keys.cast(pa.string())
     except pa.ArrowInvalid:
         i = _first_bad_utf8(keys)
-        owner = int(recs[np.searchsorted(base, i, side="right") - 1])
+        owner = int(h.owner[np.searchsorted(h.first, i, side="right") - 1])
         raise ctx.record_error(owner, "a header key is not valid UTF-8") from None
-    offsets = np.zeros(n + 1, dtype=np.int32)
+    offsets = np.zeros(len(count) + 1, dtype=np.int32)
     np.cumsum(count, out=offsets[1:])
+    values = _binary(data, h.value_pos, h.value_len)
     return pa.ListArray.from_arrays(
-        pa.array(offsets), _header_structs(keys, _binary(data, val_pos, val_len)), type=HEADERS_TYPE
+        pa.array(offsets), _header_structs(keys, values), type=HEADERS_TYPE
     )
 
 
@@ -593,17 +277,6 @@ def _first_bad_utf8(keys: pa.Array | pa.ChunkedArray) -> int:
         except UnicodeDecodeError:
             return i
     return 0
-
-
-def _scalar_varint(
-    view: memoryview, p: int, end: int, what: str, fail: Callable[[str], CorruptRecordError]
-) -> tuple[int, int]:
-    if p >= end:
-        raise fail(f"{what} runs past the record end")
-    try:
-        return decode_varint(view, p, MAX_VARINT_BYTES)
-    except CorruptRecordError as exc:
-        raise fail(f"{what}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array | pa.ChunkedArray:
