@@ -87,7 +87,8 @@ class LogSegment:
         next_offset, max_timestamp: from the catalog if known, else derived on demand.
         index_interval_bytes: used when indexes must be rebuilt.
         staged_path: where the files are if ``log_path`` is missing (a committed run
-            whose files were not moved out of staging yet).
+            whose files were not moved out of staging yet). A segment that switched to
+            the staged copy switches back once the files have moved to ``log_path``.
     """
 
     def __init__(self, fs: pafs.FileSystem, log_path: str, *, size: int | None = None,
@@ -110,17 +111,19 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
-        self._staged_path = staged_path
+        self._other_path = staged_path  # the copy not in use: staged, or final after a switch
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
 
     def _fallback(self) -> bool:
-        """Switch to the staged copy if the final file is missing; False if there is none."""
-        staged, self._staged_path = self._staged_path, None
-        if staged is None or not lakefs.exists(self.fs, staged):
+        """Switch between the final and the staged copy (the one in use is missing: not
+        moved out of staging yet, or moved since); False if the other is missing too."""
+        other = self._other_path
+        if other is None or not lakefs.exists(self.fs, other):
             return False
-        self.log_path, self.stem = staged, staged[: -len(LOG_SUFFIX)]
+        self._other_path = self.log_path
+        self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
         return True
 
     def _read_range(self, start: int, length: int) -> bytes:
@@ -135,7 +138,7 @@ class LogSegment:
         try:
             return lakefs.read_all(self.fs, self.stem + suffix)
         except SegmentNotFoundError:
-            if suffix == LOG_SUFFIX or not self._staged_path or not self._fallback():
+            if suffix == LOG_SUFFIX or not self._fallback():
                 raise
             return lakefs.read_all(self.fs, self.stem + suffix)
 
