@@ -68,6 +68,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("seglake.ingest.local.min.records", "local_min_records", int, 10_000,
             "auto: skip the shuffle when (input task, partition) pieces average this many "
             "records", 1),
+    Setting("seglake.ingest.staging.grace.ms", "staging_grace_ms", int, 3600 * 1000,
+            "an ingest removes staged files of uncommitted runs untouched this long", 0),
     Setting("seglake.ingest.buffer.bytes", "ingest_buffer_bytes", int, 64 * 1024 * 1024,
             "without a shuffle: records buffered per task before encoding, over all its "
             "partitions", 1),
@@ -103,6 +105,7 @@ class LogConfig:
     ingest_shuffle: str = "auto"
     local_min_records: int = 10_000
     ingest_buffer_bytes: int = 64 * 1024 * 1024
+    staging_grace_ms: int = 3600 * 1000
 
     def __post_init__(self) -> None:
         for s in SETTINGS:

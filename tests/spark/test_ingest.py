@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -333,3 +334,18 @@ def test_delta_input_is_read_from_its_files(spark, tmp_path, messages):
     got = sorted(r[3] for t in ("clicks", "orders", "sensor.readings")
                  for r in partition_records(root, t, 0))
     assert got == sorted(messages.slice(300, 200).column("value").to_pylist())
+
+
+def test_next_run_removes_staged_files_of_dead_runs_only(spark, tmp_path):
+    root = tmp_path / "lake"
+    ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"a"]})), str(root), topic="g")
+    dead, live = root / "_staging" / "dead" / "g-0", root / "_staging" / "live" / "g-0"
+    for d in (dead, live):
+        d.mkdir(parents=True)
+        (d / "00000000000000000001.log").write_bytes(b"x" * 10)
+    two_hours_ago = time.time() - 7200
+    for path in (dead / "00000000000000000001.log", dead, dead.parent):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"b"]})), str(root), topic="g")
+    assert sorted(os.listdir(root / "_staging")) == ["live"]  # a run that may still write
+    assert [r[3] for r in partition_records(str(root), "g", 0)] == [b"a", b"b"]

@@ -25,6 +25,7 @@ id finishes any pending moves and changes nothing else.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -39,12 +40,14 @@ from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
-from seglake.lake import publish_pending
+from seglake.lake import cleanup, publish_pending
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.storage.naming import validate_topic
+
+log = logging.getLogger("seglake.ingest")
 
 
 @dataclasses.dataclass
@@ -119,6 +122,10 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
+    if catalog.exists():  # other runs that failed or died: finish or remove them
+        swept = cleanup(root, older_than_s=config.staging_grace_ms / 1000)
+        if swept.published_runs or swept.removed_runs:
+            log.warning("before run %s: %s", run_id, swept)
     try:
         rows, has_offset = _write(spark, df, root, run_id, config, topic, num_partitions,
                                   catalog, started, fail_after_records)
