@@ -1,4 +1,5 @@
-"""notebooks/explore.ipynb runs headless, without errors, on a small lake built by ingest."""
+"""notebooks/explore.ipynb runs headless, without errors, on a small lake built by ingest
+(its last cells start their own local[2] session for the Spark data source)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,5 @@ def test_explore_notebook_runs(lake_root, tmp_path, monkeypatch):
     assert any("catalog version" in h for h in html)  # the Lake's _repr_html_
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= 3  # segments, index, rate
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "data source == p.range(): True" in printed  # the Spark data source cell

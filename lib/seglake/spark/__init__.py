@@ -1,1 +1,19 @@
-"""Spark integration: the only package of seglake that imports pyspark."""
+"""Spark integration: the only package of seglake that imports pyspark.
+
+``seglake.spark.register(spark)`` adds the ``seglake`` data source
+(:mod:`seglake.spark.datasource`); pyspark is imported when it is called, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
+    """Register ``spark.read.format("seglake")`` on ``spark`` (see
+    :func:`seglake.spark.datasource.register`)."""
+    from seglake.spark.datasource import register as _register
+
+    _register(spark, bytes_accumulator=bytes_accumulator)
