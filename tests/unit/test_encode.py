@@ -25,6 +25,7 @@ from kafka.record.memory_records import MemoryRecords
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
 from seglake.record import encode as encode_mod
+from seglake.record import plan, varint_columns
 from seglake.record.batch import (
     HEADER,
     HEADER_SIZE,
@@ -181,15 +182,15 @@ def record_lists(draw, max_records: int = 30, wide_timestamps: bool = False) -> 
 )
 def test_varint_columns_match_varint_module(values):
     v = np.array(values, dtype=np.int64)
-    z, sizes = encode_mod.zigzag(v), encode_mod._vsize(v)
+    z, sizes = encode_mod.zigzag(v), varint_columns.vsize(v)
     assert sizes.tolist() == varint_sizes(v).tolist()
     expect = np.zeros(int(sizes.sum()), dtype=np.uint8)
     positions = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)[:-1])).astype(np.int64)
     write_varints(expect, positions, v)
-    packed, lengths = encode_mod._pack([(z, sizes)], len(v))
+    packed, lengths = varint_columns.pack_varints([(z, sizes)], len(v))
     assert packed.tobytes() == expect.tobytes()
     assert lengths.tolist() == sizes.tolist()
-    arr = encode_mod._varint_array(z, sizes, pa.binary())
+    arr = varint_columns.varint_array(z, sizes, pa.binary())
     assert b"".join(arr.to_pylist()) == expect.tobytes()
 
 
@@ -229,14 +230,14 @@ def test_wide_timestamp_deltas_are_byte_identical(recs):
 def test_general_prefix_path_matches_fast_path():
     recs = [(i, 1_000 + i * 7919, b"k%d" % i, b"v" * (i * 37 % 300), None) for i in range(500)]
     fast = encode_batches(table(recs), config=LogConfig(batch_size=2000))
-    with patch.object(encode_mod, "_prefix_array", _general_prefix):
+    with patch.object(encode_mod, "prefix_array", _general_prefix):
         general = encode_batches(table(recs), config=LogConfig(batch_size=2000))
     assert fast.tobytes() == general.tobytes()
 
 
 def _general_prefix(pieces, z_key, s_key, starts, headers, btype):
-    rel = encode_mod._Rel.concat(pieces)
-    data, lengths = encode_mod._pack(
+    rel = plan.RelVarints.concat(pieces)
+    data, lengths = varint_columns.pack_varints(
         [
             (rel.z_len, rel.s_len),
             None,
@@ -248,7 +249,7 @@ def _general_prefix(pieces, z_key, s_key, starts, headers, btype):
     )
     offsets = np.zeros(len(z_key) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return encode_mod._from_numpy(btype, offsets, data), False
+    return varint_columns.from_numpy(btype, offsets, data), False
 
 
 def test_large_binary_path_is_identical():

@@ -42,6 +42,7 @@ CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40
 NO_PRODUCER_ID = -1
 NO_TIMESTAMP = -1
+INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
 
 HEADER_DTYPE = np.dtype([
     ("base_offset", ">i8"), ("batch_length", ">i4"), ("leader_epoch", ">i4"),
