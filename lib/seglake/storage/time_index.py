@@ -26,8 +26,8 @@ Lookups (format doc section 6):
   batch with ``maxTimestamp >= target``. With ``<=``, an entry whose offset lies past the
   first batch reaching ``T`` starts the scan too late for ``target == T``.
 
-The file/preallocation/trim and warm/cold search machinery is
-:class:`~seglake.storage.offset_index.AbstractIndex`.
+The file/preallocation/trim machinery is :class:`~seglake.storage.index_file.IndexFile`,
+the warm/cold search :class:`~seglake.storage.sorted_index.AbstractIndex`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from seglake.storage.offset_index import (
-    DEFAULT_MAX_INDEX_SIZE,
-    AbstractIndex,
-    InvalidIndexAppendError,
-)
+from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppendError
+from seglake.storage.sorted_index import AbstractIndex
 
 NO_TIMESTAMP = -1
 
@@ -82,7 +79,7 @@ class TimeIndex(AbstractIndex):
     ) -> TimeIndex:
         """A writable in-memory index holding exactly these entries.
 
-        Raises :class:`~seglake.storage.offset_index.InvalidIndexAppendError` unless the
+        Raises :class:`~seglake.storage.index_file.InvalidIndexAppendError` unless the
         timestamps are >= 0 and strictly increasing and the offsets non-decreasing.
         """
         self = cls(base_offset, max_index_size)
@@ -204,10 +201,10 @@ class TimeIndex(AbstractIndex):
 
         Appends ``(timestamp, offset)`` only if ``timestamp`` is greater than the last
         entry's (``-1`` when empty). Raises
-        :class:`~seglake.storage.offset_index.IndexFullError` when full (unless
+        :class:`~seglake.storage.index_file.IndexFullError` when full (unless
         ``skip_full_check``, used for the entry forced in at roll/close, which may take the
         reserved last slot) and
-        :class:`~seglake.storage.offset_index.InvalidIndexAppendError` when ``offset`` or
+        :class:`~seglake.storage.index_file.InvalidIndexAppendError` when ``offset`` or
         ``timestamp`` is below the last entry's.
         """
         self._check_writable()

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from seglake.errors import CorruptIndexError, SegmentNotFoundError
-from seglake.storage.offset_index import InvalidIndexAppendError, ReadOnlyIndexError
+from seglake.storage.index_file import InvalidIndexAppendError, ReadOnlyIndexError
 
 CURRENT_VERSION = 0
 ENTRY_SIZE = 34
