@@ -22,40 +22,44 @@ is one Delta commit that:
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import importlib.resources
-import itertools
-import json
 import os
 import random
-import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglake.catalog_checks import (
+    Key,
+    check_commit,
+    check_removal,
+    check_replacement,
+    group_by_partition,
+    order_problems,
+)
+from seglake.catalog_rows import (
+    MAX_LISTED,
+    SORT_KEYS,
+    catalog_schema,
+    key_set,
+    keys_predicate,
+    keys_table,
+    listing,
+    normalize_rows,
+    schema_spec,
+)
 from seglake.errors import (
     CatalogError,
     ConcurrentRunError,
-    InvalidTopicError,
     OffsetOrderError,
     SeglakeError,
-    SegmentNotFoundError,
 )
-from seglake.fs import validate_relative
-from seglake.storage.naming import (
-    partition_dir_name,
-    segment_file_name,
-    validate_partition,
-    validate_topic,
-)
+from seglake.storage.naming import validate_partition, validate_topic
 from seglake.testing_hooks import crash_point
 
 __all__ = [
@@ -69,67 +73,7 @@ __all__ = [
 
 CATALOG_DIR = "_catalog"
 APP_ID_PREFIX = "seglake:"
-KEY_COLUMNS = ("topic", "partition", "base_offset")
-SORT_KEYS = [(c, "ascending") for c in KEY_COLUMNS]
 DEFAULT_MAX_ATTEMPTS = 20
-_FILLED_COLUMNS = ("run_id", "committed_at")
-_MAX_LISTED = 10
-
-_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "binary": pa.binary(),
-    "bool": pa.bool_(),
-    "int32": pa.int32(),
-    "int64": pa.int64(),
-    "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"),
-}
-
-
-def _schema_candidates() -> list[Path]:
-    dirs = []
-    if env := os.environ.get("SEGLAKE_SCHEMAS_DIR"):
-        dirs.append(Path(env))
-    dirs.append(Path(__file__).resolve().parents[2] / "schemas")
-    return [d / "catalog.json" for d in dirs]
-
-
-def _packaged_schema() -> Path | None:
-    """``seglake/schemas/catalog.json`` inside the spark-submit zip (spark-submit.sh puts
-    ``schemas/`` there), read through importlib.resources."""
-    try:
-        res = importlib.resources.files("seglake").joinpath("schemas/catalog.json")
-        if res.is_file():
-            tmp = Path(tempfile.gettempdir()) / f"seglake-catalog-schema-{os.getpid()}.json"
-            tmp.write_bytes(res.read_bytes())
-            return tmp
-    except (ModuleNotFoundError, FileNotFoundError, OSError):
-        pass
-    return None
-
-
-@functools.cache
-def _schema_spec() -> tuple[pa.Schema, tuple[str, ...]]:
-    for path in [*_schema_candidates(), _packaged_schema()]:
-        if path is not None and path.is_file():
-            break
-    else:
-        raise CatalogError(
-            "catalog schema not found; looked for "
-            + ", ".join(str(p) for p in _schema_candidates())
-            + " (set SEGLAKE_SCHEMAS_DIR)"
-        )
-    spec = json.loads(path.read_text())
-    fields = []
-    for f in spec["fields"]:
-        if f["type"] not in _TYPES:
-            raise CatalogError(f"{path}: field {f['name']!r} has unknown type {f['type']!r}")
-        fields.append(pa.field(f["name"], _TYPES[f["type"]], nullable=f.get("nullable", True)))
-    return pa.schema(fields), tuple(spec.get("partition_by", ()))
-
-
-def catalog_schema() -> pa.Schema:
-    """The catalog's Arrow schema, loaded from ``schemas/catalog.json``."""
-    return _schema_spec()[0]
 
 
 def app_id(run_id: str) -> str:
@@ -183,23 +127,7 @@ class HistoryEntry:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class _Seg(NamedTuple):
-    base: int
-    next: int
-    run_id: str
-
-
-Key = tuple[str, int]
 _Plan = Callable[[pa.Table], tuple[Callable[[Any, Any], None], int, int]]
-
-
-def _label(key: Key) -> str:
-    return f"{key[0]}-{key[1]}"
-
-
-def _listing(items: list[str]) -> str:
-    more = len(items) - _MAX_LISTED
-    return "; ".join(items[:_MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _table_location(
@@ -237,88 +165,6 @@ def _as_list(value: str | int | Iterable[Any] | None) -> list[Any] | None:
     if isinstance(value, (str, int, np.integer)):
         return [value]
     return list(value)
-
-
-def _keys_table(segments: pa.Table | Iterable[tuple[str, int, int]]) -> pa.Table:
-    """(topic, partition, base_offset) keys from a table or from triples."""
-    if isinstance(segments, (pa.Table, pa.RecordBatch)):
-        missing = [c for c in KEY_COLUMNS if c not in segments.schema.names]
-        if missing:
-            raise CatalogError(f"segment keys need columns {list(KEY_COLUMNS)}; missing {missing}")
-        t = pa.table({c: segments.column(c) for c in KEY_COLUMNS})
-    else:
-        triples = [tuple(k) for k in segments]
-        if any(len(k) != 3 for k in triples):
-            raise CatalogError("segment keys must be (topic, partition, base_offset) triples")
-        t = pa.table(
-            {
-                "topic": [k[0] for k in triples],
-                "partition": [k[1] for k in triples],
-                "base_offset": [k[2] for k in triples],
-            }
-        )
-    schema = catalog_schema()
-    try:
-        t = t.cast(pa.schema([schema.field(c) for c in KEY_COLUMNS]))
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise CatalogError(f"segment keys: {exc}") from exc
-    for topic in pc.unique(t.column("topic")).to_pylist():
-        validate_topic(topic)
-    counts = Counter(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
-    dupes = sorted(k for k, n in counts.items() if n > 1)
-    if dupes:
-        raise CatalogError(f"segment keys repeat: {dupes[:_MAX_LISTED]}")
-    return t.sort_by(SORT_KEYS)
-
-
-def _key_set(keys: pa.Table) -> set[tuple[str, int, int]]:
-    return set(zip(*(keys.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
-
-
-def _predicate(keys: Iterable[tuple[str, int, int]]) -> str:
-    """SQL predicate matching exactly these segment keys (topics are validated names)."""
-    grouped: dict[Key, list[int]] = {}
-    for topic, partition, base in keys:
-        grouped.setdefault((validate_topic(topic), int(partition)), []).append(int(base))
-    clauses = [
-        f"(topic = '{t}' AND \"partition\" = {p} AND base_offset IN "
-        f"({', '.join(str(b) for b in sorted(bases))}))"
-        for (t, p), bases in sorted(grouped.items())
-    ]
-    return " OR ".join(clauses) if clauses else "false"
-
-
-def _group(t: pa.Table) -> dict[Key, list[_Seg]]:
-    """Rows of a catalog-shaped table by (topic, partition), each sorted by base offset."""
-    out: dict[Key, list[_Seg]] = {}
-    cols = [
-        t.column(c).to_pylist()
-        for c in ("topic", "partition", "base_offset", "next_offset", "run_id")
-    ]
-    for topic, partition, base, nxt, run in zip(*cols, strict=True):
-        out.setdefault((topic, partition), []).append(_Seg(base, nxt, run))
-    for segs in out.values():
-        segs.sort()
-    return out
-
-
-def _order_problems(key: Key, segs: list[_Seg], *, contiguous: bool) -> list[str]:
-    """Overlaps (and gaps, if ``contiguous``) between consecutive segments of one partition."""
-    problems = []
-    for a, b in itertools.pairwise(segs):
-        if b.base == a.base:
-            problems.append(f"{_label(key)}: two segments with base offset {a.base}")
-        elif b.base < a.next:
-            problems.append(
-                f"{_label(key)}: segment {b.base} overlaps segment {a.base} "
-                f"(which ends at next offset {a.next})"
-            )
-        elif contiguous and b.base != a.next:
-            problems.append(
-                f"{_label(key)}: gap between segment {a.base} (next offset "
-                f"{a.next}) and segment {b.base}"
-            )
-    return problems
 
 
 class Catalog:
@@ -375,7 +221,7 @@ class Catalog:
         from deltalake.exceptions import DeltaError
 
         if not self.exists():
-            schema, partition_by = _schema_spec()
+            schema, partition_by = schema_spec()
             try:
                 DeltaTable.create(
                     self.uri,
@@ -496,99 +342,6 @@ class Catalog:
 
     # ------------------------------------------------------------------ writes
 
-    def _normalize(
-        self,
-        rows: pa.Table | pa.RecordBatch,
-        run_id: str,
-        committed_at: dt.datetime,
-        *,
-        restamp: bool = False,
-    ) -> pa.Table:
-        """``rows`` cast to the catalog schema, with ``run_id`` and ``committed_at`` filled.
-
-        A ``run_id`` column must match ``run_id`` unless ``restamp`` (rows read back from
-        the catalog for a fix), which overwrites it.
-        """
-        schema = catalog_schema()
-        if isinstance(rows, pa.RecordBatch):
-            rows = pa.Table.from_batches([rows])
-        if not isinstance(rows, pa.Table):
-            raise CatalogError(f"catalog rows must be a pyarrow Table, got {type(rows).__name__}")
-        names = rows.schema.names
-        missing = [n for n in schema.names if n not in names and n not in _FILLED_COLUMNS]
-        extra = [n for n in names if n not in schema.names]
-        if missing or extra:
-            raise CatalogError(f"catalog rows: missing columns {missing}, unknown columns {extra}")
-        n = rows.num_rows
-        columns = []
-        for f in schema:
-            if f.name == "committed_at":
-                columns.append(pa.array([committed_at] * n, f.type))
-                continue
-            if f.name == "run_id" and (restamp or f.name not in names):
-                columns.append(pa.array([run_id] * n, f.type))
-                continue
-            col = rows.column(f.name)
-            if col.null_count:
-                raise CatalogError(f"catalog rows: column {f.name!r} has {col.null_count} nulls")
-            try:
-                columns.append(col.cast(f.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise CatalogError(f"catalog rows: column {f.name!r}: {exc}") from exc
-        t = pa.Table.from_arrays(columns, schema=schema)
-        others = sorted(set(t.column("run_id").to_pylist()) - {run_id})
-        if others:
-            raise CatalogError(f"catalog rows of run {run_id!r} carry other run ids {others}")
-        self._check_rows(t)
-        return t.sort_by(SORT_KEYS)
-
-    @staticmethod
-    def _check_rows(t: pa.Table) -> None:
-        """Row-level sanity: names, paths and counts that no catalog state can make right."""
-        for topic in pc.unique(t.column("topic")).to_pylist():
-            validate_topic(topic)
-        problems = []
-        cols = {
-            c: t.column(c).to_pylist()
-            for c in (
-                "topic",
-                "partition",
-                "base_offset",
-                "next_offset",
-                "record_count",
-                "size_bytes",
-                "index_entries",
-                "time_index_entries",
-                "path",
-            )
-        }
-        for i in range(t.num_rows):
-            topic, part, base, nxt = (
-                cols[c][i] for c in ("topic", "partition", "base_offset", "next_offset")
-            )
-            where = f"{topic}-{part} segment {base}"
-            try:
-                expected = f"{partition_dir_name(topic, part)}/{segment_file_name(base)}"
-            except (InvalidTopicError, ValueError) as exc:
-                raise CatalogError(f"{where}: {exc}") from exc
-            if nxt < base:
-                raise OffsetOrderError(f"{where}: next_offset {nxt} < base_offset {base}")
-            if not 0 <= cols["record_count"][i] <= nxt - base:
-                problems.append(
-                    f"{where}: record_count {cols['record_count'][i]} does not fit "
-                    f"offsets {base}..{nxt - 1}"
-                )
-            for c in ("size_bytes", "index_entries", "time_index_entries"):
-                if cols[c][i] < 0:
-                    problems.append(f"{where}: {c} {cols[c][i]} < 0")
-            path = validate_relative(cols["path"][i])
-            if path != expected:
-                problems.append(f"{where}: path {path!r} is not {expected!r}")
-            if len(problems) > _MAX_LISTED:
-                break
-        if problems:
-            raise CatalogError("invalid catalog rows: " + _listing(problems))
-
     def _transact(
         self, op: str, run_id: str, *, topics: list[str], expected_version: int | None, plan: _Plan
     ) -> CommitResult:
@@ -695,47 +448,18 @@ class Catalog:
             CatalogError: rows with missing columns, nulls, or wrong paths.
         """
         app_id(run_id)
-        new = self._normalize(rows, run_id, dt.datetime.now(dt.UTC))
-        grouped = _group(new)
+        new = normalize_rows(rows, run_id, dt.datetime.now(dt.UTC))
+        grouped = group_by_partition(new)
         problems = [
             p
             for key, segs in grouped.items()
-            for p in _order_problems(key, segs, contiguous=contiguous)
+            for p in order_problems(key, segs, contiguous=contiguous)
         ]
         if problems:
-            raise OffsetOrderError(f"run {run_id!r}: " + _listing(problems))
+            raise OffsetOrderError(f"run {run_id!r}: " + listing(problems))
 
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
-            existing = _group(current)
-            conflicts, gaps = [], []
-            for key, segs in grouped.items():
-                have = existing.get(key)
-                if not have:
-                    continue
-                leo = max(s.next for s in have)
-                last = have[-1]
-                first = segs[0]
-                if first.base < leo or first.base <= last.base:  # (<=: empty last segment)
-                    owners = sorted({s.run_id for s in have if s.next > first.base}) or [
-                        last.run_id
-                    ]
-                    conflicts.append(
-                        f"{_label(key)}: new segments start at offset {first.base} but the "
-                        f"catalog's log end offset is {leo} (last segment {last.base}; offsets "
-                        f"from {first.base} on committed by run(s) {owners})"
-                    )
-                elif contiguous and first.base != leo:
-                    gaps.append(
-                        f"{_label(key)}: new segments start at offset {first.base}, "
-                        f"after the log end offset {leo} (a gap)"
-                    )
-            if conflicts:
-                raise ConcurrentRunError(
-                    f"run {run_id!r} was not committed, another run committed these offsets "
-                    f"first: {_listing(conflicts)}"
-                )
-            if gaps:
-                raise OffsetOrderError(f"run {run_id!r}: {_listing(gaps)}")
+            check_commit(grouped, group_by_partition(current), run_id, contiguous=contiguous)
 
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
@@ -778,25 +502,14 @@ class Catalog:
             ConcurrentRunError: the catalog changed under the removal (see :meth:`commit`).
         """
         app_id(run_id)
-        keys = _keys_table(segments)
-        wanted = _key_set(keys)
+        keys = keys_table(segments)
+        wanted = key_set(keys)
 
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
-            existing = _group(current)
-            self._require_present(wanted, existing)
-            if not allow_truncate:
-                tails = [
-                    f"{_label(key)} segment {segs[-1].base} (log end offset {segs[-1].next})"
-                    for key, segs in existing.items()
-                    if (*key, segs[-1].base) in wanted
-                ]
-                if tails:
-                    raise CatalogError(
-                        f"run {run_id!r} would remove the last segment of a partition, moving "
-                        f"its log end offset back: {_listing(tails)}; pass allow_truncate=True "
-                        "if that is intended"
-                    )
-            predicate = _predicate(wanted)
+            check_removal(
+                wanted, group_by_partition(current), run_id, allow_truncate=allow_truncate
+            )
+            predicate = keys_predicate(wanted)
 
             def write(table: Any, props: Any) -> None:
                 table.delete(predicate, commit_properties=props)
@@ -840,26 +553,18 @@ class Catalog:
             ConcurrentRunError: the catalog changed under the fix (see :meth:`commit`).
         """
         app_id(run_id)
-        new = self._normalize(rows, run_id, dt.datetime.now(dt.UTC), restamp=True)
-        replaced = _key_set(_keys_table(new))
-        dropped = _key_set(_keys_table(remove))
+        new = normalize_rows(rows, run_id, dt.datetime.now(dt.UTC), restamp=True)
+        replaced = key_set(keys_table(new))
+        dropped = key_set(keys_table(remove))
         both = sorted(replaced & dropped)
         if both:
-            raise CatalogError(f"segments both replaced and removed: {both[:_MAX_LISTED]}")
+            raise CatalogError(f"segments both replaced and removed: {both[:MAX_LISTED]}")
         touched = replaced | dropped
-        new_grouped = _group(new)
+        new_grouped = group_by_partition(new)
 
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
-            existing = _group(current)
-            self._require_present(touched, existing)
-            problems = []
-            for key in sorted({(t, p) for t, p, _ in touched}):
-                after = [s for s in existing.get(key, []) if (*key, s.base) not in touched]
-                after = sorted(after + new_grouped.get(key, []))
-                problems += _order_problems(key, after, contiguous=False)
-            if problems:
-                raise OffsetOrderError(f"run {run_id!r}: " + _listing(problems))
-            predicate = _predicate(touched)
+            check_replacement(touched, new_grouped, group_by_partition(current), run_id)
+            predicate = keys_predicate(touched)
 
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
@@ -880,13 +585,3 @@ class Catalog:
             expected_version=expected_version,
             plan=plan,
         )
-
-    @staticmethod
-    def _require_present(keys: set[tuple[str, int, int]], existing: dict[Key, list[_Seg]]) -> None:
-        have = {(*key, s.base) for key, segs in existing.items() for s in segs}
-        missing = sorted(keys - have)
-        if missing:
-            raise SegmentNotFoundError(
-                "segments not in the catalog: "
-                + _listing([f"{t}-{p} segment {b}" for t, p, b in missing])
-            )

@@ -1,0 +1,258 @@
+"""The catalog's rows: the schema (``schemas/catalog.json``), rows normalized to it and
+checked one by one (names, paths, counts), and segment keys.
+
+Row (one per committed segment; ``schemas/catalog.json`` has the types)::
+
+    topic, partition, base_offset      the key (KEY_COLUMNS); the table is sorted by it
+    next_offset, record_count          offsets [base_offset, next_offset), records in them
+    min/max_timestamp, size_bytes, index_entries, time_index_entries, codec
+    path                               <topic>-<partition>/<base offset, 20 digits>.log
+    run_id, committed_at               filled in by the catalog on commit
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import importlib.resources
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake.errors import CatalogError, InvalidTopicError, OffsetOrderError
+from seglake.fs import validate_relative
+from seglake.storage.naming import partition_dir_name, segment_file_name, validate_topic
+
+__all__ = [
+    "KEY_COLUMNS",
+    "MAX_LISTED",
+    "SORT_KEYS",
+    "catalog_schema",
+    "check_rows",
+    "key_set",
+    "keys_predicate",
+    "keys_table",
+    "listing",
+    "normalize_rows",
+    "schema_spec",
+]
+
+KEY_COLUMNS = ("topic", "partition", "base_offset")
+
+
+SORT_KEYS = [(c, "ascending") for c in KEY_COLUMNS]
+
+
+_FILLED_COLUMNS = ("run_id", "committed_at")
+
+
+MAX_LISTED = 10
+
+_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "bool": pa.bool_(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"),
+}
+
+
+def _schema_candidates() -> list[Path]:
+    dirs = []
+    if env := os.environ.get("SEGLAKE_SCHEMAS_DIR"):
+        dirs.append(Path(env))
+    dirs.append(Path(__file__).resolve().parents[2] / "schemas")
+    return [d / "catalog.json" for d in dirs]
+
+
+def _packaged_schema() -> Path | None:
+    """``seglake/schemas/catalog.json`` inside the spark-submit zip (spark-submit.sh puts
+    ``schemas/`` there), read through importlib.resources."""
+    try:
+        res = importlib.resources.files("seglake").joinpath("schemas/catalog.json")
+        if res.is_file():
+            tmp = Path(tempfile.gettempdir()) / f"seglake-catalog-schema-{os.getpid()}.json"
+            tmp.write_bytes(res.read_bytes())
+            return tmp
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        pass
+    return None
+
+
+@functools.cache
+def schema_spec() -> tuple[pa.Schema, tuple[str, ...]]:
+    for path in [*_schema_candidates(), _packaged_schema()]:
+        if path is not None and path.is_file():
+            break
+    else:
+        raise CatalogError(
+            "catalog schema not found; looked for "
+            + ", ".join(str(p) for p in _schema_candidates())
+            + " (set SEGLAKE_SCHEMAS_DIR)"
+        )
+    spec = json.loads(path.read_text())
+    fields = []
+    for f in spec["fields"]:
+        if f["type"] not in _TYPES:
+            raise CatalogError(f"{path}: field {f['name']!r} has unknown type {f['type']!r}")
+        fields.append(pa.field(f["name"], _TYPES[f["type"]], nullable=f.get("nullable", True)))
+    return pa.schema(fields), tuple(spec.get("partition_by", ()))
+
+
+def catalog_schema() -> pa.Schema:
+    """The catalog's Arrow schema, loaded from ``schemas/catalog.json``."""
+    return schema_spec()[0]
+
+
+def listing(items: list[str]) -> str:
+    more = len(items) - MAX_LISTED
+    return "; ".join(items[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
+
+
+def normalize_rows(
+    rows: pa.Table | pa.RecordBatch,
+    run_id: str,
+    committed_at: dt.datetime,
+    *,
+    restamp: bool = False,
+) -> pa.Table:
+    """``rows`` cast to the catalog schema, with ``run_id`` and ``committed_at`` filled.
+
+    A ``run_id`` column must match ``run_id`` unless ``restamp`` (rows read back from
+    the catalog for a fix), which overwrites it.
+    """
+    schema = catalog_schema()
+    if isinstance(rows, pa.RecordBatch):
+        rows = pa.Table.from_batches([rows])
+    if not isinstance(rows, pa.Table):
+        raise CatalogError(f"catalog rows must be a pyarrow Table, got {type(rows).__name__}")
+    names = rows.schema.names
+    missing = [n for n in schema.names if n not in names and n not in _FILLED_COLUMNS]
+    extra = [n for n in names if n not in schema.names]
+    if missing or extra:
+        raise CatalogError(f"catalog rows: missing columns {missing}, unknown columns {extra}")
+    n = rows.num_rows
+    columns = []
+    for f in schema:
+        if f.name == "committed_at":
+            columns.append(pa.array([committed_at] * n, f.type))
+            continue
+        if f.name == "run_id" and (restamp or f.name not in names):
+            columns.append(pa.array([run_id] * n, f.type))
+            continue
+        col = rows.column(f.name)
+        if col.null_count:
+            raise CatalogError(f"catalog rows: column {f.name!r} has {col.null_count} nulls")
+        try:
+            columns.append(col.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CatalogError(f"catalog rows: column {f.name!r}: {exc}") from exc
+    t = pa.Table.from_arrays(columns, schema=schema)
+    others = sorted(set(t.column("run_id").to_pylist()) - {run_id})
+    if others:
+        raise CatalogError(f"catalog rows of run {run_id!r} carry other run ids {others}")
+    check_rows(t)
+    return t.sort_by(SORT_KEYS)
+
+
+def check_rows(t: pa.Table) -> None:
+    """Row-level sanity: names, paths and counts that no catalog state can make right."""
+    for topic in pc.unique(t.column("topic")).to_pylist():
+        validate_topic(topic)
+    problems = []
+    cols = {
+        c: t.column(c).to_pylist()
+        for c in (
+            "topic",
+            "partition",
+            "base_offset",
+            "next_offset",
+            "record_count",
+            "size_bytes",
+            "index_entries",
+            "time_index_entries",
+            "path",
+        )
+    }
+    for i in range(t.num_rows):
+        topic, part, base, nxt = (
+            cols[c][i] for c in ("topic", "partition", "base_offset", "next_offset")
+        )
+        where = f"{topic}-{part} segment {base}"
+        try:
+            expected = f"{partition_dir_name(topic, part)}/{segment_file_name(base)}"
+        except (InvalidTopicError, ValueError) as exc:
+            raise CatalogError(f"{where}: {exc}") from exc
+        if nxt < base:
+            raise OffsetOrderError(f"{where}: next_offset {nxt} < base_offset {base}")
+        if not 0 <= cols["record_count"][i] <= nxt - base:
+            problems.append(
+                f"{where}: record_count {cols['record_count'][i]} does not fit "
+                f"offsets {base}..{nxt - 1}"
+            )
+        for c in ("size_bytes", "index_entries", "time_index_entries"):
+            if cols[c][i] < 0:
+                problems.append(f"{where}: {c} {cols[c][i]} < 0")
+        path = validate_relative(cols["path"][i])
+        if path != expected:
+            problems.append(f"{where}: path {path!r} is not {expected!r}")
+        if len(problems) > MAX_LISTED:
+            break
+    if problems:
+        raise CatalogError("invalid catalog rows: " + listing(problems))
+
+
+def keys_table(segments: pa.Table | Iterable[tuple[str, int, int]]) -> pa.Table:
+    """(topic, partition, base_offset) keys from a table or from triples."""
+    if isinstance(segments, (pa.Table, pa.RecordBatch)):
+        missing = [c for c in KEY_COLUMNS if c not in segments.schema.names]
+        if missing:
+            raise CatalogError(f"segment keys need columns {list(KEY_COLUMNS)}; missing {missing}")
+        t = pa.table({c: segments.column(c) for c in KEY_COLUMNS})
+    else:
+        triples = [tuple(k) for k in segments]
+        if any(len(k) != 3 for k in triples):
+            raise CatalogError("segment keys must be (topic, partition, base_offset) triples")
+        t = pa.table(
+            {
+                "topic": [k[0] for k in triples],
+                "partition": [k[1] for k in triples],
+                "base_offset": [k[2] for k in triples],
+            }
+        )
+    schema = catalog_schema()
+    try:
+        t = t.cast(pa.schema([schema.field(c) for c in KEY_COLUMNS]))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise CatalogError(f"segment keys: {exc}") from exc
+    for topic in pc.unique(t.column("topic")).to_pylist():
+        validate_topic(topic)
+    counts = Counter(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
+    dupes = sorted(k for k, n in counts.items() if n > 1)
+    if dupes:
+        raise CatalogError(f"segment keys repeat: {dupes[:MAX_LISTED]}")
+    return t.sort_by(SORT_KEYS)
+
+
+def key_set(keys: pa.Table) -> set[tuple[str, int, int]]:
+    return set(zip(*(keys.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
+
+
+def keys_predicate(keys: Iterable[tuple[str, int, int]]) -> str:
+    """SQL predicate matching exactly these segment keys (topics are validated names)."""
+    grouped: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, base in keys:
+        grouped.setdefault((validate_topic(topic), int(partition)), []).append(int(base))
+    clauses = [
+        f"(topic = '{t}' AND \"partition\" = {p} AND base_offset IN "
+        f"({', '.join(str(b) for b in sorted(bases))}))"
+        for (t, p), bases in sorted(grouped.items())
+    ]
+    return " OR ".join(clauses) if clauses else "false"
