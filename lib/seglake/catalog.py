@@ -285,37 +285,26 @@ class Catalog:
         self, topic: str | Iterable[str] | None = None, *, version: int | None = None
     ) -> dict[Key, int]:
         """``{(topic, partition): log end offset}`` (largest ``next_offset``)."""
-        t = self.segments(topic, version=version)
-        agg = t.group_by(["topic", "partition"]).aggregate([("next_offset", "max")])
-        return dict(
-            zip(
-                zip(
-                    agg.column("topic").to_pylist(),
-                    agg.column("partition").to_pylist(),
-                    strict=True,
-                ),
-                agg.column("next_offset_max").to_pylist(),
-                strict=True,
-            )
-        )
+        return self._per_partition("next_offset", "max", topic, version)
 
     def log_start_offsets(
         self, topic: str | Iterable[str] | None = None, *, version: int | None = None
     ) -> dict[Key, int]:
         """``{(topic, partition): log start offset}`` (smallest ``base_offset``)."""
-        t = self.segments(topic, version=version)
-        agg = t.group_by(["topic", "partition"]).aggregate([("base_offset", "min")])
-        return dict(
-            zip(
-                zip(
-                    agg.column("topic").to_pylist(),
-                    agg.column("partition").to_pylist(),
-                    strict=True,
-                ),
-                agg.column("base_offset_min").to_pylist(),
-                strict=True,
-            )
+        return self._per_partition("base_offset", "min", topic, version)
+
+    def _per_partition(
+        self, column: str, how: str, topic: str | Iterable[str] | None, version: int | None
+    ) -> dict[Key, int]:
+        agg = (
+            self.segments(topic, version=version)
+            .group_by(["topic", "partition"])
+            .aggregate([(column, how)])
         )
+        keys = zip(
+            agg.column("topic").to_pylist(), agg.column("partition").to_pylist(), strict=True
+        )
+        return dict(zip(keys, agg.column(f"{column}_{how}").to_pylist(), strict=True))
 
     def run_committed(self, run_id: str) -> bool:
         """Whether ``run_id`` has committed a change (``False`` if there is no catalog)."""
