@@ -10,10 +10,10 @@
 
 Implemented on ``cramjam`` (Rust, no system libraries).
 
-Decompression is bounded: output goes into a buffer of at most ``limit + 1`` bytes that
-cramjam's ``*_into`` functions fill as a stream and stop at when it is full, so a block
-that inflates past the limit (a decompression bomb, a forged length) costs at most that
-much memory and the time to produce it, and is refused with :class:`CorruptRecordError`.
+Decompression is bounded: cramjam's ``*_into`` functions stream the output into a buffer
+of at most ``limit + 1`` bytes and stop when it is full, so a block that inflates past
+the limit (a decompression bomb, a forged length) costs at most that much memory and the
+time to produce it, and is refused with :class:`OutputLimitError`.
 Raw snappy states its length up front and is checked before anything is allocated. The
 default limit of a block is :func:`inflate_budget` of its size, at most
 :data:`MAX_BLOCK_OUTPUT`.
@@ -55,8 +55,8 @@ class OutputLimitError(CorruptRecordError):
 def inflate_budget(compressed_bytes: int) -> int:
     """Most bytes ``compressed_bytes`` of compressed records may decompress to.
 
-    ``max(16 MiB, 256 x compressed_bytes)``: far above what Kafka's codecs reach on
-    records (zstd on repetitive JSON: 10-50x), far below what a bomb claims (zstd: 30000x).
+    ``max(16 MiB, 256 x compressed_bytes)``: far above what records usually compress by
+    (a few times to a few tens of times), far below a bomb (zstd: 20000x on zeros).
     """
     return max(MIN_BUDGET, MAX_RATIO * compressed_bytes)
 
