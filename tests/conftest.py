@@ -1,11 +1,14 @@
-"""Shared test helpers: the broker fixtures and their expected.json."""
+"""Shared test helpers: the broker fixtures and their expected.json, a moto S3 server."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.s3_server import CREDENTIALS, S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "kafka-3.8-broker"
@@ -25,3 +28,25 @@ def fixtures_dir() -> Path:
     if not FIXTURES.exists():
         pytest.fail(f"broker fixtures not found at {FIXTURES} (shared/ must sit beside the repo)")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's S3 on loopback for the whole session (started on first use, stopped at the end)."""
+    pytest.importorskip("moto.server")
+    server = S3Server(tmp_path_factory.mktemp("s3") / "requests.jsonl")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_credentials(s3_server: S3Server) -> Iterator[S3Server]:
+    """The server, with its dummy credentials in this process's environment."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in CREDENTIALS.items():
+            mp.setenv(key, value)
+        mp.delenv("AWS_ENDPOINT_URL", raising=False)
+        yield s3_server

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.s3_server import CREDENTIALS
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -20,3 +22,17 @@ def spark():
                                 "spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_s3(spark, s3_credentials):
+    """The S3 server, its credentials also in the environment of the executors' Python
+    workers (``SparkContext.environment`` is sent with every Python function)."""
+    env = spark.sparkContext.environment
+    saved = dict(env)
+    env.update(CREDENTIALS)
+    try:
+        yield s3_credentials
+    finally:
+        env.clear()
+        env.update(saved)

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -16,6 +11,7 @@ import pytest
 
 from seglake import fs
 from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+from tests.s3_server import S3Server
 
 
 @pytest.fixture
@@ -235,51 +231,12 @@ def test_move_exists_listdir_size_delete(lake: tuple[pafs.FileSystem, str]) -> N
 # ------------------------------------------------------------------ object storage (moto)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def s3_root() -> Iterator[str]:
-    """A bucket on a moto S3 server on loopback; yields an ``s3://`` lake root URI.
-
-    The server runs in a child process: deltalake holds the GIL in some calls, which
-    would starve a server thread in this process.
-    """
-    pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.skip("moto server did not start")
-                time.sleep(0.05)
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in {
-                "AWS_ACCESS_KEY_ID": "test",
-                "AWS_SECRET_ACCESS_KEY": "test",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_REGION": "us-east-1",
-            }.items():
-                mp.setenv(key, value)
-            mp.delenv("AWS_ENDPOINT_URL", raising=False)
-            boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="lake")
-            yield f"s3://lake/root?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-    finally:
-        server.terminate()
-        server.wait(10)
+def s3_root(s3_credentials: S3Server) -> str:
+    """An empty bucket on the session's moto S3 server (tests/s3_server.py); an ``s3://``
+    root in it."""
+    s3_credentials.create_bucket("lake")
+    return s3_credentials.root("lake", "root")
 
 
 def test_s3_round_trip(s3_root: str) -> None:

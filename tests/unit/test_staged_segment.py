@@ -28,15 +28,17 @@ def test_cached_segment_follows_its_files_out_of_staging(tmp_path: Path) -> None
     records = make_records(400)
     (info,) = PartitionLog(filesystem, staged_dir, []).append(records)
     name = info.log_path.rsplit("/", 1)[-1]
-    seg = LogSegment(filesystem, lakefs.join(final_dir, name), size=info.size_bytes,
-                     staged_path=info.log_path)
+    seg = LogSegment(
+        filesystem, lakefs.join(final_dir, name), size=info.size_bytes, staged_path=info.log_path
+    )
     want = records.column("value").to_pylist()
     assert seg.read_records(0, 400).column("value").to_pylist() == want  # from staging
     assert seg.log_path == info.log_path
     filesystem.create_dir(final_dir, recursive=True)
     for suffix in SUFFIXES:  # publish: the files move, the cached segment stays
-        lakefs.move(filesystem, info.log_path[:-4] + suffix, lakefs.join(final_dir, name[:-4]
-                                                                           + suffix))
+        lakefs.move(
+            filesystem, info.log_path[:-4] + suffix, lakefs.join(final_dir, name[:-4] + suffix)
+        )
     assert seg.read_records(100, 300).column("value").to_pylist() == want[100:300]
     assert seg.log_path == lakefs.join(final_dir, name)
     lakefs.delete_dir(filesystem, final_dir)
