@@ -148,7 +148,7 @@ def _ingest_run(spark, inputs: dict[str, Any], root: str) -> IngestResult:
 
 def _check_converges(spark, inputs: dict[str, Any], root: str) -> None:
     """``seglake cleanup``, then a rerun of the run id: everything exactly once."""
-    assert seglake_cli(["cleanup", root]) == 0
+    assert seglake_cli(["cleanup", "--older-than", "0", root]) == 0
     assert _files(root, STAGING) == []
     rerun = _ingest_run(spark, inputs, root)
     again = _ingest_run(spark, inputs, root)

@@ -349,3 +349,21 @@ def test_next_run_removes_staged_files_of_dead_runs_only(spark, tmp_path):
     ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"b"]})), str(root), topic="g")
     assert sorted(os.listdir(root / "_staging")) == ["live"]  # a run that may still write
     assert [r[3] for r in partition_records(str(root), "g", 0)] == [b"a", b"b"]
+
+
+def test_rows_whose_staged_files_vanished_are_not_committed(tmp_path):
+    import pyarrow.fs as pafs
+
+    from seglake.errors import SeglakeError
+    from seglake.spark.ingest import _check_staged
+
+    staging = tmp_path / "_staging" / "r1"
+    (staging / "t-0").mkdir(parents=True)
+    for suffix in (".log", ".index", ".timeindex"):
+        (staging / "t-0" / f"00000000000000000000{suffix}").write_bytes(b"")
+    rows = pa.table({"path": ["t-0/00000000000000000000.log"]})
+    _check_staged(pafs.LocalFileSystem(), str(staging), rows, "r1")  # all there
+    (staging / "t-0" / "00000000000000000000.timeindex").unlink()
+    with pytest.raises(SeglakeError, match=r"run r1: 1 staged file\(s\) disappeared .*"
+                                           r"00000000000000000000\.timeindex"):
+        _check_staged(pafs.LocalFileSystem(), str(staging), rows, "r1")

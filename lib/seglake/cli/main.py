@@ -45,8 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cleanup", help="finish committed runs' moves; delete files of "
                                        "runs that never committed")
     c.add_argument("root", metavar="LAKE")
-    c.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
-                   help="keep staging of runs touched more recently (still running)")
+    c.add_argument("--older-than", type=float, default=3600.0, metavar="SECONDS",
+                   help="keep staging of uncommitted runs touched more recently: they may "
+                        "still be running (default 3600; 0 removes every uncommitted run)")
     c.add_argument("--dry-run", action="store_true")
 
     rc = sub.add_parser("recover", help="truncate corrupt tails, rebuild indexes, finish "

@@ -45,7 +45,7 @@ from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
-from seglake.storage.naming import validate_topic
+from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, validate_topic
 
 log = logging.getLogger("seglake.ingest")
 
@@ -133,6 +133,7 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
             lakefs.delete_dir(fs, staging)
             return IngestResult(run_id, False, False, rows, time.time() - started,
                                 catalog.version() if catalog.exists() else None)
+        _check_staged(fs, staging, rows, run_id)
         result = catalog.commit(rows, run_id, contiguous=not has_offset)
     except BaseException:
         lakefs.delete_dir(fs, staging)
@@ -204,6 +205,23 @@ def _pruning_changes_rows(df: DataFrame) -> bool:
     bytes first, so reading fewer columns would move rows to other tasks: the count pass
     must then keep every column (hashed) to see the rows where the write pass sees them."""
     return "RoundRobinPartitioning" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def _check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
+    """Every file the rows name is still staged (``seglake cleanup --older-than 0`` or a
+    person may have removed a running run's files): never commit rows without files."""
+    from pyarrow.fs import FileSelector
+
+    have = {i.path.removeprefix(staging.rstrip("/") + "/")
+            for i in fs.get_file_info(FileSelector(staging, recursive=True,
+                                                   allow_not_found=True))}
+    want = [p[: -len(LOG_SUFFIX)] + s for p in rows.column("path").to_pylist()
+            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SeglakeError(f"run {run_id}: {len(missing)} staged file(s) disappeared before "
+                           f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
+                           "was committed: rerun the run id")
 
 
 def _spark_schema(schema: pa.Schema) -> str:
