@@ -15,6 +15,10 @@ DEFAULTS = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
+    # Arrow batches to Python: fewer, larger ones (ingest groups rows per batch), capped
+    # in bytes so large messages do not make huge batches
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(32 * 1024 * 1024),
 }
 
 
