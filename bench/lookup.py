@@ -1,14 +1,26 @@
 """Point lookups: seglake lookup vs a Spark join of the queries with the parquet copy.
 
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/lookup.py [--messages N] [--queries Q]
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/lookup.py [--sizes N,N,...]
+        [--queries Q] [--dir DIR]
 
-Workload: the lake of bench/extract.py (N messages, default 2,000,000, 4 partitions, lz4,
-8 MiB segments) and its parquet copy (same records). Q (default 10,000) random
-(topic, partition, offset) queries. seglake: ``lookup()`` (broadcast segment arrays,
-per-worker index cache, reads one index interval + one batch per answer); peer: the
-queries joined with ``spark.read.parquet`` on (topic, partition, offset). Every column
-materialised (sum of value lengths); local[2]; best of 3. Replaces the
-"## lookup (bench/lookup.py)" section of bench/RESULTS.md.
+Workload: the lakes of bench/extract.py (N messages each, default 2M, 8M, 32M and 128M; 4
+partitions, lz4, 8 MiB segments) and their parquet copies (same records). Q (default
+10,000) random queries per kind, the same at every size relative to the log:
+
+* offsets: random (partition, offset); peer: the queries joined with
+  ``spark.read.parquet`` on (topic, partition, offset);
+* timestamps: a random record's (partition, timestamp), answered as Kafka's
+  ``offsetsForTimes`` (the first record with timestamp >= it, often an earlier one under
+  non-monotonic CreateTime). Spark has no join for that (it is an as-of join); the peer
+  joins on timestamp equality instead: an easier question, so its time is a lower bound
+  for an exact peer. seglake's answers are checked against numpy on the parquet copy
+  (running maximum of timestamps + searchsorted).
+
+seglake: ``lookup()`` (catalog arrays broadcast; one pass over the queries; per task the
+queries grouped by segment, index intervals read once, the batches holding answers
+decoded in one call). Both sides aggregate the same thing over the answers (count and
+sum of value lengths, checked equal for offsets). local[2]; warmed up; best of 3, runs
+interleaved. Replaces the "## lookup (bench/lookup.py)" section of bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -18,70 +30,136 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import extract as bx  # noqa: E402  (bench/extract.py)
+import extract as bx  # bench/extract.py
 
 SECTION = "## lookup (bench/lookup.py)"
 
 
-def main(argv: list[str] | None = None) -> int:
+def queries(root: str, n: int):
+    """(offset queries, timestamp queries, expected offsets of the timestamp queries) as
+    pandas frames, from the parquet copy."""
     import numpy as np
     import pandas as pd
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(root + "-parquet", columns=["partition", "offset", "timestamp"])
+    part = t.column("partition").to_numpy()
+    off = t.column("offset").to_numpy()
+    ts = t.column("timestamp").cast("int64").to_numpy() // 1000
+    rng = np.random.default_rng(1)
+    pick = rng.integers(0, len(off), n)
+    by_offset = pd.DataFrame({"topic": bx.TOPIC, "partition": part[pick].astype("int32"),
+                              "offset": off[pick]})
+    pick = rng.integers(0, len(off), n)  # a record's own timestamp: the join finds it
+    by_time = pd.DataFrame({"topic": bx.TOPIC, "partition": part[pick].astype("int32"),
+                            "timestamp": ts[pick]})
+    expected = np.empty(n, dtype=np.int64)
+    for p in np.unique(part):  # offsetsForTimes: first offset whose running max reaches t
+        rows = np.flatnonzero(part == p)
+        rows = rows[np.argsort(off[rows])]
+        running = np.maximum.accumulate(ts[rows])
+        mine = np.flatnonzero(by_time["partition"].to_numpy() == p)
+        at = np.searchsorted(running, by_time["timestamp"].to_numpy()[mine], side="left")
+        expected[mine] = off[rows][at]
+    return by_offset, by_time, expected
+
+
+def measure(spark, root: str, n: int) -> dict:
+    import numpy as np
     from pyspark.sql import functions as F
 
-    from seglake.catalog import Catalog
     from seglake.spark.lookup import lookup
 
+    by_offset, by_time, expected = queries(root, n)
+    q_off = spark.createDataFrame(by_offset).cache()
+    q_ts = spark.createDataFrame(by_time).withColumn(
+        "timestamp", F.timestamp_millis("timestamp")).cache()
+    q_off.count(), q_ts.count()
+    parquet = spark.read.parquet(root + "-parquet")
+
+    def agg(df) -> tuple:
+        return tuple(df.agg(F.count("*"), F.sum(F.length("value"))).first())
+
+    def seglake(q):
+        return agg(lookup(spark, root, q).filter("status = 'ok'"))
+
+    got = lookup(spark, root, q_ts).select("partition", "query_timestamp", "offset",
+                                           "status").toPandas()
+    exp = by_time.assign(expected=expected)
+    merged = got.merge(exp, left_on=["partition", "query_timestamp"],
+                       right_on=["partition", "timestamp"]).drop_duplicates(
+        ["partition", "query_timestamp"])
+    assert (merged["status"] == "ok").all() and np.array_equal(
+        merged["offset"].to_numpy(), merged["expected"].to_numpy())
+    assert seglake(q_off) == agg(q_off.join(parquet, ["topic", "partition", "offset"]))
+    res = bx.best({
+        "seglake_offsets": lambda: seglake(q_off),
+        "join_offsets": lambda: agg(q_off.join(parquet, ["topic", "partition", "offset"])),
+        "seglake_timestamps": lambda: seglake(q_ts),
+        "join_timestamps": lambda: agg(q_ts.join(parquet, ["topic", "partition",
+                                                          "timestamp"])),
+    })
+    q_off.unpersist(), q_ts.unpersist()
+    return {k: t for k, (t, _) in res.items()} | {"rows": res["seglake_offsets"][1][0]}
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=2_000_000)
+    ap.add_argument("--sizes", default="2000000,8000000,32000000,128000000")
     ap.add_argument("--queries", type=int, default=10_000)
-    ap.add_argument("--dir", default=None, help="reuse/keep a lake here")
+    ap.add_argument("--dir", default=None, help="build (or reuse) the lakes here, keep them")
     args = ap.parse_args(argv)
-    spark = bx.session()
+    sizes = [int(s) for s in args.sizes.split(",")]
     tmp = args.dir or tempfile.mkdtemp(prefix="seglake-bench-lookup-")
-    root = os.path.join(tmp, "small")
+    spark = bx.session()
     try:
-        if not os.path.exists(os.path.join(root, "_catalog")):
-            bx.build(spark, root, args.messages)
-        leo = Catalog(root).log_end_offsets(bx.TOPIC)
-        rng = np.random.default_rng(1)
-        parts = rng.integers(0, len(leo), args.queries)
-        offs = [int(rng.integers(0, leo[(bx.TOPIC, int(p))])) for p in parts]
-        q = spark.createDataFrame(pd.DataFrame({"topic": bx.TOPIC, "partition": parts.astype(
-            "int32"), "offset": offs})).cache()
-        q.count()
-
-        def agg(df):
-            return tuple(df.agg(F.count("*"), F.sum(F.length("value"))).collect()[0])
-
-        def seglake_run():
-            return agg(lookup(spark, root, q).filter("status = 'ok'"))
-
-        def join_run():
-            pq = spark.read.parquet(root + "-parquet")
-            return agg(q.join(pq, ["topic", "partition", "offset"]))
-
-        s_t, s_out = bx.best(seglake_run)
-        j_t, j_out = bx.best(join_run)
-        assert s_out == j_out, (s_out, j_out)
-        text = "\n".join([
-            SECTION, "",
-            f"local[2], {os.cpu_count()} CPUs; {args.messages:,} messages (lake of "
-            f"bench/extract.py); {args.queries:,} random offset lookups; best of 3.", "",
-            "| method | seconds | rows |", "|---|---:|---:|",
-            f"| seglake lookup | {s_t:.2f} | {s_out[0]:,} |",
-            f"| Spark join with parquet copy | {j_t:.2f} | {j_out[0]:,} |", "",
-            f"Ratio join / seglake: {j_t / s_t:.2f}x.", ""])
+        results = []
+        for n in sizes:
+            root = bx.lake_path(tmp, n)
+            bx.build(root, n)
+            started = time.perf_counter()
+            measure(spark, root, min(args.queries, 1000))  # warm up
+            print(f"warm-up {time.perf_counter() - started:.1f} s", flush=True)
+            results.append((n, measure(spark, root, args.queries)))
+            print(results[-1], flush=True)
+        text = report(results, args.queries)
         print(text)
-        bx.SECTION = SECTION
-        bx.replace_section(text)
+        bx.replace_section(SECTION, text)
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
     return 0
+
+
+def report(results: list[tuple[int, dict]], q: int) -> str:
+    lines = [SECTION, "",
+             f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
+             f"(ratios are within one run; best of 3, runs interleaved); lakes of "
+             f"bench/extract.py; {q:,} random queries per kind and size. Timestamp queries "
+             f"are answered as `offsetsForTimes` by seglake (checked against numpy) but "
+             f"by an equality join on the Spark side (a lower bound: Spark has no as-of "
+             f"join).", "",
+             "| log messages | seglake offsets s | join s | join / seglake | "
+             "seglake timestamps s | equality join s | join / seglake |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, r in results:
+        lines.append(
+            f"| {n:,} | {r['seglake_offsets']:.2f} | {r['join_offsets']:.2f} | "
+            f"**{r['join_offsets'] / r['seglake_offsets']:.1f}x** | "
+            f"{r['seglake_timestamps']:.2f} | {r['join_timestamps']:.2f} | "
+            f"**{r['join_timestamps'] / r['seglake_timestamps']:.1f}x** |")
+    if len(results) > 1:
+        (n0, a), (n1, b) = results[0], results[-1]
+        lines += ["", f"Flatness, time at {n1 // n0}x the log / time at the smallest (1.0 = "
+                      f"flat): seglake offsets {b['seglake_offsets'] / a['seglake_offsets']:.2f}"
+                      f", timestamps {b['seglake_timestamps'] / a['seglake_timestamps']:.2f}; "
+                      f"join {b['join_offsets'] / a['join_offsets']:.2f}."]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -9,14 +9,25 @@ import os
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.spark.extract import extract, parse_time, plan_extract, read_split
+from seglake.spark.extract import (
+    extract,
+    local_frame,
+    min_timestamps,
+    pack_splits,
+    parse_time,
+    plan_extract,
+    read_split,
+    read_splits,
+)
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.segment import Window
 from tests.spark.test_lookup import brute_force, build_lake
 
 pytestmark = pytest.mark.spark
@@ -42,19 +53,27 @@ def test_parse_time():
     assert parse_time("2026-01-01T00:00:00") == 1767225600000
 
 
-def test_extract_modes_match_brute_force(spark, lake):
+def executed_plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+@pytest.mark.parametrize("local_bytes", [None, 0], ids=["driver", "executors"])
+def test_extract_modes_match_brute_force(spark, lake, local_bytes):
     root, recs = lake
     t1 = recs[recs["topic"] == "t1"]
     lo_ts, hi_ts = int(t1["timestamp"].quantile(0.3)), int(t1["timestamp"].quantile(0.45))
+    kw = {} if local_bytes is None else {"local_bytes": local_bytes}
     # small split_bytes: segments are cut at index entries, so splits are exercised
     for mode in ("offsets", "filter"):
         df = extract(spark, root, "t1", start=lo_ts, end=str(hi_ts), mode=mode,
-                     split_bytes=4096)
+                     split_bytes=4096, **kw)
+        # a small plan is read by the driver (no Python task), else by packed tasks
+        assert ("LocalTableScan" in executed_plan(df)) == (local_bytes is None)
         assert df.schema.simpleString() == spark.createDataFrame(
             KAFKA_SOURCE_SCHEMA.empty_table()).schema.simpleString()
         got = df.toPandas().sort_values(["partition", "offset"]).reset_index(drop=True)
         parts = []
-        for p, g in t1.groupby("partition"):
+        for _, g in t1.groupby("partition"):
             if mode == "offsets":
                 a = kafka_offsets_for_time(g, lo_ts, 0)
                 b = kafka_offsets_for_time(g, hi_ts, 0)
@@ -68,13 +87,13 @@ def test_extract_modes_match_brute_force(spark, lake):
         assert (got["timestamp"].astype("int64") // 1_000_000).tolist() == exp[
             "timestamp"].tolist()
     # offsets and a partition subset; the end past the log end
-    got = extract(spark, root, "t2", partitions="1", start_offset=100, end_offset=10**9
-                  ).toPandas()
+    got = extract(spark, root, "t2", partitions="1", start_offset=100, end_offset=10**9,
+                  **kw).toPandas()
     exp = recs[(recs["topic"] == "t2") & (recs["partition"] == 1) & (recs["offset"] >= 100)]
     assert sorted(got["offset"].tolist()) == exp["offset"].tolist()
     # an end with no record >= it: the log end offset
     got = extract(spark, root, "t2", start=int(recs["timestamp"].max()) - 50,
-                  end=int(recs["timestamp"].max()) + 10_000).count()
+                  end=int(recs["timestamp"].max()) + 10_000, **kw).count()
     g2 = recs[recs["topic"] == "t2"]
     assert got == sum(
         int(g["offset"].max()) + 1 - kafka_offsets_for_time(g, int(recs["timestamp"].max()) - 50, 0)
@@ -102,7 +121,8 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
         seg = cache.segment(root, r["path"], size=r["size_bytes"], run_id=r["run_id"])
         pos = seg.offset_index.positions
         interval = int(np.diff(np.concatenate(([0], pos, [seg.size]))).max())
-        _, scan = read_log(open(os.path.join(root, r["path"]), "rb").read())
+        with open(os.path.join(root, r["path"]), "rb") as f:
+            _, scan = read_log(f.read())
         lo = int(r["base_offset"] + (r["next_offset"] - r["base_offset"]) // 3)
         hi = lo + 5
         # bytes of the batches holding [lo, hi)
@@ -114,3 +134,74 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
         t = pa.concat_tables([read_split(cache, root, s) for s in plan.splits.to_pylist()])
         assert t.column("offset").to_pylist() == [o for o in t1["offset"] if lo <= o < hi]
         assert lakefs.IO_STATS.bytes_read <= range_bytes + interval + int(scan.size.max()) + 61
+
+
+def test_filter_mode_seeks_with_the_time_index_and_stays_exact(lake):
+    root, recs = lake
+    cache = IndexCache()
+    rng = np.random.default_rng(3)
+    t1 = recs[recs["topic"] == "t1"]
+    whole = plan_extract(root, "t1", mode="filter", cache=cache).planned_bytes
+    seeks = 0
+    for lo_q in rng.uniform(0.05, 0.9, 12):
+        lo_ts = int(t1["timestamp"].quantile(lo_q))
+        hi_ts = lo_ts + int(rng.integers(1, 2000))
+        plan = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode="filter", cache=cache)
+        got = read_splits(cache, root, plan.splits.to_pylist()).to_pandas()
+        exp = t1[(t1["timestamp"] >= lo_ts) & (t1["timestamp"] < hi_ts)]
+        assert sorted(zip(got["partition"], got["offset"], strict=True)) == sorted(
+            zip(exp["partition"], exp["offset"], strict=True))
+        assert plan.planned_bytes < whole and 0 <= plan.tail_bytes <= plan.planned_bytes
+        seeks += sum(p > 0 for p in plan.splits.column("start_pos").to_pylist())
+    # segments shared with older records are entered mid-way (at the time index's floor)
+    assert seeks > 0
+
+
+def test_min_timestamps_match_decoded_records(lake):
+    root, _ = lake
+    cache = IndexCache()
+    parts, expected = [], []
+    for r in Catalog(root).segments("t1").to_pylist():
+        seg = cache.segment(root, r["path"], size=r["size_bytes"], run_id=r["run_id"])
+        w = seg.window(0, seg.size)
+        sel = np.arange(0, len(w.scan), 2)
+        parts.append((w, sel))
+        expected.append([int(pc.min(w.decode(slice(b, b + 1)).column("timestamp")).as_py())
+                         for b in sel.tolist()])
+    assert min_timestamps(parts).tolist() == [t for e in expected for t in e]
+    # a batch whose records do not walk: the smallest int64 (so the caller decodes it,
+    # which names the problem); the others are still exact
+    k = next(i for i, (w, sel) in enumerate(parts) if not w.scan.codec[sel].any())
+    w, sel = parts[k]
+    bad = bytearray(w.data)
+    at = int(w.scan.position[sel[0]]) + 61
+    bad[at:at + 2] = b"\xfe\x7f"  # the first record's length: 8191, past its batch
+    got = min_timestamps([(Window(w.start, bytes(bad), w.scan), sel)])
+    assert got.tolist() == [-(2**63), *expected[k][1:]]
+
+
+def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():
+    def split(i: int, size: int) -> dict:
+        return {"partition": i % 3, "path": f"p{i}", "start_pos": 0, "end_pos": size}
+
+    tiny = [split(i, 1000) for i in range(8)]
+    assert [len(t) for t in pack_splits(tiny, 4)] == [8]
+    big = [split(i, s) for i, s in enumerate([30, 20, 20, 10, 10, 5, 5] * 4)]
+    tasks = pack_splits(big, 4, max_bytes=100, min_bytes=1)
+    assert sorted(s["path"] for t in tasks for s in t) == sorted(s["path"] for s in big)
+    loads = [sum(s["end_pos"] for s in t) for t in tasks]
+    assert len(tasks) == 4 and max(loads) - min(loads) <= 30
+    assert [len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100,
+                                        min_bytes=1)] == [1, 1]
+    assert pack_splits([], 2) == []
+
+
+def test_local_frame_keeps_rows_after_an_empty_batch(spark):
+    t = pa.Table.from_batches([
+        pa.record_batch({"x": pa.array([1, 2], pa.int64())}),
+        pa.record_batch({"x": pa.array([], pa.int64())}),
+        pa.record_batch({"x": pa.array([3], pa.int64())}),
+    ])
+    df = local_frame(spark, t)
+    assert sorted(r.x for r in df.collect()) == [1, 2, 3]
+    assert local_frame(spark, t.slice(0, 0)).count() == 0

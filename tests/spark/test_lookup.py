@@ -6,17 +6,27 @@ non-monotonic CreateTime (seglake.sample's jitter)."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.record.decode import read_log
 from seglake.sample import START_MS, generate
+from seglake.spark import lookup as lookup_mod
 from seglake.spark.ingest import ingest
-from seglake.spark.lookup import lookup, read_offsets, resolve_timestamps
+from seglake.spark.lookup import (
+    QUERY_SCHEMA,
+    answer_queries,
+    lookup,
+    partition_arrays,
+    read_offsets,
+    resolve_timestamps,
+)
 from seglake.storage.index_cache import IndexCache
 
 pytestmark = pytest.mark.spark
@@ -65,18 +75,19 @@ def test_lake_has_several_segments_and_codecs(lake):
         set(segs.column("codec").to_pylist())) >= 4
 
 
-def test_lookup_matches_brute_force(spark, lake):
+@pytest.mark.parametrize("shuffle", [False, True], ids=["one-pass", "by-segment"])
+def test_lookup_matches_brute_force(spark, lake, shuffle):
     root, recs = lake
     rng = np.random.default_rng(5)
     queries = []
     for (topic, p), g in recs.groupby(["topic", "partition"]):
         offs = g["offset"].to_numpy()
         leo = int(offs.max()) + 1
-        for o in rng.choice(offs, 60, replace=False).tolist() + [0, leo - 1, leo, leo + 5]:
+        for o in [*rng.choice(offs, 60, replace=False).tolist(), 0, leo - 1, leo, leo + 5]:
             queries.append((topic, int(p), int(o), None))
         ts = g["timestamp"].to_numpy()
         picks = rng.integers(int(ts.min()) - 10, int(ts.max()) + 10, 60).tolist()
-        picks += rng.choice(ts, 30).tolist() + [int(ts.max()), int(ts.max()) + 1, -1, -2, -3]
+        picks += [*rng.choice(ts, 30).tolist(), int(ts.max()), int(ts.max()) + 1, -1, -2, -3]
         for t in picks:
             queries.append((topic, int(p), None, int(t)))
     queries += [("t1", 99, 0, None), ("nope", 0, None, 5), ("t1", 0, None, None),
@@ -84,7 +95,9 @@ def test_lookup_matches_brute_force(spark, lake):
     qdf = spark.createDataFrame(pd.DataFrame(queries, columns=["topic", "partition", "offset",
                                                                 "timestamp"]).astype(
         {"offset": "Int64", "timestamp": "Int64"}))
-    out = lookup(spark, root, qdf).toPandas()
+    # by segment: a shuffle first, and small chunks (several decodes per task)
+    kw = {"num_tasks": 3, "chunk_rows": 64} if shuffle else {}
+    out = lookup(spark, root, qdf, **kw).toPandas()
     assert len(out) == len(queries)
     by_tp = {k: g.reset_index(drop=True) for k, g in recs.groupby(["topic", "partition"])}
     checked = 0
@@ -130,7 +143,7 @@ def test_lookup_matches_brute_force(spark, lake):
 
 
 def test_point_lookup_reads_one_index_interval_and_one_batch(lake):
-    root, recs = lake
+    root, _ = lake
     cache = IndexCache()
     rows = Catalog(root).segments("t1", 0).to_pylist()
     for r in rows[1:-1:3]:
@@ -138,7 +151,8 @@ def test_point_lookup_reads_one_index_interval_and_one_batch(lake):
         oi = seg.offset_index
         bounds = np.concatenate(([0], oi.positions, [seg.size]))
         interval = int(np.diff(bounds).max())
-        _, scan = read_log(open(os.path.join(root, r["path"]), "rb").read())
+        with open(os.path.join(root, r["path"]), "rb") as f:
+            _, scan = read_log(f.read())
         max_batch = int(scan.size.max())
         for o in np.linspace(r["base_offset"], r["next_offset"] - 1, 7).astype(int):
             lakefs.IO_STATS.reset()
@@ -148,6 +162,94 @@ def test_point_lookup_reads_one_index_interval_and_one_batch(lake):
         # a timestamp lookup of a record's own timestamp: bounded reads too
         ts = int(scan.max_timestamp[len(scan) // 2])
         lakefs.IO_STATS.reset()
-        row, found = resolve_timestamps(seg, np.array([ts]))
+        row, _ = resolve_timestamps(seg, np.array([ts]))
         assert row[0] == 0
         assert lakefs.IO_STATS.bytes_read <= min(seg.size, 3 * interval + max_batch + 61)
+
+
+def queries_table(rows: list[tuple]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(QUERY_SCHEMA.names, r, strict=True)) for r in rows],
+                                schema=QUERY_SCHEMA)
+
+
+def test_answers_without_spark_nulls_and_unreadable_segments(lake, tmp_path):
+    root, recs = lake
+    t1 = recs[(recs["topic"] == "t1") & (recs["partition"] == 0)]
+    rows = Catalog(root).segments("t1", 0).to_pylist()
+    # a copy of the lake that lost the .log of t1-0's second segment
+    copy = str(tmp_path / "lake")
+    shutil.copytree(root, copy)
+    bad = rows[1]
+    os.remove(os.path.join(copy, bad["path"]))
+    in_bad = int(bad["base_offset"]) + 1
+    good = int(t1["offset"].iloc[-1])
+    q = queries_table([("t1", 0, in_bad, None), ("t1", 0, good, None), ("t1", None, 5, None),
+                       (None, 0, 5, None), ("t1", 0, None, int(t1["timestamp"].max()))])
+    parts = partition_arrays(Catalog(copy).segments())
+    out = answer_queries(copy, parts, IndexCache(), q).to_pylist()
+    assert [r["status"] for r in out] == ["read_error", "ok", "unknown_partition",
+                                          "unknown_partition", "ok"]
+    assert out[1]["offset"] == good and out[1]["value"] == t1["value"].iloc[-1]
+
+
+def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
+    root, recs = lake
+    cache = IndexCache()
+    r = Catalog(root).segments("t2", 1).to_pylist()[2]
+    seg = cache.segment(root, r["path"], size=r["size_bytes"], run_id=r["run_id"])
+    g = recs[(recs["topic"] == "t2") & (recs["partition"] == 1)]
+    g = g[(g["offset"] >= r["base_offset"]) & (g["offset"] < r["next_offset"])]
+    targets = np.sort(np.random.default_rng(2).choice(g["timestamp"].to_numpy(), 40))
+    rows, found = resolve_timestamps(seg, targets)
+    monkeypatch.setattr(lookup_mod, "_plan_timestamps",
+                        lambda seg, t, lo, gather: np.full(len(t), -1, dtype=np.int64))
+    rows2, found2 = resolve_timestamps(seg, targets)
+    assert found.take(pa.array(rows)).column("offset").to_pylist() == found2.take(
+        pa.array(rows2)).column("offset").to_pylist()
+    for t, o in zip(targets, found.take(pa.array(rows)).column("offset").to_pylist(),
+                    strict=True):
+        assert o == int(g[g["timestamp"] >= t]["offset"].iloc[0])
+
+
+def test_nearby_targets_share_one_read(lake):
+    root, _ = lake
+    cache = IndexCache()
+    r = Catalog(root).segments("t1", 1).to_pylist()[2]
+    seg = cache.segment(root, r["path"], size=r["size_bytes"], run_id=r["run_id"])
+    targets = np.arange(r["base_offset"] + 3, r["next_offset"] - 3, 5)
+    lakefs.IO_STATS.reset()
+    t = read_offsets(seg, targets)
+    assert t.column("offset").to_pylist() == targets.tolist()
+    assert lakefs.IO_STATS.reads <= 2 and lakefs.IO_STATS.bytes_read <= seg.size + 61
+
+
+def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeypatch):
+    root, recs = lake
+    careful = []
+    for name in ("_careful_offsets", "_careful_timestamps"):
+        real = getattr(lookup_mod, name)
+        monkeypatch.setattr(lookup_mod, name, lambda *a, real=real, name=name: (
+            careful.append(name), real(*a))[1])
+    copy = str(tmp_path / "lake")
+    shutil.copytree(root, copy)
+    r = Catalog(copy).segments("t2", 0).to_pylist()[2]
+    # every entry now points one byte into its batch: the fast path sees no batch header
+    # there and hands the segment to the careful path, which rebuilds the index
+    path = os.path.join(copy, r["path"][:-len(".log")] + ".index")
+    entries = np.fromfile(path, dtype=">i4").reshape(-1, 2)
+    entries[:, 1] += 1
+    entries.astype(">i4").tofile(path)
+    g = recs[(recs["topic"] == "t2") & (recs["partition"] == 0)]
+    g = g[(g["offset"] >= r["base_offset"]) & (g["offset"] < r["next_offset"])]
+    offs = g["offset"].to_numpy()[::7]
+    stamps = g["timestamp"].to_numpy()[::11]
+    every = recs[(recs["topic"] == "t2") & (recs["partition"] == 0)]
+    parts = partition_arrays(Catalog(copy).segments())
+    for rows, expected in (
+            ([("t2", 0, int(o), None) for o in offs], list(offs)),
+            ([("t2", 0, None, int(t)) for t in stamps],
+             [int(every[every["timestamp"] >= t]["offset"].iloc[0]) for t in stamps])):
+        out = answer_queries(copy, parts, IndexCache(), queries_table(rows))  # index as read
+        assert set(out.column("status").to_pylist()) == {"ok"}
+        assert out.column("offset").to_pylist() == expected
+    assert careful == ["_careful_offsets", "_careful_timestamps"]

@@ -4,21 +4,33 @@
                offsets mode: offsetsForTimes(start) .. offsetsForTimes(end) (no record
                    >= end: the log end offset), intersected with start/end offsets
                filter mode: segments pruned by catalog min/max timestamp; every record
-                   of them with start <= timestamp < end
+                   of them with start <= timestamp < end; a segment holding records older
+                   than start is entered at its time index's strict floor of start (no
+                   record before it can be >= start); CreateTime is not monotonic, so a
+                   segment is read to its end (Kafka keeps no minimum timestamp), but past
+                   the end time only the records' timestamps are read (min_timestamps)
+                   and only batches holding late records are decoded
                -> splits: one per segment, large segments cut at offset-index positions
                   (``split_bytes`` apart), so one partition is read by many tasks
-    executors: mapInArrow over the splits: one ranged read per split (plus the header and
-               batch after it for the split that ends a range), decode the batches that
-               overlap, filter offsets (and timestamps), drop control batches and, under
+               -> tasks: splits packed into few Spark tasks (as Spark packs small files:
+                  about total / parallelism bytes each, at least 4 MiB, at most
+                  ``split_bytes``); a plan of little work (``local_bytes``) is read by the
+                  driver itself and handed to Spark as a local relation (no job)
+    executors: ``spark.range(tasks).mapInArrow``: each task reads its splits, one ranged
+               read per split (plus the header and batch after it for the split that ends
+               a range), and decodes the batches that overlap, all splits in one call;
+               then filters offsets (and timestamps), drops control batches and, under
                read_committed, records of aborted transactions (``.txnindex``)
 
-:func:`read_split` is the pure function the executors run (no Spark).
+:func:`read_split` / :func:`read_splits` are the pure functions the executors run (no
+Spark).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import heapq
 import time
 from collections.abc import Iterator
 
@@ -28,16 +40,35 @@ import pyarrow.compute as pc
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
-from seglake.errors import ConfigError, CorruptIndexError
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, scan_batches
-from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
+from seglake.errors import ConfigError, CorruptIndexError, CorruptRecordError
+from seglake.record.batch import (
+    CODEC_MASK,
+    HEADER_DTYPE,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    TIMESTAMP_TYPE_BIT,
+    BatchScan,
+    scan_batches,
+)
+from seglake.record.codecs import MAX_BLOCK_OUTPUT, Inflater, inflate_budget
+from seglake.record.decode import decode_batches
+from seglake.record.schema import KAFKA_SOURCE_SCHEMA, empty_records, to_kafka_source
+from seglake.record.varint import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, fast_varints
+from seglake.record.walk import BatchContext, walk_records
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
-from seglake.storage.segment import Window
+from seglake.storage.segment import LogSegment, Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
+DEFAULT_LOCAL_BYTES = 4 * 1024 * 1024  # decoding it on one core ~ launching a Spark job
+TAIL_COST = 2  # a byte checked by timestamps only costs about half a decoded one
+MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
+BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1
+_SCAN_COLUMNS = [f.name for f in dataclasses.fields(BatchScan)
+                 if f.name not in ("valid_bytes", "error")]
 
 SPLIT_SCHEMA = pa.schema([
     pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
@@ -52,14 +83,21 @@ SPLIT_SCHEMA = pa.schema([
     pa.field("aborted_last", pa.list_(pa.int64())),
 ])
 
-__all__ = ["ExtractPlan", "extract", "parse_time", "plan_extract", "read_split", "spark_ddl"]
+__all__ = ["ExtractPlan", "RecordWalk", "decode_windows", "extract", "local_frame",
+           "min_timestamps", "pack_splits", "parse_time", "plan_extract", "read_split",
+           "read_splits", "spark_ddl", "spark_schema", "walk_batches"]
 
 
 def spark_ddl(schema: pa.Schema) -> str:
     """Spark DDL string of an Arrow schema (via pyspark's converter)."""
+    return spark_schema(schema).simpleString()[len("struct<"):-1]
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark ``StructType`` of an Arrow schema (no DDL for the JVM to parse)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(schema).simpleString()[len("struct<"):-1]
+    return from_arrow_schema(schema)
 
 
 def parse_time(value: str | int | None) -> int | None:
@@ -82,11 +120,239 @@ def parse_time(value: str | int | None) -> int | None:
 def read_split(cache: IndexCache, root: str, split: dict, *,
                isolation_level: str = "read_uncommitted") -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
+    return read_splits(cache, root, [split], isolation_level=isolation_level)
+
+
+def read_splits(cache: IndexCache, root: str, splits: list[dict], *,
+                isolation_level: str = "read_uncommitted") -> pa.Table:
+    """Records of several splits: each read as :func:`read_split` does, the batches of
+    all of them walked and decoded together (vectorised over all their batches)."""
+    parts = [_split_batches(cache, root, s) for s in splits]
+    # a batch whose largest timestamp is >= end may hold nothing older than end: read
+    # its timestamps alone before decoding it (the tail of a segment, mostly)
+    unsure = [(w, np.flatnonzero(keep & (w.scan.max_timestamp >= s["ts_hi"])))
+              if s["ts_hi"] < NO_TS_HI else (w, np.zeros(0, np.int64))
+              for s, (w, keep, _) in zip(splits, parts, strict=True)]
+    if any(len(u) for _, u in unsure):
+        least, at = min_timestamps(unsure), 0
+        for s, (_, u), (_, keep, _) in zip(splits, unsure, parts, strict=True):
+            keep[u[least[at:at + len(u)] >= s["ts_hi"]]] = False
+            at += len(u)
+    table, rows = decode_windows([(w, np.flatnonzero(keep), path) for w, keep, path in parts])
+    out, at = [], 0
+    for split, n in zip(splits, rows.tolist(), strict=True):
+        if n:
+            out.append(_split_records(table.slice(at, n), split, isolation_level))
+        at += n
+    return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
+
+
+def _split_batches(cache: IndexCache, root: str, split: dict
+                   ) -> tuple[Window, np.ndarray, str]:
+    """The window of a split and which of its batches may hold records to return."""
     seg = cache.segment(root, split["path"], size=split["size"], run_id=split["run_id"],
                         load_indexes=False)
-    start, end, lo, hi = split["start_pos"], split["end_pos"], split["lo"], split["hi"]
+    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    s = w.scan
+    keep = (s.last_offset >= split["lo"]) & (s.base_offset < split["hi"]) & ~s.is_control
+    if split["ts_lo"] > NO_TS_LO:
+        keep &= s.max_timestamp >= split["ts_lo"]
+    return w, keep, seg.log_path
+
+
+def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
+    """Decoded records of a split's batches -> the split's rows (Kafka source schema)."""
+    lo, hi, ts_lo, ts_hi = split["lo"], split["hi"], split["ts_lo"], split["ts_hi"]
+    off = t.column("offset")
+    mask = pc.and_(pc.greater_equal(off, lo), pc.less(off, hi))
+    if ts_lo > NO_TS_LO or ts_hi < NO_TS_HI:
+        ts = t.column("timestamp")
+        mask = pc.and_(mask, pc.and_(pc.greater_equal(ts, ts_lo), pc.less(ts, ts_hi)))
+    if isolation_level == "read_committed" and split["aborted_pid"]:
+        txn = TransactionIndex()
+        for p, f, last in sorted(zip(split["aborted_pid"], split["aborted_first"],
+                                     split["aborted_last"], strict=True), key=lambda x: x[2]):
+            txn.append(AbortedTxn(p, f, last, last))
+        aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
+        tx = t.column("transactional").to_numpy(zero_copy_only=False)
+        mask = pc.and_(mask, pa.array(~(aborted & tx)))
+    return to_kafka_source(t.filter(mask), split["topic"], split["partition"])
+
+
+def decode_windows(parts: list[tuple[Window, np.ndarray, str | None]]
+                   ) -> tuple[pa.Table, np.ndarray]:
+    """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call.
+
+    The decoder walks the records of all batches together, one numpy step per record
+    index, so one call over many windows costs far less than one call per window.
+    Returns the records (internal schema, part after part, control batches left out)
+    and each part's number of rows. Bytes that do not decode raise the error of their
+    own window (naming its file).
+    """
+    scans, pieces, rows, at = [], [], [], 0
+    for w, sel, _ in parts:
+        sub = w.scan.take(sel)
+        view = memoryview(w.data)
+        pieces += [view[p:p + z] for p, z in zip(sub.position.tolist(), sub.size.tolist(),
+                                                 strict=True)]
+        sub.position = at + np.cumsum(sub.size) - sub.size
+        at += int(sub.size.sum())
+        scans.append(sub)
+        rows.append(int(sub.records_count[~sub.is_control].sum()))
+    if not at:
+        return empty_records(), np.array(rows, dtype=np.int64)
+    merged = BatchScan(**{f: np.concatenate([getattr(s, f) for s in scans])
+                          for f in _SCAN_COLUMNS}, valid_bytes=at)
+    try:
+        return decode_batches(b"".join(pieces), merged), np.array(rows, dtype=np.int64)
+    except CorruptRecordError:
+        for w, sel, path in parts:
+            w.decode(sel, path=path)
+        raise
+
+
+@dataclasses.dataclass
+class RecordWalk:
+    """Where each record of some batches is, and its offset and timestamp, found by
+    walking the records' length chains (no keys, values or headers decoded).
+
+    ``scan`` holds the walked batches (its positions are not file positions); records
+    are numbered batch after batch: batch ``b``'s are ``first[b] : first[b + 1]``, the
+    bytes of record ``r`` are ``data[start[r]:end[r]]`` (its length varint first).
+    ``ok[b]`` is False for a batch whose records do not walk cleanly: it has no records
+    here, and decoding it the usual way names the problem.
+    """
+
+    scan: BatchScan
+    ok: np.ndarray
+    first: np.ndarray
+    data: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    offset: np.ndarray
+    timestamp: np.ndarray
+
+    @property
+    def batch(self) -> np.ndarray:
+        """The batch of each record."""
+        return np.repeat(np.arange(len(self.ok)), np.diff(self.first))
+
+    def decode(self, records: np.ndarray, *, path: str | None = None) -> pa.Table:
+        """The records ``records`` (indices), decoded, one row each, in that order.
+
+        Each becomes a batch of its own (its batch's header, uncompressed, one record:
+        offsets and timestamps stay relative to the same bases), so all are decoded in
+        one call that parses nothing but them.
+        """
+        s = self.scan.take(self.batch[records])
+        size = HEADER_SIZE + self.end[records] - self.start[records]
+        head = np.zeros(len(records), dtype=HEADER_DTYPE)
+        for name, value in (("base_offset", s.base_offset), ("batch_length", size - LOG_OVERHEAD),
+                            ("leader_epoch", s.leader_epoch), ("magic", MAGIC),
+                            ("attributes", s.attributes & ~CODEC_MASK),
+                            ("last_offset_delta", s.last_offset - s.base_offset),
+                            ("base_timestamp", s.base_timestamp),
+                            ("max_timestamp", s.max_timestamp), ("producer_id", s.producer_id),
+                            ("producer_epoch", s.producer_epoch),
+                            ("base_sequence", s.base_sequence), ("records_count", 1)):
+            head[name] = value
+        heads, view = head.tobytes(), memoryview(self.data)
+        pieces: list[bytes | memoryview] = []
+        for i, (a, z) in enumerate(zip(self.start[records].tolist(), self.end[records].tolist(),
+                                       strict=True)):
+            pieces += [heads[i * HEADER_SIZE:(i + 1) * HEADER_SIZE], view[a:z]]
+        one = dataclasses.replace(s, position=np.cumsum(size) - size, size=size,
+                                  attributes=s.attributes & ~CODEC_MASK,
+                                  records_count=np.ones(len(records), np.int64),
+                                  valid_bytes=int(size.sum()))
+        return decode_batches(b"".join(pieces), one, path=path)
+
+
+def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
+    """:class:`RecordWalk` of the batches ``sel`` of each ``(window, sel)``, parts one
+    after the other: records blocks decompressed into one buffer, then the decoder's own
+    record walk (:mod:`seglake.record.walk`, vectorised over all batches) and each
+    record's timestamp and offset deltas. A batch that does not walk is set aside
+    (``ok`` False) and the others walked again."""
+    scan = BatchScan(**{f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
+                        if parts else np.zeros(0, np.int64) for f in _SCAN_COLUMNS},
+                     valid_bytes=0)
+    inflater, ok = Inflater(), np.ones(len(scan), dtype=bool)
+    sizes = np.zeros(len(scan), dtype=np.int64)
+    i = 0
+    for w, sel in parts:  # every records block, decompressed, back to back
+        view = memoryview(w.data)
+        for pos, size, codec in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(),
+                                    w.scan.codec[sel].tolist(), strict=True):
+            block = view[pos + HEADER_SIZE:pos + size]
+            try:
+                sizes[i] = (inflater.append(codec, block, min(inflate_budget(len(block)),
+                                                              MAX_BLOCK_OUTPUT))
+                            if codec else inflater.append_raw(block))
+            except CorruptRecordError:
+                ok[i] = False
+            i += 1
+    data, end = inflater.data, np.cumsum(sizes)
+    while True:
+        counts = np.where(ok, scan.records_count, 0)
+        block = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
+        # errors name the batch by its index here (ctx position)
+        ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts,
+                           np.repeat(np.arange(len(ok)), counts), np.cumsum(counts) - counts)
+        try:
+            body, rec_end = walk_records(data, block, end, ctx)
+            t_delta, o_delta = _deltas(data, body, rec_end, ctx)
+            break
+        except CorruptRecordError as exc:
+            ok[exc.position] = False
+    rec_start = np.empty_like(body)
+    rec_start[1:] = rec_end[:-1]
+    rec_start[ctx.rec_base[counts > 0]] = block[counts > 0]  # a batch's first record
+    b = ctx.rec_batch
+    append_time = (scan.attributes[b] & TIMESTAMP_TYPE_BIT) != 0
+    ts = np.where(append_time, scan.max_timestamp[b], scan.base_timestamp[b] + t_delta)
+    return RecordWalk(scan, ok, np.concatenate(([0], np.cumsum(counts))), data, rec_start,
+                      rec_end, scan.base_offset[b] + o_delta, ts)
+
+
+def _deltas(data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamp and offset deltas of the records (after their attributes byte); raises
+    naming the batch (as :func:`seglake.record.walk.read_fields`) when one runs off."""
+    values = []
+    at = body + 1
+    for max_bytes in (MAX_VARLONG_BYTES, MAX_VARINT_BYTES):
+        try:
+            v, width = fast_varints(data, at, max_bytes)
+        except CorruptRecordError as exc:
+            raise ctx.record_error(int(np.argmax(at == exc.position)), str(exc)) from None
+        values.append(v)
+        at = at + width
+        ctx.check(at >= end, lambda i: "the record ends inside its timestamp/offset delta")
+    return values[0], values[1]
+
+
+def min_timestamps(parts: list[tuple[Window, np.ndarray]]) -> np.ndarray:
+    """Smallest record timestamp of the batches ``sel`` of each ``(window, sel)``, parts
+    one after the other (:func:`walk_batches`: no keys, values or headers decoded).
+
+    Kafka keeps no minimum timestamp (CreateTime is not monotonic): finding the batches
+    that hold records older than a bound takes every record's timestamp. A batch whose
+    records do not walk gets the smallest int64 (so it is decoded, which names the
+    problem).
+    """
+    walk = walk_batches(parts)
+    least = np.full(len(walk.ok), NO_TS_HI, dtype=np.int64)
+    np.minimum.at(least, walk.batch, walk.timestamp)
+    return np.where(walk.ok, least, NO_TS_LO)
+
+
+def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:
+    """The whole batches of ``[start, end)`` (one ranged read); with ``extend``, also the
+    batch starting at ``end`` when it may hold offsets below ``hi`` (its header is read
+    with the range, the rest only if needed)."""
     size = seg.size
-    extend = split["extend"] and end < size
+    extend = extend and end < size
     w = seg.window(start, end + HEADER_SIZE if extend else end)
     if w.scan.valid_bytes < min(end, size) - start:
         raise CorruptIndexError(f"split [{start}, {end}) does not hold whole batches: "
@@ -97,29 +363,17 @@ def read_split(cache: IndexCache, root: str, split: dict, *,
             more = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
             data = w.data[: end - start] + seg.window(end, end + more, verify_crc=False).data
             w = Window(start, data, scan_batches(data))
-    s = w.scan
-    keep = (s.last_offset >= lo) & (s.base_offset < hi) & ~s.is_control
-    if split["ts_lo"] > NO_TS_LO:
-        keep &= s.max_timestamp >= split["ts_lo"]
-    if not keep.any():
-        return KAFKA_SOURCE_SCHEMA.empty_table()
-    t = w.decode(keep, path=seg.log_path)
-    off = t.column("offset")
-    mask = pc.and_(pc.greater_equal(off, lo), pc.less(off, hi))
-    if split["ts_lo"] > NO_TS_LO or split["ts_hi"] < NO_TS_HI:
-        ts = t.column("timestamp")
-        mask = pc.and_(mask, pc.and_(pc.greater_equal(ts, split["ts_lo"]),
-                                     pc.less(ts, split["ts_hi"])))
-    if isolation_level == "read_committed" and split["aborted_pid"]:
-        txn = TransactionIndex()
-        for p, f, last in sorted(zip(split["aborted_pid"], split["aborted_first"],
-                                     split["aborted_last"], strict=True), key=lambda x: x[2]):
-            txn.append(AbortedTxn(p, f, last, last))
-        aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
-        tx = t.column("transactional").to_numpy(zero_copy_only=False)
-        mask = pc.and_(mask, pa.array(~(aborted & tx)))
-    t = t.filter(mask)
-    return to_kafka_source(t, split["topic"], split["partition"])
+    return w
+
+
+def _read_counted(cache: IndexCache, root: str, splits: list[dict], level: str, acc
+                  ) -> pa.Table:
+    """:func:`read_splits`, adding the log bytes it read to the accumulator ``acc``."""
+    before = lakefs.IO_STATS.snapshot()["bytes_read"]
+    t = read_splits(cache, root, splits, isolation_level=level)
+    if acc is not None:
+        acc.add(lakefs.IO_STATS.snapshot()["bytes_read"] - before)
+    return t
 
 
 # --------------------------------------------------------------------------- planning
@@ -134,12 +388,19 @@ class ExtractPlan:
     driver_bytes: int
     ranges: dict[tuple[str, int], tuple[int, int]]
     seconds: float
+    tail_bytes: int = 0  # planned bytes past the end time: timestamps read, little decoded
+
+    @property
+    def work_bytes(self) -> int:
+        """Planned bytes weighted by their cost: a byte past the end time (timestamps
+        only, :func:`min_timestamps`) counts as 1 / ``TAIL_COST`` of a decoded byte."""
+        return self.planned_bytes - self.tail_bytes + self.tail_bytes // TAIL_COST
 
     def summary(self) -> str:
         return (f"catalog version {self.catalog_version}: {self.segments} segment(s), "
-                f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned, "
-                f"{self.driver_bytes} bytes read by the driver to plan "
-                f"({self.seconds:.2f} s)")
+                f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned "
+                f"({self.tail_bytes} past the end time), {self.driver_bytes} bytes read by "
+                f"the driver to plan ({self.seconds:.2f} s)")
 
 
 def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | None = None,
@@ -165,7 +426,7 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
     fs, base = cache.resolve(root)
     out: list[dict] = []
     ranges: dict[tuple[str, int], tuple[int, int]] = {}
-    nsegs = 0
+    nsegs = tail = 0
     for p in sorted(set(rows.column("partition").to_pylist())):
         prow = rows.filter(pc.equal(rows.column("partition"), p))
         plog = PartitionLog.from_rows(fs, base, prow)
@@ -196,27 +457,55 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
         ranges[(topic, p)] = (lo, hi)
         if hi <= lo:
             continue
-        chosen = []
+        chosen: list[tuple[int, int]] = []  # (segment, first offset to read)
         for i, r in enumerate(meta):
             if r["next_offset"] <= lo or r["base_offset"] >= hi or r["next_offset"] == r[
                     "base_offset"]:
                 continue
             if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
                 continue
-            chosen.append(i)
+            first = lo
+            if ts_lo > r["min_timestamp"]:
+                first = max(lo, _time_seek(plog.segments[i], ts_lo))
+            if first < min(hi, r["next_offset"]):
+                chosen.append((i, first))
         aborted: tuple[list[int], list[int], list[int]] = ([], [], [])
         if isolation_level == "read_committed" and chosen:
-            aborted = _aborted(plog, chosen[0], lo, hi)
-        for i in chosen:
+            aborted = _aborted(plog, chosen[0][0], lo, hi)
+        for i, first in chosen:
             nsegs += 1
-            out += _segment_splits(plog, i, meta[i], topic, p, lo, hi, ts_lo, ts_hi,
-                                   split_bytes, aborted)
+            mine = _segment_splits(plog.segments[i], meta[i], topic, p, (lo, hi, first),
+                                   (ts_lo, ts_hi), split_bytes, aborted)
+            if meta[i]["max_timestamp"] >= ts_hi:
+                tail += _tail_bytes(plog.segments[i], ts_hi, mine)
+            out += mine
     splits = pa.Table.from_pylist(out, schema=SPLIT_SCHEMA)
     planned = int(pc.sum(pc.subtract(splits.column("end_pos"),
                                      splits.column("start_pos"))).as_py() or 0)
     return ExtractPlan(splits, version, nsegs, planned,
                        lakefs.IO_STATS.snapshot()["bytes_read"] - before, ranges,
-                       time.time() - started)
+                       time.time() - started, tail)
+
+
+def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
+    """Bytes of ``splits`` (of ``seg``) from the batch where the largest timestamp so far
+    reaches ``ts_hi`` (time index) on: there, batches are mostly dropped by their
+    timestamps alone."""
+    ti = seg.time_index
+    k = int(np.searchsorted(ti.timestamps, ts_hi, side="left"))
+    if k >= len(ti):
+        return 0
+    at = seg.offset_index.lookup(int(ti.offsets[k]))[1] if int(ti.offsets[k]) > \
+        seg.base_offset else 0
+    return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
+
+
+def _time_seek(seg: LogSegment, ts_lo: int) -> int:
+    """First offset of ``seg`` that may hold a timestamp >= ``ts_lo``: after the offset of
+    the time index's strict floor (every record up to it is older: the entry holds the
+    largest timestamp so far)."""
+    ts, off = seg.time_index.lookup_strict(ts_lo)
+    return int(off) + 1 if ts >= 0 else seg.base_offset
 
 
 def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):
@@ -236,18 +525,20 @@ def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):
     return pids, firsts, lasts
 
 
-def _segment_splits(plog: PartitionLog, i: int, r: dict, topic: str, p: int, lo: int, hi: int,
-                    ts_lo: int, ts_hi: int, split_bytes: int, aborted) -> list[dict]:
-    seg = plog.segments[i]
+def _segment_splits(seg: LogSegment, r: dict, topic: str, p: int,
+                    offsets: tuple[int, int, int], ts: tuple[int, int], split_bytes: int,
+                    aborted) -> list[dict]:
+    """Splits of one segment: ``offsets`` = (lo, hi, first offset to read)."""
+    lo, hi, first = offsets
     size = int(r["size_bytes"])
-    first_needs_index = lo > r["base_offset"]
+    first_needs_index = first > r["base_offset"]
     last_needs_index = hi < r["next_offset"]
     if not first_needs_index and not last_needs_index and size <= split_bytes:
         bounds = [0, size]
         extend = False
     else:
         oi = seg.offset_index
-        start = int(oi.lookup(lo)[1]) if first_needs_index else 0
+        start = int(oi.lookup(first)[1]) if first_needs_index else 0
         if last_needs_index:
             j = int(np.searchsorted(oi.offsets, hi - 1, side="right"))
             end = int(oi.positions[j]) if j < len(oi) else size
@@ -270,18 +561,57 @@ def _segment_splits(plog: PartitionLog, i: int, r: dict, topic: str, p: int, lo:
             "topic": topic, "partition": p, "path": r["path"], "size": size,
             "run_id": r["run_id"], "start_pos": bounds[k], "end_pos": bounds[k + 1],
             "extend": bool(extend and k == len(bounds) - 2), "lo": lo, "hi": hi,
-            "ts_lo": ts_lo, "ts_hi": ts_hi, "aborted_pid": aborted[0],
+            "ts_lo": ts[0], "ts_hi": ts[1], "aborted_pid": aborted[0],
             "aborted_first": aborted[1], "aborted_last": aborted[2],
         })
     return out
 
 
+def pack_splits(splits: list[dict], parallelism: int, *,
+                max_bytes: int = DEFAULT_SPLIT_BYTES,
+                min_bytes: int = MIN_TASK_BYTES) -> list[list[dict]]:
+    """Splits grouped into tasks, as Spark groups files into input partitions.
+
+    Tasks of about ``total / parallelism`` bytes, at least ``min_bytes`` (a tiny window
+    is one task, not one per partition) and at most ``max_bytes`` (a split larger than
+    that stays alone); largest splits first, each to the least loaded task.
+    """
+    if not splits:
+        return []
+    sizes = [s["end_pos"] - s["start_pos"] for s in splits]
+    total = sum(sizes)
+    target = min(max_bytes, max(min_bytes, -(-total // max(1, parallelism))))
+    n = max(1, min(len(splits), -(-total // target)))
+    heap = [(0, k) for k in range(n)]
+    tasks: list[list[dict]] = [[] for _ in range(n)]
+    for i in sorted(range(len(splits)), key=lambda i: -sizes[i]):
+        load, k = heapq.heappop(heap)
+        tasks[k].append(splits[i])
+        heapq.heappush(heap, (load + sizes[i], k))
+    # within a task, file order: neighbouring splits of a segment share its cached state
+    return [sorted(t, key=lambda s: (s["partition"], s["path"], s["start_pos"]))
+            for t in tasks]
+
+
 # ------------------------------------------------------------------------------ Spark
+def local_frame(spark, table: pa.Table):
+    """``table`` as a DataFrame built on the driver (a local relation up to Spark's
+    ``spark.sql.execution.arrow.localRelationThreshold``: no job to read it).
+
+    Empty record batches are dropped first: pyspark 4.2.1's createDataFrame stops at the
+    first empty batch of a table and silently loses the rows after it.
+    """
+    batches = [b for b in table.to_batches() if b.num_rows]
+    return spark.createDataFrame(pa.Table.from_batches(batches, table.schema),
+                                 schema=spark_schema(table.schema))
+
+
 def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=None,
             start_offset: int | None = None, end_offset: int | None = None,
             mode: str = "offsets", isolation_level: str = "read_uncommitted",
             split_bytes: int = DEFAULT_SPLIT_BYTES, cache_bytes: int | None = None,
-            plan: ExtractPlan | None = None, bytes_accumulator=None):
+            plan: ExtractPlan | None = None, bytes_accumulator=None,
+            local_bytes: int = DEFAULT_LOCAL_BYTES):
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
     Args:
@@ -296,10 +626,14 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
             endingOffsetsByTimestamp semantics) or ``filter`` (every record with
             start <= timestamp < end, exact under non-monotonic timestamps).
         isolation_level: ``read_committed`` drops records of aborted transactions.
-        split_bytes: large segments are cut at offset-index positions this far apart.
+        split_bytes: large segments are cut at offset-index positions this far apart;
+            also the most bytes one task reads (unless one split is larger).
         cache_bytes: ``seglake.index.cache.bytes`` of the executors' cache.
         plan: a plan from :func:`plan_extract` (else made here).
         bytes_accumulator: a Spark accumulator that receives the log bytes tasks read.
+        local_bytes: a plan of at most this much work (:attr:`ExtractPlan.work_bytes`)
+            is read here, by the driver, and returned as a local DataFrame (no Spark job
+            to launch); ``0``: always the executors.
     """
     from seglake.config import LogConfig
 
@@ -307,27 +641,21 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
                                 start_offset=start_offset, end_offset=end_offset, mode=mode,
                                 isolation_level=isolation_level, split_bytes=split_bytes)
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
-    acc = bytes_accumulator
-    level = isolation_level
+    acc, level = bytes_accumulator, isolation_level
+    splits = plan.splits.to_pylist()
+    if plan.work_bytes <= local_bytes or not splits:
+        cache = get_cache(cache_bytes)
+        return local_frame(spark, _read_counted(cache, root, splits, level, acc))
+    tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, max_bytes=split_bytes)
+    # the task list travels with the function, or as a broadcast when it is large
+    payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cache = get_cache(cache_bytes)
+        mine = payload if isinstance(payload, list) else payload.value
         for b in batches:
-            for split in b.to_pylist():
-                before = lakefs.IO_STATS.snapshot()["bytes_read"]
-                t = read_split(cache, root, split, isolation_level=level)
-                if acc is not None:
-                    acc.add(lakefs.IO_STATS.snapshot()["bytes_read"] - before)
-                yield from t.to_batches()
+            for task in b.column(0).to_pylist():
+                yield from _read_counted(cache, root, mine[task], level, acc).to_batches()
 
-    n = max(1, plan.splits.num_rows)
-    splits_df = spark.createDataFrame(plan.splits.to_pandas() if plan.splits.num_rows else [],
-                                      schema=spark_ddl(SPLIT_SCHEMA)) \
-        if plan.splits.num_rows == 0 else _splits_df(spark, plan.splits, n)
-    return splits_df.mapInArrow(read, spark_ddl(KAFKA_SOURCE_SCHEMA))
-
-
-def _splits_df(spark, splits: pa.Table, n: int):
-    """One Spark partition per split (splits are the unit of work)."""
-    df = spark.createDataFrame(splits.to_pandas(), schema=spark_ddl(SPLIT_SCHEMA))
-    return df.repartition(min(n, 10_000))
+    return spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(
+        read, spark_schema(KAFKA_SOURCE_SCHEMA))

@@ -3,12 +3,24 @@
     driver:    read the catalog once (pinned version) -> per (topic, partition) sorted
                numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id),
                broadcast
-    pass 1:    mapInArrow: numpy.searchsorted maps each query to its segment
-               (offset: floor on base_offset; timestamp: first segment whose running-max
-               max_timestamp >= target); repartition + sort by (topic, partition, segment)
-    pass 2:    mapInArrow: per segment, open it through the per-worker index cache, look
-               all its targets up at once (OffsetIndex/TimeIndex.lookup_many), read only the
-               index intervals and batches holding answers
+    executors: mapInArrow over the queries as they are partitioned (no shuffle; with
+               ``num_tasks``, first a pass that keys each query by its segment and a
+               repartition that puts a segment's queries together): per task, up to
+               ``chunk_rows`` queries at a time,
+               - numpy.searchsorted maps each query to its segment (offset: floor on
+                 base_offset; timestamp: first segment whose running-max max_timestamp
+                 >= target), queries grouped by segment;
+               - each segment is opened through the per-worker index cache (bounded by
+                 ``seglake.index.cache.bytes``); all its targets are searched in its
+                 offset/time index at once; targets whose index intervals touch (or lie
+                 within ``READ_GAP``) share one ranged read of those intervals (plus the
+                 batch after them only when it holds an answer), the file opened once;
+                 batch headers are followed from each target's index floor for all
+                 targets together (numpy); where the index and the log disagree, the
+                 careful path (``LogSegment._span``, which rebuilds the index);
+               - the batches holding answers, of all segments, are walked together to
+                 find the answer records (timestamps and offsets only), and just those
+                 records are decoded, in one call.
 
 Every query gets exactly one output row: the Kafka source columns of the record found
 (for a timestamp, the first record with timestamp >= it, as ``offsetsForTimes``), plus
@@ -23,12 +35,14 @@ Every query gets exactly one output row: the Kafka source columns of the record 
     invalid_query            neither/both of offset and timestamp, or a timestamp < -3
     read_error               the segment could not be read (logged on the executor)
 
-The pure functions :func:`read_offsets` and :func:`resolve_timestamps` are what the
-executors run; they need no Spark (tests count their bytes in the driver process).
+The pure functions :func:`read_offsets`, :func:`resolve_timestamps` and
+:func:`answer_queries` are what the executors run; they need no Spark (tests count their
+bytes in the driver process).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 
@@ -36,59 +50,406 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglake import fs as lakefs
 from seglake.catalog import Catalog
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD
+from seglake.errors import CorruptRecordError, SeglakeError
+from seglake.record.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    HEADER_DTYPE,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchScan,
+)
+from seglake.record.crc import crc32c
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
-from seglake.storage.index_cache import get_cache
-from seglake.storage.segment import LogSegment
+from seglake.spark.extract import RecordWalk, walk_batches
+from seglake.storage.index_cache import IndexCache, get_cache
+from seglake.storage.segment import LogSegment, Window
 
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST, MAX_TS = -2, -1, -3
+DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
+_NO_OFFSET = 2**62  # an offset past any segment's end
+READ_GAP = 32 * 1024  # reads of one segment closer than this are merged
+_MAX_STEPS = 64  # batches a request's chain may follow before the careful path takes it
+_NEXT_BYTES = 16 * 1024  # read past a chain's end when its next header was not read
 
-LOOKUP_SCHEMA = pa.schema(list(KAFKA_SOURCE_SCHEMA) + [
+LOOKUP_SCHEMA = pa.schema([
+    *KAFKA_SOURCE_SCHEMA,
     pa.field("query_offset", pa.int64()),
     pa.field("query_timestamp", pa.int64()),
     pa.field("status", pa.string()),
 ])
-_KEYED_SCHEMA = pa.schema([
+QUERY_SCHEMA = pa.schema([
     pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
     pa.field("query_offset", pa.int64()), pa.field("query_timestamp", pa.int64()),
-    pa.field("_seg", pa.int32()),
 ])
+_KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
-__all__ = ["LOOKUP_SCHEMA", "lookup", "partition_arrays", "read_offsets", "resolve_timestamps"]
+__all__ = ["LOOKUP_SCHEMA", "QUERY_SCHEMA", "answer_queries", "lookup", "partition_arrays",
+           "read_offsets", "resolve_timestamps"]
 
 
 # --------------------------------------------------------------------- pure read functions
-def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
-    """Records at ``targets`` (sorted, unique offsets of ``seg``); missing ones left out.
+class _Gather:
+    """Batches holding answers, picked from windows of many segments.
 
-    Targets are grouped by offset-index interval; each group costs one ranged read of
+    :meth:`add` returns global ids of the batches it added. :meth:`walk` then finds the
+    records of all of them at once (offsets and timestamps only, :func:`walk_batches`),
+    queries pick their record (:meth:`offset_records`, :meth:`timestamp_records`), and
+    :meth:`decode` decodes just the picked records, in one call.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Window, np.ndarray, str]] = []
+        self.first: list[int] = [0]  # global id of each part's first batch
+        self.records: RecordWalk | None = None
+
+    def add(self, w: Window, sel: np.ndarray, path: str) -> np.ndarray:
+        self.parts.append((w, sel, path))
+        self.first.append(self.first[-1] + len(sel))
+        return np.arange(self.first[-2], self.first[-1])
+
+    def walk(self) -> np.ndarray:
+        """Walk the batches' records; returns which batches do not walk (corrupt)."""
+        self.records = walk_batches([(w, sel) for w, sel, _ in self.parts])
+        return ~self.records.ok
+
+    def offset_records(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """The record at each target offset (in batch ``ids``), or -1."""
+        walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
+        ok = np.flatnonzero(ids >= 0)
+        if walk is None or not len(ok) or not len(walk.offset):
+            return out
+        # offsets increase within a batch: one search on (batch, offset - base) keys
+        base = walk.scan.base_offset
+        batch = walk.batch
+        keys = (batch << 32) | np.clip(walk.offset - base[batch], 0, 2**32 - 1)
+        g = ids[ok]
+        at = np.minimum(np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0,
+                                                                   2**32 - 1)), len(keys) - 1)
+        hit = (batch[at] == g) & (walk.offset[at] == targets[ok])
+        out[ok[hit]] = at[hit]
+        return out
+
+    def timestamp_records(self, ids: np.ndarray, targets: np.ndarray, lo: int) -> np.ndarray:
+        """The first record with timestamp >= target and offset >= ``lo`` in each target's
+        batch (``ids``), or -1."""
+        walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
+        ok = np.flatnonzero(ids >= 0)
+        if walk is None or not len(ok):
+            return out
+        first = walk.first[ids[ok]]
+        count = walk.first[ids[ok] + 1] - first
+        owner = np.repeat(np.arange(len(ok)), count)
+        rec = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        good = (walk.timestamp[rec] >= targets[ok][owner]) & (walk.offset[rec] >= lo)
+        owners, at = np.unique(owner[good], return_index=True)
+        out[ok[owners]] = rec[good][at]
+        return out
+
+    def decode(self, records: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """``(table, row)``: the records ``records`` (-1: none) decoded, ``row[i]`` the
+        row of ``records[i]`` (-1: none, or it did not decode: logged)."""
+        row = np.full(len(records), -1, dtype=np.int64)
+        want = records >= 0
+        if self.records is None or not want.any():
+            return empty_records(), row
+        uniq, which = np.unique(records[want], return_inverse=True)
+        try:
+            table = self.records.decode(uniq)
+            row[want] = which
+            return table, row
+        except CorruptRecordError:  # decode each window's records alone: keep the good
+            part = np.searchsorted(self.first, self.records.batch[uniq], side="right") - 1
+            tables, n, got = [], 0, np.full(len(uniq), -1, dtype=np.int64)
+            for p in np.unique(part).tolist():
+                mine = np.flatnonzero(part == p)
+                try:
+                    tables.append(self.records.decode(uniq[mine], path=self.parts[p][2]))
+                except CorruptRecordError as exc:
+                    log.warning("lookup: %s", exc)
+                    continue
+                got[mine] = n + np.arange(len(mine))
+                n += len(mine)
+            row[want] = got[which]
+            return (pa.concat_tables(tables) if tables else empty_records()), row
+
+
+def _touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
+    """Groups of requests whose byte ranges ``[start, end)`` overlap or lie less than
+    :data:`READ_GAP` apart (one read of the gap costs less than another read)."""
+    if not len(start):
+        return []
+    order = np.argsort(start, kind="stable")
+    reach = np.maximum.accumulate(end[order])
+    cut = np.flatnonzero(start[order][1:] > reach[:-1] + READ_GAP) + 1
+    bounds = [0, *cut.tolist(), len(order)]
+    return [order[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _byte_ranges(seg: LogSegment, lo: np.ndarray, hi: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: from the offset
+    index floor of ``lo`` to the first entry after ``hi``."""
+    oi = seg.offset_index
+    _, start = oi.lookup_many(lo)
+    start = np.where(lo > seg.base_offset, start, 0)
+    if not len(oi):
+        return start, np.full(len(hi), seg.size, dtype=np.int64)
+    nxt = np.searchsorted(oi.offsets, hi, side="right")
+    end = np.where(nxt < len(oi), oi.positions[np.minimum(nxt, len(oi) - 1)], seg.size)
+    return start, end
+
+
+class _Chains:
+    """Batch-header chains of many requests in one segment, followed together.
+
+    Each request starts at the offset index floor of its first offset and moves from
+    batch to batch by the batch lengths, all requests one numpy step at a time, over
+    bytes read once per group of requests whose ranges touch (the file opened once).
+    """
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.bufs: list[bytes] = []
+        self.file_at: list[int] = []  # file position of each buffer's first byte
+        self.data_at: list[int] = [0]  # its position in the joined data
+        self.joined = b""
+        self.data = np.zeros(0, dtype=np.uint8)
+
+    def read(self, start: int, end: int) -> int:
+        """Read ``[start, end)`` of the .log; returns the buffer's number."""
+        buf = self.f.read_at(max(0, end - start), start)
+        lakefs.IO_STATS.record(len(buf), opened=0 if self.bufs else 1)
+        self.bufs.append(bytes(buf))
+        self.file_at.append(start)
+        self.data_at.append(self.data_at[-1] + len(buf))
+        return len(self.bufs) - 1
+
+    def join(self) -> None:
+        self.joined = b"".join(self.bufs)
+        self.data = np.frombuffer(self.joined, dtype=np.uint8)
+
+    def headers(self, buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+        """``(at, room, header)``: where file position ``pos`` of buffer ``buf`` is in
+        the joined data, the bytes from there to the buffer's end, and the batch header
+        there (garbage where ``room`` < a header)."""
+        at = np.asarray(self.data_at)[buf] + pos - np.asarray(self.file_at)[buf]
+        room = np.asarray(self.data_at)[buf + 1] - at
+        idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(
+            HEADER_SIZE)
+        raw = self.data[np.minimum(idx, max(len(self.data) - 1, 0))] if len(self.data) else \
+            np.zeros((len(at), HEADER_SIZE), np.uint8)
+        return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
+
+
+def _locate(seg: LogSegment, lo: np.ndarray, hi: np.ndarray, ts: np.ndarray | None,
+            gather: _Gather) -> np.ndarray:
+    """Batch id (in ``gather``) answering each request; -1: ``seg`` has none; -2: the
+    index and the log disagree, or the file is elsewhere (take the careful path).
+
+    ``ts`` None: the data batch holding offset ``lo`` (= ``hi``). Else: the first data
+    batch holding offsets >= ``lo`` (starting at or before ``hi``) whose largest
+    timestamp is >= ``ts``. Reads are those of :meth:`LogSegment._span`: from the offset
+    index floor of ``lo`` to the entry after ``hi`` plus a header, and the batch there
+    only when it holds an answer. Answer batches' CRCs are checked.
+    """
+    n, size = len(lo), seg.size
+    out = np.full(n, -2, dtype=np.int64)
+    oi = seg.offset_index
+    floor, start = oi.lookup_many(lo)
+    start = np.where(lo > seg.base_offset, start, 0)  # 0: no entry (never the first batch)
+    _, end = _byte_ranges(seg, lo, hi)
+    try:
+        f = seg.fs.open_input_file(seg.log_path)
+    except OSError:  # not where the catalog says (staged): the careful path finds it
+        return out
+    with f:
+        chains = _Chains(f)
+        buf = np.zeros(n, dtype=np.int64)  # the buffer each request's chain is in
+        for g in _touching(start, end):
+            buf[g] = chains.read(int(start[g].min()),
+                                 min(size, int(end[g].max()) + HEADER_SIZE))
+        chains.join()
+        # state: 0 on the way, 1 found, -1 none in this segment, -2 careful path
+        pos, state = start.copy(), np.zeros(n, dtype=np.int8)
+        found_at = np.zeros(n, dtype=np.int64)
+        for step in range(_MAX_STEPS):
+            run = np.flatnonzero(state == 0)
+            if not len(run):
+                break
+            at, room, h = chains.headers(buf[run], pos[run])
+            base = h["base_offset"].astype(np.int64)
+            last = base + h["last_offset_delta"]
+            bsize = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
+            whole, eof = room >= HEADER_SIZE, pos[run] >= size
+            bad = whole & ((h["magic"] != MAGIC) | (bsize < HEADER_SIZE))
+            if step == 0:  # the index says the batch at its position ends at its offset
+                bad |= whole & (start[run] > 0) & (last != floor[run])
+            good = whole & ~bad
+            data = (h["attributes"] & CONTROL_BIT) == 0
+            if ts is None:
+                hit, done = (last >= lo[run]) & (base <= lo[run]) & data, last >= lo[run]
+            else:
+                hit = (last >= lo[run]) & (h["max_timestamp"] >= ts[run]) & data
+                done = hit | (base > hi[run])
+            fits = room >= bsize
+            state[run[bad]] = -2
+            state[run[good & hit & fits]] = 1
+            found_at[run[good & hit & fits]] = at[good & hit & fits]
+            state[run[(good & done & ~hit) | (~whole & eof)]] = -1
+            onward = good & ~done
+            pos[run[onward]] += bsize[onward]
+            need = (good & hit & ~fits) | (~whole & ~eof)  # bytes not read yet
+            if need.any():
+                more = run[need]
+                length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
+                for p, w in np.unique(np.stack([pos[more], length]), axis=1).T.tolist():
+                    buf[more[(pos[more] == p) & (length == w)]] = chains.read(p, min(size, p + w))
+                chains.join()
+        found = np.flatnonzero(state == 1)
+        out[state == -1] = -1
+        if len(found):
+            batches, which = np.unique(found_at[found], return_inverse=True)
+            scan, crc_ok = _scan_at(chains.data, batches)
+            ok = crc_ok[which]
+            out[found[~ok]] = -2
+            keep = np.flatnonzero(crc_ok)
+            if len(keep):
+                w = Window(0, chains.joined, scan)
+                ids = np.full(len(batches), -2, dtype=np.int64)
+                ids[keep] = gather.add(w, keep, seg.log_path)
+                out[found[ok]] = ids[which[ok]]
+    return out
+
+
+def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
+    """The batches starting at ``at`` in ``data`` (whole, checked by the caller) as a
+    scan, and whether each one's CRC-32C matches."""
+    h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(
+        HEADER_DTYPE).ravel()
+    size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
+    view = memoryview(data)
+    crc_ok = np.array([crc32c(view[a + ATTRIBUTES_OFFSET:a + z]) == c for a, z, c in zip(
+        at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)], dtype=bool)
+    base = h["base_offset"].astype(np.int64)
+    i64 = {f: h[f].astype(np.int64) for f in ("records_count", "base_timestamp",
+                                               "max_timestamp", "attributes", "producer_id",
+                                               "producer_epoch", "base_sequence",
+                                               "leader_epoch")}
+    scan = BatchScan(position=at.astype(np.int64), size=size, base_offset=base,
+                     last_offset=base + h["last_offset_delta"], crc_valid=crc_ok,
+                     valid_bytes=len(data), **i64)
+    return scan, crc_ok
+
+
+def _plan_offsets(seg: LogSegment, targets: np.ndarray, gather: _Gather) -> np.ndarray:
+    """Batch id (in ``gather``) of the data batch holding each target offset, else -1
+    (:func:`_locate`; where the index and the log disagree, :meth:`LogSegment._span`,
+    which rebuilds the index)."""
+    ids = _locate(seg, targets, targets, None, gather)
+    careful = np.flatnonzero(ids == -2)
+    if len(careful):
+        ids[careful] = _careful_offsets(seg, targets[careful], gather)
+    return ids
+
+
+def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: _Gather) -> np.ndarray:
+    out = np.full(len(targets), -1, dtype=np.int64)
+    for qi in _touching(*_byte_ranges(seg, targets, targets)):
+        sel = targets[qi]
+        w = seg._span(int(sel.min()), int(sel.max()))
+        b = np.searchsorted(w.scan.last_offset, sel, side="left")
+        inside = b < len(w.scan)
+        inside[inside] &= (w.scan.base_offset[b[inside]] <= sel[inside]) & ~(
+            w.scan.is_control[b[inside]])
+        if inside.any():
+            batches, which = np.unique(b[inside], return_inverse=True)
+            out[qi[inside]] = gather.add(w, batches, seg.log_path)[which]
+    return out
+
+
+def _plan_timestamps(seg: LogSegment, targets: np.ndarray, lo: int, gather: _Gather
+                     ) -> np.ndarray:
+    """Batch id (in ``gather``) of the first data batch of ``seg`` (offsets >= ``lo``)
+    whose largest timestamp is >= each target, else -1 (then scan: :func:`_scan_time`).
+
+    The time index bounds every answer at once: after the strict floor's offset (each
+    entry holds the largest timestamp so far, so no record up to it is >= the target)
+    and at or before the next entry's offset (which holds a timestamp >= it); then
+    :func:`_locate` (or, where the index and the log disagree, the careful path).
+    """
+    ti = seg.time_index
+    n = len(ti)
+    slot = np.searchsorted(ti.timestamps, targets, side="left") - 1
+    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0,
+                     seg.base_offset)
+    first = np.maximum(first, max(lo, seg.base_offset))
+    # no entry >= the target (an active segment's last batches): up to the end
+    last = (np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
+            if n else np.full(len(targets), _NO_OFFSET))
+    last = np.maximum(last, first)
+    ids = _locate(seg, first, last, targets, gather)
+    careful = np.flatnonzero(ids == -2)
+    if len(careful):
+        ids[careful] = _careful_timestamps(seg, targets[careful], first[careful],
+                                           last[careful], gather)
+    return ids
+
+
+def _careful_timestamps(seg: LogSegment, targets: np.ndarray, first: np.ndarray,
+                        last: np.ndarray, gather: _Gather) -> np.ndarray:
+    out = np.full(len(targets), -1, dtype=np.int64)
+    for qi in _touching(*_byte_ranges(seg, first, last)):
+        w = seg._span(int(first[qi].min()), int(last[qi].max()))
+        s, t = w.scan, targets[qi]
+        b = np.searchsorted(s.last_offset, first[qi], side="left")
+        hit = np.full(len(qi), -1, dtype=np.int64)
+        while True:  # from each target's first batch on: usually one or two steps
+            open_ = np.flatnonzero((hit < 0) & (b < len(s)))
+            if not len(open_):
+                break
+            bb = b[open_]
+            ok = (s.max_timestamp[bb] >= t[open_]) & ~s.is_control[bb]
+            hit[open_[ok]] = bb[ok]
+            b[open_] += 1
+        found = hit >= 0
+        if found.any():
+            batches, which = np.unique(hit[found], return_inverse=True)
+            out[qi[found]] = gather.add(w, batches, seg.log_path)[which]
+    return out
+
+
+def _scan_time(seg: LogSegment, target: int, lo: int) -> pa.Table:
+    """The first record of ``seg`` (offset >= ``lo``) with timestamp >= ``target`` by a
+    forward scan (empty if none): for the rare targets the time index cannot place,
+    e.g. when the batch carrying the index's timestamp is a control batch."""
+    found = seg.find_offset_by_timestamp(target, lo)
+    if found is None:
+        return empty_records()
+    return seg.read_records(found.offset, found.offset + 1)
+
+
+def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
+    """Records at ``targets`` (offsets of ``seg``); missing ones left out.
+
+    Targets whose index intervals touch share one ranged read of
     ``[floor(lo), next_entry(hi)) + header`` and, only if needed, the batch after it.
-    Only the batches holding targets are decoded.
+    Only the batches holding targets are decoded, all in one call.
     """
     targets = np.unique(np.asarray(targets, dtype=np.int64))
     if not len(targets):
         return empty_records()
-    oi = seg.offset_index
-    _, start = oi.lookup_many(targets)
-    nxt = np.searchsorted(oi.offsets, targets, side="right")
-    parts = []
-    for s in np.unique(np.stack([start, nxt], axis=1), axis=0):
-        sel = targets[(start == s[0]) & (nxt == s[1])]
-        w = seg._span(int(sel[0]), int(sel[-1]))
-        if not len(w.scan):
-            continue
-        b = np.searchsorted(w.scan.last_offset, sel, side="left")
-        inside = b < len(w.scan)
-        inside[inside] &= w.scan.base_offset[b[inside]] <= sel[inside]
-        if not inside.any():
-            continue
-        batches = np.unique(b[inside])
-        t = w.decode(batches, path=seg.log_path)
-        parts.append(t.filter(pc.is_in(t.column("offset"), pa.array(sel[inside]))))
-    return pa.concat_tables(parts) if parts else empty_records()
+    gather = _Gather()
+    ids = _plan_offsets(seg, targets, gather)
+    gather.walk()
+    table, row = gather.decode(gather.offset_records(ids, targets))
+    return table.take(pa.array(row[row >= 0]))
 
 
 def resolve_timestamps(seg: LogSegment, targets: np.ndarray, *, min_offset: int | None = None
@@ -97,69 +458,23 @@ def resolve_timestamps(seg: LogSegment, targets: np.ndarray, *, min_offset: int 
 
     Returns ``(row, records)``: ``records`` holds the answers, ``row[i]`` the row of
     target ``i``'s answer in it, -1 when ``seg`` has none (look in the next segment).
-
-    All targets are looked up at once in the time index (strict floor, exact under
-    non-monotonic timestamps) and then the offset index; targets sharing a start position
-    share the reads, which walk one index interval at a time.
+    All targets are placed by the time index at once; targets whose ranges touch share
+    the reads; the batches holding answers are decoded in one call.
     """
     targets = np.asarray(targets, dtype=np.int64)
     lo = seg.base_offset if min_offset is None else max(min_offset, seg.base_offset)
-    row = np.full(len(targets), -1, dtype=np.int64)
-    if not len(targets):
-        return row, empty_records()
-    ts_e, off_e = seg.time_index.lookup_many(targets, strict=True)
-    from_off = np.maximum(np.where(ts_e >= 0, off_e, seg.base_offset), lo)
-    _, pos = seg.offset_index.lookup_many(from_off)
-    pos = np.where(from_off > seg.base_offset, pos, 0)
-    oi_pos = seg.offset_index.positions
-    windows: dict[int, object] = {}
-    decoded: dict[int, pa.Table] = {}
-    found: list[pa.Table] = []
-    n_found = 0
-
-    def chunk(p: int):
-        w = windows.get(p)
-        if w is None:
-            i = int(np.searchsorted(oi_pos, p, side="right"))
-            end = int(oi_pos[i]) if i < len(oi_pos) else seg.size
-            w = seg.window(p, end)
-            if not len(w.scan):  # a batch larger than the interval: read it whole
-                head = seg.window(p, p + HEADER_SIZE, verify_crc=False).data
-                if len(head) >= HEADER_SIZE:
-                    w = seg.window(p, p + int.from_bytes(head[8:12], "big", signed=True)
-                                   + LOG_OVERHEAD)
-            windows[p] = w
-        return w
-
-    order = np.argsort(targets, kind="stable")
-    for k in order:
-        t, p = int(targets[k]), int(pos[k])
-        while p < seg.size:
-            w = chunk(p)
-            if not len(w.scan):
-                break
-            hits = np.flatnonzero((w.scan.max_timestamp >= t) & (w.scan.last_offset >= lo)
-                                  & ~w.scan.is_control)
-            done = False
-            for b in hits:
-                bpos = int(w.positions[b])
-                recs = decoded.get(bpos)
-                if recs is None:
-                    recs = decoded[bpos] = w.decode(slice(int(b), int(b) + 1),
-                                                    path=seg.log_path)
-                ts = recs.column("timestamp").to_numpy()
-                offs = recs.column("offset").to_numpy()
-                ok = np.flatnonzero((ts >= t) & (offs >= lo))
-                if len(ok):
-                    found.append(recs.slice(int(ok[0]), 1))
-                    row[k] = n_found
-                    n_found += 1
-                    done = True
-                    break
-            if done:
-                break
-            p = w.end
-    return row, (pa.concat_tables(found) if found else empty_records())
+    gather = _Gather()
+    ids = _plan_timestamps(seg, targets, lo, gather)
+    gather.walk()
+    table, answer = gather.decode(gather.timestamp_records(ids, targets, lo))
+    tables, n = [table], table.num_rows
+    for k in np.flatnonzero(answer < 0).tolist():  # the index could not place it: scan
+        t = _scan_time(seg, int(targets[k]), lo)
+        if t.num_rows:
+            tables.append(t)
+            answer[k] = n
+            n += 1
+    return answer, pa.concat_tables(tables)
 
 
 # ------------------------------------------------------------------------- driver side
@@ -169,14 +484,9 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
     if not segments.num_rows:
         return out
     cols = {c: segments.column(c).to_numpy(zero_copy_only=False)
-            for c in ("topic", "partition", "base_offset", "next_offset", "max_timestamp",
-                      "min_timestamp", "path", "size_bytes", "run_id")}
-    keys = list(zip(cols["topic"].tolist(), cols["partition"].tolist(), strict=True))
-    groups: dict[tuple[str, int], list[int]] = {}
-    for i, k in enumerate(keys):
-        groups.setdefault((str(k[0]), int(k[1])), []).append(i)
-    for k, idx in groups.items():
-        ix = np.array(idx)
+            for c in ("base_offset", "next_offset", "max_timestamp", "min_timestamp", "path",
+                      "size_bytes", "run_id")}
+    for k, ix in _groups(segments.column("topic"), segments.column("partition")):
         ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
         a = {
             "base_offset": cols["base_offset"][ix].astype(np.int64),
@@ -211,7 +521,7 @@ def _segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> n
 def _normalize_queries(df):
     """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType, TimestampNTZType
+    from pyspark.sql.types import TimestampNTZType, TimestampType
 
     cols = set(df.columns)
     off = F.col("offset").cast("bigint") if "offset" in cols else F.lit(None).cast("bigint")
@@ -229,7 +539,8 @@ def _normalize_queries(df):
 
 
 def lookup(spark, root: str, queries_df, *, version: int | None = None,
-           cache_bytes: int | None = None, num_tasks: int | None = None):
+           cache_bytes: int | None = None, num_tasks: int | None = None,
+           chunk_rows: int = DEFAULT_CHUNK_ROWS):
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
     Args:
@@ -240,181 +551,210 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
             Per row exactly one of offset/timestamp is non-null.
         version: catalog version to read (default: the current one, pinned).
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
-        num_tasks: partitions of the grouped queries (default: Spark's shuffle partitions).
+        num_tasks: ``None`` (default): answer the queries where they are, one pass, no
+            shuffle. A number: first repartition them into that many tasks by segment, so
+            that each segment's queries meet in one task (worth it when many queries
+            share batches).
+        chunk_rows: queries a task answers together (one decode call).
     """
-    from pyspark.sql import functions as F
-
     from seglake.config import LogConfig
-    from seglake.spark.extract import spark_ddl
+    from seglake.spark.extract import spark_schema
 
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
-    arrays = partition_arrays(catalog.segments(version=version))
-    bc = spark.sparkContext.broadcast(arrays)
+    bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
 
-    def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parts = bc.value
-        for b in batches:
-            seg = np.full(b.num_rows, -1, dtype=np.int32)
-            topics = b.column(0).to_numpy(zero_copy_only=False)
-            partn = b.column(1).to_numpy(zero_copy_only=False)
-            off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-            ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False).astype(np.int64)
-            for k, idx in _groups(topics, partn):
-                a = parts.get(k)
-                if a is not None:
-                    seg[idx] = _segment_for(a, off[idx], ts[idx])
-            yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array(seg, pa.int32())],
-                                             schema=_KEYED_SCHEMA)
-
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parts = bc.value
-        cache = get_cache(cache_bytes)
-        for b in batches:
-            if b.num_rows:
-                yield from _answer_batch(root, parts, cache, b).to_batches()
+        parts, cache = bc.value, get_cache(cache_bytes)
+        pending: list[pa.RecordBatch] = []
+        for b in itertools.chain(batches, [None]):
+            if b is not None and b.num_rows:
+                pending.append(b.select(QUERY_SCHEMA.names))
+            if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
+                yield from answer_queries(root, parts, cache, pa.Table.from_batches(
+                    pending, QUERY_SCHEMA)).to_batches()
+                pending = []
 
     q = _normalize_queries(queries_df)
-    keyed = q.mapInArrow(key, spark_ddl(_KEYED_SCHEMA))
-    n = num_tasks or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
-    grouped = (keyed.repartition(n, "topic", "partition", "_seg")
-               .sortWithinPartitions("topic", "partition", "_seg", "query_offset",
-                                     "query_timestamp"))
-    return grouped.mapInArrow(answer, spark_ddl(LOOKUP_SCHEMA))
+    if num_tasks:
+        def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            parts = bc.value
+            for b in batches:
+                seg = np.full(b.num_rows, -1, dtype=np.int32)
+                off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
+                ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
+                for k, idx in _groups(b.column(0), b.column(1)):
+                    if k in parts:
+                        seg[idx] = _segment_for(parts[k], off[idx], ts[idx])
+                yield pa.RecordBatch.from_arrays(
+                    [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA)
+
+        q = (q.mapInArrow(key, spark_schema(_KEYED_SCHEMA))
+             .repartition(num_tasks, "topic", "partition", "_seg")
+             .sortWithinPartitions("topic", "partition", "_seg"))
+    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
 
 
-def _groups(topics: np.ndarray, parts: np.ndarray) -> list[tuple[tuple[str, int], np.ndarray]]:
-    out: dict[tuple[str, int], list[int]] = {}
-    for i, (t, p) in enumerate(zip(topics.tolist(), parts.tolist(), strict=True)):
-        out.setdefault((t, p), []).append(i)
-    return [(k, np.array(v, dtype=np.int64)) for k, v in out.items()]
+def _groups(topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
+            ) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
+    """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
+    codes = pc.dictionary_encode(topics)
+    if isinstance(codes, pa.ChunkedArray):
+        codes = codes.combine_chunks()
+    names = [*codes.dictionary.to_pylist(), None]
+    code = codes.indices.fill_null(len(names) - 1).to_numpy().astype(np.int64)
+    part = pc.fill_null(parts, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    null_part = pc.is_null(parts).to_numpy(zero_copy_only=False).astype(np.int64)
+    key = (code << 33) | (null_part << 32) | (part & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    uniq, first = np.unique(key[order], return_index=True)
+    out = []
+    for u, idx in zip(uniq.tolist(), np.split(order, first[1:]), strict=True):
+        p = None if (u >> 32) & 1 else int(np.uint32(u & 0xFFFFFFFF).view(np.int32))
+        out.append(((names[u >> 33], p), idx))
+    return out
 
 
-def _answer_batch(root: str, parts: dict, cache, b: pa.RecordBatch) -> pa.Table:
-    n = b.num_rows
-    topics = b.column(0).to_numpy(zero_copy_only=False)
-    partn = b.column(1).to_numpy(zero_copy_only=False)
-    q_off_col, q_ts_col = b.column(2), b.column(3)
-    off = q_off_col.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    has_off = q_off_col.is_valid().to_numpy(zero_copy_only=False)
-    ts = q_ts_col.fill_null(-9).to_numpy(zero_copy_only=False).astype(np.int64)
-    has_ts = q_ts_col.is_valid().to_numpy(zero_copy_only=False)
-    segs = b.column(4).to_numpy(zero_copy_only=False).astype(np.int64)
+def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``items`` grouped by ``keys`` (same length), keys ascending."""
+    if not len(keys):
+        return []
+    order = np.argsort(keys, kind="stable")
+    uniq, first = np.unique(keys[order], return_index=True)
+    return list(zip(uniq.tolist(), np.split(items[order], first[1:]), strict=True))
 
-    status = np.full(n, "ok", dtype=object)
-    resolved = np.full(n, -1, dtype=np.int64)  # offsets for log_end_offset answers
-    rec_row = np.full(n, -1, dtype=np.int64)
-    found: list[pa.Table] = []
-    n_found = 0
 
-    def add(table: pa.Table, qidx: np.ndarray) -> None:
-        nonlocal n_found
-        rec_row[qidx] = np.arange(n_found, n_found + len(qidx))
-        found.append(table)
-        n_found += len(qidx)
+class _Answers:
+    """Per query: status, the record found (a row of the gathered or scanned records)."""
 
+    def __init__(self, n: int) -> None:
+        self.status = np.full(n, "ok", dtype=object)
+        self.resolved = np.full(n, -1, dtype=np.int64)  # offsets of log_end_offset answers
+        self.batch = np.full(n, -1, dtype=np.int64)  # batch (in gather) with the answer
+        self.row = np.full(n, -1, dtype=np.int64)
+        self.tables: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, qi: int, table: pa.Table) -> None:
+        self.row[qi] = self.rows
+        self.tables.append(table)
+        self.rows += table.num_rows
+
+    def plan(self, cache: IndexCache, root: str, where: tuple, qi: np.ndarray, fn) -> None:
+        """``batch[qi] = fn(segment)``; a segment that cannot be read: ``read_error``."""
+        (topic, partition), a, s = where
+        try:
+            self.batch[qi] = fn(_open(cache, root, a, s))
+        except (SeglakeError, OSError) as exc:  # never fail the job on one segment
+            log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
+            self.status[qi] = "read_error"
+
+
+def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa.Table:
+    """One :data:`LOOKUP_SCHEMA` row per query of ``q`` (:data:`QUERY_SCHEMA`), in order;
+    ``parts`` is the broadcast of :func:`partition_arrays`. What the executors run."""
+    q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
+    off = q_off.fill_null(-1).to_numpy().astype(np.int64)
+    has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
+    ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
+    has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
+    ans, gather = _Answers(q.num_rows), _Gather()
+    by_off: list[np.ndarray] = []  # queries answered by an offset: (query, target) pairs
+    by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
+    target = np.where(has_off, off, ts)
     invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
-    status[invalid] = "invalid_query"
-    for k, idx in _groups(topics, partn):
+    ans.status[invalid] = "invalid_query"
+    for k, idx in _groups(q.column("topic"), q.column("partition")):
+        idx = idx[~invalid[idx]]
         a = parts.get(k)
         if a is None:
-            status[idx[~invalid[idx]]] = "unknown_partition"
+            ans.status[idx] = "unknown_partition"
             continue
         log_start, leo = int(a["base_offset"][0]), int(a["next_offset"][-1])
-        # offset queries (and -2 earliest, as the log start offset)
-        q_o = idx[~invalid[idx] & has_off[idx]]
-        out_of_range = (off[q_o] < log_start) | (off[q_o] >= leo)
-        status[q_o[out_of_range]] = "offset_out_of_range"
-        targets = off.copy()
-        early = idx[~invalid[idx] & has_ts[idx] & (ts[idx] == EARLIEST)]
-        targets[early] = log_start
-        if log_start >= leo:
-            status[early] = "no_record_at_offset"
-            early = early[:0]
-        latest = idx[~invalid[idx] & has_ts[idx] & (ts[idx] == LATEST)]
-        status[latest] = "log_end_offset"
-        resolved[latest] = leo
-        by_off = np.concatenate([q_o[~out_of_range], early])
-        by_ts = idx[~invalid[idx] & has_ts[idx] & ((ts[idx] >= 0) | (ts[idx] == MAX_TS))]
-        ts_target = ts.copy()
-        if len(by_ts):
-            m = by_ts[ts[by_ts] == MAX_TS]
-            ts_target[m] = int(a["max_timestamp"].max())
-            if ts_target[m[:1]].size and ts_target[m[0]] < 0:
-                status[m] = "no_record_for_timestamp"
-                by_ts = by_ts[ts[by_ts] != MAX_TS]
-        # offset queries: per segment, all at once
-        if len(by_off):
-            s_of = np.searchsorted(a["base_offset"], targets[by_off], side="right") - 1
-            for s in np.unique(s_of):
-                qi = by_off[s_of == s]
-                try:
-                    seg = _open(cache, root, a, int(s))
-                    recs = read_offsets(seg, targets[qi])
-                except Exception as exc:  # never fail the job on one segment
-                    log.warning("lookup %s-%s segment %s: %s", k[0], k[1], a["path"][s], exc)
-                    status[qi] = "read_error"
-                    continue
-                roffs = recs.column("offset").to_numpy()
-                at = np.searchsorted(roffs, targets[qi])
-                hit = at < len(roffs)
-                hit[hit] &= roffs[at[hit]] == targets[qi][hit]
-                status[qi[~hit]] = "no_record_at_offset"
-                if hit.any():
-                    add(recs.take(pa.array(at[hit])), qi[hit])
-        # timestamp queries: first segment with running max >= target, then onwards
-        if len(by_ts):
-            nseg = len(a["base_offset"])
-            s_of = np.searchsorted(a["running_max"], ts_target[by_ts], side="left")
-            m = ts[by_ts] == MAX_TS
-            s_of[m] = int(np.argmax(a["max_timestamp"]))
-            status[by_ts[s_of >= nseg]] = "no_record_for_timestamp"
-            pending = by_ts[s_of < nseg]
-            s_of = s_of[s_of < nseg]
-            while len(pending):
-                s = int(s_of.min())
-                here = s_of == s
-                qi = pending[here]
-                try:
-                    seg = _open(cache, root, a, s)
-                    rows, recs = resolve_timestamps(seg, ts_target[qi], min_offset=log_start)
-                except Exception as exc:
-                    log.warning("lookup %s-%s segment %s: %s", k[0], k[1], a["path"][s], exc)
-                    status[qi] = "read_error"
-                    rows, recs = np.full(len(qi), -2), empty_records()
-                ok = rows >= 0
-                if ok.any():
-                    add(recs.take(pa.array(rows[ok])), qi[ok])
-                # not in this segment: try the next one (rare: control batches only)
-                again = rows == -1
-                nxt_q = qi[again]
-                if s + 1 >= nseg:
-                    status[nxt_q] = "no_record_for_timestamp"
-                    nxt_q = nxt_q[:0]
-                pending = np.concatenate([pending[~here], nxt_q])
-                s_of = np.concatenate([s_of[~here], np.full(len(nxt_q), s + 1)])
-    return _assemble(b, status, resolved, rec_row, found)
+        ts_q = idx[has_ts[idx]]
+        latest = ts_q[ts[ts_q] == LATEST]
+        ans.status[latest], ans.resolved[latest] = "log_end_offset", leo
+        early = ts_q[ts[ts_q] == EARLIEST]  # -2: the record at the log start offset
+        target[early] = log_start
+        o_q = np.concatenate([idx[has_off[idx]], early])
+        out = (target[o_q] < log_start) | (target[o_q] >= leo)
+        ans.status[o_q[out]] = np.where(has_off[o_q[out]], "offset_out_of_range",
+                                        "no_record_at_offset")
+        o_q = o_q[~out]
+        for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1,
+                               o_q):
+            uniq, which = np.unique(target[qi], return_inverse=True)
+            ans.plan(cache, root, (k, a, s), qi,
+                     lambda seg, u=uniq, w=which: _plan_offsets(seg, u, gather)[w])
+            by_off.append(qi)
+        # timestamps (-3: the largest one): the first segment whose running max reaches it
+        t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
+        top = int(np.argmax(a["max_timestamp"]))
+        target[t_q[ts[t_q] == MAX_TS]] = int(a["max_timestamp"][top])
+        s_of = np.where(ts[t_q] == MAX_TS, top,
+                        np.searchsorted(a["running_max"], target[t_q], side="left"))
+        none = (s_of >= len(a["base_offset"])) | (target[t_q] < 0)
+        ans.status[t_q[none]] = "no_record_for_timestamp"
+        for s, qi in _split_by(s_of[~none], t_q[~none]):
+            ans.plan(cache, root, (k, a, s), qi, lambda seg, t=target[qi], lo=log_start:
+                     _plan_timestamps(seg, t, lo, gather))
+            by_ts.append((qi, (k, a, s, log_start)))
+    bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
+    failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
+    ans.status[failed], ans.batch[failed] = "read_error", -1
+    record = np.full(q.num_rows, -1, dtype=np.int64)
+    if by_off:
+        qi = np.concatenate(by_off)
+        record[qi] = gather.offset_records(ans.batch[qi], target[qi])
+    for qi, (_, _, _, log_start) in by_ts:
+        record[qi] = gather.timestamp_records(ans.batch[qi], target[qi], log_start)
+    table, ans.row = gather.decode(record)
+    ans.tables, ans.rows = [table], table.num_rows
+    ans.status[(record >= 0) & (ans.row < 0)] = "read_error"  # did not decode (logged)
+    if by_off:
+        qi = np.concatenate(by_off)
+        qi = qi[ans.status[qi] != "read_error"]
+        ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
+    for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
+        for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
+            _scan_on(cache, root, ans, i, int(target[i]), where)
+    return _assemble(q, ans)
 
 
-def _open(cache, root: str, a: dict[str, np.ndarray], s: int) -> LogSegment:
+def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple
+             ) -> None:
+    """Query ``i``'s answer by scanning from segment ``s`` on (rare: see _scan_time)."""
+    (topic, partition), a, s, log_start = where
+    for j in range(s, len(a["base_offset"])):
+        try:
+            found = _scan_time(_open(cache, root, a, j), t, log_start)
+        except (SeglakeError, OSError) as exc:
+            log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][j], exc)
+            ans.status[i] = "read_error"
+            return
+        if found.num_rows:
+            ans.add(i, found.slice(0, 1))
+            return
+    ans.status[i] = "no_record_for_timestamp"
+
+
+def _open(cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int) -> LogSegment:
     return cache.segment(root, str(a["path"][s]), size=int(a["size"][s]),
                          next_offset=int(a["next_offset"][s]),
                          max_timestamp=int(a["max_timestamp"][s]),
                          run_id=a["run_id"][s] or None)
 
 
-def _assemble(b: pa.RecordBatch, status: np.ndarray, resolved: np.ndarray,
-              rec_row: np.ndarray, found: list[pa.Table]) -> pa.Table:
-    recs = pa.concat_tables(found) if found else empty_records()
-    recs = recs.select(RECORD_SCHEMA.names)
-    idx = pa.array(rec_row, mask=rec_row < 0)
-    t = recs.take(idx)
+def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:
+    recs = pa.concat_tables(ans.tables) if ans.tables else empty_records()
+    t = recs.select(RECORD_SCHEMA.names).take(pa.array(ans.row, mask=ans.row < 0))
     ts_us = pc.multiply(t.column("timestamp"), 1000).cast(pa.timestamp("us", tz="UTC"))
-    offset = np.where(rec_row >= 0, t.column("offset").fill_null(-1).to_numpy(), resolved)
+    offset = np.where(ans.row >= 0, t.column("offset").fill_null(-1).to_numpy(), ans.resolved)
     headers = t.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type)
     return pa.Table.from_arrays([
-        t.column("key"), t.column("value"), b.column(0), b.column(1),
+        t.column("key"), t.column("value"), q.column("topic"), q.column("partition"),
         pa.array(offset, mask=offset < 0), ts_us, t.column("timestamp_type"), headers,
-        b.column(2), b.column(3), pa.array(status.tolist(), pa.string()),
+        q.column("query_offset"), q.column("query_timestamp"),
+        pa.array(ans.status.tolist(), pa.string()),
     ], schema=LOOKUP_SCHEMA)
