@@ -23,8 +23,9 @@ a little), by default and with the executor path forced (``local_bytes=0``). The
 log grows G times (default 16) and the same window (same number of messages) is timed
 again.
 
-local[2]; both sides warmed up first; best of 5 runs each, the runs of a case
-interleaved. Replaces the "## extract (bench/extract.py)" section of bench/RESULTS.md.
+local[2]; both sides warmed up first; best of 7 runs each, every round running every
+case of both sizes in turn (a busy spell of the shared machine hits all alike).
+Replaces the "## extract (bench/extract.py)" section of bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ TOPIC = "bench"
 PARTITIONS = 4
 CHUNK = 1_000_000
 SEGMENT_BYTES = 8 << 20
-REPEAT = 5
+REPEAT = 7
 
 
 def session():
@@ -132,7 +133,9 @@ def best(fns: dict, repeat: int = 3) -> dict:
     return {k: (min(v), outs[k]) for k, v in times.items()}
 
 
-def window_times(spark, root: str, n_window: int) -> dict:
+def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
+    """``(runs, facts)``: the timed functions of one lake (same rows checked, warmed up)
+    and what to report besides the times."""
     from pyspark.sql import functions as F
 
     from seglake.catalog import Catalog
@@ -146,6 +149,9 @@ def window_times(spark, root: str, n_window: int) -> dict:
     def seglake(**kw):
         return extract(spark, root, TOPIC, start=lo, end=hi, mode="filter", **kw)
 
+    def kafka(**kw):  # Kafka's semantics: offsetsForTimes(start) .. offsetsForTimes(end)
+        return extract(spark, root, TOPIC, start=lo, end=hi, mode="offsets", **kw)
+
     def parquet():
         ts = F.col("timestamp")
         return spark.read.parquet(root + "-parquet").filter(
@@ -157,14 +163,11 @@ def window_times(spark, root: str, n_window: int) -> dict:
     def check(df) -> tuple:
         return tuple(df.agg(F.count("*"), F.sum(F.length("value")), F.sum("offset")).first())
 
-    def kafka(**kw):  # Kafka's semantics: offsetsForTimes(start) .. offsetsForTimes(end)
-        return extract(spark, root, TOPIC, start=lo, end=hi, mode="offsets", **kw)
-
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
     assert check(seglake()) == check(seglake(local_bytes=0)) == check(parquet())
     for fn in (seglake, parquet, kafka):  # warm up: Python workers, JIT, page cache
         fn().toArrow()
-    got = best({
+    runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
         "seglake": lambda: seglake().toArrow().num_rows,
         "kafka": lambda: kafka().toArrow().num_rows,
@@ -173,13 +176,11 @@ def window_times(spark, root: str, n_window: int) -> dict:
         "seglake_noop": lambda: noop(seglake()),
         "kafka_noop": lambda: noop(kafka()),
         "kafka_exec_noop": lambda: noop(kafka(local_bytes=0)),
-    }, repeat=REPEAT)
-    out = {k: t for k, (t, _) in got.items()}
-    out.update(total=total, rows=got["seglake"][1], planned=plan.planned_bytes,
-               tail=plan.tail_bytes, local=plan.work_bytes <= DEFAULT_LOCAL_BYTES,
-               kafka_rows=got["kafka"][1],
-               kafka_planned=plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes)
-    return out
+    }
+    facts = {"total": total, "planned": plan.planned_bytes, "tail": plan.tail_bytes,
+             "local": plan.work_bytes <= DEFAULT_LOCAL_BYTES,
+             "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes}
+    return runs, facts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,11 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes = [args.messages] + ([args.messages * args.growth] if args.growth > 1 else [])
         n_window = args.messages // 100
-        results, built = [], 0.0
+        built = sum(build(lake_path(tmp, n), n) for n in sizes)
+        runs, facts = {}, {}
         for n in sizes:
-            root = lake_path(tmp, n)
-            built += build(root, n)
-            results.append((n, window_times(spark, root, n_window)))
+            mine, facts[n] = window_runs(spark, lake_path(tmp, n), n_window)
+            runs.update({(n, k): fn for k, fn in mine.items()})
+        got = best(runs, repeat=REPEAT)  # every size in every round: alike conditions
+        results = [(n, facts[n] | {k: t for (m, k), (t, _) in got.items() if m == n}
+                    | {"rows": got[(n, "seglake")][1], "kafka_rows": got[(n, "kafka")][1]})
+                   for n in sizes]
         text = report(results, n_window, built, args.growth)
         print(text)
         replace_section(SECTION, text)
@@ -218,7 +223,8 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
 
     lines = [SECTION, "",
              f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
-             f"(ratios are within one run; best of {REPEAT}, runs interleaved); "
+             f"(ratios are within one run; best of {REPEAT}, each round running every "
+             f"case of every size in turn); "
              f"{PARTITIONS} partitions, lz4, 8 MiB segments; window = {n_window:,} messages "
              f"(1% of the first log) in the middle of the log; lakes built without Spark in "
              f"{built:.0f} s. Ratio = seglake time / parquet time (target <= 0.5x); "

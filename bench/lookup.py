@@ -17,10 +17,11 @@ partitions, lz4, 8 MiB segments) and their parquet copies (same records). Q (def
   (running maximum of timestamps + searchsorted).
 
 seglake: ``lookup()`` (catalog arrays broadcast; one pass over the queries; per task the
-queries grouped by segment, index intervals read once, the batches holding answers
-decoded in one call). Both sides aggregate the same thing over the answers (count and
-sum of value lengths, checked equal for offsets). local[2]; warmed up; best of 3, runs
-interleaved. Replaces the "## lookup (bench/lookup.py)" section of bench/RESULTS.md.
+queries grouped by segment, index intervals read once, the answer records found by one
+walk over the batches holding them and decoded in one call). Both sides aggregate the
+same thing over the answers (count and sum of value lengths, checked equal for offsets).
+local[2]; warmed up; best of 3, every round running every case of every size in turn.
+Replaces the "## lookup (bench/lookup.py)" section of bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,7 +68,8 @@ def queries(root: str, n: int):
     return by_offset, by_time, expected
 
 
-def measure(spark, root: str, n: int) -> dict:
+def lookup_runs(spark, root: str, n: int) -> dict:
+    """The timed functions of one lake (answers checked first, and each run once)."""
     import numpy as np
     from pyspark.sql import functions as F
 
@@ -96,15 +97,16 @@ def measure(spark, root: str, n: int) -> dict:
     assert (merged["status"] == "ok").all() and np.array_equal(
         merged["offset"].to_numpy(), merged["expected"].to_numpy())
     assert seglake(q_off) == agg(q_off.join(parquet, ["topic", "partition", "offset"]))
-    res = bx.best({
+    runs = {
         "seglake_offsets": lambda: seglake(q_off),
         "join_offsets": lambda: agg(q_off.join(parquet, ["topic", "partition", "offset"])),
         "seglake_timestamps": lambda: seglake(q_ts),
         "join_timestamps": lambda: agg(q_ts.join(parquet, ["topic", "partition",
                                                           "timestamp"])),
-    })
-    q_off.unpersist(), q_ts.unpersist()
-    return {k: t for k, (t, _) in res.items()} | {"rows": res["seglake_offsets"][1][0]}
+    }
+    for fn in runs.values():  # warm up
+        fn()
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,15 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = args.dir or tempfile.mkdtemp(prefix="seglake-bench-lookup-")
     spark = bx.session()
     try:
-        results = []
+        runs = {}
         for n in sizes:
-            root = bx.lake_path(tmp, n)
-            bx.build(root, n)
-            started = time.perf_counter()
-            measure(spark, root, min(args.queries, 1000))  # warm up
-            print(f"warm-up {time.perf_counter() - started:.1f} s", flush=True)
-            results.append((n, measure(spark, root, args.queries)))
-            print(results[-1], flush=True)
+            bx.build(bx.lake_path(tmp, n), n)
+            mine = lookup_runs(spark, bx.lake_path(tmp, n), args.queries)
+            runs.update({(n, k): fn for k, fn in mine.items()})
+        got = bx.best(runs)  # every size in every round: alike conditions
+        results = [(n, {k: t for (m, k), (t, _) in got.items() if m == n}) for n in sizes]
         text = report(results, args.queries)
         print(text)
         bx.replace_section(SECTION, text)
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
 def report(results: list[tuple[int, dict]], q: int) -> str:
     lines = [SECTION, "",
              f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
-             f"(ratios are within one run; best of 3, runs interleaved); lakes of "
+             f"(ratios are within one run; best of 3, each round running every case of every "
+             f"size in turn); lakes of "
              f"bench/extract.py; {q:,} random queries per kind and size. Timestamp queries "
              f"are answered as `offsetsForTimes` by seglake (checked against numpy) but "
              f"by an equality join on the Spark side (a lower bound: Spark has no as-of "
