@@ -17,11 +17,9 @@ timestamp < end, as the parquet filter). parquet: ``spark.read.parquet`` filtere
 ``timestamp`` column (pushed down). Both sides deliver the same rows (checked: count,
 sum of value lengths and of offsets); timed: (a) ``toArrow()``, every column of every
 row collected in the driver, (b) a ``noop`` write, every row materialised in the JVM.
-seglake runs as by default (the driver reads a plan of little work itself, else the
-executors). Also Kafka's semantics for the same window (``mode="offsets"``, rows differ
-a little), by default and with the executor path forced (``local_bytes=0``). Then the
-log grows G times (default 16) and the same window (same number of messages) is timed
-again.
+Also Kafka's semantics for the same window (``mode="offsets"``, rows differ a little).
+Then the log grows G times (default 16) and the same window (same number of messages)
+is timed again.
 
 local[2]; both sides warmed up first; best of 7 runs each, every round running every
 case of both sizes in turn (a busy spell of the shared machine hits all alike).
@@ -140,17 +138,17 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
 
     from seglake.catalog import Catalog
     from seglake.sample import START_MS
-    from seglake.spark.extract import DEFAULT_LOCAL_BYTES, extract, plan_extract
+    from seglake.spark.extract import extract, plan_extract
 
     total = sum(Catalog(root).log_end_offsets(TOPIC).values())
     lo = START_MS + total // 2  # 1 message per ms: the middle window of n_window messages
     hi = lo + n_window
 
-    def seglake(**kw):
-        return extract(spark, root, TOPIC, start=lo, end=hi, mode="filter", **kw)
+    def seglake():
+        return extract(spark, root, TOPIC, start=lo, end=hi, mode="filter")
 
-    def kafka(**kw):  # Kafka's semantics: offsetsForTimes(start) .. offsetsForTimes(end)
-        return extract(spark, root, TOPIC, start=lo, end=hi, mode="offsets", **kw)
+    def kafka():  # Kafka's semantics: offsetsForTimes(start) .. offsetsForTimes(end)
+        return extract(spark, root, TOPIC, start=lo, end=hi, mode="offsets")
 
     def parquet():
         ts = F.col("timestamp")
@@ -164,21 +162,18 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
         return tuple(df.agg(F.count("*"), F.sum(F.length("value")), F.sum("offset")).first())
 
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
-    assert check(seglake()) == check(seglake(local_bytes=0)) == check(parquet())
+    assert check(seglake()) == check(parquet())
     for fn in (seglake, parquet, kafka):  # warm up: Python workers, JIT, page cache
         fn().toArrow()
     runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
         "seglake": lambda: seglake().toArrow().num_rows,
         "kafka": lambda: kafka().toArrow().num_rows,
-        "kafka_exec": lambda: kafka(local_bytes=0).toArrow().num_rows,
         "parquet_noop": lambda: noop(parquet()),
         "seglake_noop": lambda: noop(seglake()),
         "kafka_noop": lambda: noop(kafka()),
-        "kafka_exec_noop": lambda: noop(kafka(local_bytes=0)),
     }
     facts = {"total": total, "planned": plan.planned_bytes, "tail": plan.tail_bytes,
-             "local": plan.work_bytes <= DEFAULT_LOCAL_BYTES,
              "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes}
     return runs, facts
 
@@ -226,39 +221,36 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
              f"(ratios are within one run; best of {REPEAT}, each round running every "
              f"case of every size in turn); "
              f"{PARTITIONS} partitions, lz4, 8 MiB segments; window = {n_window:,} messages "
-             f"(1% of the first log) in the middle of the log; lakes built without Spark in "
-             f"{built:.0f} s. Ratio = seglake time / parquet time (target <= 0.5x); "
+             f"(1% of the first log) in the middle of the log; lakes built without Spark "
+             f"({f'{built:.0f} s' if built else 'reused'}). Ratio = seglake time / parquet "
+             "time (target <= 0.5x); "
              "`toArrow()` collects every column of every row in the driver, `noop` "
              "materialises them in the JVM.", "",
              "**Same rows** (`mode=\"filter\"`: exactly start <= timestamp < end, like the "
              "parquet filter):", "",
-             "| log messages | rows | log bytes planned (past the end time) | read by | "
+             "| log messages | rows | log bytes planned (past the end time) | "
              "parquet toArrow | seglake toArrow | parquet noop | seglake noop |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     for n, r in results:
         lines.append(f"| {n:,} | {r['rows']:,} | {r['planned']:,} ({r['tail']:,}) | "
-                     f"{'driver' if r['local'] else 'executors'} | {r['parquet']:.2f} s | "
-                     f"{ratio(r, 'seglake', 'parquet')} | {r['parquet_noop']:.2f} s | "
+                     f"{r['parquet']:.2f} s | {ratio(r, 'seglake', 'parquet')} | "
+                     f"{r['parquet_noop']:.2f} s | "
                      f"{ratio(r, 'seglake_noop', 'parquet_noop')} |")
     lines += ["", "Kafka's semantics (`mode=\"offsets\"`: offsetsForTimes(start) .. "
                   "offsetsForTimes(end), what a consumer seeking by time gets; under "
-                  "non-monotonic CreateTime a few rows differ from the parquet filter's), "
-                  "read by the driver (default for a plan this small) and forced onto the "
-                  "executors; ratios against the same parquet runs:", "",
-              "| log messages | rows | log bytes planned | toArrow | noop | "
-              "executors toArrow | executors noop |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+                  "non-monotonic CreateTime a few rows differ from the parquet filter's); "
+                  "ratios against the same parquet runs:", "",
+              "| log messages | rows | log bytes planned | seglake toArrow | seglake noop |",
+              "|---:|---:|---:|---:|---:|"]
     for n, r in results:
         lines.append(f"| {n:,} | {r['kafka_rows']:,} | {r['kafka_planned']:,} | "
                      f"{ratio(r, 'kafka', 'parquet')} | "
-                     f"{ratio(r, 'kafka_noop', 'parquet_noop')} | "
-                     f"{ratio(r, 'kafka_exec', 'parquet')} | "
-                     f"{ratio(r, 'kafka_exec_noop', 'parquet_noop')} |")
+                     f"{ratio(r, 'kafka_noop', 'parquet_noop')} |")
     if len(results) > 1:
         (_, a), (_, b) = results[0], results[-1]
         flat = ", ".join(f"{name} {b[k] / a[k]:.2f}" for name, k in (
             ("seglake filter", "seglake"), ("seglake filter noop", "seglake_noop"),
-            ("offsets mode", "kafka"), ("offsets mode on executors", "kafka_exec"),
+            ("offsets mode", "kafka"), ("offsets mode noop", "kafka_noop"),
             ("parquet", "parquet"), ("parquet noop", "parquet_noop")))
         lines += ["", f"Flatness, time at x{growth} / time at x1 (target <= 1.2): {flat}."]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,6 @@ from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import (
     extract,
-    local_frame,
     min_timestamps,
     pack_splits,
     parse_time,
@@ -53,22 +52,19 @@ def test_parse_time():
     assert parse_time("2026-01-01T00:00:00") == 1767225600000
 
 
-def executed_plan(df) -> str:
-    return df._jdf.queryExecution().executedPlan().toString()
-
-
-@pytest.mark.parametrize("local_bytes", [None, 0], ids=["driver", "executors"])
-def test_extract_modes_match_brute_force(spark, lake, local_bytes):
+@pytest.mark.parametrize("split_bytes", [4096, 1 << 20])
+def test_extract_modes_match_brute_force(spark, lake, split_bytes):
     root, recs = lake
     t1 = recs[recs["topic"] == "t1"]
     lo_ts, hi_ts = int(t1["timestamp"].quantile(0.3)), int(t1["timestamp"].quantile(0.45))
-    kw = {} if local_bytes is None else {"local_bytes": local_bytes}
-    # small split_bytes: segments are cut at index entries, so splits are exercised
+    kw = {"split_bytes": split_bytes}
+    # 4096: segments are cut at index entries, tasks of about 4 KiB; 1 MiB: one split per
+    # segment, all packed into one task (read and decoded together)
     for mode in ("offsets", "filter"):
-        df = extract(spark, root, "t1", start=lo_ts, end=str(hi_ts), mode=mode,
-                     split_bytes=4096, **kw)
-        # a small plan is read by the driver (no Python task), else by packed tasks
-        assert ("LocalTableScan" in executed_plan(df)) == (local_bytes is None)
+        df = extract(spark, root, "t1", start=lo_ts, end=str(hi_ts), mode=mode, **kw)
+        splits = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode=mode, **kw).splits
+        tasks = df.rdd.getNumPartitions()
+        assert tasks == 1 if split_bytes > 4096 else 1 < tasks <= splits.num_rows
         assert df.schema.simpleString() == spark.createDataFrame(
             KAFKA_SOURCE_SCHEMA.empty_table()).schema.simpleString()
         got = df.toPandas().sort_values(["partition", "offset"]).reset_index(drop=True)
@@ -194,14 +190,3 @@ def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():
     assert [len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100,
                                         min_bytes=1)] == [1, 1]
     assert pack_splits([], 2) == []
-
-
-def test_local_frame_keeps_rows_after_an_empty_batch(spark):
-    t = pa.Table.from_batches([
-        pa.record_batch({"x": pa.array([1, 2], pa.int64())}),
-        pa.record_batch({"x": pa.array([], pa.int64())}),
-        pa.record_batch({"x": pa.array([3], pa.int64())}),
-    ])
-    df = local_frame(spark, t)
-    assert sorted(r.x for r in df.collect()) == [1, 2, 3]
-    assert local_frame(spark, t.slice(0, 0)).count() == 0

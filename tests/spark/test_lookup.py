@@ -201,8 +201,11 @@ def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
     g = g[(g["offset"] >= r["base_offset"]) & (g["offset"] < r["next_offset"])]
     targets = np.sort(np.random.default_rng(2).choice(g["timestamp"].to_numpy(), 40))
     rows, found = resolve_timestamps(seg, targets)
-    monkeypatch.setattr(lookup_mod, "_plan_timestamps",
-                        lambda seg, t, lo, gather: np.full(len(t), -1, dtype=np.int64))
+    def place_nothing(reqs, gather, files):
+        for r in reqs:
+            r.ids = np.full(len(r.lo), -1, dtype=np.int64)
+
+    monkeypatch.setattr(lookup_mod, "_locate", place_nothing)
     rows2, found2 = resolve_timestamps(seg, targets)
     assert found.take(pa.array(rows)).column("offset").to_pylist() == found2.take(
         pa.array(rows2)).column("offset").to_pylist()

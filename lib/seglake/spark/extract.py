@@ -14,8 +14,7 @@
                   (``split_bytes`` apart), so one partition is read by many tasks
                -> tasks: splits packed into few Spark tasks (as Spark packs small files:
                   about total / parallelism bytes each, at least 4 MiB, at most
-                  ``split_bytes``); a plan of little work (``local_bytes``) is read by the
-                  driver itself and handed to Spark as a local relation (no job)
+                  ``split_bytes``), no shuffle, no DataFrame of splits to ship
     executors: ``spark.range(tasks).mapInArrow``: each task reads its splits, one ranged
                read per split (plus the header and batch after it for the split that ends
                a range), and decodes the batches that overlap, all splits in one call;
@@ -62,8 +61,6 @@ from seglake.storage.segment import LogSegment, Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
-DEFAULT_LOCAL_BYTES = 4 * 1024 * 1024  # decoding it on one core ~ launching a Spark job
-TAIL_COST = 2  # a byte checked by timestamps only costs about half a decoded one
 MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
 BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1
@@ -83,9 +80,9 @@ SPLIT_SCHEMA = pa.schema([
     pa.field("aborted_last", pa.list_(pa.int64())),
 ])
 
-__all__ = ["ExtractPlan", "RecordWalk", "decode_windows", "extract", "local_frame",
-           "min_timestamps", "pack_splits", "parse_time", "plan_extract", "read_split",
-           "read_splits", "spark_ddl", "spark_schema", "walk_batches"]
+__all__ = ["ExtractPlan", "RecordWalk", "decode_windows", "extract", "min_timestamps",
+           "pack_splits", "parse_time", "plan_extract", "read_split", "read_splits",
+           "spark_ddl", "spark_schema", "walk_batches"]
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -390,12 +387,6 @@ class ExtractPlan:
     seconds: float
     tail_bytes: int = 0  # planned bytes past the end time: timestamps read, little decoded
 
-    @property
-    def work_bytes(self) -> int:
-        """Planned bytes weighted by their cost: a byte past the end time (timestamps
-        only, :func:`min_timestamps`) counts as 1 / ``TAIL_COST`` of a decoded byte."""
-        return self.planned_bytes - self.tail_bytes + self.tail_bytes // TAIL_COST
-
     def summary(self) -> str:
         return (f"catalog version {self.catalog_version}: {self.segments} segment(s), "
                 f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned "
@@ -594,24 +585,11 @@ def pack_splits(splits: list[dict], parallelism: int, *,
 
 
 # ------------------------------------------------------------------------------ Spark
-def local_frame(spark, table: pa.Table):
-    """``table`` as a DataFrame built on the driver (a local relation up to Spark's
-    ``spark.sql.execution.arrow.localRelationThreshold``: no job to read it).
-
-    Empty record batches are dropped first: pyspark 4.2.1's createDataFrame stops at the
-    first empty batch of a table and silently loses the rows after it.
-    """
-    batches = [b for b in table.to_batches() if b.num_rows]
-    return spark.createDataFrame(pa.Table.from_batches(batches, table.schema),
-                                 schema=spark_schema(table.schema))
-
-
 def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=None,
             start_offset: int | None = None, end_offset: int | None = None,
             mode: str = "offsets", isolation_level: str = "read_uncommitted",
             split_bytes: int = DEFAULT_SPLIT_BYTES, cache_bytes: int | None = None,
-            plan: ExtractPlan | None = None, bytes_accumulator=None,
-            local_bytes: int = DEFAULT_LOCAL_BYTES):
+            plan: ExtractPlan | None = None, bytes_accumulator=None):
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
     Args:
@@ -631,9 +609,6 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
         cache_bytes: ``seglake.index.cache.bytes`` of the executors' cache.
         plan: a plan from :func:`plan_extract` (else made here).
         bytes_accumulator: a Spark accumulator that receives the log bytes tasks read.
-        local_bytes: a plan of at most this much work (:attr:`ExtractPlan.work_bytes`)
-            is read here, by the driver, and returned as a local DataFrame (no Spark job
-            to launch); ``0``: always the executors.
     """
     from seglake.config import LogConfig
 
@@ -643,9 +618,6 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     acc, level = bytes_accumulator, isolation_level
     splits = plan.splits.to_pylist()
-    if plan.work_bytes <= local_bytes or not splits:
-        cache = get_cache(cache_bytes)
-        return local_frame(spark, _read_counted(cache, root, splits, level, acc))
     tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, max_bytes=split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
     payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
@@ -657,5 +629,5 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
             for task in b.column(0).to_pylist():
                 yield from _read_counted(cache, root, mine[task], level, acc).to_batches()
 
-    return spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(
+    return spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(
         read, spark_schema(KAFKA_SOURCE_SCHEMA))

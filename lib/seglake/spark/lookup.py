@@ -42,6 +42,8 @@ bytes in the driver process).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator
@@ -192,39 +194,71 @@ def _touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
 
 
 def _byte_ranges(seg: LogSegment, lo: np.ndarray, hi: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: from the offset
-    index floor of ``lo`` to the first entry after ``hi``."""
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: ``(floor, start,
+    end)``, the offset index floor of ``lo`` (its offset, and its position: 0 when
+    there is none) to the first entry after ``hi``."""
     oi = seg.offset_index
-    _, start = oi.lookup_many(lo)
+    floor, start = oi.lookup_many(lo)
     start = np.where(lo > seg.base_offset, start, 0)
     if not len(oi):
-        return start, np.full(len(hi), seg.size, dtype=np.int64)
+        return floor, start, np.full(len(hi), seg.size, dtype=np.int64)
     nxt = np.searchsorted(oi.offsets, hi, side="right")
     end = np.where(nxt < len(oi), oi.positions[np.minimum(nxt, len(oi) - 1)], seg.size)
-    return start, end
+    return floor, start, end
+
+
+@dataclasses.dataclass
+class _Request:
+    """Targets in one segment. Offsets (``ts`` None): the data batch holding ``lo``
+    (= ``hi``). Timestamps: the first data batch holding offsets >= ``lo`` (and starting
+    at or before ``hi``) whose largest timestamp is >= ``ts``. :func:`_plan` sets ``ids``
+    (batch ids in the gather, -1: none in this segment) or ``error``."""
+
+    seg: LogSegment
+    lo: np.ndarray
+    hi: np.ndarray
+    ts: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    error: Exception | None = None
+
+
+def _offset_request(seg: LogSegment, targets: np.ndarray) -> _Request:
+    return _Request(seg, targets, targets)
+
+
+def _time_request(seg: LogSegment, targets: np.ndarray, lo: int) -> _Request:
+    """The time index bounds every answer at once: after the strict floor's offset (each
+    entry holds the largest timestamp so far, so no record up to it is >= the target)
+    and at or before the next entry's offset (which holds a timestamp >= it)."""
+    ti = seg.time_index
+    n = len(ti)
+    slot = np.searchsorted(ti.timestamps, targets, side="left") - 1
+    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0,
+                     seg.base_offset)
+    first = np.maximum(first, max(lo, seg.base_offset))
+    # no entry >= the target (an active segment's last batches): up to the end
+    last = (np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
+            if n else np.full(len(targets), _NO_OFFSET))
+    return _Request(seg, first, np.maximum(last, first), np.asarray(targets, np.int64))
 
 
 class _Chains:
-    """Batch-header chains of many requests in one segment, followed together.
+    """Bytes of many segments' .log files, read once per group of targets whose ranges
+    touch, in one buffer; batch-header chains followed in it for all targets at once."""
 
-    Each request starts at the offset index floor of its first offset and moves from
-    batch to batch by the batch lengths, all requests one numpy step at a time, over
-    bytes read once per group of requests whose ranges touch (the file opened once).
-    """
-
-    def __init__(self, f) -> None:
-        self.f = f
+    def __init__(self) -> None:
         self.bufs: list[bytes] = []
         self.file_at: list[int] = []  # file position of each buffer's first byte
         self.data_at: list[int] = [0]  # its position in the joined data
         self.joined = b""
         self.data = np.zeros(0, dtype=np.uint8)
 
-    def read(self, start: int, end: int) -> int:
-        """Read ``[start, end)`` of the .log; returns the buffer's number."""
-        buf = self.f.read_at(max(0, end - start), start)
-        lakefs.IO_STATS.record(len(buf), opened=0 if self.bufs else 1)
+    def read(self, f, start: int, end: int, *, first: bool = False) -> int:
+        """Read ``[start, end)`` of the open file ``f`` (``first``: its first read);
+        returns the buffer's number."""
+        buf = f.read_at(max(0, end - start), start)
+        lakefs.IO_STATS.record(len(buf), opened=int(first))
         self.bufs.append(bytes(buf))
         self.file_at.append(start)
         self.data_at.append(self.data_at[-1] + len(buf))
@@ -241,91 +275,134 @@ class _Chains:
         there (garbage where ``room`` < a header)."""
         at = np.asarray(self.data_at)[buf] + pos - np.asarray(self.file_at)[buf]
         room = np.asarray(self.data_at)[buf + 1] - at
+        if not len(self.data):
+            return at, room, np.zeros(len(at), dtype=HEADER_DTYPE)
         idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(
             HEADER_SIZE)
-        raw = self.data[np.minimum(idx, max(len(self.data) - 1, 0))] if len(self.data) else \
-            np.zeros((len(at), HEADER_SIZE), np.uint8)
+        raw = self.data[np.minimum(idx, len(self.data) - 1)]
         return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
 
 
-def _locate(seg: LogSegment, lo: np.ndarray, hi: np.ndarray, ts: np.ndarray | None,
-            gather: _Gather) -> np.ndarray:
-    """Batch id (in ``gather``) answering each request; -1: ``seg`` has none; -2: the
-    index and the log disagree, or the file is elsewhere (take the careful path).
+def _plan(reqs: list[_Request], gather: _Gather) -> None:
+    """Set every request's ``ids`` (or ``error``): :func:`_locate`, then the careful
+    path (:meth:`LogSegment._span`, which rebuilds a bad index) where the index and the
+    log disagree."""
+    with contextlib.ExitStack() as files:
+        _locate(reqs, gather, files)
+    for r in reqs:
+        careful = np.flatnonzero(r.ids == -2) if r.error is None else []
+        if not len(careful):
+            continue
+        try:
+            r.ids[careful] = (
+                _careful_offsets(r.seg, r.lo[careful], gather) if r.ts is None else
+                _careful_timestamps(r.seg, r.ts[careful], r.lo[careful], r.hi[careful],
+                                    gather))
+        except (SeglakeError, OSError) as exc:
+            r.error = exc
 
-    ``ts`` None: the data batch holding offset ``lo`` (= ``hi``). Else: the first data
-    batch holding offsets >= ``lo`` (starting at or before ``hi``) whose largest
-    timestamp is >= ``ts``. Reads are those of :meth:`LogSegment._span`: from the offset
-    index floor of ``lo`` to the entry after ``hi`` plus a header, and the batch there
-    only when it holds an answer. Answer batches' CRCs are checked.
+
+def _locate(reqs: list[_Request], gather: _Gather, files: contextlib.ExitStack) -> None:
+    """``ids`` of all requests' targets at once (-2: the index and the log disagree, or
+    the file is not where the catalog says: the careful path takes those).
+
+    Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
+    to the entry after ``hi`` plus a header (targets whose ranges lie within
+    :data:`READ_GAP` share one read; each file opened once), and the batch there only
+    when it holds an answer. Then every target's chain of batch headers is followed from
+    its floor, all targets of all segments one numpy step at a time. Answer batches'
+    CRCs are checked.
     """
-    n, size = len(lo), seg.size
-    out = np.full(n, -2, dtype=np.int64)
-    oi = seg.offset_index
-    floor, start = oi.lookup_many(lo)
-    start = np.where(lo > seg.base_offset, start, 0)  # 0: no entry (never the first batch)
-    _, end = _byte_ranges(seg, lo, hi)
-    try:
-        f = seg.fs.open_input_file(seg.log_path)
-    except OSError:  # not where the catalog says (staged): the careful path finds it
-        return out
-    with f:
-        chains = _Chains(f)
-        buf = np.zeros(n, dtype=np.int64)  # the buffer each request's chain is in
-        for g in _touching(start, end):
-            buf[g] = chains.read(int(start[g].min()),
-                                 min(size, int(end[g].max()) + HEADER_SIZE))
-        chains.join()
-        # state: 0 on the way, 1 found, -1 none in this segment, -2 careful path
-        pos, state = start.copy(), np.zeros(n, dtype=np.int8)
-        found_at = np.zeros(n, dtype=np.int64)
-        for step in range(_MAX_STEPS):
-            run = np.flatnonzero(state == 0)
-            if not len(run):
-                break
-            at, room, h = chains.headers(buf[run], pos[run])
-            base = h["base_offset"].astype(np.int64)
-            last = base + h["last_offset_delta"]
-            bsize = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
-            whole, eof = room >= HEADER_SIZE, pos[run] >= size
-            bad = whole & ((h["magic"] != MAGIC) | (bsize < HEADER_SIZE))
-            if step == 0:  # the index says the batch at its position ends at its offset
-                bad |= whole & (start[run] > 0) & (last != floor[run])
-            good = whole & ~bad
-            data = (h["attributes"] & CONTROL_BIT) == 0
-            if ts is None:
-                hit, done = (last >= lo[run]) & (base <= lo[run]) & data, last >= lo[run]
-            else:
-                hit = (last >= lo[run]) & (h["max_timestamp"] >= ts[run]) & data
-                done = hit | (base > hi[run])
-            fits = room >= bsize
-            state[run[bad]] = -2
-            state[run[good & hit & fits]] = 1
-            found_at[run[good & hit & fits]] = at[good & hit & fits]
-            state[run[(good & done & ~hit) | (~whole & eof)]] = -1
-            onward = good & ~done
-            pos[run[onward]] += bsize[onward]
-            need = (good & hit & ~fits) | (~whole & ~eof)  # bytes not read yet
-            if need.any():
-                more = run[need]
-                length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
-                for p, w in np.unique(np.stack([pos[more], length]), axis=1).T.tolist():
-                    buf[more[(pos[more] == p) & (length == w)]] = chains.read(p, min(size, p + w))
-                chains.join()
-        found = np.flatnonzero(state == 1)
-        out[state == -1] = -1
-        if len(found):
-            batches, which = np.unique(found_at[found], return_inverse=True)
-            scan, crc_ok = _scan_at(chains.data, batches)
-            ok = crc_ok[which]
-            out[found[~ok]] = -2
-            keep = np.flatnonzero(crc_ok)
-            if len(keep):
-                w = Window(0, chains.joined, scan)
-                ids = np.full(len(batches), -2, dtype=np.int64)
-                ids[keep] = gather.add(w, keep, seg.log_path)
-                out[found[ok]] = ids[which[ok]]
-    return out
+    chains = _Chains()
+    cols: dict[str, list[np.ndarray]] = {}
+    handles, spans = [], {}  # open files; request -> its targets' slice of the columns
+    total = 0
+    for j, r in enumerate(reqs):
+        n = len(r.lo)
+        r.ids = np.full(n, -2, dtype=np.int64)
+        try:
+            floor, start, end = _byte_ranges(r.seg, r.lo, r.hi)
+            try:
+                f = files.enter_context(r.seg.fs.open_input_file(r.seg.log_path))
+            except OSError:  # not where the catalog says (staged): the careful path
+                continue
+            buf = np.zeros(n, dtype=np.int64)
+            for k, g in enumerate(_touching(start, end)):
+                buf[g] = chains.read(f, int(start[g].min()),
+                                     min(r.seg.size, int(end[g].max()) + HEADER_SIZE),
+                                     first=k == 0)
+        except (SeglakeError, OSError) as exc:
+            r.error = exc
+            continue
+        handles.append(f)
+        spans[j] = (total, total + n)
+        total += n
+        for k, v in (("lo", r.lo), ("hi", r.hi), ("ts", r.ts if r.ts is not None else r.lo),
+                     ("is_ts", np.full(n, r.ts is not None)), ("start", start),
+                     ("floor", floor), ("buf", buf), ("req", np.full(n, j)),
+                     ("size", np.full(n, r.seg.size)), ("file", np.full(n, len(handles) - 1))):
+            cols.setdefault(k, []).append(v)
+    if not spans:
+        return
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    chains.join()
+    buf, size = c["buf"], c["size"]
+    # state: 0 on the way, 1 found, -1 none in this segment, -2 careful path
+    pos, state = c["start"].copy(), np.zeros(len(buf), dtype=np.int8)
+    found_at = np.zeros(len(buf), dtype=np.int64)
+    for step in range(_MAX_STEPS):
+        run = np.flatnonzero(state == 0)
+        if not len(run):
+            break
+        at, room, h = chains.headers(buf[run], pos[run])
+        base = h["base_offset"].astype(np.int64)
+        last = base + h["last_offset_delta"]
+        bsize = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
+        whole, eof = room >= HEADER_SIZE, pos[run] >= size[run]
+        bad = whole & ((h["magic"] != MAGIC) | (bsize < HEADER_SIZE))
+        if step == 0:  # the index says the batch at its position ends at its offset
+            bad |= whole & (c["start"][run] > 0) & (last != c["floor"][run])
+        good = whole & ~bad
+        data = (h["attributes"] & CONTROL_BIT) == 0
+        lo, is_ts = c["lo"][run], c["is_ts"][run]
+        hit = (last >= lo) & data & np.where(is_ts, h["max_timestamp"] >= c["ts"][run],
+                                             base <= lo)
+        done = np.where(is_ts, hit | (base > c["hi"][run]), last >= lo)
+        fits = room >= bsize
+        state[run[bad]] = -2
+        state[run[good & hit & fits]] = 1
+        found_at[run[good & hit & fits]] = at[good & hit & fits]
+        state[run[(good & done & ~hit) | (~whole & eof)]] = -1
+        onward = good & ~done
+        pos[run[onward]] += bsize[onward]
+        need = (good & hit & ~fits) | (~whole & ~eof)  # bytes not read yet: read them
+        if need.any():
+            more = run[need]
+            length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
+            for fi, p, w in np.unique(np.stack([c["file"][more], pos[more], length]),
+                                      axis=1).T.tolist():
+                mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
+                try:
+                    buf[mine] = chains.read(handles[fi], p, min(int(size[mine[0]]), p + w))
+                except OSError:
+                    state[mine] = -2
+            chains.join()
+    found = np.flatnonzero(state == 1)
+    ids = np.where(state == -1, -1, -2)
+    if len(found):
+        batches, which = np.unique(found_at[found], return_inverse=True)
+        scan, crc_ok = _scan_at(chains.data, batches)
+        w = Window(0, chains.joined, scan)
+        owner = c["req"][found]
+        ids_of = np.full(len(batches), -2, dtype=np.int64)
+        for j in np.unique(owner).tolist():  # one gather part per segment (names its file)
+            mine = np.unique(which[owner == j])
+            mine = mine[crc_ok[mine]]
+            if len(mine):
+                ids_of[mine] = gather.add(w, mine, reqs[j].seg.log_path)
+        ids[found] = ids_of[which]
+    for j, (a, b) in spans.items():
+        reqs[j].ids = ids[a:b]
 
 
 def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
@@ -348,20 +425,9 @@ def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
     return scan, crc_ok
 
 
-def _plan_offsets(seg: LogSegment, targets: np.ndarray, gather: _Gather) -> np.ndarray:
-    """Batch id (in ``gather``) of the data batch holding each target offset, else -1
-    (:func:`_locate`; where the index and the log disagree, :meth:`LogSegment._span`,
-    which rebuilds the index)."""
-    ids = _locate(seg, targets, targets, None, gather)
-    careful = np.flatnonzero(ids == -2)
-    if len(careful):
-        ids[careful] = _careful_offsets(seg, targets[careful], gather)
-    return ids
-
-
 def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: _Gather) -> np.ndarray:
     out = np.full(len(targets), -1, dtype=np.int64)
-    for qi in _touching(*_byte_ranges(seg, targets, targets)):
+    for qi in _touching(*_byte_ranges(seg, targets, targets)[1:]):
         sel = targets[qi]
         w = seg._span(int(sel.min()), int(sel.max()))
         b = np.searchsorted(w.scan.last_offset, sel, side="left")
@@ -374,38 +440,10 @@ def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: _Gather) -> n
     return out
 
 
-def _plan_timestamps(seg: LogSegment, targets: np.ndarray, lo: int, gather: _Gather
-                     ) -> np.ndarray:
-    """Batch id (in ``gather``) of the first data batch of ``seg`` (offsets >= ``lo``)
-    whose largest timestamp is >= each target, else -1 (then scan: :func:`_scan_time`).
-
-    The time index bounds every answer at once: after the strict floor's offset (each
-    entry holds the largest timestamp so far, so no record up to it is >= the target)
-    and at or before the next entry's offset (which holds a timestamp >= it); then
-    :func:`_locate` (or, where the index and the log disagree, the careful path).
-    """
-    ti = seg.time_index
-    n = len(ti)
-    slot = np.searchsorted(ti.timestamps, targets, side="left") - 1
-    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0,
-                     seg.base_offset)
-    first = np.maximum(first, max(lo, seg.base_offset))
-    # no entry >= the target (an active segment's last batches): up to the end
-    last = (np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
-            if n else np.full(len(targets), _NO_OFFSET))
-    last = np.maximum(last, first)
-    ids = _locate(seg, first, last, targets, gather)
-    careful = np.flatnonzero(ids == -2)
-    if len(careful):
-        ids[careful] = _careful_timestamps(seg, targets[careful], first[careful],
-                                           last[careful], gather)
-    return ids
-
-
 def _careful_timestamps(seg: LogSegment, targets: np.ndarray, first: np.ndarray,
                         last: np.ndarray, gather: _Gather) -> np.ndarray:
     out = np.full(len(targets), -1, dtype=np.int64)
-    for qi in _touching(*_byte_ranges(seg, first, last)):
+    for qi in _touching(*_byte_ranges(seg, first, last)[1:]):
         w = seg._span(int(first[qi].min()), int(last[qi].max()))
         s, t = w.scan, targets[qi]
         b = np.searchsorted(s.last_offset, first[qi], side="left")
@@ -445,10 +483,12 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
     targets = np.unique(np.asarray(targets, dtype=np.int64))
     if not len(targets):
         return empty_records()
-    gather = _Gather()
-    ids = _plan_offsets(seg, targets, gather)
+    gather, req = _Gather(), _offset_request(seg, targets)
+    _plan([req], gather)
+    if req.error is not None:
+        raise req.error
     gather.walk()
-    table, row = gather.decode(gather.offset_records(ids, targets))
+    table, row = gather.decode(gather.offset_records(req.ids, targets))
     return table.take(pa.array(row[row >= 0]))
 
 
@@ -463,10 +503,12 @@ def resolve_timestamps(seg: LogSegment, targets: np.ndarray, *, min_offset: int 
     """
     targets = np.asarray(targets, dtype=np.int64)
     lo = seg.base_offset if min_offset is None else max(min_offset, seg.base_offset)
-    gather = _Gather()
-    ids = _plan_timestamps(seg, targets, lo, gather)
+    gather, req = _Gather(), _time_request(seg, targets, lo)
+    _plan([req], gather)
+    if req.error is not None:
+        raise req.error
     gather.walk()
-    table, answer = gather.decode(gather.timestamp_records(ids, targets, lo))
+    table, answer = gather.decode(gather.timestamp_records(req.ids, targets, lo))
     tables, n = [table], table.num_rows
     for k in np.flatnonzero(answer < 0).tolist():  # the index could not place it: scan
         t = _scan_time(seg, int(targets[k]), lo)
@@ -641,14 +683,19 @@ class _Answers:
         self.tables.append(table)
         self.rows += table.num_rows
 
-    def plan(self, cache: IndexCache, root: str, where: tuple, qi: np.ndarray, fn) -> None:
-        """``batch[qi] = fn(segment)``; a segment that cannot be read: ``read_error``."""
-        (topic, partition), a, s = where
+    def request(self, cache: IndexCache, root: str, where: tuple, make) -> _Request | None:
+        """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
+        _, a, s, _ = where
         try:
-            self.batch[qi] = fn(_open(cache, root, a, s))
+            return make(_open(cache, root, a, s))
         except (SeglakeError, OSError) as exc:  # never fail the job on one segment
-            log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
-            self.status[qi] = "read_error"
+            self.fail(where, exc)
+            return None
+
+    def fail(self, where: tuple, exc: Exception) -> None:
+        (topic, partition), a, s, qi = where
+        log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
+        self.status[qi] = "read_error"
 
 
 def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa.Table:
@@ -662,6 +709,7 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
     ans, gather = _Answers(q.num_rows), _Gather()
     by_off: list[np.ndarray] = []  # queries answered by an offset: (query, target) pairs
     by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
+    reqs: list[tuple[_Request, np.ndarray | None, tuple]] = []  # (request, which, where)
     target = np.where(has_off, off, ts)
     invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
     ans.status[invalid] = "invalid_query"
@@ -685,9 +733,11 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
         for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1,
                                o_q):
             uniq, which = np.unique(target[qi], return_inverse=True)
-            ans.plan(cache, root, (k, a, s), qi,
-                     lambda seg, u=uniq, w=which: _plan_offsets(seg, u, gather)[w])
-            by_off.append(qi)
+            req = ans.request(cache, root, (k, a, s, qi),
+                              lambda seg, u=uniq: _offset_request(seg, u))
+            if req is not None:
+                reqs.append((req, which, (k, a, s, qi)))
+                by_off.append(qi)
         # timestamps (-3: the largest one): the first segment whose running max reaches it
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
         top = int(np.argmax(a["max_timestamp"]))
@@ -697,9 +747,17 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
         none = (s_of >= len(a["base_offset"])) | (target[t_q] < 0)
         ans.status[t_q[none]] = "no_record_for_timestamp"
         for s, qi in _split_by(s_of[~none], t_q[~none]):
-            ans.plan(cache, root, (k, a, s), qi, lambda seg, t=target[qi], lo=log_start:
-                     _plan_timestamps(seg, t, lo, gather))
-            by_ts.append((qi, (k, a, s, log_start)))
+            req = ans.request(cache, root, (k, a, s, qi), lambda seg, t=target[qi],
+                              lo=log_start: _time_request(seg, t, lo))
+            if req is not None:
+                reqs.append((req, None, (k, a, s, qi)))
+                by_ts.append((qi, (k, a, s, log_start)))
+    _plan([r for r, _, _ in reqs], gather)  # all segments' reads and chains at once
+    for r, which, where in reqs:
+        if r.error is not None:
+            ans.fail(where, r.error)
+        else:
+            ans.batch[where[3]] = r.ids if which is None else r.ids[which]
     bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
     failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
     ans.status[failed], ans.batch[failed] = "read_error", -1
