@@ -69,6 +69,7 @@ def build(root: str, n: int) -> float:
     from seglake.config import LogConfig
     from seglake.record.schema import to_kafka_source
     from seglake.sample import START_MS, generate
+    from seglake.storage.recovery import rows_table
     from seglake.storage.writer import SegmentWriter
 
     if os.path.exists(os.path.join(root, "_catalog")):
@@ -108,13 +109,9 @@ def build(root: str, n: int) -> float:
     rows = []
     for p in range(PARTITIONS):
         infos[p] += writers[p].close()
-        rows += [{"topic": TOPIC, "partition": p, "base_offset": i.base_offset,
-                  "next_offset": i.next_offset, "record_count": i.record_count,
-                  "min_timestamp": i.min_timestamp, "max_timestamp": i.max_timestamp,
-                  "size_bytes": i.size_bytes, "index_entries": i.index_entries,
-                  "time_index_entries": i.time_index_entries, "codec": i.codec,
-                  "path": f"{TOPIC}-{p}/{i.base_offset:020d}.log"} for i in infos[p]]
-    Catalog(root).commit(pa.Table.from_pylist(rows), "bench-build")
+        rows += [i.catalog_row(TOPIC, p, f"{TOPIC}-{p}/{i.base_offset:020d}.log")
+                 for i in infos[p]]
+    Catalog(root).commit(rows_table(rows), "bench-build")
     return time.perf_counter() - started
 
 

@@ -72,12 +72,8 @@ def build_lake(root: Path, n: int, *, partitions: int = 4, topic: str = TOPIC,
         d.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(str(d))
         infos = log.append(recs, config=cfg)
-        rows += [dict(topic=topic, partition=p, base_offset=i.base_offset,
-                      next_offset=i.next_offset, record_count=i.record_count,
-                      min_timestamp=i.min_timestamp, max_timestamp=i.max_timestamp,
-                      size_bytes=i.size_bytes, index_entries=i.index_entries,
-                      time_index_entries=i.time_index_entries, codec=i.codec,
-                      path=f"{topic}-{p}/{i.base_offset:020d}.log") for i in infos]
+        rows += [i.catalog_row(topic, p, f"{topic}-{p}/{i.base_offset:020d}.log")
+                 for i in infos]
         written.append(pa.table({
             "topic": pa.array([topic] * sel.num_rows),
             "partition": pa.array(np.full(sel.num_rows, p), pa.int32()),

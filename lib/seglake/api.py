@@ -45,6 +45,7 @@ from seglake.storage.log import (
     PartitionLog,
 )
 from seglake.storage.segment import TimestampOffset
+from seglake.storage.tail_minima import cutoff
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,6 +190,7 @@ class Partition:
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
+        self._tails = rows.column("tail_min_timestamps").to_pylist()
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic!r}, {self.partition}, segments={len(self.log.segments)}, "
@@ -291,7 +293,9 @@ class Partition:
         Exact under non-monotonic timestamps: segments are pruned with the catalog's
         min/max timestamps; in a segment whose smallest timestamp is below ``start`` the
         read starts at its first record with timestamp >= ``start`` (time index), and
-        every record after it is filtered, since a later record may carry any timestamp.
+        every record after it is filtered, since a later record may carry any timestamp,
+        up to the first of the segment's tail minima >= ``end``
+        (:mod:`seglake.storage.tail_minima`).
         """
         lo, hi = to_millis(start), to_millis(end)
         parts = []
@@ -304,7 +308,7 @@ class Partition:
                     if found is None:
                         continue
                     first = found.offset
-                t = seg.read_records(first)
+                t = seg.read_records(first, cutoff(self._tails[i], hi))
                 ts = t.column("timestamp")
                 parts.append(t.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi))))
         recs = pa.concat_tables(parts) if parts else empty_records()

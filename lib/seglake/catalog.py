@@ -260,6 +260,9 @@ class Catalog:
             expr = part_expr if expr is None else expr & part_expr
         # use_threads=False: threaded scans crashed at interpreter exit in tests
         t = table.to_pyarrow_dataset().to_table(filter=expr, use_threads=False)
+        for f in schema:  # a column added since the table was made: unknown in old rows
+            if f.name not in t.schema.names and f.nullable:
+                t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
         return t.select(schema.names).cast(schema).sort_by(SORT_KEYS)
 
     def segments(
@@ -453,7 +456,8 @@ class Catalog:
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
 
-                write_deltalake(table, new, mode="append", commit_properties=props)
+                write_deltalake(table, new, mode="append", commit_properties=props,
+                                schema_mode="merge")  # upgrades an older catalog
 
             return write, new.num_rows, 0
 
@@ -560,7 +564,8 @@ class Catalog:
 
                 if new.num_rows:
                     write_deltalake(
-                        table, new, mode="overwrite", predicate=predicate, commit_properties=props
+                        table, new, mode="overwrite", predicate=predicate, commit_properties=props,
+                        schema_mode="merge",  # upgrades an older catalog
                     )
                 else:
                     table.delete(predicate, commit_properties=props)

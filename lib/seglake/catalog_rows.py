@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from seglake.errors import CatalogError, InvalidTopicError, OffsetOrderError
 from seglake.fs import validate_relative
 from seglake.storage.naming import partition_dir_name, segment_file_name, validate_topic
+from seglake.storage.tail_minima import TAIL_TYPE
 
 __all__ = [
     "KEY_COLUMNS",
@@ -61,6 +62,7 @@ _TYPES: dict[str, pa.DataType] = {
     "int32": pa.int32(),
     "int64": pa.int64(),
     "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"),
+    "list<struct<offset: int64, min_timestamp: int64>>": TAIL_TYPE,
 }
 
 
@@ -134,7 +136,8 @@ def normalize_rows(
     if not isinstance(rows, pa.Table):
         raise CatalogError(f"catalog rows must be a pyarrow Table, got {type(rows).__name__}")
     names = rows.schema.names
-    missing = [n for n in schema.names if n not in names and n not in _FILLED_COLUMNS]
+    missing = [f.name for f in schema
+               if f.name not in names and f.name not in _FILLED_COLUMNS and not f.nullable]
     extra = [n for n in names if n not in schema.names]
     if missing or extra:
         raise CatalogError(f"catalog rows: missing columns {missing}, unknown columns {extra}")
@@ -147,8 +150,11 @@ def normalize_rows(
         if f.name == "run_id" and (restamp or f.name not in names):
             columns.append(pa.array([run_id] * n, f.type))
             continue
+        if f.name not in names:  # an optional column: unknown
+            columns.append(pa.nulls(n, f.type))
+            continue
         col = rows.column(f.name)
-        if col.null_count:
+        if col.null_count and not f.nullable:
             raise CatalogError(f"catalog rows: column {f.name!r} has {col.null_count} nulls")
         try:
             columns.append(col.cast(f.type))

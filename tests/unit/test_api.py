@@ -21,6 +21,7 @@ from seglake.errors import SegmentNotFoundError
 from seglake.record.decode import read_log
 from seglake.record.schema import HEADERS_TYPE, KAFKA_SOURCE_SCHEMA
 from seglake.storage.log import PartitionLog
+from seglake.storage.recovery import rows_table
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 CFG = LogConfig(segment_bytes=4_000, batch_size=600, index_interval_bytes=500)
@@ -51,20 +52,9 @@ def append(root: Path, topic: str, partition: int, recs: pa.Table, run_id: str) 
     writer = PartitionLog(log.fs, log.directory, log.segments,
                           log_start_offset=start if not log.segments else None)
     infos = writer.append(recs, config=CFG)
-    Catalog(str(root)).commit(pa.table({
-        "topic": [topic] * len(infos),
-        "partition": pa.array([partition] * len(infos), pa.int32()),
-        "base_offset": [i.base_offset for i in infos],
-        "next_offset": [i.next_offset for i in infos],
-        "record_count": [i.record_count for i in infos],
-        "min_timestamp": [i.min_timestamp for i in infos],
-        "max_timestamp": [i.max_timestamp for i in infos],
-        "size_bytes": [i.size_bytes for i in infos],
-        "index_entries": pa.array([i.index_entries for i in infos], pa.int32()),
-        "time_index_entries": pa.array([i.time_index_entries for i in infos], pa.int32()),
-        "codec": [i.codec for i in infos],
-        "path": [f"{topic}-{partition}/{i.base_offset:020d}.log" for i in infos],
-    }), run_id)
+    Catalog(str(root)).commit(rows_table([
+        i.catalog_row(topic, partition, f"{topic}-{partition}/{i.base_offset:020d}.log")
+        for i in infos]), run_id)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import multiprocessing
 import threading
@@ -13,7 +14,7 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from seglake.catalog import Catalog, CommitResult, catalog_schema
+from seglake.catalog import Catalog, CommitResult, catalog_schema, normalize_rows
 from seglake.errors import (
     CatalogError,
     ConcurrentRunError,
@@ -21,6 +22,7 @@ from seglake.errors import (
     OffsetOrderError,
     SegmentNotFoundError,
 )
+from seglake.storage.tail_minima import TAIL_TYPE
 from tests.unit import test_fs
 
 SCHEMA_JSON = Path(__file__).resolve().parents[2] / "schemas" / "catalog.json"
@@ -76,7 +78,9 @@ def test_schema_comes_from_json() -> None:
     assert schema.field("index_entries").type == pa.int32()
     assert schema.field("next_offset").type == pa.int64()
     assert schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
-    assert not any(f.nullable for f in schema)
+    # every column is required but the tail minima (unknown in older catalogs)
+    assert [f.name for f in schema if f.nullable] == ["tail_min_timestamps"]
+    assert schema.field("tail_min_timestamps").type == TAIL_TYPE
     assert spec["partition_by"] == ["topic"]
 
 
@@ -328,6 +332,30 @@ def test_replace_rows_for_recovery(catalog: Catalog) -> None:
     with pytest.raises(CatalogError, match="both replaced and removed"):
         catalog.replace_rows(fixed, "recover-3", remove=[("orders", 0, 10)])
     assert catalog.version() == 3
+
+
+def test_catalog_made_before_the_tail_minima_column_is_upgraded(catalog: Catalog) -> None:
+    """A table created without ``tail_min_timestamps`` (older seglake) reads it as null
+    and gains the column at the next commit or replacement; nothing else changes."""
+    from deltalake import DeltaTable, write_deltalake
+
+    schema = catalog_schema()
+    old_schema = pa.schema([f for f in schema if f.name != "tail_min_timestamps"])
+    DeltaTable.create(catalog.uri, schema=old_schema, partition_by=["topic"])
+    old = normalize_rows(rows("orders", 0, [(0, 10)]), "old", dt.datetime.now(dt.UTC))
+    write_deltalake(catalog.uri, old.select(old_schema.names), mode="append")
+    seg = catalog.segments()
+    assert seg.schema == schema and seg.column("tail_min_timestamps").to_pylist() == [None]
+
+    tail = [{"offset": 10, "min_timestamp": 5}, {"offset": 14, "min_timestamp": 9}]
+    catalog.commit(rows("orders", 0, [(10, 20)], tail_min_timestamps=[tail]), "new")
+    assert catalog.segments().column("tail_min_timestamps").to_pylist() == [None, tail]
+    assert "tail_min_timestamps" in DeltaTable(catalog.uri).schema().to_arrow().names
+    catalog.replace_rows(rows("orders", 0, [(0, 10)], tail_min_timestamps=[
+        [{"offset": 0, "min_timestamp": 1}]]), "fix")
+    assert catalog.segments().column("tail_min_timestamps").to_pylist() == [
+        [{"offset": 0, "min_timestamp": 1}], tail]
+    assert keys(catalog.segments()) == [("orders", 0, 0, 10), ("orders", 0, 10, 20)]
 
 
 # ------------------------------------------------------------------ races

@@ -6,10 +6,12 @@
                filter mode: segments pruned by catalog min/max timestamp; every record
                    of them with start <= timestamp < end; a segment holding records older
                    than start is entered at its time index's strict floor of start (no
-                   record before it can be >= start); CreateTime is not monotonic, so a
-                   segment is read to its end (Kafka keeps no minimum timestamp), but past
-                   the end time only the records' timestamps are read (min_timestamps)
-                   and only batches holding late records are decoded
+                   record before it can be >= start); CreateTime is not monotonic and
+                   Kafka keeps no minimum timestamp, so a segment is read up to the first
+                   of its catalog tail minima >= end (seglake.storage.tail_minima), or to
+                   its end when they are unknown; past the end time only the records'
+                   timestamps are read (min_timestamps) and only batches holding late
+                   records are decoded
                -> splits: one per segment, large segments cut at offset-index positions
                   (``split_bytes`` apart), so one partition is read by many tasks
                -> tasks: splits packed into few Spark tasks (as Spark packs small files:
@@ -58,6 +60,7 @@ from seglake.record.walk import BatchContext, walk_records
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment, Window
+from seglake.storage.tail_minima import cutoff
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
@@ -455,17 +458,20 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
                 continue
             if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
                 continue
-            first = lo
+            first, last = lo, hi
             if ts_lo > r["min_timestamp"]:
                 first = max(lo, _time_seek(plog.segments[i], ts_lo))
-            if first < min(hi, r["next_offset"]):
-                chosen.append((i, first))
+            stop = cutoff(r["tail_min_timestamps"], ts_hi) if mode == "filter" else None
+            if stop is not None:  # no record from there on is older than the end
+                last = min(hi, stop)
+            if first < min(last, r["next_offset"]):
+                chosen.append((i, first, last))
         aborted: tuple[list[int], list[int], list[int]] = ([], [], [])
         if isolation_level == "read_committed" and chosen:
             aborted = _aborted(plog, chosen[0][0], lo, hi)
-        for i, first in chosen:
+        for i, first, last in chosen:
             nsegs += 1
-            mine = _segment_splits(plog.segments[i], meta[i], topic, p, (lo, hi, first),
+            mine = _segment_splits(plog.segments[i], meta[i], topic, p, (lo, last, first),
                                    (ts_lo, ts_hi), split_bytes, aborted)
             if meta[i]["max_timestamp"] >= ts_hi:
                 tail += _tail_bytes(plog.segments[i], ts_hi, mine)

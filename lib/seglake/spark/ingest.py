@@ -42,6 +42,7 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.lake import cleanup, publish_pending
 from seglake.spark import ingest_tasks as tasks
+from seglake.spark.extract import spark_schema
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
@@ -170,11 +171,11 @@ def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: L
         order = ["topic", "partition", "_chunk", *(["timestamp"] if by_ts else []), "offset"]
         out = (prepared.repartition(plan.num_tasks, "_task").sortWithinPartitions(*order)
                .mapInArrow(tasks.encoder(root, run_id, config, plan.log_end, by_ts,
-                                         fail_after_records), _spark_schema(SEGMENT_ROWS)))
+                                         fail_after_records), spark_schema(SEGMENT_ROWS)))
     else:
         out = norm.mapInArrow(
             tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records),
-            _spark_schema(SEGMENT_ROWS))
+            spark_schema(SEGMENT_ROWS))
     rows = out.toArrow().cast(SEGMENT_ROWS).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
     _verify(rows, plan.partitions, has_offset)
@@ -196,7 +197,7 @@ def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> lis
                      *(F.max("_all") for _ in pinned)))
         return [r.asDict() for r in rows.collect()]
     counted = norm.select(*cols, *pinned).mapInArrow(tasks.count_groups(num_partitions),
-                                                     _spark_schema(tasks.COUNT_ROWS))
+                                                     spark_schema(tasks.COUNT_ROWS))
     return counted.toArrow().to_pylist()
 
 
@@ -222,11 +223,6 @@ def _check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
         raise SeglakeError(f"run {run_id}: {len(missing)} staged file(s) disappeared before "
                            f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
                            "was committed: rerun the run id")
-
-
-def _spark_schema(schema: pa.Schema) -> str:
-    kinds = {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}
-    return ", ".join(f"`{f.name}` {kinds[f.type]}" for f in schema)
 
 
 def _with_fields(df: DataFrame, *fields: tuple[str, T.DataType]) -> T.StructType:

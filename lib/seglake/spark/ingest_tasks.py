@@ -29,6 +29,7 @@ from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.record.partitioner import default_partition
 from seglake.storage.naming import partition_dir_name
+from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 from seglake.testing_hooks import crash_point
 
@@ -37,7 +38,7 @@ SEGMENT_ROWS = pa.schema([
     ("next_offset", pa.int64()), ("record_count", pa.int64()), ("min_timestamp", pa.int64()),
     ("max_timestamp", pa.int64()), ("size_bytes", pa.int64()), ("index_entries", pa.int32()),
     ("time_index_entries", pa.int32()), ("codec", pa.string()), ("path", pa.string()),
-    ("run_id", pa.string()),
+    ("run_id", pa.string()), ("tail_min_timestamps", TAIL_TYPE),
 ])
 COUNT_ROWS = pa.schema([("task", pa.int32()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("count", pa.int64()),
@@ -320,12 +321,8 @@ def segment_rows(infos: list[tuple[str, int, SegmentInfo]], run_id: str, staging
     prefix = staging.rstrip("/") + "/"
     cols: dict[str, list] = {f.name: [] for f in SEGMENT_ROWS}
     for topic, partition, i in infos:
-        row = dict(topic=topic, partition=partition, base_offset=i.base_offset,
-                   next_offset=i.next_offset, record_count=i.record_count,
-                   min_timestamp=i.min_timestamp, max_timestamp=i.max_timestamp,
-                   size_bytes=i.size_bytes, index_entries=i.index_entries,
-                   time_index_entries=i.time_index_entries, codec=i.codec,
-                   path=i.log_path.removeprefix(prefix), run_id=run_id)
+        row = i.catalog_row(topic, partition, i.log_path.removeprefix(prefix))
+        row["run_id"] = run_id
         for k, v in row.items():
             cols[k].append(v)
     return pa.RecordBatch.from_pydict(cols, schema=SEGMENT_ROWS)

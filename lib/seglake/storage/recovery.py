@@ -61,6 +61,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import INT32_MAX, OffsetIndex
+from seglake.storage.tail_minima import batch_minima, tail_minima
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -114,6 +115,7 @@ class SegmentRecovery:
     rebuilt: dict[str, str]
     codec: str
     dry_run: bool = False
+    tail_min_timestamps: list[dict] | None = None  # seglake.storage.tail_minima
 
     @property
     def truncated_bytes(self) -> int:
@@ -334,14 +336,21 @@ def _codec_name(scan: BatchScan) -> str:
     return names.pop() if len(names) == 1 else "mixed"
 
 
-def _min_timestamp(buf: bytes, scan: BatchScan, path: str) -> int:
+def _timestamps(buf: bytes, scan: BatchScan, path: str) -> tuple[int, list[dict] | None]:
+    """The smallest record timestamp (-1: none) and the tail minima of the kept batches
+    (None, and the smallest batch base timestamp, when records do not decode)."""
     if not len(scan):
-        return -1
+        return -1, []
     try:
         ts = decode_batches(buf, scan, skip_control=False, path=path).column("timestamp")
-        return int(pa.compute.min(ts).as_py()) if len(ts) else -1
     except CorruptRecordError:
-        return int(scan.base_timestamp.min())
+        return int(scan.base_timestamp.min()), None
+    ts = ts.to_numpy()
+    if len(ts) != int(scan.records_count.sum()):  # a count the batch header got wrong
+        return (int(ts.min()) if len(ts) else -1), None
+    tail = tail_minima(scan.base_offset, scan.position,
+                       batch_minima(ts, scan.records_count), scan.valid_bytes)
+    return (int(ts.min()) if len(ts) else -1), tail
 
 
 def _read_optional(fs: pafs.FileSystem, path: str) -> bytes | None:
@@ -453,11 +462,12 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
     elif (force or error) and txn_new.to_bytes() != bytes(txn_bytes):
         rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
 
+    min_ts, tail = _timestamps(buf, scan, log_path)
     report = SegmentRecovery(
         log_path=log_path, base_offset=base, original_bytes=original, valid_bytes=valid,
         error=error, batches=len(scan), next_offset=next_offset,
         record_count=int(scan.records_count.sum()),
-        min_timestamp=_min_timestamp(buf, scan, log_path),
+        min_timestamp=min_ts, tail_min_timestamps=tail,
         max_timestamp=int(scan.max_timestamp.max()) if len(scan) else -1,
         index_entries=len(oi_final), time_index_entries=len(ti_final),
         txn_index_entries=txn_entries, rebuilt=rebuilt, codec=_codec_name(scan),
@@ -598,7 +608,8 @@ def segment_row(topic: str, partition: int, rec: SegmentRecovery, path: str) -> 
                 next_offset=rec.next_offset, record_count=rec.record_count,
                 min_timestamp=rec.min_timestamp, max_timestamp=rec.max_timestamp,
                 size_bytes=rec.valid_bytes, index_entries=rec.index_entries,
-                time_index_entries=rec.time_index_entries, codec=rec.codec, path=path)
+                time_index_entries=rec.time_index_entries, codec=rec.codec, path=path,
+                tail_min_timestamps=rec.tail_min_timestamps)
 
 
 def rows_table(rows: list[dict]) -> pa.Table:

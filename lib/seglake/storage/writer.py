@@ -37,6 +37,7 @@ from seglake.storage.naming import (
     segment_file_name,
 )
 from seglake.storage.roll import ActiveSegment, roll_reason
+from seglake.storage.tail_minima import tail_minima
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,16 @@ class SegmentInfo:
     codec: str
     log_path: str
     roll_reason: str | None = None
+    tail_min_timestamps: list[dict] | None = None  # see seglake.storage.tail_minima
+
+    def catalog_row(self, topic: str, partition: int, path: str) -> dict:
+        """Its catalog row (no ``run_id``/``committed_at``); ``path`` relative to the root."""
+        return dict(topic=topic, partition=partition, base_offset=self.base_offset,
+                    next_offset=self.next_offset, record_count=self.record_count,
+                    min_timestamp=self.min_timestamp, max_timestamp=self.max_timestamp,
+                    size_bytes=self.size_bytes, index_entries=self.index_entries,
+                    time_index_entries=self.time_index_entries, codec=self.codec, path=path,
+                    tail_min_timestamps=self.tail_min_timestamps)
 
 
 @dataclasses.dataclass
@@ -66,6 +77,8 @@ class _Open:
     min_ts: int = np.iinfo(np.int64).max
     max_ts: int = np.iinfo(np.int64).min
     next_offset: int = 0
+    batches: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    # (first offset, position, min timestamp) of each batch: the tail minima
 
 
 class SegmentWriter:
@@ -175,6 +188,7 @@ class SegmentWriter:
             if seg is None:
                 seg = self._open_segment(int(b.base_offset[i]))
             st = seg.state
+            seg.batches.append((int(b.base_offset[i]), st.size, int(b.min_timestamp[i])))
             seg.builder.add_batch(st.size, size, last, max_ts)
             if st.size == 0:
                 st.rolling_timestamp = max_ts
@@ -231,7 +245,9 @@ class SegmentWriter:
             min_timestamp=seg.min_ts, max_timestamp=seg.max_ts, size_bytes=seg.state.size,
             index_entries=len(seg.builder.offset_index),
             time_index_entries=len(seg.builder.time_index),
-            codec=NAMES[self.config.codec], log_path=seg.log_path, roll_reason=reason)
+            codec=NAMES[self.config.codec], log_path=seg.log_path, roll_reason=reason,
+            tail_min_timestamps=tail_minima(*np.array(seg.batches, np.int64).reshape(-1, 3).T,
+                                            seg.state.size))
         self._closed.append(info)
         if self.on_close is not None:
             self.on_close(info)

@@ -1,0 +1,68 @@
+"""Tail minima: the smallest timestamp from an offset to the end of a segment.
+
+Kafka keeps only maxima (batch ``maxTimestamp``, the time index's running maximum), so
+under non-monotonic CreateTime a record older than ``t`` may sit anywhere after the
+first record >= ``t``: an exact time filter (extract ``mode="filter"``) would read every
+segment that overlaps its window to the end. seglake's writer and recovery know every
+record's timestamp, so they keep a few checkpoints per segment in the catalog (column
+``tail_min_timestamps``, like a parquet page's minimum)::
+
+    [(offset, min_timestamp), ...]   offset: the first offset of a batch, increasing
+                                     min_timestamp: min over every record at or after
+                                     offset in the segment (non-decreasing)
+
+one about every ``size / TAIL_POINTS`` bytes (the first batch included), equal minima
+collapsed to their first offset. No record at or after the first checkpoint whose
+minimum is >= ``end`` can be < ``end``: the filter stops there (:func:`cutoff`).
+Null (unknown, e.g. a catalog written before the column): read to the segment's end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+TAIL_POINTS = 32
+TAIL_TYPE = pa.list_(pa.struct([("offset", pa.int64()), ("min_timestamp", pa.int64())]))
+
+__all__ = ["TAIL_POINTS", "TAIL_TYPE", "batch_minima", "cutoff", "tail_minima"]
+
+
+def tail_minima(first_offsets, positions, min_timestamps, size: int, *,
+                points: int = TAIL_POINTS) -> list[dict]:
+    """Checkpoints of one segment from its batches (in file order): their first offsets,
+    byte positions and smallest record timestamps (an empty batch: ``int64`` max)."""
+    first = np.asarray(first_offsets, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64)
+    low = np.asarray(min_timestamps, dtype=np.int64)
+    if not len(first):
+        return []
+    suffix = np.minimum.accumulate(low[::-1])[::-1]
+    grid = np.arange(points, dtype=np.int64) * max(int(size), 1) // points
+    pick = np.unique(np.searchsorted(pos, grid, side="left"))
+    pick = pick[pick < len(first)]
+    ts = suffix[pick]
+    keep = np.concatenate([[True], ts[1:] != ts[:-1]])
+    return [{"offset": o, "min_timestamp": t}
+            for o, t in zip(first[pick][keep].tolist(), ts[keep].tolist(), strict=True)]
+
+
+def batch_minima(timestamps: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Smallest of each batch's ``counts[i]`` consecutive ``timestamps`` (``int64`` max
+    for an empty batch)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    out = np.full(len(counts), np.iinfo(np.int64).max, dtype=np.int64)
+    full = counts > 0
+    if full.any():
+        starts = (np.cumsum(counts) - counts)[full]
+        out[full] = np.minimum.reduceat(np.asarray(timestamps, dtype=np.int64), starts)
+    return out
+
+
+def cutoff(tail: list[dict] | None, end: int) -> int | None:
+    """The first offset from which every record of the segment is >= ``end`` (None:
+    unknown, or some record near the end is older)."""
+    for point in tail or ():
+        if point["min_timestamp"] >= end:
+            return int(point["offset"])
+    return None
