@@ -4,13 +4,16 @@ Three stages over all selected batches at once: the records blocks (the file buf
 or the blocks decompressed into one buffer, within a memory budget); the records and their
 fields, located and checked by :mod:`seglake.record.walk` (record layout there); the
 columns, where keys/values (and headers) are gathered by Arrow: a ``binary_view`` array
-pointing into the records blocks, cast to ``binary``.
+pointing into the records blocks, cast to ``binary``. :func:`record_times` runs the first
+two stages only: the offsets and timestamps, every record checked all the same.
 
 Bytes that do not decode raise :class:`CorruptRecordError` naming the file, the batch
 position, the record and the numbers; nothing is allocated from an unchecked length.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +39,7 @@ from seglake.record.walk import (
     MIN_RECORD_BODY,
     MIN_RECORD_SIZE,
     BatchContext,
+    HeaderFields,
     read_fields,
     walk_headers,
     walk_records,
@@ -51,6 +55,7 @@ __all__ = [
     "decode_batches",
     "fast_varints",
     "read_log",
+    "record_times",
 ]
 
 MAX_BATCH_OUTPUT = MAX_BLOCK_OUTPUT  # refuse a records block that inflates beyond this
@@ -120,10 +125,75 @@ def decode_batches(
     :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
     least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
     """
+    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
+    if r is None:
+        return empty_records()
+    data, f, rec_batch, sel = r.data, r.fields, r.ctx.rec_batch, r.sel
+    columns = [
+        pa.array(r.offset),
+        pa.array(r.timestamp),
+        pa.array(r.log_append.astype(np.int32)[rec_batch]),
+        _binary(data, f["key_pos"], f["key_len"]),
+        _binary(data, f["value_pos"], f["value_len"]),
+        _headers(data, f["header_pos"], f["header_count"], r.rec_end, r.ctx),
+        pa.array(scan.producer_id[sel][rec_batch]),
+        pa.array(scan.is_transactional[sel][rec_batch]),
+    ]
+    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+def record_times(
+    buf: bytes | bytearray | memoryview,
+    scan: BatchScan,
+    *,
+    skip_control: bool = True,
+    path: str | None = None,
+    max_batch_bytes: int = MAX_BATCH_OUTPUT,
+    max_decompressed_bytes: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(offset, timestamp)`` of the records :func:`decode_batches` returns (same order).
+
+    Every record is walked and checked as :func:`decode_batches` checks it (lengths,
+    deltas, headers, header keys' UTF-8), so bytes it refuses raise the same
+    :class:`CorruptRecordError` here; but no key, value or header column is built. (The
+    one check left out: a key or value of over 1 GiB in a buffer of over 2 GiB, which
+    :func:`decode_batches` cannot put in a column.)
+    """
+    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
+    if r is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    f = r.fields
+    h = walk_headers(r.data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
+    if len(h.key_pos):
+        _header_keys(r.data, h, r.ctx)
+    return r.offset, r.timestamp
+
+
+class _Walked(NamedTuple):
+    """Records of the batches ``sel`` of a scan, found and checked up to their headers."""
+
+    sel: np.ndarray
+    data: np.ndarray  # the records blocks (:func:`_record_blocks`)
+    ctx: BatchContext  # rec_batch: index into ``sel`` of each record's batch
+    rec_end: np.ndarray
+    fields: dict[str, np.ndarray]  # :func:`~seglake.record.walk.read_fields`
+    log_append: np.ndarray  # per batch of ``sel``
+    offset: np.ndarray
+    timestamp: np.ndarray
+
+
+def _walk(
+    buf: bytes | bytearray | memoryview,
+    scan: BatchScan,
+    skip_control: bool,
+    path: str | None,
+    limits: tuple[int, int | None],
+) -> _Walked | None:
+    """Decompress, walk and check the records of ``scan``; ``None``: no batch selected."""
     data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
     if not len(sel):
-        return empty_records()
+        return None
     position = scan.position[sel]
     end = position + scan.size[sel]
     if int(position.min()) < 0 or int(end.max()) > len(data):
@@ -139,7 +209,7 @@ def decode_batches(
         end,
         scan.attributes[sel] & CODEC_MASK,
         ctx,
-        (max_batch_bytes, max_decompressed_bytes),
+        limits,
     )
     too_many = counts > (end - start) // MIN_RECORD_SIZE
     if too_many.any():
@@ -178,17 +248,8 @@ def decode_batches(
     if log_append.any():
         lat = log_append[rec_batch]
         timestamp[lat] = scan.max_timestamp[sel][rec_batch][lat]
-    columns = [
-        pa.array(scan.base_offset[sel][rec_batch] + offset_delta),
-        pa.array(timestamp),
-        pa.array(log_append.astype(np.int32)[rec_batch]),
-        _binary(data, f["key_pos"], f["key_len"]),
-        _binary(data, f["value_pos"], f["value_len"]),
-        _headers(data, f["header_pos"], f["header_count"], rec_end, ctx),
-        pa.array(scan.producer_id[sel][rec_batch]),
-        pa.array(scan.is_transactional[sel][rec_batch]),
-    ]
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    offset = scan.base_offset[sel][rec_batch] + offset_delta
+    return _Walked(sel, data, ctx, rec_end, f, log_append, offset, timestamp)
 
 
 def _record_blocks(
@@ -241,23 +302,28 @@ def _headers(
 ) -> pa.Array:
     """The ``headers`` column: ``list<struct<key: string, value: binary>>``."""
     h = walk_headers(data, pos, count, end, ctx)
-    if len(h.key_pos) > _MAX_BINARY:
-        raise ctx.record_error(
-            int(h.owner[0]), f"{len(h.key_pos)} headers are more than a column holds"
-        )
-    keys = _binary(data, h.key_pos, h.key_len)
-    try:
-        keys = keys.cast(pa.string())
-    except pa.ArrowInvalid:
-        i = _first_bad_utf8(keys)
-        owner = int(h.owner[np.searchsorted(h.first, i, side="right") - 1])
-        raise ctx.record_error(owner, "a header key is not valid UTF-8") from None
+    keys = _header_keys(data, h, ctx)
     offsets = np.zeros(len(count) + 1, dtype=np.int32)
     np.cumsum(count, out=offsets[1:])
     values = _binary(data, h.value_pos, h.value_len)
     return pa.ListArray.from_arrays(
         pa.array(offsets), _header_structs(keys, values), type=HEADERS_TYPE
     )
+
+
+def _header_keys(data: np.ndarray, h: HeaderFields, ctx: BatchContext) -> pa.Array:
+    """The header keys as strings; raises for a key that is not UTF-8."""
+    if len(h.key_pos) > _MAX_BINARY:
+        raise ctx.record_error(
+            int(h.owner[0]), f"{len(h.key_pos)} headers are more than a column holds"
+        )
+    keys = _binary(data, h.key_pos, h.key_len)
+    try:
+        return keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        i = _first_bad_utf8(keys)
+        owner = int(h.owner[np.searchsorted(h.first, i, side="right") - 1])
+        raise ctx.record_error(owner, "a header key is not valid UTF-8") from None
 
 
 def _header_structs(

@@ -175,12 +175,16 @@ def _walk_one(
     """Records ``k..n-1`` of one batch in Python: ``(bodies, ends)``."""
     firsts: list[int] = []
     lasts: list[int] = []
+    size = len(view)
     for r in range(k, n):
         if p >= limit:
             raise fail(f"records block holds only {r} records, the header says {n}")
         c = view[p]
         if c < 0x80:
             length, p = (c >> 1) ^ -(c & 1), p + 1
+        elif p + 1 < size and view[p + 1] < 0x80:  # two bytes: records of 64..8191 bytes
+            z = (c & 0x7F) | (view[p + 1] << 7)
+            length, p = (z >> 1) ^ -(z & 1), p + 2
         else:
             try:
                 length, p = decode_varint(view, p, MAX_VARINT_BYTES)

@@ -9,7 +9,8 @@ window between two index entries and the batches wanted.
                       then that batch whole only if it is needed.
     timestamp t:      time index strict floor (largest entry with timestamp < t) -> offset
                       -> offset index floor -> position; walk index-interval chunks to the
-                      first batch with maxTimestamp >= t; its first record with ts >= t.
+                      first batch with maxTimestamp >= t; its first record with ts >= t
+                      (only offsets and timestamps read: ``record_times``).
 
 An index that is missing, fails its sanity check, or points where no matching batch
 starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a warning is
@@ -30,7 +31,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
 from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan, scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.decode import decode_batches, record_times
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -75,6 +76,13 @@ class Window:
                path: str | None = None) -> pa.Table:
         scan = self.scan if sel is None else self.scan.take(sel)
         return decode_batches(self.data, scan, skip_control=skip_control, path=path)
+
+    def record_times(self, sel: slice | np.ndarray | None = None, *,
+                     path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
+        left out), checked as it checks them, with no key, value or header decoded."""
+        scan = self.scan if sel is None else self.scan.take(sel)
+        return record_times(self.data, scan, path=path)
 
 
 class LogSegment:
@@ -371,11 +379,12 @@ class LogSegment:
                 return self.find_offset_by_timestamp(timestamp, start_offset)
             if not len(w.scan):
                 return None
-            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
+            # control batches hold no records to return (their markers are skipped)
+            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo)
+                              & ~w.scan.is_control)[0]
             for b in hits:
-                recs = w.decode(slice(int(b), int(b) + 1), path=self.log_path)
-                ts = recs.column("timestamp").to_numpy()
-                offs = recs.column("offset").to_numpy()
+                # offsets and timestamps only (each batch checked whole, as decode does)
+                offs, ts = w.record_times(slice(int(b), int(b) + 1), path=self.log_path)
                 ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
                 if len(ok):
                     return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
