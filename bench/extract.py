@@ -131,11 +131,13 @@ def best(fns: dict, repeat: int = 3) -> dict:
 def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     """``(runs, facts)``: the timed functions of one lake (same rows checked, warmed up)
     and what to report besides the times."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
 
     from seglake.catalog import Catalog
+    from seglake.record.schema import KAFKA_SOURCE_SCHEMA
     from seglake.sample import START_MS
-    from seglake.spark.extract import extract, plan_extract
+    from seglake.spark.extract import extract, plan_extract, spark_schema
 
     total = sum(Catalog(root).log_end_offsets(TOPIC).values())
     lo = START_MS + total // 2  # 1 message per ms: the middle window of n_window messages
@@ -158,17 +160,33 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     def check(df) -> tuple:
         return tuple(df.agg(F.count("*"), F.sum(F.length("value")), F.sum("offset")).first())
 
+    # the floor: the same rows already decoded, memory-mapped from an Arrow file by one
+    # mapInArrow task (what any Python reader pays to hand rows to Spark)
+    rows_file = root + "-window.arrow"
+    with pa.ipc.new_file(rows_file, KAFKA_SOURCE_SCHEMA) as out:
+        out.write_table(seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA))
+
+    def floor():
+        def emit(batches):
+            for _ in batches:
+                pass
+            yield from pa.ipc.open_file(pa.memory_map(rows_file)).read_all().to_batches()
+        return spark.range(1, numPartitions=1).mapInArrow(emit, spark_schema(
+            KAFKA_SOURCE_SCHEMA))
+
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
-    assert check(seglake()) == check(parquet())
-    for fn in (seglake, parquet, kafka):  # warm up: Python workers, JIT, page cache
+    assert check(seglake()) == check(parquet()) == check(floor())
+    for fn in (seglake, parquet, kafka, floor):  # warm up: Python workers, JIT, page cache
         fn().toArrow()
     runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
         "seglake": lambda: seglake().toArrow().num_rows,
         "kafka": lambda: kafka().toArrow().num_rows,
+        "floor": lambda: floor().toArrow().num_rows,
         "parquet_noop": lambda: noop(parquet()),
         "seglake_noop": lambda: noop(seglake()),
         "kafka_noop": lambda: noop(kafka()),
+        "floor_noop": lambda: noop(floor()),
     }
     facts = {"total": total, "planned": plan.planned_bytes, "tail": plan.tail_bytes,
              "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes}
@@ -243,6 +261,14 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
         lines.append(f"| {n:,} | {r['kafka_rows']:,} | {r['kafka_planned']:,} | "
                      f"{ratio(r, 'kafka', 'parquet')} | "
                      f"{ratio(r, 'kafka_noop', 'parquet_noop')} |")
+    lines += ["", "The floor of any reader in Python: the same rows as the first table, "
+                  "decoded beforehand and memory-mapped from an Arrow file by one "
+                  "`mapInArrow` task (no planning, no reading, no decoding); ratios against "
+                  "the same parquet runs:", "",
+              "| log messages | floor toArrow | floor noop |", "|---:|---:|---:|"]
+    for n, r in results:
+        lines.append(f"| {n:,} | {ratio(r, 'floor', 'parquet')} | "
+                     f"{ratio(r, 'floor_noop', 'parquet_noop')} |")
     if len(results) > 1:
         (_, a), (_, b) = results[0], results[-1]
         flat = ", ".join(f"{name} {b[k] / a[k]:.2f}" for name, k in (

@@ -24,6 +24,18 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def query_lake(spark, tmp_path_factory):
+    """The lake the lookup, extract and data source tests query (several segments, every
+    codec, non-monotonic timestamps), built once, and its brute-force decoding. Tests
+    that damage it work on a copy."""
+    from tests.spark.test_lookup import brute_force, build_lake
+
+    root = str(tmp_path_factory.mktemp("query") / "lake")
+    build_lake(spark, root)
+    return root, brute_force(root)
+
+
 @pytest.fixture(scope="module")
 def spark_s3(spark, s3_credentials):
     """The S3 server, its credentials also in the environment of the executors' Python

@@ -29,16 +29,13 @@ from seglake.spark.extract import (
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE
-from tests.spark.test_lookup import brute_force, build_lake
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("extract") / "lake")
-    build_lake(spark, root)
-    return root, brute_force(root)
+def lake(query_lake):
+    return query_lake
 
 
 def kafka_offsets_for_time(g: pd.DataFrame, ts: int | None, default: int) -> int:

@@ -56,10 +56,8 @@ def brute_force(root: str) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("lookup") / "lake")
-    build_lake(spark, root)
-    return root, brute_force(root)
+def lake(query_lake):
+    return query_lake
 
 
 def expected_for_timestamp(recs: pd.DataFrame, ts: int):

@@ -11,9 +11,11 @@ record's timestamp, so they keep a few checkpoints per segment in the catalog (c
                                      min_timestamp: min over every record at or after
                                      offset in the segment (non-decreasing)
 
-one about every ``size / TAIL_POINTS`` bytes (the first batch included), equal minima
-collapsed to their first offset. No record at or after the first checkpoint whose
-minimum is >= ``end`` can be < ``end``: the filter stops there (:func:`cutoff`).
+one every ``max(size / TAIL_POINTS, TAIL_STEP)`` bytes (at the first batch starting
+there; the first batch included), equal minima collapsed to their first offset: at most
+64 per segment (a 1 GiB segment: one per 16 MiB; 8 MiB: per 128 KiB). No record at or
+after the first checkpoint whose minimum is >= ``end`` can be < ``end``: the filter stops
+there (:func:`cutoff`).
 Null (unknown, e.g. a catalog written before the column): read to the segment's end.
 """
 
@@ -22,14 +24,21 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-TAIL_POINTS = 32
+TAIL_POINTS = 64
+TAIL_STEP = 16 * 1024  # no closer than this: a smaller read gains nothing
 TAIL_TYPE = pa.list_(pa.struct([("offset", pa.int64()), ("min_timestamp", pa.int64())]))
 
-__all__ = ["TAIL_POINTS", "TAIL_TYPE", "batch_minima", "cutoff", "tail_minima"]
+__all__ = ["TAIL_POINTS", "TAIL_STEP", "TAIL_TYPE", "batch_minima", "cutoff", "tail_minima",
+           "tail_step"]
+
+
+def tail_step(size: int, *, points: int = TAIL_POINTS, min_step: int = TAIL_STEP) -> int:
+    """Bytes between the checkpoints of a segment of ``size`` bytes."""
+    return max(-(-int(size) // points), min_step, 1)
 
 
 def tail_minima(first_offsets, positions, min_timestamps, size: int, *,
-                points: int = TAIL_POINTS) -> list[dict]:
+                points: int = TAIL_POINTS, min_step: int = TAIL_STEP) -> list[dict]:
     """Checkpoints of one segment from its batches (in file order): their first offsets,
     byte positions and smallest record timestamps (an empty batch: ``int64`` max)."""
     first = np.asarray(first_offsets, dtype=np.int64)
@@ -38,7 +47,8 @@ def tail_minima(first_offsets, positions, min_timestamps, size: int, *,
     if not len(first):
         return []
     suffix = np.minimum.accumulate(low[::-1])[::-1]
-    grid = np.arange(points, dtype=np.int64) * max(int(size), 1) // points
+    grid = np.arange(0, max(int(size), 1), tail_step(size, points=points, min_step=min_step),
+                     dtype=np.int64)
     pick = np.unique(np.searchsorted(pos, grid, side="left"))
     pick = pick[pick < len(first)]
     ts = suffix[pick]
