@@ -621,8 +621,10 @@ def rows_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=pa.schema(fields))
 
 
+# a row that differs in any of these is replaced (tail minima: also filled in for rows of
+# a catalog made before them, and never left wrong, which would make a time filter skip)
 _COMPARED = ("next_offset", "record_count", "size_bytes", "index_entries", "time_index_entries",
-             "min_timestamp", "max_timestamp")
+             "min_timestamp", "max_timestamp", "codec", "tail_min_timestamps")
 
 
 def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,
@@ -657,7 +659,7 @@ def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,
             report.deleted_segments.append(rec.base_offset)
             continue
         new = segment_row(topic, part, rec, old["path"])
-        if any(new[c] != old[c] for c in _COMPARED) or new["codec"] != old["codec"]:
+        if any(new[c] != old.get(c) for c in _COMPARED):
             replace.append(new)
     for b in sorted(set(report.deleted_segments)):
         if b in by_base:
