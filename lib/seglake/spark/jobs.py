@@ -5,6 +5,7 @@ Errors of seglake's own (bad input, bad config, lost races) print one line and e
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -70,20 +71,68 @@ def run_ingest(spark: SparkSession, args) -> int:
 
 
 def write_output(spark: SparkSession, df: DataFrame, path: str, fmt: str) -> None:
-    """Write ``df`` to ``path`` (delta via delta-spark if configured, else deltalake)."""
+    """Write ``df`` to ``path`` (delta via delta-spark if configured, else
+    :func:`append_delta`)."""
     if fmt == "delta":
         if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
             df.write.format("delta").mode("append").save(path)
-            return
-        import pyarrow as pa
-        from deltalake import write_deltalake
-
-        batches = df._collect_as_arrow()
-        table = pa.Table.from_batches(batches) if batches else None
-        if table is not None:
-            write_deltalake(path, table, mode="append")
+        else:
+            append_delta(spark, df, path)
         return
     df.write.mode("errorifexists").format(fmt).save(path)
+
+
+def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
+    """Append ``df`` to the Delta table at ``path`` (created if missing) without
+    delta-spark: the executors write parquet files into ``path/part-<id>/`` (nothing goes
+    through the driver), then one deltalake commit adds them. A failed write commits
+    nothing (its files are unreferenced, and removed). Returns the rows added.
+    """
+    import json
+    import uuid
+
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+    from deltalake import Schema as DeltaSchema
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from seglake import fs as lakefs
+
+    fs, base = lakefs.resolve(path)
+    sub = f"part-{uuid.uuid4().hex[:12]}"
+    conf = "spark.sql.parquet.outputTimestampType"  # Delta reads microseconds, not INT96
+    saved = spark.conf.get(conf, None)
+    spark.conf.set(conf, "TIMESTAMP_MICROS")
+    try:
+        df.write.mode("errorifexists").parquet(lakefs.join(path, sub))
+        files = [i for i in fs.get_file_info(pafs.FileSelector(lakefs.join(base, sub)))
+                 if i.is_file]
+        actions = []
+        for i in files:
+            if i.base_name.endswith(".parquet"):
+                rows = pq.read_metadata(i.path, filesystem=fs).num_rows
+                actions.append(AddAction(f"{sub}/{i.base_name}", i.size, {},
+                                         i.mtime_ns // 1_000_000, True,
+                                         json.dumps({"numRecords": rows})))
+            else:  # _SUCCESS, .crc: not data
+                fs.delete_file(i.path)
+        schema = DeltaSchema.from_arrow(to_arrow_schema(df.schema, timezone="UTC"))
+        if DeltaTable.is_deltatable(path):
+            DeltaTable(path).create_write_transaction(actions, mode="append", schema=schema)
+        else:
+            create_table_with_add_actions(path, schema, actions, mode="append")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_dir(lakefs.join(base, sub))
+        raise
+    finally:
+        if saved is None:
+            spark.conf.unset(conf)
+        else:
+            spark.conf.set(conf, saved)
+    return sum(json.loads(a.stats)["numRecords"] for a in actions)
 
 
 def _accumulator(spark: SparkSession):
