@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     print(f"generating {args.records:,} sample messages -> {messages}", flush=True)
     pq.write_table(generate(args.records), messages, row_group_size=256_000)
-    if lake.exists():
-        shutil.rmtree(lake)
+    for old in (lake, work / "extract", work / "lookup"):  # a rerun starts afresh
+        if old.exists():
+            shutil.rmtree(old)
     _run("./spark-submit.sh", "ingest", "--input", str(messages), "--root", str(lake),
          "--num-partitions", "4", "--conf", "log.segment.bytes=16777216")
     start, end = START_MS + 300_000, START_MS + 310_000

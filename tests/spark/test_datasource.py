@@ -25,6 +25,7 @@ import seglake.spark
 from seglake.catalog import Catalog
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.register import register
+from seglake.spark import datasource
 from seglake.spark.datasource import Pushed
 from seglake.spark.extract import extract
 from tests.spark.test_extract import kafka_offsets_for_time, lake  # noqa: F401 (fixture)
@@ -165,6 +166,36 @@ def test_offset_topic_and_catalog_options(source):
     assert_rows(source.df(versionAsOf="1"), within(recs, {tp: (0, e) for tp, e in ends.items()}))
     # kafka.* options of a Kafka source's option map are accepted and ignored
     assert source.df(**{"kafka.bootstrap.servers": "x:9092", "subscribe": "t2"}).count() == len(t2)
+
+
+def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(source,
+                                                                          monkeypatch):
+    """Every partition starting and ending elsewhere: one plan_extract per topic (one
+    catalog read), the same splits as one plan per partition."""
+    real, calls = datasource.plan_extract, []
+
+    def counting(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(datasource, "plan_extract", counting)
+    opts = datasource.parse_options({"path": source.root, "subscribe": "t1,t2",
+                                     "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3}}',
+                                     "endingOffsets": '{"t1":{"0":400},"t2":{"1":90}}'})
+    splits = datasource.plan_read(opts)
+    assert sorted(calls) == ["t1", "t2"]
+    leo = Catalog(source.root).log_end_offsets()
+    want = {("t1", 0): (100, 400), ("t1", 1): (7, leo[("t1", 1)]),
+            ("t2", 0): (3, leo[("t2", 0)]), ("t2", 1): (0, 90)}
+
+    def key(s: dict) -> tuple:
+        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"], s["lo"], s[
+            "hi"]
+
+    one_by_one = [key(s) for (t, p), (lo, hi) in want.items()
+                  for s in real(source.root, t, partitions=[p], start_offset=lo, end_offset=hi,
+                                mode="filter").splits.to_pylist()]
+    assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4
 
 
 def test_timestamp_options(source):

@@ -254,3 +254,40 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
         assert set(out.column("status").to_pylist()) == {"ok"}
         assert out.column("offset").to_pylist() == expected
     assert careful == ["_careful_offsets", "_careful_timestamps"]
+
+
+def test_lookup_job_answers_queries_and_says_what_it_read(spark, lake, tmp_path, capsys):
+    """The spark-submit entry point: JSON-lines queries in, JSON out, every query answered
+    as brute force says, and a summary line with the bytes and files the tasks read."""
+    import json
+    import re
+
+    from seglake.cli.jobargs import lookup_parser
+    from seglake.spark.jobs import run_lookup
+
+    root, recs = lake
+    g = recs[(recs["topic"] == "t2") & (recs["partition"] == 1)].reset_index(drop=True)
+    picks = g.iloc[[3, len(g) // 2, len(g) - 1]]
+    queries = [{"topic": "t2", "partition": 1, "offset": int(o)} for o in picks["offset"]]
+    queries += [{"topic": "t2", "partition": 1, "timestamp": int(g["timestamp"].max())},
+                {"topic": "t2", "partition": 1, "offset": 10**12}]
+    path = tmp_path / "queries.json"
+    path.write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    out = str(tmp_path / "out")
+    capsys.readouterr()
+    assert run_lookup(spark, lookup_parser().parse_args(
+        ["--root", root, "--queries", str(path), "--output", out, "--output-format",
+         "parquet"])) == 0
+    line = capsys.readouterr().out
+    got = pd.read_parquet(out).sort_values(["query_offset", "query_timestamp"])
+    ok = got[got["status"] == "ok"]
+    first_max = int(g[g["timestamp"] == g["timestamp"].max()]["offset"].iloc[0])
+    assert sorted(ok["offset"].tolist()) == sorted([*picks["offset"].tolist(), first_max])
+    for row in ok.itertuples():
+        assert row.value == g[g["offset"] == row.offset]["value"].iloc[0]
+    assert got["status"].tolist().count("offset_out_of_range") == 1
+    m = re.search(r"read: (\d+) index/log bytes from (\d+) segment file\(s\)", line)
+    assert m, line
+    # a few batches and index intervals of one partition: far less than its .log files
+    log_bytes = sum(r["size_bytes"] for r in Catalog(root).segments("t2", 1).to_pylist())
+    assert 0 < int(m.group(1)) < log_bytes / 3 and int(m.group(2)) >= 1

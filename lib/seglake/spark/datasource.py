@@ -521,7 +521,7 @@ def plan_read(opts: ReadOptions, pushed: Pushed | None = None, *,
     parts = _select(opts, catalog, version)
     if pushed.nothing():
         return []
-    groups: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    ranges: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # per topic
     for tp, rows in parts.items():
         if not pushed.admits(tp):
             continue
@@ -537,11 +537,11 @@ def plan_read(opts: ReadOptions, pushed: Pushed | None = None, *,
             first = _first_in_window(log, rows, pushed.timestamp)
             lo = hi if first is None else max(lo, first)
         if lo < hi:
-            groups[(tp[0], lo, hi)].append(tp[1])
+            ranges[tp[0]][tp[1]] = (lo, hi)
     splits: list[dict] = []
-    for (topic, lo, hi), ps in groups.items():
-        plan = plan_extract(opts.root, topic, partitions=ps, start=pushed.timestamp[0],
-                            end=pushed.timestamp[1], start_offset=lo, end_offset=hi, mode="filter",
+    for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
+        plan = plan_extract(opts.root, topic, start=pushed.timestamp[0],
+                            end=pushed.timestamp[1], offset_ranges=bounds, mode="filter",
                             isolation_level=opts.isolation_level, split_bytes=opts.split_bytes,
                             version=version, cache=cache)
         splits += plan.splits.to_pylist()

@@ -402,8 +402,14 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
                  end_offset: int | None = None, mode: str = "offsets",
                  isolation_level: str = "read_uncommitted",
                  split_bytes: int = DEFAULT_SPLIT_BYTES, version: int | None = None,
-                 cache: IndexCache | None = None) -> ExtractPlan:
-    """The splits of an extraction (see the module docstring); runs on the driver."""
+                 cache: IndexCache | None = None,
+                 offset_ranges: dict[int, tuple[int, int]] | None = None) -> ExtractPlan:
+    """The splits of an extraction (see the module docstring); runs on the driver.
+
+    ``offset_ranges``: ``{partition: (start_offset, end_offset)}``, each partition's own
+    bounds in place of ``start_offset``/``end_offset`` (and only these partitions): one
+    catalog read for a read whose partitions start and end at different offsets.
+    """
     if mode not in ("offsets", "filter"):
         raise ConfigError(f"mode {mode!r}: expected 'offsets' or 'filter'")
     if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -416,6 +422,8 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
     version = catalog.version() if version is None else version
     if isinstance(partitions, str):
         partitions = [int(p) for p in partitions.split(",") if p.strip()]
+    if offset_ranges is not None:
+        partitions = sorted(offset_ranges)
     rows = catalog.segments(topic, partitions, version=version)
     fs, base = cache.resolve(root)
     out: list[dict] = []
@@ -443,10 +451,12 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
         else:
             ts_lo = start if start is not None else NO_TS_LO
             ts_hi = end if end is not None else NO_TS_HI
-        if start_offset is not None:
-            lo = max(lo, start_offset)
-        if end_offset is not None:
-            hi = min(hi, end_offset)
+        first_offset, end_offsets = (offset_ranges[p] if offset_ranges is not None
+                                     else (start_offset, end_offset))
+        if first_offset is not None:
+            lo = max(lo, first_offset)
+        if end_offsets is not None:
+            hi = min(hi, end_offsets)
         lo, hi = max(lo, lso), min(hi, leo)
         ranges[(topic, p)] = (lo, hi)
         if hi <= lo:

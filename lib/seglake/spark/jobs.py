@@ -176,11 +176,15 @@ def run_lookup(spark: SparkSession, args) -> int:
     started = time.time()
     fmt = jobargs.format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
     queries = read_input(spark, args.queries, fmt)
-    out = lookup(spark, args.root, queries, cache_bytes=config.index_cache_bytes).cache()
+    accs = (_accumulator(spark), _accumulator(spark))
+    out = lookup(spark, args.root, queries, cache_bytes=config.index_cache_bytes,
+                 io_accumulators=None if None in accs else accs).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
+    read = (f"read: {accs[0].value} index/log bytes from {accs[1].value} segment file(s) "
+            "opened by the tasks; " if None not in accs else "")
     print(f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
-          f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
+          f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
     return 0
 
 

@@ -582,7 +582,7 @@ def _normalize_queries(df):
 
 def lookup(spark, root: str, queries_df, *, version: int | None = None,
            cache_bytes: int | None = None, num_tasks: int | None = None,
-           chunk_rows: int = DEFAULT_CHUNK_ROWS):
+           chunk_rows: int = DEFAULT_CHUNK_ROWS, io_accumulators: tuple | None = None):
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
     Args:
@@ -598,6 +598,8 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
             that each segment's queries meet in one task (worth it when many queries
             share batches).
         chunk_rows: queries a task answers together (one decode call).
+        io_accumulators: two Spark accumulators that receive the bytes the tasks read
+            (index and log files) and the files they opened.
     """
     from seglake.config import LogConfig
     from seglake.spark.extract import spark_schema
@@ -614,8 +616,15 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
             if b is not None and b.num_rows:
                 pending.append(b.select(QUERY_SCHEMA.names))
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
-                yield from answer_queries(root, parts, cache, pa.Table.from_batches(
-                    pending, QUERY_SCHEMA)).to_batches()
+                before = lakefs.IO_STATS.snapshot()
+                out = answer_queries(root, parts, cache, pa.Table.from_batches(
+                    pending, QUERY_SCHEMA))
+                if io_accumulators is not None:
+                    after = lakefs.IO_STATS.snapshot()
+                    for acc, k in zip(io_accumulators, ("bytes_read", "files_opened"),
+                                      strict=True):
+                        acc.add(after[k] - before[k])
+                yield from out.to_batches()
                 pending = []
 
     q = _normalize_queries(queries_df)
