@@ -132,6 +132,7 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     """``(runs, facts)``: the timed functions of one lake (same rows checked, warmed up)
     and what to report besides the times."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     from seglake.catalog import Catalog
@@ -163,8 +164,16 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     # the floor: the same rows already decoded, memory-mapped from an Arrow file by one
     # mapInArrow task (what any Python reader pays to hand rows to Spark)
     rows_file = root + "-window.arrow"
+    window = seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA)
     with pa.ipc.new_file(rows_file, KAFKA_SOURCE_SCHEMA) as out:
-        out.write_table(seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA))
+        out.write_table(window)
+    # ... and what a reader inside the JVM could reach: the same rows in one parquet file
+    # (uncompressed, one row group), read whole by Spark's own reader
+    jvm_file = root + "-window.parquet"
+    pq.write_table(window, jvm_file, compression="none")
+
+    def jvm_floor():
+        return spark.read.parquet(jvm_file)
 
     def floor():
         def emit(batches):
@@ -175,18 +184,20 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
             KAFKA_SOURCE_SCHEMA))
 
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
-    assert check(seglake()) == check(parquet()) == check(floor())
-    for fn in (seglake, parquet, kafka, floor):  # warm up: Python workers, JIT, page cache
+    assert check(seglake()) == check(parquet()) == check(floor()) == check(jvm_floor())
+    for fn in (seglake, parquet, kafka, floor, jvm_floor):  # warm up: workers, JIT, cache
         fn().toArrow()
     runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
         "seglake": lambda: seglake().toArrow().num_rows,
         "kafka": lambda: kafka().toArrow().num_rows,
         "floor": lambda: floor().toArrow().num_rows,
+        "jvm_floor": lambda: jvm_floor().toArrow().num_rows,
         "parquet_noop": lambda: noop(parquet()),
         "seglake_noop": lambda: noop(seglake()),
         "kafka_noop": lambda: noop(kafka()),
         "floor_noop": lambda: noop(floor()),
+        "jvm_floor_noop": lambda: noop(jvm_floor()),
     }
     facts = {"total": total, "planned": plan.planned_bytes, "tail": plan.tail_bytes,
              "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes}
@@ -263,12 +274,16 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
                      f"{ratio(r, 'kafka_noop', 'parquet_noop')} |")
     lines += ["", "The floor of any reader in Python: the same rows as the first table, "
                   "decoded beforehand and memory-mapped from an Arrow file by one "
-                  "`mapInArrow` task (no planning, no reading, no decoding); ratios against "
-                  "the same parquet runs:", "",
-              "| log messages | floor toArrow | floor noop |", "|---:|---:|---:|"]
+                  "`mapInArrow` task (no planning, no reading, no decoding); and the floor "
+                  "of a reader inside the JVM: the same rows in one uncompressed parquet "
+                  "file read whole by Spark; ratios against the same parquet runs:", "",
+              "| log messages | floor toArrow | floor noop | JVM floor toArrow | "
+              "JVM floor noop |", "|---:|---:|---:|---:|---:|"]
     for n, r in results:
         lines.append(f"| {n:,} | {ratio(r, 'floor', 'parquet')} | "
-                     f"{ratio(r, 'floor_noop', 'parquet_noop')} |")
+                     f"{ratio(r, 'floor_noop', 'parquet_noop')} | "
+                     f"{ratio(r, 'jvm_floor', 'parquet')} | "
+                     f"{ratio(r, 'jvm_floor_noop', 'parquet_noop')} |")
     if len(results) > 1:
         (_, a), (_, b) = results[0], results[-1]
         flat = ", ".join(f"{name} {b[k] / a[k]:.2f}" for name, k in (
