@@ -17,6 +17,7 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
+from seglake.record.batch import scan_batches
 from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import (
@@ -202,6 +203,27 @@ def test_min_timestamps_match_decoded_records(lake):
     bad[at:at + 2] = b"\xfe\x7f"  # the first record's length: 8191, past its batch
     got = min_timestamps([(Window(w.start, bytes(bad), w.scan), sel)])
     assert got.tolist() == [-(2**63), *expected[k][1:]]
+
+
+def test_a_batch_claiming_too_many_records_is_set_aside_without_allocating():
+    """A CRC-valid batch whose header counts 60M records in a few bytes: the timestamp
+    walk refuses the count before building per-record arrays (as decode does) and still
+    reads the batch beside it."""
+    import tracemalloc
+
+    from tests.unit.test_decode import raw_batch, raw_record
+
+    good = raw_record(0, 0, b"key", b"value")
+    data = raw_batch(good, 60_000_000) + raw_batch(good, 1, base_offset=1, base_ts=7)
+    w = Window(0, data, scan_batches(data))
+    tracemalloc.start()
+    try:
+        got = min_timestamps([(w, np.arange(2))])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.tolist() == [-(2**63), 7]  # the bad batch: decode it to hear why
+    assert peak < 20 << 20, peak
 
 
 def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():

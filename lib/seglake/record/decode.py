@@ -211,17 +211,7 @@ def _walk(
         ctx,
         limits,
     )
-    too_many = counts > (end - start) // MIN_RECORD_SIZE
-    if too_many.any():
-        b = int(np.argmax(too_many))
-        raise ctx.error(
-            b,
-            f"records count {int(counts[b])} cannot fit in a records block of "
-            f"{int(end[b] - start[b])} bytes (a record takes at least {MIN_RECORD_SIZE})",
-        )
-    # only now that the counts are bounded by the bytes: one entry per record
-    ctx.rec_batch = np.repeat(np.arange(len(sel)), counts)
-    ctx.rec_base = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    ctx.index_records(start, end)  # one entry per record, once the counts are bounded
     body, rec_end = walk_records(data, start, end, ctx)
     rec_batch = ctx.rec_batch
     f = read_fields(data, body, rec_end, ctx)

@@ -65,6 +65,21 @@ class BatchContext:
     rec_batch: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     rec_base: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
+    def index_records(self, start: np.ndarray, end: np.ndarray) -> None:
+        """Check every batch's records count fits its records block ``[start, end)``,
+        then set ``rec_batch``/``rec_base``: nothing is allocated from an unchecked count."""
+        counts = self.counts
+        too_many = counts > (end - start) // MIN_RECORD_SIZE
+        if too_many.any():
+            b = int(np.argmax(too_many))
+            raise self.error(
+                b,
+                f"records count {int(counts[b])} cannot fit in a records block of "
+                f"{int(end[b] - start[b])} bytes (a record takes at least {MIN_RECORD_SIZE})",
+            )
+        self.rec_batch = np.repeat(np.arange(len(counts)), counts)
+        self.rec_base = np.cumsum(counts) - counts
+
     def error(self, b: int, message: str) -> CorruptRecordError:
         return CorruptRecordError(
             f"batch with base offset {int(self.base_offset[b])}: {message}",

@@ -297,9 +297,9 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
         counts = np.where(ok, scan.records_count, 0)
         block = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
         # errors name the batch by its index here (ctx position)
-        ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts,
-                           np.repeat(np.arange(len(ok)), counts), np.cumsum(counts) - counts)
+        ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts)
         try:
+            ctx.index_records(block, end)
             body, rec_end = walk_records(data, block, end, ctx)
             t_delta, o_delta = _deltas(data, body, rec_end, ctx)
             break
@@ -461,7 +461,7 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
         ranges[(topic, p)] = (lo, hi)
         if hi <= lo:
             continue
-        chosen: list[tuple[int, int]] = []  # (segment, first offset to read)
+        chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
         for i, r in enumerate(meta):
             if r["next_offset"] <= lo or r["base_offset"] >= hi or r["next_offset"] == r[
                     "base_offset"]:
