@@ -151,13 +151,27 @@ def _per_partition(name: str, value: str, convert: Callable[[Any], int]
         if not isinstance(parts, dict):
             raise ConfigError(f"{name}: {topic!r} maps to {parts!r}, not an object like "
                               f"{example}")
-        try:
-            topic = validate_topic(topic)
-            out.update({(topic, validate_partition(int(p))): convert(v)
-                        for p, v in parts.items()})
-        except (SeglakeError, ValueError) as exc:
-            raise ConfigError(f"{name}: {exc}") from None
+        topic = _topic(name, topic)
+        for p, v in parts.items():
+            out[(topic, _partition(name, topic, p))] = convert(v)  # names the option
     return out
+
+
+def _topic(name: str, topic: Any) -> str:
+    try:
+        return validate_topic(topic)
+    except SeglakeError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _partition(name: str, topic: str, p: Any) -> int:
+    """A partition number from JSON: an integer, or (an object key) its digits."""
+    try:
+        if isinstance(p, bool) or not isinstance(p, int | str):
+            raise ValueError
+        return validate_partition(int(p))
+    except (SeglakeError, ValueError):
+        raise ConfigError(f"{name}: {topic}: {p!r} is not a partition number") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,13 +298,14 @@ def _topic_choice(options: Mapping[str, str]) -> tuple[tuple[str, ...] | None, s
     except (SeglakeError, re.error) as exc:
         raise ConfigError(f"{given[0]}: {exc}") from None
     if "assign" in options:
-        raw = options["assign"]
         example = '{"topic":[0,1]}'
-        try:
-            assign = {validate_topic(t): tuple(validate_partition(int(p)) for p in ps)
-                      for t, ps in _json("assign", raw, example).items()}
-        except (SeglakeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"assign: {raw!r} is not like {example} ({exc})") from None
+        assign = {}
+        for t, ps in _json("assign", options["assign"], example).items():
+            if not isinstance(ps, list) or not all(isinstance(p, int) for p in ps):
+                raise ConfigError(f"assign: {t!r} maps to {ps!r}, not a list of partition "
+                                  f"numbers like {example}")
+            topic = _topic("assign", t)
+            assign[topic] = tuple(_partition("assign", topic, p) for p in ps)
     return topics, pattern, assign
 
 
