@@ -8,6 +8,8 @@ Row (one per committed segment; ``schemas/catalog.json`` has the types)::
     min/max_timestamp, size_bytes, index_entries, time_index_entries, codec
     path                               <topic>-<partition>/<base offset, 20 digits>.log
     run_id, committed_at               filled in by the catalog on commit
+    tail_min_timestamps                nullable: (offset, min timestamp from there on)
+                                       checkpoints (seglake.storage.tail_minima)
 """
 
 from __future__ import annotations

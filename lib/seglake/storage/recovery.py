@@ -50,7 +50,7 @@ from seglake.errors import CorruptRecordError, SeglakeError, SegmentNotFoundErro
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.codecs import NAMES as CODEC_NAMES
 from seglake.record.control import parse_control_record
-from seglake.record.decode import decode_batches
+from seglake.record.decode import decode_batches, record_times
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -341,13 +341,10 @@ def _timestamps(buf: bytes, scan: BatchScan, path: str) -> tuple[int, list[dict]
     (None, and the smallest batch base timestamp, when records do not decode)."""
     if not len(scan):
         return -1, []
-    try:
-        ts = decode_batches(buf, scan, skip_control=False, path=path).column("timestamp")
+    try:  # the walk checks each batch holds the records its header counts
+        _, ts = record_times(buf, scan, skip_control=False, path=path)
     except CorruptRecordError:
         return int(scan.base_timestamp.min()), None
-    ts = ts.to_numpy()
-    if len(ts) != int(scan.records_count.sum()):  # a count the batch header got wrong
-        return (int(ts.min()) if len(ts) else -1), None
     tail = tail_minima(scan.base_offset, scan.position,
                        batch_minima(ts, scan.records_count), scan.valid_bytes)
     return (int(ts.min()) if len(ts) else -1), tail
