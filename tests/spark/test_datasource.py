@@ -348,6 +348,11 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         ({"subscribe": "bad/name"}, "subscribe: "),
         ({"assign": '{"t1":[0,7]}'}, "assign: no partition t1-7"),
         ({"assign": "[0]"}, "assign: '[0]' is not"),
+        ({"assign": '{"t1":"01"}'}, "assign: 't1' maps to '01', not a list of partition"),
+        ({"assign": '{"t1":[true]}'}, "assign: t1: True is not a partition number"),
+        ({"assign": '{"t1":{"0":1}}'}, "assign: 't1' maps to {'0': 1}, not a list"),
+        ({"startingOffsets": '{"t1":{"x":1}}'}, "startingOffsets: t1: 'x' is not a partition"),
+        ({"startingOffsets": '{"t1":{"0":true}}'}, "startingOffsets: True is not an integer"),
         ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "give only one of subscribe"),
         ({"startingOffsets": '{"t1":{"0":}'}, "startingOffsets: '{\"t1\":{\"0\":}' is not JSON"),
         ({"startingOffsets": '{"t1":{"0":999999}}'},
@@ -379,6 +384,7 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         with pytest.raises(Exception) as info:
             source.df(**options).count()
         assert message in str(info.value), (options, str(info.value)[-2000:])
+        assert not any(f"{k}: {k}:" in str(info.value) for k in options)  # named once
     with pytest.raises(Exception, match="no lake root"):
         spark.read.format("seglake").load().count()
 
