@@ -32,7 +32,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     CaseInsensitiveDict,
@@ -457,27 +456,6 @@ def _partition_log(cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Ta
     return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
 
 
-def _first_in_window(log: PartitionLog, rows: pa.Table, window: Range) -> int | None:
-    """The first offset that can hold a record with a timestamp in ``window``.
-
-    Only segments whose catalog min/max timestamps overlap the window can; in the first
-    of them, records before its first one with timestamp >= the window's start are out
-    (time index seek, as Kafka's offsetsForTimes). ``None``: no segment overlaps.
-    """
-    lo, hi = window
-    mins = rows.column("min_timestamp").to_numpy()
-    maxs = rows.column("max_timestamp").to_numpy()
-    overlapping = np.nonzero((maxs >= lo) & (mins < hi))[0]
-    if not len(overlapping):
-        return None
-    i = int(overlapping[0])
-    seg = log.segments[i]
-    if mins[i] >= lo:
-        return seg.base_offset
-    hit = seg.find_offset_by_timestamp(lo, log.log_start_offset)
-    return seg.next_offset if hit is None else hit.offset
-
-
 def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     """Catalog rows (sorted by topic, partition) split per topic-partition."""
     keys = list(zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(),
@@ -548,10 +526,7 @@ def plan_read(opts: ReadOptions, pushed: Pushed | None = None, *,
                               f"{tp[0]}-{tp[1]} would start at offset {start}, after its "
                               f"ending offset {end}")
         lo, hi = _intersect((start, end), pushed.offset)
-        if lo < hi and pushed.timestamp != ALL:
-            first = _first_in_window(log, rows, pushed.timestamp)
-            lo = hi if first is None else max(lo, first)
-        if lo < hi:
+        if lo < hi:  # a pushed time range: plan_extract prunes and seeks (filter mode)
             ranges[tp[0]][tp[1]] = (lo, hi)
     splits: list[dict] = []
     for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
