@@ -60,7 +60,7 @@ from seglake.record.walk import BatchContext, walk_records
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment, Window
-from seglake.storage.tail_minima import cutoff
+from seglake.storage.tail_minima import batch_minima, cutoff
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
@@ -85,12 +85,7 @@ SPLIT_SCHEMA = pa.schema([
 
 __all__ = ["ExtractPlan", "RecordWalk", "decode_windows", "extract", "min_timestamps",
            "pack_splits", "parse_time", "plan_extract", "read_split", "read_splits",
-           "spark_ddl", "spark_schema", "walk_batches"]
-
-
-def spark_ddl(schema: pa.Schema) -> str:
-    """Spark DDL string of an Arrow schema (via pyspark's converter)."""
-    return spark_schema(schema).simpleString()[len("struct<"):-1]
+           "spark_schema", "walk_batches"]
 
 
 def spark_schema(schema: pa.Schema):
@@ -342,9 +337,7 @@ def min_timestamps(parts: list[tuple[Window, np.ndarray]]) -> np.ndarray:
     problem).
     """
     walk = walk_batches(parts)
-    least = np.full(len(walk.ok), NO_TS_HI, dtype=np.int64)
-    np.minimum.at(least, walk.batch, walk.timestamp)
-    return np.where(walk.ok, least, NO_TS_LO)
+    return np.where(walk.ok, batch_minima(walk.timestamp, np.diff(walk.first)), NO_TS_LO)
 
 
 def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:
