@@ -23,6 +23,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +37,7 @@ __all__ = [
     "KEY_COLUMNS",
     "MAX_LISTED",
     "SORT_KEYS",
+    "STAT_COLUMNS",
     "catalog_schema",
     "check_rows",
     "key_set",
@@ -43,7 +45,9 @@ __all__ = [
     "keys_table",
     "listing",
     "normalize_rows",
+    "rows_table",
     "schema_spec",
+    "segment_row",
 ]
 
 KEY_COLUMNS = ("topic", "partition", "base_offset")
@@ -53,6 +57,9 @@ SORT_KEYS = [(c, "ascending") for c in KEY_COLUMNS]
 
 
 _FILLED_COLUMNS = ("run_id", "committed_at")
+# what a segment's files say of it: the row's columns besides its key, path and run
+STAT_COLUMNS = ("next_offset", "record_count", "min_timestamp", "max_timestamp", "size_bytes",
+                "index_entries", "time_index_entries", "codec", "tail_min_timestamps")
 
 
 MAX_LISTED = 10
@@ -113,6 +120,20 @@ def schema_spec() -> tuple[pa.Schema, tuple[str, ...]]:
 def catalog_schema() -> pa.Schema:
     """The catalog's Arrow schema, loaded from ``schemas/catalog.json``."""
     return schema_spec()[0]
+
+
+def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict:
+    """The catalog row (no ``run_id``/``committed_at``) of a segment ``seg`` describes (a
+    writer's ``SegmentInfo``, a recovery's ``SegmentRecovery``: ``base_offset`` and the
+    :data:`STAT_COLUMNS` as attributes); ``path`` relative to the root."""
+    return dict(topic=topic, partition=partition, base_offset=seg.base_offset, path=path,
+                **{c: getattr(seg, c) for c in STAT_COLUMNS})
+
+
+def rows_table(rows: list[dict]) -> pa.Table:
+    """Catalog rows (without ``run_id``/``committed_at``) as a table of the catalog schema."""
+    fields = [f for f in catalog_schema() if f.name not in _FILLED_COLUMNS]
+    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
 
 
 def listing(items: list[str]) -> str:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from seglake.catalog import Catalog, CommitResult, catalog_schema, normalize_rows
+from seglake.catalog_rows import STAT_COLUMNS
 from seglake.errors import (
     CatalogError,
     ConcurrentRunError,
@@ -81,6 +82,9 @@ def test_schema_comes_from_json() -> None:
     # every column is required but the tail minima (unknown in older catalogs)
     assert [f.name for f in schema if f.nullable] == ["tail_min_timestamps"]
     assert schema.field("tail_min_timestamps").type == TAIL_TYPE
+    # a segment row: its key and path, what its files say, and the run's columns
+    assert set(schema.names) == {"topic", "partition", "base_offset", "path", "run_id",
+                                 "committed_at", *STAT_COLUMNS}
     assert spec["partition_by"] == ["topic"]
 
 

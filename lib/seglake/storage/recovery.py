@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.catalog_rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.errors import CorruptRecordError, SeglakeError, SegmentNotFoundError
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.codecs import NAMES as CODEC_NAMES
@@ -116,6 +117,11 @@ class SegmentRecovery:
     codec: str
     dry_run: bool = False
     tail_min_timestamps: list[dict] | None = None  # seglake.storage.tail_minima
+
+    @property
+    def size_bytes(self) -> int:
+        """The ``.log`` size after recovery (the catalog's ``size_bytes``)."""
+        return self.valid_bytes
 
     @property
     def truncated_bytes(self) -> int:
@@ -599,29 +605,9 @@ def recover_partition(directory: str, *, dry_run: bool = False,
 
 # ---------------------------------------------------------------------------- lake
 
-def segment_row(topic: str, partition: int, rec: SegmentRecovery, path: str) -> dict:
-    """The catalog row of a recovered (or scanned) segment; ``path`` relative to the root."""
-    return dict(topic=topic, partition=partition, base_offset=rec.base_offset,
-                next_offset=rec.next_offset, record_count=rec.record_count,
-                min_timestamp=rec.min_timestamp, max_timestamp=rec.max_timestamp,
-                size_bytes=rec.valid_bytes, index_entries=rec.index_entries,
-                time_index_entries=rec.time_index_entries, codec=rec.codec, path=path,
-                tail_min_timestamps=rec.tail_min_timestamps)
-
-
-def rows_table(rows: list[dict]) -> pa.Table:
-    """Catalog rows (without ``run_id``/``committed_at``) as a table of the catalog schema."""
-    from seglake.catalog import catalog_schema
-
-    schema = catalog_schema()
-    fields = [f for f in schema if f.name not in ("run_id", "committed_at")]
-    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
-
-
 # a row that differs in any of these is replaced (tail minima: also filled in for rows of
 # a catalog made before them, and never left wrong, which would make a time filter skip)
-_COMPARED = ("next_offset", "record_count", "size_bytes", "index_entries", "time_index_entries",
-             "min_timestamp", "max_timestamp", "codec", "tail_min_timestamps")
+_COMPARED = STAT_COLUMNS
 
 
 def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,

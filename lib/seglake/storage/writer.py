@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from seglake.catalog_rows import segment_row
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
 from seglake.record.codecs import NAMES
@@ -59,12 +60,7 @@ class SegmentInfo:
 
     def catalog_row(self, topic: str, partition: int, path: str) -> dict:
         """Its catalog row (no ``run_id``/``committed_at``); ``path`` relative to the root."""
-        return dict(topic=topic, partition=partition, base_offset=self.base_offset,
-                    next_offset=self.next_offset, record_count=self.record_count,
-                    min_timestamp=self.min_timestamp, max_timestamp=self.max_timestamp,
-                    size_bytes=self.size_bytes, index_entries=self.index_entries,
-                    time_index_entries=self.time_index_entries, codec=self.codec, path=path,
-                    tail_min_timestamps=self.tail_min_timestamps)
+        return segment_row(topic, partition, self, path)
 
 
 @dataclasses.dataclass
