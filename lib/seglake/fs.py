@@ -21,6 +21,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
@@ -89,6 +90,20 @@ class IOStats:
                 "reads": self.reads,
                 "files_opened": self.files_opened,
             }
+
+    @contextlib.contextmanager
+    def counting(self, *accumulators: Any, keys: tuple[str, ...] = ("bytes_read",)
+                 ) -> Iterator[None]:
+        """Add what this process reads inside the block to Spark accumulators, one per
+        counter in ``keys`` (``None`` accumulators are skipped)."""
+        before = self.snapshot()
+        try:
+            yield
+        finally:
+            after = self.snapshot()
+            for acc, k in zip(accumulators, keys, strict=True):
+                if acc is not None:
+                    acc.add(after[k] - before[k])
 
     def __repr__(self) -> str:
         s = self.snapshot()

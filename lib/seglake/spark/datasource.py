@@ -554,36 +554,17 @@ class SeglakeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         """One input partition per split."""
-        with self._counted():
+        with lakefs.IO_STATS.counting(self.bytes_accumulator):
             return [InputPartition(s) for s in plan_read(self.opts, self.pushed)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The split's records as Arrow batches (nothing for Spark's placeholder)."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
-        with self._counted():
+        with lakefs.IO_STATS.counting(self.bytes_accumulator):
             t = read_split(get_cache(self.cache_bytes), self.opts.root, partition.value,
                            isolation_level=self.opts.isolation_level)
         yield from t.select(self.opts.arrow_schema.names).to_batches()
-
-    def _counted(self) -> _Counted:
-        return _Counted(self.bytes_accumulator)
-
-
-class _Counted:
-    """Adds the bytes this process reads inside the block to a Spark accumulator."""
-
-    def __init__(self, acc: Any) -> None:
-        self.acc = acc
-        self.before = 0
-
-    def __enter__(self) -> None:
-        self.before = lakefs.IO_STATS.snapshot()["bytes_read"]
-
-    def __exit__(self, *exc: object) -> None:
-        if self.acc is not None:
-            self.acc.add(lakefs.IO_STATS.snapshot()["bytes_read"] - self.before)
-
 
 class SeglakeDataSource(DataSource):
     """``spark.read.format("seglake").load(root)``; see the module docstring."""

@@ -359,16 +359,6 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
     return w
 
 
-def _read_counted(cache: IndexCache, root: str, splits: list[dict], level: str, acc
-                  ) -> pa.Table:
-    """:func:`read_splits`, adding the log bytes it read to the accumulator ``acc``."""
-    before = lakefs.IO_STATS.snapshot()["bytes_read"]
-    t = read_splits(cache, root, splits, isolation_level=level)
-    if acc is not None:
-        acc.add(lakefs.IO_STATS.snapshot()["bytes_read"] - before)
-    return t
-
-
 # --------------------------------------------------------------------------- planning
 @dataclasses.dataclass
 class ExtractPlan:
@@ -636,7 +626,9 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
         mine = payload if isinstance(payload, list) else payload.value
         for b in batches:
             for task in b.column(0).to_pylist():
-                yield from _read_counted(cache, root, mine[task], level, acc).to_batches()
+                with lakefs.IO_STATS.counting(acc):
+                    t = read_splits(cache, root, mine[task], isolation_level=level)
+                yield from t.to_batches()
 
     return spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(
         read, spark_schema(KAFKA_SOURCE_SCHEMA))

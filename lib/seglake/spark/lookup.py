@@ -608,6 +608,7 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
     version = catalog.version() if version is None else version
     bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
+    accs = io_accumulators or (None, None)
 
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, cache = bc.value, get_cache(cache_bytes)
@@ -616,14 +617,9 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
             if b is not None and b.num_rows:
                 pending.append(b.select(QUERY_SCHEMA.names))
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
-                before = lakefs.IO_STATS.snapshot()
-                out = answer_queries(root, parts, cache, pa.Table.from_batches(
-                    pending, QUERY_SCHEMA))
-                if io_accumulators is not None:
-                    after = lakefs.IO_STATS.snapshot()
-                    for acc, k in zip(io_accumulators, ("bytes_read", "files_opened"),
-                                      strict=True):
-                        acc.add(after[k] - before[k])
+                with lakefs.IO_STATS.counting(*accs, keys=("bytes_read", "files_opened")):
+                    out = answer_queries(root, parts, cache, pa.Table.from_batches(
+                        pending, QUERY_SCHEMA))
                 yield from out.to_batches()
                 pending = []
 
