@@ -66,10 +66,10 @@ def build(root: str, n: int) -> float:
     import pyarrow.parquet as pq
 
     from seglake.catalog import Catalog
+    from seglake.catalog_rows import rows_table
     from seglake.config import LogConfig
     from seglake.record.schema import to_kafka_source
     from seglake.sample import START_MS, generate
-    from seglake.storage.recovery import rows_table
     from seglake.storage.writer import SegmentWriter
 
     if os.path.exists(os.path.join(root, "_catalog")):

@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog, CommitResult
+from seglake.catalog_rows import rows_table, segment_row
 from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake import STAGING, publish_pending
 from seglake.storage.naming import (
@@ -37,13 +38,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
     validate_topic,
 )
-from seglake.storage.recovery import (
-    DEFAULT_INTERVAL,
-    PartitionRecovery,
-    _recover_dir,
-    rows_table,
-    segment_row,
-)
+from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
 
 __all__ = ["RegisterReport", "register"]
 
@@ -134,7 +129,7 @@ def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = 
             if not lakefs.exists(fs, work):
                 skipped.append(f"{name} (no segments)")
                 continue
-        rep = _recover_dir(fs, work, dry_run=False, interval=interval, force=False)
+        rep = recover_dir(fs, work, dry_run=False, interval=interval, force=False)
         reports[name] = rep
         for rec in rep.segments:
             if rec.batches and rec.base_offset not in rep.deleted_segments:

@@ -234,7 +234,7 @@ def test_retention_job_by_time_then_bytes(spark, lake):
 
 _DRIVER = """
 import json, sys
-from seglake.storage.recovery import recover_lake
+from seglake.lake_recovery import recover_lake
 from seglake.storage.retention import apply_retention
 spec = json.loads(sys.argv[1])
 if spec["job"] == "recover":

@@ -16,12 +16,12 @@ import pytest
 
 import seglake
 from seglake.catalog import Catalog
+from seglake.catalog_rows import rows_table
 from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
 from seglake.record.decode import read_log
 from seglake.record.schema import HEADERS_TYPE, KAFKA_SOURCE_SCHEMA
 from seglake.storage.log import PartitionLog
-from seglake.storage.recovery import rows_table
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 CFG = LogConfig(segment_bytes=4_000, batch_size=600, index_interval_bytes=500)

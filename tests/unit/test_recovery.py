@@ -15,20 +15,16 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
+from seglake.catalog_rows import rows_table, segment_row
 from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.lake import open_partition
+from seglake.lake_recovery import recover_lake
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.log import PartitionLog
-from seglake.storage.recovery import (
-    recover_lake,
-    recover_partition,
-    recover_segment,
-    rows_table,
-    segment_row,
-)
+from seglake.storage.recovery import recover_partition, recover_segment
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import FIXTURES
 from tests.unit.test_decode import control_batch, raw_batch, raw_record

@@ -143,7 +143,8 @@ def run(argv: list[str] | None = None) -> int:
 def _recover(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.catalog import CATALOG_DIR
-    from seglake.storage.recovery import recover_lake, recover_partition
+    from seglake.lake_recovery import recover_lake
+    from seglake.storage.recovery import recover_partition
 
     fs, path = lakefs.resolve(args.target)
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):

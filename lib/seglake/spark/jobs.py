@@ -202,7 +202,7 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake.catalog import Catalog
     from seglake.errors import SegmentNotFoundError
     from seglake.lake import STAGING, publish_pending
-    from seglake.storage.recovery import apply_recovery_fix
+    from seglake.lake_recovery import apply_recovery_fix
 
     root, interval = args.root, _config(args).index_interval_bytes
     dry_run, force = args.dry_run, args.force
@@ -220,7 +220,7 @@ def run_recover(spark: SparkSession, args) -> int:
         import pyarrow as pa
 
         from seglake.catalog import catalog_schema
-        from seglake.storage.recovery import recover_partition_rows
+        from seglake.lake_recovery import recover_partition_rows
 
         schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
         return recover_partition_rows(root, pa.Table.from_pylist(rows, schema=schema),

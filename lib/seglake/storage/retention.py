@@ -178,7 +178,7 @@ def finish_interrupted_deletes(root: str, rows: pa.Table, *, dry_run: bool = Fal
 
 def delete_segment_files(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str]:
     """Rename each file of the segments to ``.deleted``, then remove it (idempotent)."""
-    from seglake.storage.recovery import delete_segments
+    from seglake.lake_recovery import delete_segments
 
     return delete_segments(root, keys)
 

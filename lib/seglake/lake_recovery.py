@@ -1,0 +1,167 @@
+"""Recovery of a whole lake: every catalogued partition recovered as Kafka's LogLoader
+would (:mod:`seglake.storage.recovery`), then the catalog fixed in one commit (rows of
+truncated or re-indexed segments replaced, rows of deleted segments removed), then the
+removed segments' files deleted. This is also what the ``recover`` Spark job runs, one
+partition per task (:func:`recover_partition_rows`) and the commit on the driver
+(:func:`apply_recovery_fix`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.catalog import Catalog
+from seglake.catalog_rows import STAT_COLUMNS, rows_table, segment_row
+from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.lake import STAGING, publish_pending
+from seglake.storage.naming import partition_dir_name
+from seglake.storage.recovery import (
+    DEFAULT_INTERVAL,
+    PartitionRecovery,
+    delete_segment_files,
+    recover_dir,
+)
+
+__all__ = ["LakeRecovery", "apply_recovery_fix", "delete_segments", "recover_lake",
+           "recover_partition_rows"]
+
+
+@dataclasses.dataclass
+class LakeRecovery:
+    """What :func:`recover_lake` did: per-partition reports and the catalog fix."""
+
+    root: str
+    partitions: list[PartitionRecovery]
+    rows_replaced: int = 0
+    rows_removed: int = 0
+    catalog_version: int | None = None
+    run_id: str | None = None
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return any(p.changed for p in self.partitions) or bool(self.rows_replaced
+                                                                or self.rows_removed)
+
+    def __str__(self) -> str:
+        verb = "would " if self.dry_run else ""
+        lines = [str(p) for p in self.partitions if p.changed]
+        lines.append(f"{self.root}: {len(self.partitions)} partition(s) checked, "
+                     f"{sum(p.changed for p in self.partitions)} changed; catalog: {verb}replace "
+                     f"{self.rows_replaced} row(s), {verb}remove {self.rows_removed}"
+                     + (f" (version {self.catalog_version}, run {self.run_id})"
+                        if self.catalog_version is not None else ""))
+        return "\n".join(lines)
+
+
+
+# a row that differs in any of these is replaced (tail minima: also filled in for rows of
+# a catalog made before them, and never left wrong, which would make a time filter skip)
+_COMPARED = STAT_COLUMNS
+
+
+def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,
+                           interval: int = DEFAULT_INTERVAL, force: bool = False
+                           ) -> tuple[PartitionRecovery, list[dict], list[tuple[str, int, int]]]:
+    """Recover the catalogued segments of one partition (its catalog ``rows``).
+
+    Returns the report, replacement rows for segments whose row no longer matches, and
+    the keys of segments to remove from the catalog (deleted after a truncated one, or
+    left empty). Whole-segment file deletions are left to the caller, after its commit.
+    This is also what one Spark task of the ``recover`` job runs.
+    """
+    fs, base = lakefs.resolve(root)
+    current = rows.to_pylist()
+    if not current:
+        raise SeglakeError("recover_partition_rows: no rows")
+    topic, part = current[0]["topic"], int(current[0]["partition"])
+    directory = lakefs.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
+    by_base = {int(r["base_offset"]): r for r in current}
+    if fs.get_file_info(directory).type != pafs.FileType.Directory:
+        report = PartitionRecovery(directory=directory, dry_run=dry_run,
+                                   deleted_segments=sorted(by_base))
+    else:
+        report = recover_dir(fs, directory, dry_run=dry_run, interval=interval, force=force,
+                              only=set(by_base), defer_deletes=True)
+    replace, remove = [], []
+    for rec in report.segments:
+        old = by_base.get(rec.base_offset)
+        if old is None:
+            continue
+        if rec.batches == 0:
+            report.deleted_segments.append(rec.base_offset)
+            continue
+        new = segment_row(topic, part, rec, old["path"])
+        if any(new[c] != old.get(c) for c in _COMPARED):
+            replace.append(new)
+    for b in sorted(set(report.deleted_segments)):
+        if b in by_base:
+            remove.append((topic, part, b))
+    report.deleted_segments = sorted(set(report.deleted_segments))
+    return report, replace, remove
+
+
+def delete_segments(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str]:
+    """Delete the files of segments (``.deleted`` rename first, then remove)."""
+    fs, base = lakefs.resolve(root)
+    gone = []
+    for topic, part, b in keys:
+        stem = lakefs.safe_join(base, f"{partition_dir_name(topic, part)}/{b:020d}")
+        gone += delete_segment_files(fs, stem)
+    return gone
+
+
+def apply_recovery_fix(root: str, partitions: list[PartitionRecovery], replace: list[dict],
+                       remove: list[tuple[str, int, int]], *, run_id: str | None = None,
+                       dry_run: bool = False) -> LakeRecovery:
+    """The driver's half: one catalog commit for every partition's fix, then delete the
+    files of removed segments."""
+    report = LakeRecovery(root=root, partitions=partitions, rows_replaced=len(replace),
+                          rows_removed=len(remove), dry_run=dry_run)
+    if dry_run or not (replace or remove):
+        return report
+    run_id = run_id or f"recover-{uuid.uuid4().hex[:12]}"
+    result = Catalog(root).replace_rows(rows_table(replace), run_id, remove=remove)
+    report.catalog_version, report.run_id = result.version, run_id
+    delete_segments(root, remove)
+    return report
+
+
+def recover_lake(root: str, *, dry_run: bool = False, interval: int = DEFAULT_INTERVAL,
+                 force: bool = False, topics: Iterable[str] | None = None,
+                 run_id: str | None = None) -> LakeRecovery:
+    """Recover every catalogued partition of a lake and fix the catalog in one commit.
+
+    Committed runs whose files are still staged are published first. Segments are
+    recovered in place (truncated tails, rebuilt indexes); rows of truncated segments are
+    replaced; segments after a truncated one, and segments left empty, lose their rows,
+    then their files.
+    """
+    catalog = Catalog(root)
+    if not catalog.exists():
+        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    fs, base = lakefs.resolve(root)
+    if not dry_run:
+        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
+            if catalog.run_committed(run):
+                publish_pending(root, run)
+    rows = catalog.segments(list(topics) if topics is not None else None)
+    partitions, replace, remove = [], [], []
+    for key in sorted(set(zip(rows.column("topic").to_pylist(),
+                              rows.column("partition").to_pylist(), strict=True))):
+        mask = pa.compute.and_(pa.compute.equal(rows["topic"], key[0]),
+                               pa.compute.equal(rows["partition"], key[1]))
+        rep, rp, rm = recover_partition_rows(root, rows.filter(mask), dry_run=dry_run,
+                                             interval=interval, force=force)
+        partitions.append(rep)
+        replace += rp
+        remove += rm
+    return apply_recovery_fix(root, partitions, replace, remove, run_id=run_id,
+                              dry_run=dry_run)
