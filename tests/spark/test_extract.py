@@ -22,7 +22,6 @@ from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import (
     extract,
-    min_timestamps,
     pack_splits,
     parse_time,
     plan_extract,
@@ -32,6 +31,7 @@ from seglake.spark.extract import (
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE
+from seglake.storage.window_records import min_timestamps
 
 pytestmark = pytest.mark.spark
 

@@ -41,34 +41,28 @@ import pyarrow.compute as pc
 
 from seglake import fs as lakefs
 from seglake.catalog import Catalog
-from seglake.errors import ConfigError, CorruptIndexError, CorruptRecordError
+from seglake.errors import ConfigError, CorruptIndexError
 from seglake.record.batch import (
-    CODEC_MASK,
-    HEADER_DTYPE,
     HEADER_SIZE,
     LOG_OVERHEAD,
-    MAGIC,
-    TIMESTAMP_TYPE_BIT,
-    BatchScan,
     scan_batches,
 )
-from seglake.record.codecs import MAX_BLOCK_OUTPUT, Inflater, inflate_budget
-from seglake.record.decode import decode_batches
-from seglake.record.schema import KAFKA_SOURCE_SCHEMA, empty_records, to_kafka_source
-from seglake.record.varint import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, fast_varints
-from seglake.record.walk import BatchContext, walk_records
+from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment, Window
-from seglake.storage.tail_minima import batch_minima, cutoff
+from seglake.storage.tail_minima import cutoff
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
+from seglake.storage.window_records import (
+    NO_TS_HI,
+    NO_TS_LO,
+    decode_windows,
+    min_timestamps,
+)
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
 BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
-NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1
-_SCAN_COLUMNS = [f.name for f in dataclasses.fields(BatchScan)
-                 if f.name not in ("valid_bytes", "error")]
 
 SPLIT_SCHEMA = pa.schema([
     pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
@@ -83,9 +77,8 @@ SPLIT_SCHEMA = pa.schema([
     pa.field("aborted_last", pa.list_(pa.int64())),
 ])
 
-__all__ = ["ExtractPlan", "RecordWalk", "decode_windows", "extract", "min_timestamps",
-           "pack_splits", "parse_time", "plan_extract", "read_split", "read_splits",
-           "spark_schema", "walk_batches"]
+__all__ = ["ExtractPlan", "extract", "pack_splits", "parse_time", "plan_extract", "read_split",
+           "read_splits", "spark_schema"]
 
 
 def spark_schema(schema: pa.Schema):
@@ -172,172 +165,6 @@ def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
         tx = t.column("transactional").to_numpy(zero_copy_only=False)
         mask = pc.and_(mask, pa.array(~(aborted & tx)))
     return to_kafka_source(t.filter(mask), split["topic"], split["partition"])
-
-
-def decode_windows(parts: list[tuple[Window, np.ndarray, str | None]]
-                   ) -> tuple[pa.Table, np.ndarray]:
-    """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call.
-
-    The decoder walks the records of all batches together, one numpy step per record
-    index, so one call over many windows costs far less than one call per window.
-    Returns the records (internal schema, part after part, control batches left out)
-    and each part's number of rows. Bytes that do not decode raise the error of their
-    own window (naming its file).
-    """
-    scans, pieces, rows, at = [], [], [], 0
-    for w, sel, _ in parts:
-        sub = w.scan.take(sel)
-        view = memoryview(w.data)
-        pieces += [view[p:p + z] for p, z in zip(sub.position.tolist(), sub.size.tolist(),
-                                                 strict=True)]
-        sub.position = at + np.cumsum(sub.size) - sub.size
-        at += int(sub.size.sum())
-        scans.append(sub)
-        rows.append(int(sub.records_count[~sub.is_control].sum()))
-    if not at:
-        return empty_records(), np.array(rows, dtype=np.int64)
-    merged = BatchScan(**{f: np.concatenate([getattr(s, f) for s in scans])
-                          for f in _SCAN_COLUMNS}, valid_bytes=at)
-    try:
-        return decode_batches(b"".join(pieces), merged), np.array(rows, dtype=np.int64)
-    except CorruptRecordError:
-        for w, sel, path in parts:
-            w.decode(sel, path=path)
-        raise
-
-
-@dataclasses.dataclass
-class RecordWalk:
-    """Where each record of some batches is, and its offset and timestamp, found by
-    walking the records' length chains (no keys, values or headers decoded).
-
-    ``scan`` holds the walked batches (its positions are not file positions); records
-    are numbered batch after batch: batch ``b``'s are ``first[b] : first[b + 1]``, the
-    bytes of record ``r`` are ``data[start[r]:end[r]]`` (its length varint first).
-    ``ok[b]`` is False for a batch whose records do not walk cleanly: it has no records
-    here, and decoding it the usual way names the problem.
-    """
-
-    scan: BatchScan
-    ok: np.ndarray
-    first: np.ndarray
-    data: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    offset: np.ndarray
-    timestamp: np.ndarray
-
-    @property
-    def batch(self) -> np.ndarray:
-        """The batch of each record."""
-        return np.repeat(np.arange(len(self.ok)), np.diff(self.first))
-
-    def decode(self, records: np.ndarray, *, path: str | None = None) -> pa.Table:
-        """The records ``records`` (indices), decoded, one row each, in that order.
-
-        Each becomes a batch of its own (its batch's header, uncompressed, one record:
-        offsets and timestamps stay relative to the same bases), so all are decoded in
-        one call that parses nothing but them.
-        """
-        s = self.scan.take(self.batch[records])
-        size = HEADER_SIZE + self.end[records] - self.start[records]
-        head = np.zeros(len(records), dtype=HEADER_DTYPE)
-        for name, value in (("base_offset", s.base_offset), ("batch_length", size - LOG_OVERHEAD),
-                            ("leader_epoch", s.leader_epoch), ("magic", MAGIC),
-                            ("attributes", s.attributes & ~CODEC_MASK),
-                            ("last_offset_delta", s.last_offset - s.base_offset),
-                            ("base_timestamp", s.base_timestamp),
-                            ("max_timestamp", s.max_timestamp), ("producer_id", s.producer_id),
-                            ("producer_epoch", s.producer_epoch),
-                            ("base_sequence", s.base_sequence), ("records_count", 1)):
-            head[name] = value
-        heads, view = head.tobytes(), memoryview(self.data)
-        pieces: list[bytes | memoryview] = []
-        for i, (a, z) in enumerate(zip(self.start[records].tolist(), self.end[records].tolist(),
-                                       strict=True)):
-            pieces += [heads[i * HEADER_SIZE:(i + 1) * HEADER_SIZE], view[a:z]]
-        one = dataclasses.replace(s, position=np.cumsum(size) - size, size=size,
-                                  attributes=s.attributes & ~CODEC_MASK,
-                                  records_count=np.ones(len(records), np.int64),
-                                  valid_bytes=int(size.sum()))
-        return decode_batches(b"".join(pieces), one, path=path)
-
-
-def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
-    """:class:`RecordWalk` of the batches ``sel`` of each ``(window, sel)``, parts one
-    after the other: records blocks decompressed into one buffer, then the decoder's own
-    record walk (:mod:`seglake.record.walk`, vectorised over all batches) and each
-    record's timestamp and offset deltas. A batch that does not walk is set aside
-    (``ok`` False) and the others walked again."""
-    scan = BatchScan(**{f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
-                        if parts else np.zeros(0, np.int64) for f in _SCAN_COLUMNS},
-                     valid_bytes=0)
-    inflater, ok = Inflater(), np.ones(len(scan), dtype=bool)
-    sizes = np.zeros(len(scan), dtype=np.int64)
-    i = 0
-    for w, sel in parts:  # every records block, decompressed, back to back
-        view = memoryview(w.data)
-        for pos, size, codec in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(),
-                                    w.scan.codec[sel].tolist(), strict=True):
-            block = view[pos + HEADER_SIZE:pos + size]
-            try:
-                sizes[i] = (inflater.append(codec, block, min(inflate_budget(len(block)),
-                                                              MAX_BLOCK_OUTPUT))
-                            if codec else inflater.append_raw(block))
-            except CorruptRecordError:
-                ok[i] = False
-            i += 1
-    data, end = inflater.data, np.cumsum(sizes)
-    while True:
-        counts = np.where(ok, scan.records_count, 0)
-        block = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
-        # errors name the batch by its index here (ctx position)
-        ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts)
-        try:
-            ctx.index_records(block, end)
-            body, rec_end = walk_records(data, block, end, ctx)
-            t_delta, o_delta = _deltas(data, body, rec_end, ctx)
-            break
-        except CorruptRecordError as exc:
-            ok[exc.position] = False
-    rec_start = np.empty_like(body)
-    rec_start[1:] = rec_end[:-1]
-    rec_start[ctx.rec_base[counts > 0]] = block[counts > 0]  # a batch's first record
-    b = ctx.rec_batch
-    append_time = (scan.attributes[b] & TIMESTAMP_TYPE_BIT) != 0
-    ts = np.where(append_time, scan.max_timestamp[b], scan.base_timestamp[b] + t_delta)
-    return RecordWalk(scan, ok, np.concatenate(([0], np.cumsum(counts))), data, rec_start,
-                      rec_end, scan.base_offset[b] + o_delta, ts)
-
-
-def _deltas(data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamp and offset deltas of the records (after their attributes byte); raises
-    naming the batch (as :func:`seglake.record.walk.read_fields`) when one runs off."""
-    values = []
-    at = body + 1
-    for max_bytes in (MAX_VARLONG_BYTES, MAX_VARINT_BYTES):
-        try:
-            v, width = fast_varints(data, at, max_bytes)
-        except CorruptRecordError as exc:
-            raise ctx.record_error(int(np.argmax(at == exc.position)), str(exc)) from None
-        values.append(v)
-        at = at + width
-        ctx.check(at >= end, lambda i: "the record ends inside its timestamp/offset delta")
-    return values[0], values[1]
-
-
-def min_timestamps(parts: list[tuple[Window, np.ndarray]]) -> np.ndarray:
-    """Smallest record timestamp of the batches ``sel`` of each ``(window, sel)``, parts
-    one after the other (:func:`walk_batches`: no keys, values or headers decoded).
-
-    Kafka keeps no minimum timestamp (CreateTime is not monotonic): finding the batches
-    that hold records older than a bound takes every record's timestamp. A batch whose
-    records do not walk gets the smallest int64 (so it is decoded, which names the
-    problem).
-    """
-    walk = walk_batches(parts)
-    return np.where(walk.ok, batch_minima(walk.timestamp, np.diff(walk.first)), NO_TS_LO)
 
 
 def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:

@@ -66,9 +66,9 @@ from seglake.record.batch import (
 )
 from seglake.record.crc import crc32c
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
-from seglake.spark.extract import RecordWalk, walk_batches
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.segment import LogSegment, Window
+from seglake.storage.window_records import RecordWalk, walk_batches
 
 log = logging.getLogger(__name__)
 
