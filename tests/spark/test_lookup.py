@@ -17,7 +17,6 @@ from seglake import fs as lakefs
 from seglake.catalog import Catalog
 from seglake.record.decode import read_log
 from seglake.sample import START_MS, generate
-from seglake.spark import lookup as lookup_mod
 from seglake.spark.ingest import ingest
 from seglake.spark.lookup import (
     QUERY_SCHEMA,
@@ -27,6 +26,7 @@ from seglake.spark.lookup import (
     read_offsets,
     resolve_timestamps,
 )
+from seglake.storage import point_reads
 from seglake.storage.index_cache import IndexCache
 
 pytestmark = pytest.mark.spark
@@ -203,7 +203,7 @@ def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
         for r in reqs:
             r.ids = np.full(len(r.lo), -1, dtype=np.int64)
 
-    monkeypatch.setattr(lookup_mod, "_locate", place_nothing)
+    monkeypatch.setattr(point_reads, "_locate", place_nothing)
     rows2, found2 = resolve_timestamps(seg, targets)
     assert found.take(pa.array(rows)).column("offset").to_pylist() == found2.take(
         pa.array(rows2)).column("offset").to_pylist()
@@ -228,8 +228,8 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
     root, recs = lake
     careful = []
     for name in ("_careful_offsets", "_careful_timestamps"):
-        real = getattr(lookup_mod, name)
-        monkeypatch.setattr(lookup_mod, name, lambda *a, real=real, name=name: (
+        real = getattr(point_reads, name)
+        monkeypatch.setattr(point_reads, name, lambda *a, real=real, name=name: (
             careful.append(name), real(*a))[1])
     copy = str(tmp_path / "lake")
     shutil.copytree(root, copy)
