@@ -65,9 +65,9 @@ def build(root: str, n: int) -> float:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from seglake.catalog import Catalog
-    from seglake.catalog_rows import rows_table
     from seglake.config import LogConfig
+    from seglake.lake.catalog import Catalog
+    from seglake.lake.rows import rows_table
     from seglake.record.schema import to_kafka_source
     from seglake.sample import START_MS, generate
     from seglake.storage.writer import SegmentWriter
@@ -135,7 +135,7 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from seglake.catalog import Catalog
+    from seglake.lake.catalog import Catalog
     from seglake.record.schema import KAFKA_SOURCE_SCHEMA
     from seglake.sample import START_MS
     from seglake.spark.extract import extract, plan_extract, spark_schema

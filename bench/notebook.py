@@ -47,8 +47,8 @@ def build_lake(root: Path, n: int, *, partitions: int = 4, topic: str = TOPIC,
                index_interval_bytes: int = 4096) -> pa.Table:
     """A lake of ``n`` sample messages without Spark; returns the records written
     (topic, partition, offset, timestamp, key, value)."""
-    from seglake.catalog import Catalog
     from seglake.config import LogConfig
+    from seglake.lake.catalog import Catalog
     from seglake.sample import generate
     from seglake.storage.log import PartitionLog
 

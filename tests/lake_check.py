@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
 from seglake.storage.log import PartitionLog
 
 RECORD_KEY = ["topic", "partition", "offset"]

@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.errors import SegmentNotFoundError
+from seglake.lake.catalog import Catalog
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import (
     EARLIEST_TIMESTAMP,

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _summary(lake: Path, seconds: float) -> None:
-    from seglake.catalog import Catalog
     from seglake.cli.dump import dump
+    from seglake.lake.catalog import Catalog
 
     seg = Catalog(str(lake)).segments().to_pandas()
     print("\n== the lake ==")

@@ -29,10 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seglake.catalog import Catalog
 from seglake.cli.main import main as seglake_cli
 from seglake.errors import ConcurrentRunError
-from seglake.lake import STAGING
+from seglake.lake.catalog import Catalog
+from seglake.lake.staging import STAGING
 from seglake.sample import generate
 from seglake.spark import ingest as ingest_module
 from seglake.spark.extract import extract, plan_extract

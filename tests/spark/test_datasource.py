@@ -22,9 +22,9 @@ from pyspark.sql import datasource as sds
 from pyspark.sql import functions as F
 
 import seglake.spark
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
+from seglake.lake.register import register
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.register import register
 from seglake.spark import datasource
 from seglake.spark.datasource import Pushed
 from seglake.spark.extract import extract

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA

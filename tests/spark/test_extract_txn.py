@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from seglake.register import register
+from seglake.lake.register import register
 from seglake.spark.extract import extract
 from seglake.storage.txn_index import TransactionIndex
 from tests.txn_log import offset_for_time, write_transactional_log

@@ -15,10 +15,10 @@ import pytest
 from kafka.partitioner.default import murmur2 as kp_murmur2
 from kafka.record.memory_records import MemoryRecords
 
-from seglake.catalog import Catalog
 from seglake.cli.main import main as seglake_cli
 from seglake.errors import InputSchemaError, InvalidTopicError, OffsetOrderError
-from seglake.lake import cleanup
+from seglake.lake.catalog import Catalog
+from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark.ingest import ingest

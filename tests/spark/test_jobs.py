@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark.ingest import ingest
@@ -234,7 +234,7 @@ def test_retention_job_by_time_then_bytes(spark, lake):
 
 _DRIVER = """
 import json, sys
-from seglake.lake_recovery import recover_lake
+from seglake.lake.recovery import recover_lake
 from seglake.storage.retention import apply_retention
 spec = json.loads(sys.argv[1])
 if spec["job"] == "recover":

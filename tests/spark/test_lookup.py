@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
 from seglake.record.decode import read_log
 from seglake.sample import START_MS, generate
 from seglake.spark.ingest import ingest

@@ -16,8 +16,8 @@ import pytest
 
 import seglake
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
-from seglake.lake import STAGING, cleanup
+from seglake.lake.catalog import Catalog
+from seglake.lake.staging import STAGING, cleanup
 from seglake.sample import generate
 from seglake.spark.extract import extract
 from seglake.spark.ingest import ingest

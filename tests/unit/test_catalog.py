@@ -1,4 +1,4 @@
-"""seglake.catalog: the Delta catalog, its run-id guard and its offset checks."""
+"""seglake.lake.catalog: the Delta catalog, its run-id guard and its offset checks."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from seglake.catalog import Catalog, CommitResult, catalog_schema, normalize_rows
-from seglake.catalog_rows import STAT_COLUMNS
 from seglake.errors import (
     CatalogError,
     ConcurrentRunError,
@@ -23,6 +21,8 @@ from seglake.errors import (
     OffsetOrderError,
     SegmentNotFoundError,
 )
+from seglake.lake.catalog import Catalog, CommitResult, catalog_schema, normalize_rows
+from seglake.lake.rows import STAT_COLUMNS
 from seglake.storage.tail_minima import TAIL_TYPE
 from tests.unit import test_fs
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.errors import CatalogError, InvalidTopicError, SeglakeError
+from seglake.lake.catalog import Catalog
 from seglake.record import codecs
 from seglake.record.batch import HEADER_SIZE, scan_batches
 from seglake.record.decode import decode_batches, read_log

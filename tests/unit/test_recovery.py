@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
-from seglake.catalog_rows import rows_table, segment_row
 from seglake.cli.main import main
 from seglake.config import LogConfig
-from seglake.lake import open_partition
-from seglake.lake_recovery import recover_lake
+from seglake.lake.catalog import Catalog
+from seglake.lake.recovery import recover_lake
+from seglake.lake.rows import rows_table, segment_row
+from seglake.lake.staging import open_partition
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
 from seglake.storage.index_builder import rebuild_indexes

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from seglake.catalog import Catalog
 from seglake.cli.main import main
 from seglake.errors import ConcurrentRunError, ConfigError
-from seglake.lake import open_partition
-from seglake.register import register
+from seglake.lake.catalog import Catalog
+from seglake.lake.register import register
+from seglake.lake.staging import open_partition
 from tests.compat.test_fixture_lookups import brute, first_at_or_after, row_tuples
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglake.catalog import Catalog
 from seglake.cli.main import main
 from seglake.errors import ConfigError
-from seglake.lake import open_partition
+from seglake.lake.catalog import Catalog
+from seglake.lake.staging import open_partition
 from seglake.storage import retention as retention_mod
 from seglake.storage.retention import (
     apply_retention,

@@ -118,14 +118,14 @@ def run(argv: list[str] | None = None) -> int:
                       f"value: {r['value']!r} headers: {headers}")
         return 0
     if args.command == "cleanup":
-        from seglake.lake import cleanup
+        from seglake.lake.staging import cleanup
 
         print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
         return 0
     if args.command == "recover":
         return _recover(args)
     if args.command == "register":
-        from seglake.register import register
+        from seglake.lake.register import register
 
         print(register(args.root, args.broker_dir, topics=args.topics, run_id=args.run_id))
         return 0
@@ -142,8 +142,8 @@ def run(argv: list[str] | None = None) -> int:
 
 def _recover(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
-    from seglake.catalog import CATALOG_DIR
-    from seglake.lake_recovery import recover_lake
+    from seglake.lake.catalog import CATALOG_DIR
+    from seglake.lake.recovery import recover_lake
     from seglake.storage.recovery import recover_partition
 
     fs, path = lakefs.resolve(args.target)

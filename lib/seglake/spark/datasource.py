@@ -48,9 +48,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.lake.catalog import Catalog
 from seglake.spark.extract import plan_extract, read_split
 from seglake.spark.read_options import (
     ALL,

@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.errors import ConfigError, CorruptIndexError
+from seglake.lake.catalog import Catalog
 from seglake.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,

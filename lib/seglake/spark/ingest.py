@@ -37,10 +37,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
-from seglake.lake import cleanup, publish_pending
+from seglake.lake.catalog import Catalog
+from seglake.lake.staging import cleanup, publish_pending
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.extract import spark_schema
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest

@@ -199,10 +199,10 @@ def _partition_groups(rows):
 
 def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
-    from seglake.catalog import Catalog
     from seglake.errors import SegmentNotFoundError
-    from seglake.lake import STAGING, publish_pending
-    from seglake.lake_recovery import apply_recovery_fix
+    from seglake.lake.catalog import Catalog
+    from seglake.lake.recovery import apply_recovery_fix
+    from seglake.lake.staging import STAGING, publish_pending
 
     root, interval = args.root, _config(args).index_interval_bytes
     dry_run, force = args.dry_run, args.force
@@ -219,8 +219,8 @@ def run_recover(spark: SparkSession, args) -> int:
     def task(rows):
         import pyarrow as pa
 
-        from seglake.catalog import catalog_schema
-        from seglake.lake_recovery import recover_partition_rows
+        from seglake.lake.catalog import catalog_schema
+        from seglake.lake.recovery import recover_partition_rows
 
         schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
         return recover_partition_rows(root, pa.Table.from_pylist(rows, schema=schema),

@@ -51,8 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
 from seglake.errors import SeglakeError
+from seglake.lake.catalog import Catalog
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.point_reads import (

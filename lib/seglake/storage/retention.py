@@ -178,7 +178,7 @@ def finish_interrupted_deletes(root: str, rows: pa.Table, *, dry_run: bool = Fal
 
 def delete_segment_files(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str]:
     """Rename each file of the segments to ``.deleted``, then remove it (idempotent)."""
-    from seglake.lake_recovery import delete_segments
+    from seglake.lake.recovery import delete_segments
 
     return delete_segments(root, keys)
 
@@ -195,7 +195,7 @@ def apply_retention(root: str, *, retention_ms: int | None = None,
     unlimited). ``delete_files=False`` leaves the file deletes to the caller (the Spark
     job runs them in tasks); :func:`finish_interrupted_deletes` catches up either way.
     """
-    from seglake.catalog import Catalog
+    from seglake.lake.catalog import Catalog
 
     config = config or LogConfig()
     retention_ms = config.retention_ms if retention_ms is None else retention_ms

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from seglake.catalog_rows import segment_row
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
+from seglake.lake.rows import segment_row
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.storage.index_builder import IndexBuilder

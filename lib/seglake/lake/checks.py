@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from seglake.catalog_rows import listing
 from seglake.errors import CatalogError, ConcurrentRunError, OffsetOrderError, SegmentNotFoundError
+from seglake.lake.rows import listing
 
 __all__ = [
     "Key",

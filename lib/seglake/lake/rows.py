@@ -79,7 +79,7 @@ def _schema_candidates() -> list[Path]:
     dirs = []
     if env := os.environ.get("SEGLAKE_SCHEMAS_DIR"):
         dirs.append(Path(env))
-    dirs.append(Path(__file__).resolve().parents[2] / "schemas")
+    dirs.append(Path(__file__).resolve().parents[3] / "schemas")
     return [d / "catalog.json" for d in dirs]
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
+from seglake.lake.catalog import Catalog
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from seglake.testing_hooks import crash_point

@@ -27,10 +27,10 @@ from collections.abc import Iterable
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog, CommitResult
-from seglake.catalog_rows import rows_table, segment_row
 from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
-from seglake.lake import STAGING, publish_pending
+from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.rows import rows_table, segment_row
+from seglake.lake.staging import STAGING, publish_pending
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,

@@ -17,10 +17,10 @@ import pyarrow.compute
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.catalog import Catalog
-from seglake.catalog_rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.errors import SeglakeError, SegmentNotFoundError
-from seglake.lake import STAGING, publish_pending
+from seglake.lake.catalog import Catalog
+from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
+from seglake.lake.staging import STAGING, publish_pending
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.recovery import (
     DEFAULT_INTERVAL,

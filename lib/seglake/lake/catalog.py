@@ -34,7 +34,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.catalog_checks import (
+from seglake.errors import (
+    CatalogError,
+    ConcurrentRunError,
+    OffsetOrderError,
+    SeglakeError,
+)
+from seglake.lake.checks import (
     Key,
     check_commit,
     check_removal,
@@ -42,7 +48,7 @@ from seglake.catalog_checks import (
     group_by_partition,
     order_problems,
 )
-from seglake.catalog_rows import (
+from seglake.lake.rows import (
     MAX_LISTED,
     SORT_KEYS,
     catalog_schema,
@@ -52,12 +58,6 @@ from seglake.catalog_rows import (
     listing,
     normalize_rows,
     schema_spec,
-)
-from seglake.errors import (
-    CatalogError,
-    ConcurrentRunError,
-    OffsetOrderError,
-    SeglakeError,
 )
 from seglake.storage.naming import validate_partition, validate_topic
 from seglake.testing_hooks import crash_point

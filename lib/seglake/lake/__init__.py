@@ -1,0 +1,28 @@
+"""The lake: partition directories of Kafka segments plus the Delta catalog that makes
+them visible (``record -> storage -> lake -> api -> spark -> jobs``).
+
+    catalog.py   the Delta catalog: read, commit with run-id guard, replace, remove
+    rows.py      a catalog row: schema, normalisation, path and key checks
+    checks.py    offset-order and log-end checks a change must pass before it commits
+    staging.py   publishing a committed run's staged files, cleanup, open_partition
+    recovery.py  a lake's recovery and its one catalog fix
+    register.py  catalog rows for a broker's partition directories, registered in place
+
+``from seglake.lake import open_partition`` works as a shortcut (loaded on first use, so
+that importing a module of this package does not load the catalog).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_SHORTCUTS = {"open_partition": "seglake.lake.staging", "cleanup": "seglake.lake.staging",
+              "Catalog": "seglake.lake.catalog"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SHORTCUTS:
+        import importlib
+
+        return getattr(importlib.import_module(_SHORTCUTS[name]), name)
+    raise AttributeError(f"module 'seglake.lake' has no attribute {name!r}")
