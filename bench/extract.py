@@ -52,9 +52,12 @@ REPEAT = 7
 def session():
     from seglake.spark.session import get_session
 
-    return get_session("seglake-bench", master="local[2]", quiet=True,
-                       conf={"spark.sql.shuffle.partitions": "8",
-                             "spark.driver.memory": "4g"})
+    return get_session(
+        "seglake-bench",
+        master="local[2]",
+        quiet=True,
+        conf={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"},
+    )
 
 
 def build(root: str, n: int) -> float:
@@ -84,33 +87,40 @@ def build(root: str, n: int) -> float:
     out = None
     for done in range(0, n, CHUNK):
         k = min(CHUNK, n - done)
-        msgs = generate(k, seed=done + 1, topics=(TOPIC,), start_ms=START_MS + done,
-                        headers=False)
+        msgs = generate(k, seed=done + 1, topics=(TOPIC,), start_ms=START_MS + done, headers=False)
         part = np.random.default_rng(done + 7).integers(0, PARTITIONS, k)
         chunk = []
         for p in range(PARTITIONS):
             sel = msgs.filter(pa.array(part == p))
             offsets = np.arange(next_offset[p], next_offset[p] + sel.num_rows)
             next_offset[p] += sel.num_rows
-            recs = pa.table({"offset": pa.array(offsets, pa.int64()),
-                             "timestamp": sel.column("timestamp"),
-                             "timestamp_type": pa.array(np.zeros(sel.num_rows, np.int32)),
-                             "key": sel.column("key"), "value": sel.column("value"),
-                             "headers": sel.column("headers")})
+            recs = pa.table(
+                {
+                    "offset": pa.array(offsets, pa.int64()),
+                    "timestamp": sel.column("timestamp"),
+                    "timestamp_type": pa.array(np.zeros(sel.num_rows, np.int32)),
+                    "key": sel.column("key"),
+                    "value": sel.column("value"),
+                    "headers": sel.column("headers"),
+                }
+            )
             infos[p] += writers[p].append(recs)
             chunk.append(to_kafka_source(recs, TOPIC, p))
         table = pa.concat_tables(chunk)
         if out is None:
-            out = pq.ParquetWriter(root + "-parquet/part-0.parquet", table.schema,
-                                   compression="snappy", write_page_index=True)
+            out = pq.ParquetWriter(
+                root + "-parquet/part-0.parquet",
+                table.schema,
+                compression="snappy",
+                write_page_index=True,
+            )
         out.write_table(table, row_group_size=CHUNK)
     if out is not None:
         out.close()
     rows = []
     for p in range(PARTITIONS):
         infos[p] += writers[p].close()
-        rows += [i.catalog_row(TOPIC, p, f"{TOPIC}-{p}/{i.base_offset:020d}.log")
-                 for i in infos[p]]
+        rows += [i.catalog_row(TOPIC, p, f"{TOPIC}-{p}/{i.base_offset:020d}.log") for i in infos[p]]
     Catalog(root).commit(rows_table(rows), "bench-build")
     return time.perf_counter() - started
 
@@ -153,7 +163,8 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     def parquet():
         ts = F.col("timestamp")
         return spark.read.parquet(root + "-parquet").filter(
-            (ts >= F.timestamp_millis(F.lit(lo))) & (ts < F.timestamp_millis(F.lit(hi))))
+            (ts >= F.timestamp_millis(F.lit(lo))) & (ts < F.timestamp_millis(F.lit(hi)))
+        )
 
     def noop(df) -> None:
         df.write.format("noop").mode("overwrite").save()
@@ -180,8 +191,8 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
             for _ in batches:
                 pass
             yield from pa.ipc.open_file(pa.memory_map(rows_file)).read_all().to_batches()
-        return spark.range(1, numPartitions=1).mapInArrow(emit, spark_schema(
-            KAFKA_SOURCE_SCHEMA))
+
+        return spark.range(1, numPartitions=1).mapInArrow(emit, spark_schema(KAFKA_SOURCE_SCHEMA))
 
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
     assert check(seglake()) == check(parquet()) == check(floor()) == check(jvm_floor())
@@ -199,8 +210,12 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
         "floor_noop": lambda: noop(floor()),
         "jvm_floor_noop": lambda: noop(jvm_floor()),
     }
-    facts = {"total": total, "planned": plan.planned_bytes, "tail": plan.tail_bytes,
-             "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes}
+    facts = {
+        "total": total,
+        "planned": plan.planned_bytes,
+        "tail": plan.tail_bytes,
+        "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes,
+    }
     return runs, facts
 
 
@@ -221,9 +236,15 @@ def main(argv: list[str] | None = None) -> int:
             mine, facts[n] = window_runs(spark, lake_path(tmp, n), n_window)
             runs.update({(n, k): fn for k, fn in mine.items()})
         got = best(runs, repeat=REPEAT)  # every size in every round: alike conditions
-        results = [(n, facts[n] | {k: t for (m, k), (t, _) in got.items() if m == n}
-                    | {"rows": got[(n, "seglake")][1], "kafka_rows": got[(n, "kafka")][1]})
-                   for n in sizes]
+        results = [
+            (
+                n,
+                facts[n]
+                | {k: t for (m, k), (t, _) in got.items() if m == n}
+                | {"rows": got[(n, "seglake")][1], "kafka_rows": got[(n, "kafka")][1]},
+            )
+            for n in sizes
+        ]
         text = report(results, n_window, built, args.growth)
         print(text)
         replace_section(SECTION, text)
@@ -242,54 +263,80 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
     def ratio(r: dict, k: str, peer: str) -> str:
         return f"{r[k]:.2f} s, **{r[k] / r[peer]:.2f}x**"
 
-    lines = [SECTION, "",
-             f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
-             f"(ratios are within one run; best of {REPEAT}, each round running every "
-             f"case of every size in turn); "
-             f"{PARTITIONS} partitions, lz4, 8 MiB segments; window = {n_window:,} messages "
-             f"(1% of the first log) in the middle of the log; lakes built without Spark "
-             f"({f'{built:.0f} s' if built else 'reused'}). Ratio = seglake time / parquet "
-             "time (target <= 0.5x); "
-             "`toArrow()` collects every column of every row in the driver, `noop` "
-             "materialises them in the JVM.", "",
-             "**Same rows** (`mode=\"filter\"`: exactly start <= timestamp < end, like the "
-             "parquet filter):", "",
-             "| log messages | rows | log bytes planned (past the end time) | "
-             "parquet toArrow | seglake toArrow | parquet noop | seglake noop |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        SECTION,
+        "",
+        f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
+        f"(ratios are within one run; best of {REPEAT}, each round running every "
+        f"case of every size in turn); "
+        f"{PARTITIONS} partitions, lz4, 8 MiB segments; window = {n_window:,} messages "
+        f"(1% of the first log) in the middle of the log; lakes built without Spark "
+        f"({f'{built:.0f} s' if built else 'reused'}). Ratio = seglake time / parquet "
+        "time (target <= 0.5x); "
+        "`toArrow()` collects every column of every row in the driver, `noop` "
+        "materialises them in the JVM.",
+        "",
+        '**Same rows** (`mode="filter"`: exactly start <= timestamp < end, like the '
+        "parquet filter):",
+        "",
+        "| log messages | rows | log bytes planned (past the end time) | "
+        "parquet toArrow | seglake toArrow | parquet noop | seglake noop |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, r in results:
-        lines.append(f"| {n:,} | {r['rows']:,} | {r['planned']:,} ({r['tail']:,}) | "
-                     f"{r['parquet']:.2f} s | {ratio(r, 'seglake', 'parquet')} | "
-                     f"{r['parquet_noop']:.2f} s | "
-                     f"{ratio(r, 'seglake_noop', 'parquet_noop')} |")
-    lines += ["", "Kafka's semantics (`mode=\"offsets\"`: offsetsForTimes(start) .. "
-                  "offsetsForTimes(end), what a consumer seeking by time gets; under "
-                  "non-monotonic CreateTime a few rows differ from the parquet filter's); "
-                  "ratios against the same parquet runs:", "",
-              "| log messages | rows | log bytes planned | seglake toArrow | seglake noop |",
-              "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {n:,} | {r['rows']:,} | {r['planned']:,} ({r['tail']:,}) | "
+            f"{r['parquet']:.2f} s | {ratio(r, 'seglake', 'parquet')} | "
+            f"{r['parquet_noop']:.2f} s | "
+            f"{ratio(r, 'seglake_noop', 'parquet_noop')} |"
+        )
+    lines += [
+        "",
+        'Kafka\'s semantics (`mode="offsets"`: offsetsForTimes(start) .. '
+        "offsetsForTimes(end), what a consumer seeking by time gets; under "
+        "non-monotonic CreateTime a few rows differ from the parquet filter's); "
+        "ratios against the same parquet runs:",
+        "",
+        "| log messages | rows | log bytes planned | seglake toArrow | seglake noop |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for n, r in results:
-        lines.append(f"| {n:,} | {r['kafka_rows']:,} | {r['kafka_planned']:,} | "
-                     f"{ratio(r, 'kafka', 'parquet')} | "
-                     f"{ratio(r, 'kafka_noop', 'parquet_noop')} |")
-    lines += ["", "The floor of any reader in Python: the same rows as the first table, "
-                  "decoded beforehand and memory-mapped from an Arrow file by one "
-                  "`mapInArrow` task (no planning, no reading, no decoding); and the floor "
-                  "of a reader inside the JVM: the same rows in one uncompressed parquet "
-                  "file read whole by Spark; ratios against the same parquet runs:", "",
-              "| log messages | floor toArrow | floor noop | JVM floor toArrow | "
-              "JVM floor noop |", "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {n:,} | {r['kafka_rows']:,} | {r['kafka_planned']:,} | "
+            f"{ratio(r, 'kafka', 'parquet')} | "
+            f"{ratio(r, 'kafka_noop', 'parquet_noop')} |"
+        )
+    lines += [
+        "",
+        "The floor of any reader in Python: the same rows as the first table, "
+        "decoded beforehand and memory-mapped from an Arrow file by one "
+        "`mapInArrow` task (no planning, no reading, no decoding); and the floor "
+        "of a reader inside the JVM: the same rows in one uncompressed parquet "
+        "file read whole by Spark; ratios against the same parquet runs:",
+        "",
+        "| log messages | floor toArrow | floor noop | JVM floor toArrow | JVM floor noop |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for n, r in results:
-        lines.append(f"| {n:,} | {ratio(r, 'floor', 'parquet')} | "
-                     f"{ratio(r, 'floor_noop', 'parquet_noop')} | "
-                     f"{ratio(r, 'jvm_floor', 'parquet')} | "
-                     f"{ratio(r, 'jvm_floor_noop', 'parquet_noop')} |")
+        lines.append(
+            f"| {n:,} | {ratio(r, 'floor', 'parquet')} | "
+            f"{ratio(r, 'floor_noop', 'parquet_noop')} | "
+            f"{ratio(r, 'jvm_floor', 'parquet')} | "
+            f"{ratio(r, 'jvm_floor_noop', 'parquet_noop')} |"
+        )
     if len(results) > 1:
         (_, a), (_, b) = results[0], results[-1]
-        flat = ", ".join(f"{name} {b[k] / a[k]:.2f}" for name, k in (
-            ("seglake filter", "seglake"), ("seglake filter noop", "seglake_noop"),
-            ("offsets mode", "kafka"), ("offsets mode noop", "kafka_noop"),
-            ("parquet", "parquet"), ("parquet noop", "parquet_noop")))
+        flat = ", ".join(
+            f"{name} {b[k] / a[k]:.2f}"
+            for name, k in (
+                ("seglake filter", "seglake"),
+                ("seglake filter noop", "seglake_noop"),
+                ("offsets mode", "kafka"),
+                ("offsets mode noop", "kafka_noop"),
+                ("parquet", "parquet"),
+                ("parquet noop", "parquet_noop"),
+            )
+        )
         lines += ["", f"Flatness, time at x{growth} / time at x1 (target <= 1.2): {flat}."]
     return "\n".join(lines) + "\n"
 
@@ -298,8 +345,11 @@ def replace_section(section: str, text: str) -> None:
     """Replace ``section`` of bench/RESULTS.md with ``text`` (or append it)."""
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(text.replace("\\", "\\\\") + "\n", old) if pattern.search(old) else \
-        old.rstrip("\n") + "\n\n" + text
+    new = (
+        pattern.sub(text.replace("\\", "\\\\") + "\n", old)
+        if pattern.search(old)
+        else old.rstrip("\n") + "\n\n" + text
+    )
     RESULTS.write_text(new)
 
 

@@ -52,6 +52,7 @@ WARMUP_RECORDS = 20_000
 
 # ---------------------------------------------------------------- /proc memory sampling
 
+
 def _kids(pid: int) -> list[int]:
     """Direct children via /proc/<pid>/task/*/children (cheap: no full /proc walk)."""
     out: list[int] = []
@@ -119,8 +120,8 @@ class MemSampler:
     def __init__(self, jvm: int, interval: float = 0.1):
         self.jvm, self.interval = jvm, interval
         self.jvm_hwm_kb = 0
-        self.worker_hwm_kb = 0      # largest single-worker VmHWM
-        self.workers_sum_kb = 0     # largest sum of worker VmRSS in one sample
+        self.worker_hwm_kb = 0  # largest single-worker VmHWM
+        self.workers_sum_kb = 0  # largest sum of worker VmRSS in one sample
         self.max_workers = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -161,6 +162,7 @@ class MemSampler:
 
 # ---------------------------------------------------------------- the runs
 
+
 def write_input(n: int, path: str) -> int:
     from seglake.sample import generate
 
@@ -170,23 +172,28 @@ def write_input(n: int, path: str) -> int:
     # seglake.spark.normalize then fails ("cannot cast ... to ... key: STRING NOT NULL")
     # in coalesce(headers, array()). Write the Kafka source's (nullable) shape.
     hdr = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    table = table.set_column(table.schema.get_field_index("headers"), "headers",
-                             table["headers"].cast(hdr))
+    table = table.set_column(
+        table.schema.get_field_index("headers"), "headers", table["headers"].cast(hdr)
+    )
     pq.write_table(table, path, compression="snappy")
     return table.num_rows
 
 
 def run_parquet(spark, inp: str, out: str) -> None:
-    (spark.read.parquet(inp).write.mode("overwrite").option("compression", "snappy")
-     .parquet(out))
+    (spark.read.parquet(inp).write.mode("overwrite").option("compression", "snappy").parquet(out))
 
 
 def run_seglake(spark, inp: str, root: str, shuffle: str = "auto"):
     from seglake.spark.ingest import ingest
 
     shutil.rmtree(root, ignore_errors=True)
-    return ingest(spark, spark.read.parquet(inp), root, num_partitions=8,
-                  conf={"seglake.ingest.shuffle": shuffle})
+    return ingest(
+        spark,
+        spark.read.parquet(inp),
+        root,
+        num_partitions=8,
+        conf={"seglake.ingest.shuffle": shuffle},
+    )
 
 
 def dir_bytes(path: str) -> int:
@@ -219,7 +226,8 @@ def render(n: int, rows: list[dict], note: str) -> str:
             f"| {r['name']} | {r['secs']:.2f} | {mb / r['secs']:.1f} | {r['secs'] / base:.2f}x "
             f"| {r['out_bytes'] / 1e6:.0f} | {r.get('segments', '')} "
             f"| {m.jvm_hwm_kb / 1024:.0f} "
-            f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |")
+            f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |"
+        )
     lines += [
         "",
         "Timing: wall clock of the action only (input parquet written beforehand with pyarrow; "
@@ -261,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         inp, small = os.path.join(tmp, "input.parquet"), os.path.join(tmp, "small.parquet")
         n = write_input(args.records, inp)
         write_input(WARMUP_RECORDS, small)
-        print(f"input: {n:,} records, {os.path.getsize(inp) / 1e6:.0f} MB parquet "
-              f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        print(
+            f"input: {n:,} records, {os.path.getsize(inp) / 1e6:.0f} MB parquet "
+            f"({time.perf_counter() - t0:.1f} s)",
+            file=sys.stderr,
+        )
 
         from seglake.spark.session import get_session
 
@@ -275,29 +286,49 @@ def main(argv: list[str] | None = None) -> int:
         if args.only != "seglake":
             out = os.path.join(tmp, "out-pq")
             secs, mem = timed(lambda: run_parquet(spark, inp, out), jvm)
-            rows.append(dict(name="parquet (spark write, snappy)", secs=secs, mem=mem,
-                             out_bytes=dir_bytes(out)))
+            rows.append(
+                dict(
+                    name="parquet (spark write, snappy)",
+                    secs=secs,
+                    mem=mem,
+                    out_bytes=dir_bytes(out),
+                )
+            )
             print(f"parquet: {secs:.2f} s", file=sys.stderr)
         if args.only != "parquet":
-            for shuffle, name in (("auto", "seglake ingest (default: no shuffle)"),
-                                  ("always", "seglake ingest, shuffle=always")):
+            for shuffle, name in (
+                ("auto", "seglake ingest (default: no shuffle)"),
+                ("always", "seglake ingest, shuffle=always"),
+            ):
                 root = os.path.join(tmp, f"lake-{shuffle}")
                 res = {}
                 secs, mem = timed(
                     lambda root=root, shuffle=shuffle, res=res: res.setdefault(
-                        "r", run_seglake(spark, inp, root, shuffle)), jvm)
+                        "r", run_seglake(spark, inp, root, shuffle)
+                    ),
+                    jvm,
+                )
                 r = res.pop("r")
                 assert r.committed and r.records == n, (r.committed, r.records, n)
-                rows.append(dict(name=name, secs=secs, mem=mem, out_bytes=dir_bytes(root),
-                                 segments=r.segments.num_rows))
+                rows.append(
+                    dict(
+                        name=name,
+                        secs=secs,
+                        mem=mem,
+                        out_bytes=dir_bytes(root),
+                        segments=r.segments.num_rows,
+                    )
+                )
                 print(f"{name}: {secs:.2f} s", file=sys.stderr)
                 shutil.rmtree(root, ignore_errors=True)
         spark.stop()
 
         note = ""
         if len(rows) == 3:
-            note = (f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x** "
-                    f"(with a shuffle: {rows[2]['secs'] / rows[0]['secs']:.2f}x).")
+            note = (
+                f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x** "
+                f"(with a shuffle: {rows[2]['secs'] / rows[0]['secs']:.2f}x)."
+            )
         body = render(n, rows, note)
         print(body)
         if len(rows) == 3 and not args.no_write:

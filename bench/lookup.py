@@ -53,11 +53,13 @@ def queries(root: str, n: int):
     ts = t.column("timestamp").cast("int64").to_numpy() // 1000
     rng = np.random.default_rng(1)
     pick = rng.integers(0, len(off), n)
-    by_offset = pd.DataFrame({"topic": bx.TOPIC, "partition": part[pick].astype("int32"),
-                              "offset": off[pick]})
+    by_offset = pd.DataFrame(
+        {"topic": bx.TOPIC, "partition": part[pick].astype("int32"), "offset": off[pick]}
+    )
     pick = rng.integers(0, len(off), n)  # a record's own timestamp: the join finds it
-    by_time = pd.DataFrame({"topic": bx.TOPIC, "partition": part[pick].astype("int32"),
-                            "timestamp": ts[pick]})
+    by_time = pd.DataFrame(
+        {"topic": bx.TOPIC, "partition": part[pick].astype("int32"), "timestamp": ts[pick]}
+    )
     expected = np.empty(n, dtype=np.int64)
     for p in np.unique(part):  # offsetsForTimes: first offset whose running max reaches t
         rows = np.flatnonzero(part == p)
@@ -78,8 +80,11 @@ def lookup_runs(spark, root: str, n: int) -> dict:
 
     by_offset, by_time, expected = queries(root, n)
     q_off = spark.createDataFrame(by_offset).cache()
-    q_ts = spark.createDataFrame(by_time).withColumn(
-        "timestamp", F.timestamp_millis("timestamp")).cache()
+    q_ts = (
+        spark.createDataFrame(by_time)
+        .withColumn("timestamp", F.timestamp_millis("timestamp"))
+        .cache()
+    )
     q_off.count(), q_ts.count()
     parquet = spark.read.parquet(root + "-parquet")
 
@@ -89,21 +94,24 @@ def lookup_runs(spark, root: str, n: int) -> dict:
     def seglake(q):
         return agg(lookup(spark, root, q).filter("status = 'ok'"))
 
-    got = lookup(spark, root, q_ts).select("partition", "query_timestamp", "offset",
-                                           "status").toPandas()
+    got = (
+        lookup(spark, root, q_ts)
+        .select("partition", "query_timestamp", "offset", "status")
+        .toPandas()
+    )
     exp = by_time.assign(expected=expected)
-    merged = got.merge(exp, left_on=["partition", "query_timestamp"],
-                       right_on=["partition", "timestamp"]).drop_duplicates(
-        ["partition", "query_timestamp"])
+    merged = got.merge(
+        exp, left_on=["partition", "query_timestamp"], right_on=["partition", "timestamp"]
+    ).drop_duplicates(["partition", "query_timestamp"])
     assert (merged["status"] == "ok").all() and np.array_equal(
-        merged["offset"].to_numpy(), merged["expected"].to_numpy())
+        merged["offset"].to_numpy(), merged["expected"].to_numpy()
+    )
     assert seglake(q_off) == agg(q_off.join(parquet, ["topic", "partition", "offset"]))
     runs = {
         "seglake_offsets": lambda: seglake(q_off),
         "join_offsets": lambda: agg(q_off.join(parquet, ["topic", "partition", "offset"])),
         "seglake_timestamps": lambda: seglake(q_ts),
-        "join_timestamps": lambda: agg(q_ts.join(parquet, ["topic", "partition",
-                                                          "timestamp"])),
+        "join_timestamps": lambda: agg(q_ts.join(parquet, ["topic", "partition", "timestamp"])),
     }
     for fn in runs.values():  # warm up
         fn()
@@ -138,28 +146,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(results: list[tuple[int, dict]], q: int) -> str:
-    lines = [SECTION, "",
-             f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
-             f"(ratios are within one run; best of {REPEAT}, each round running every case "
-             f"of every size in turn); lakes of bench/extract.py; {q:,} random queries per "
-             "kind and size. Ratio = join time / seglake time (target >= 10x at the largest "
-             "size). Timestamp queries are answered as `offsetsForTimes` by seglake "
-             "(checked against numpy) but by an equality join on the Spark side (a lower "
-             "bound: Spark has no as-of join).", "",
-             "| log messages | seglake offsets s | join s | join / seglake | "
-             "seglake timestamps s | equality join s | join / seglake |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        SECTION,
+        "",
+        f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
+        f"(ratios are within one run; best of {REPEAT}, each round running every case "
+        f"of every size in turn); lakes of bench/extract.py; {q:,} random queries per "
+        "kind and size. Ratio = join time / seglake time (target >= 10x at the largest "
+        "size). Timestamp queries are answered as `offsetsForTimes` by seglake "
+        "(checked against numpy) but by an equality join on the Spark side (a lower "
+        "bound: Spark has no as-of join).",
+        "",
+        "| log messages | seglake offsets s | join s | join / seglake | "
+        "seglake timestamps s | equality join s | join / seglake |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, r in results:
         lines.append(
             f"| {n:,} | {r['seglake_offsets']:.2f} | {r['join_offsets']:.2f} | "
             f"**{r['join_offsets'] / r['seglake_offsets']:.1f}x** | "
             f"{r['seglake_timestamps']:.2f} | {r['join_timestamps']:.2f} | "
-            f"**{r['join_timestamps'] / r['seglake_timestamps']:.1f}x** |")
+            f"**{r['join_timestamps'] / r['seglake_timestamps']:.1f}x** |"
+        )
     n0, a = results[0]
     flat = "; ".join(
         f"x{n // n0}: seglake offsets {b['seglake_offsets'] / a['seglake_offsets']:.2f}, "
         f"timestamps {b['seglake_timestamps'] / a['seglake_timestamps']:.2f}, join "
-        f"{b['join_offsets'] / a['join_offsets']:.2f}" for n, b in results[1:])
+        f"{b['join_offsets'] / a['join_offsets']:.2f}"
+        for n, b in results[1:]
+    )
     if flat:
         lines += ["", f"Flatness, time at xN the log / time at {n0:,} (1.0 = flat): {flat}."]
     return "\n".join(lines) + "\n"

@@ -41,10 +41,19 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 TOPIC = "orders"
 
 
-def build_lake(root: Path, n: int, *, partitions: int = 4, topic: str = TOPIC,
-               segment_bytes: int = 1 << 20, rate_per_s: float = 1000.0,
-               codec: str = "lz4", seed: int = 7, batch_size: int = 16384,
-               index_interval_bytes: int = 4096) -> pa.Table:
+def build_lake(
+    root: Path,
+    n: int,
+    *,
+    partitions: int = 4,
+    topic: str = TOPIC,
+    segment_bytes: int = 1 << 20,
+    rate_per_s: float = 1000.0,
+    codec: str = "lz4",
+    seed: int = 7,
+    batch_size: int = 16384,
+    index_interval_bytes: int = 4096,
+) -> pa.Table:
     """A lake of ``n`` sample messages without Spark; returns the records written
     (topic, partition, offset, timestamp, key, value)."""
     from seglake.config import LogConfig
@@ -55,36 +64,54 @@ def build_lake(root: Path, n: int, *, partitions: int = 4, topic: str = TOPIC,
     msgs = generate(n, seed=seed, topics=(topic,), rate_per_s=rate_per_s)
     rng = np.random.default_rng(seed)
     part = rng.integers(0, partitions, n)
-    cfg = LogConfig(segment_bytes=segment_bytes, compression_type=codec,
-                    batch_size=batch_size, index_interval_bytes=index_interval_bytes)
+    cfg = LogConfig(
+        segment_bytes=segment_bytes,
+        compression_type=codec,
+        batch_size=batch_size,
+        index_interval_bytes=index_interval_bytes,
+    )
     written = []
     rows = []
     for p in range(partitions):
         sel = msgs.filter(pa.array(part == p))
-        recs = pa.table({
-            "offset": pa.array(np.arange(sel.num_rows), pa.int64()),
-            "timestamp": sel.column("timestamp"),
-            "key": sel.column("key"),
-            "value": sel.column("value"),
-            "headers": sel.column("headers"),
-        })
+        recs = pa.table(
+            {
+                "offset": pa.array(np.arange(sel.num_rows), pa.int64()),
+                "timestamp": sel.column("timestamp"),
+                "key": sel.column("key"),
+                "value": sel.column("value"),
+                "headers": sel.column("headers"),
+            }
+        )
         d = root / f"{topic}-{p}"
         d.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(str(d))
         infos = log.append(recs, config=cfg)
-        rows += [i.catalog_row(topic, p, f"{topic}-{p}/{i.base_offset:020d}.log")
-                 for i in infos]
-        written.append(pa.table({
-            "topic": pa.array([topic] * sel.num_rows),
-            "partition": pa.array(np.full(sel.num_rows, p), pa.int32()),
-            "offset": recs.column("offset"), "timestamp": recs.column("timestamp"),
-            "key": recs.column("key"), "value": recs.column("value")}))
-    schema = pa.schema([("partition", pa.int32()), ("index_entries", pa.int32()),
-                        ("time_index_entries", pa.int32())])
+        rows += [i.catalog_row(topic, p, f"{topic}-{p}/{i.base_offset:020d}.log") for i in infos]
+        written.append(
+            pa.table(
+                {
+                    "topic": pa.array([topic] * sel.num_rows),
+                    "partition": pa.array(np.full(sel.num_rows, p), pa.int32()),
+                    "offset": recs.column("offset"),
+                    "timestamp": recs.column("timestamp"),
+                    "key": recs.column("key"),
+                    "value": recs.column("value"),
+                }
+            )
+        )
+    schema = pa.schema(
+        [
+            ("partition", pa.int32()),
+            ("index_entries", pa.int32()),
+            ("time_index_entries", pa.int32()),
+        ]
+    )
     table = pa.Table.from_pylist(rows)
     for f in schema:
-        table = table.set_column(table.schema.get_field_index(f.name), f.name,
-                                 table.column(f.name).cast(f.type))
+        table = table.set_column(
+            table.schema.get_field_index(f.name), f.name, table.column(f.name).cast(f.type)
+        )
     Catalog(str(root)).commit(table, "bench-notebook")
     return pa.concat_tables(written)
 
@@ -95,14 +122,23 @@ def pictures(out: Path) -> list[Path]:
 
     with tempfile.TemporaryDirectory() as tmp:
         # small batches and a 16 KiB index interval: the index's sparsity shows
-        build_lake(Path(tmp), 30_000, partitions=3, segment_bytes=600_000,
-                   rate_per_s=100.0, codec="none", batch_size=2048,
-                   index_interval_bytes=16384)
+        build_lake(
+            Path(tmp),
+            30_000,
+            partitions=3,
+            segment_bytes=600_000,
+            rate_per_s=100.0,
+            codec="none",
+            batch_size=2048,
+            index_interval_bytes=16384,
+        )
         lake = seglake.open(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        figs = {"segments.png": lake.plot_segments(TOPIC),
-                "index.png": lake.partition(TOPIC, 0).plot_index(),
-                "rate.png": lake.plot_rate(TOPIC, bucket="10s")}
+        figs = {
+            "segments.png": lake.plot_segments(TOPIC),
+            "index.png": lake.partition(TOPIC, 0).plot_index(),
+            "rate.png": lake.plot_rate(TOPIC, bucket="10s"),
+        }
         paths = []
         for name, fig in figs.items():
             fig.savefig(out / name, dpi=90)
@@ -137,8 +173,9 @@ def run(n: int, lookups: int) -> dict:
         for p in lake.partitions(TOPIC):  # warm: partitions opened, every index read
             for seg in lake.partition(TOPIC, p).log.segments:
                 _ = seg.offset_index
-        times: dict[str, list[float]] = {k: [] for k in (
-            "index", "cache_arrow", "cache_pandas", "pd_memory", "pd_read_parquet")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("index", "cache_arrow", "cache_pandas", "pd_memory", "pd_read_parquet")
+        }
         for p, o in queries:
             t = time.perf_counter()
             r = lake.partition(TOPIC, p).read(o, 1, as_="arrow")
@@ -165,11 +202,16 @@ def run(n: int, lookups: int) -> dict:
             times["pd_read_parquet"].append(time.perf_counter() - t)
             assert len(df) == 1
         lake_bytes = sum(f.stat().st_size for f in root.rglob("*.log"))
-        return {"n": n, "lookups": lookups, "build_s": build_s,
-                "segments": len(lake.segments()), "lake_mb": lake_bytes / 1e6,
-                "parquet_mb": pq_path.stat().st_size / 1e6,
-                "pct": {k: _pct(v) for k, v in times.items()},
-                "counts": {k: len(v) for k, v in times.items()}}
+        return {
+            "n": n,
+            "lookups": lookups,
+            "build_s": build_s,
+            "segments": len(lake.segments()),
+            "lake_mb": lake_bytes / 1e6,
+            "parquet_mb": pq_path.stat().st_size / 1e6,
+            "pct": {k: _pct(v) for k, v in times.items()},
+            "counts": {k: len(v) for k, v in times.items()},
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -187,27 +229,32 @@ def report(r: dict) -> str:
     import os
 
     lines = [
-        SECTION, "",
+        SECTION,
+        "",
         f"{os.cpu_count()} CPUs (shared with other jobs: absolute numbers are noisy, ratios "
         f"less so); {r['n']:,} messages of one topic, 4 partitions, lz4, 1 MiB segments "
         f"({r['segments']} segments, {r['lake_mb']:.1f} MB of .log; parquet copy "
         f"{r['parquet_mb']:.1f} MB); one random (partition, offset) per lookup, "
         "`max_records=1`; lake built without Spark in "
-        f"{r['build_s']:.0f} s.", "",
+        f"{r['build_s']:.0f} s.",
+        "",
         "| method | lookups | p50 µs | p99 µs | p50 / seglake warm cache (arrow) |",
         "|---|---:|---:|---:|---:|",
     ]
     for label, k in rows:
         p50, p99 = pct[k]
         lines.append(f"| {label} | {counts[k]:,} | {p50:,.0f} | {p99:,.0f} | {p50 / base:.1f}x |")
-    lines += ["",
-              f"Point lookup, pandas in memory / seglake warm index: "
-              f"{pct['pd_memory'][0] / pct['index'][0]:.2f}x; read_parquet / seglake warm "
-              f"index: {pct['pd_read_parquet'][0] / pct['index'][0]:.1f}x (p50). "
-              "Warm index = partitions opened and .index/.timeindex read, the record's "
-              "index interval read and decoded on the lookup; warm cache = that decoded "
-              "interval kept in the lake's LRU (64 MiB default). pandas in memory needs "
-              "the whole copy in RAM and scans every row per lookup.", ""]
+    lines += [
+        "",
+        f"Point lookup, pandas in memory / seglake warm index: "
+        f"{pct['pd_memory'][0] / pct['index'][0]:.2f}x; read_parquet / seglake warm "
+        f"index: {pct['pd_read_parquet'][0] / pct['index'][0]:.1f}x (p50). "
+        "Warm index = partitions opened and .index/.timeindex read, the record's "
+        "index interval read and decoded on the lookup; warm cache = that decoded "
+        "interval kept in the lake's LRU (64 MiB default). pandas in memory needs "
+        "the whole copy in RAM and scans every row per lookup.",
+        "",
+    ]
     return "\n".join(lines)
 
 

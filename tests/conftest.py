@@ -12,8 +12,9 @@ from tests.s3_server import CREDENTIALS, S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "kafka-3.8-broker"
-FIXTURE_PARTITIONS = (sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
-                      if FIXTURES.exists() else [])
+FIXTURE_PARTITIONS = (
+    sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []
+)
 # written in one broker run: indexes rebuilt from the .log equal the broker's byte for byte
 SINGLE_RUN_PARTITIONS = ["__cluster_metadata-0", "first-0", "sensor-data-0"]
 

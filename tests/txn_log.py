@@ -22,23 +22,41 @@ from seglake.storage.naming import LOG_SUFFIX, segment_file_name
 from tests.unit.test_decode import control_batch
 
 
-def _data_batch(offset: int, ts: np.ndarray, rng: np.random.Generator, *, codec: int,
-                pid: int, seq: int) -> tuple[bytes, pa.Table]:
+def _data_batch(
+    offset: int, ts: np.ndarray, rng: np.random.Generator, *, codec: int, pid: int, seq: int
+) -> tuple[bytes, pa.Table]:
     n = len(ts)
     keys = [None if rng.random() < 0.2 else f"k{rng.integers(0, 50)}".encode() for _ in range(n)]
     values = [f"o{offset + i}-".encode() * int(rng.integers(1, 12)) for i in range(n)]
-    recs = pa.table({"offset": pa.array(np.arange(offset, offset + n), pa.int64()),
-                     "timestamp": pa.array(ts, pa.int64()),
-                     "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
-    enc = encode_batches(recs, batch_starts=np.array([0]), codec=codec,
-                         producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                         base_sequence=seq if pid >= 0 else -1, transactional=pid >= 0)
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(offset, offset + n), pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+        }
+    )
+    enc = encode_batches(
+        recs,
+        batch_starts=np.array([0]),
+        codec=codec,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq if pid >= 0 else -1,
+        transactional=pid >= 0,
+    )
     return bytes(memoryview(enc.data)[: int(enc.size[0])]), recs
 
 
-def write_transactional_log(directory: Path, *, seed: int, steps: int = 300, codec: int = 0,
-                            segment_bytes: int = 8000, start_ms: int = 1_700_000_000_000
-                            ) -> tuple[pd.DataFrame, list[tuple[int, int, int]]]:
+def write_transactional_log(
+    directory: Path,
+    *,
+    seed: int,
+    steps: int = 300,
+    codec: int = 0,
+    segment_bytes: int = 8000,
+    start_ms: int = 1_700_000_000_000,
+) -> tuple[pd.DataFrame, list[tuple[int, int, int]]]:
     """Write ``directory/<base>.log`` files; returns the data records' truth
     (offset, timestamp, key, value, producer_id, aborted) in offset order and the aborted
     transactions as (producer id, first offset, ABORT marker offset)."""
@@ -46,7 +64,7 @@ def write_transactional_log(directory: Path, *, seed: int, steps: int = 300, cod
     directory.mkdir(parents=True, exist_ok=True)
     batches: list[tuple[int, bytes]] = []
     truth: list[pd.DataFrame] = []
-    open_txn: dict[int, list[int]] = {}   # pid -> indexes into truth of its records
+    open_txn: dict[int, list[int]] = {}  # pid -> indexes into truth of its records
     aborted: list[tuple[int, int, int]] = []
     seqs = {1: 0, 2: 0, 3: 0}
     offset = 0
@@ -59,8 +77,9 @@ def write_transactional_log(directory: Path, *, seed: int, steps: int = 300, cod
         if kind == ControlType.ABORT:
             aborted.append((pid, int(truth[parts[0]]["offset"].iloc[0]), offset))
         ts = start_ms + offset * 10 + int(rng.integers(-300, 300))
-        batches.append((offset, control_batch(kind, base_offset=offset, producer_id=pid,
-                                              epoch=0, ts=ts)))
+        batches.append(
+            (offset, control_batch(kind, base_offset=offset, producer_id=pid, epoch=0, ts=ts))
+        )
         offset += 1
 
     for _ in range(steps):
@@ -69,8 +88,7 @@ def write_transactional_log(directory: Path, *, seed: int, steps: int = 300, cod
             pid = -1 if r < 0.3 else int(rng.integers(1, 4))
             n = int(rng.integers(1, 8))
             ts = start_ms + (offset + np.arange(n)) * 10 + rng.integers(-300, 300, size=n)
-            data, recs = _data_batch(offset, ts, rng, codec=codec, pid=pid,
-                                     seq=seqs.get(pid, 0))
+            data, recs = _data_batch(offset, ts, rng, codec=codec, pid=pid, seq=seqs.get(pid, 0))
             batches.append((offset, data))
             df = recs.to_pandas()
             df["producer_id"], df["aborted"] = pid, False
@@ -88,8 +106,7 @@ def write_transactional_log(directory: Path, *, seed: int, steps: int = 300, cod
     return pd.concat(truth, ignore_index=True), aborted
 
 
-def _write_segments(directory: Path, batches: list[tuple[int, bytes]], segment_bytes: int
-                    ) -> None:
+def _write_segments(directory: Path, batches: list[tuple[int, bytes]], segment_bytes: int) -> None:
     base, buf = None, bytearray()
     for off, data in batches:
         if base is not None and len(buf) + len(data) > segment_bytes:

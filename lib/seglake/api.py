@@ -76,11 +76,13 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
         raise ValueError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
     if isinstance(ts, (int, np.integer)):
         ms = int(ts)
-        if ms < 0 and not (allow_special and ms in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP,
-                                                     MAX_TIMESTAMP)):
-            raise ValueError(f"timestamp {ms}: expected epoch ms >= 0"
-                             + (" or -1 (latest), -2 (earliest), -3 (max)" if allow_special
-                                else ""))
+        if ms < 0 and not (
+            allow_special and ms in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP)
+        ):
+            raise ValueError(
+                f"timestamp {ms}: expected epoch ms >= 0"
+                + (" or -1 (latest), -2 (earliest), -3 (max)" if allow_special else "")
+            )
         return ms
     if isinstance(ts, np.datetime64):
         return int(ts.astype("datetime64[ms]").astype(np.int64))
@@ -98,7 +100,7 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
             ts = ts.replace(tzinfo=dt.UTC)
         # integer arithmetic: float timestamps lose the last millisecond
         delta = ts - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-        return (delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000)
+        return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
     if isinstance(ts, dt.date):
         return to_millis(dt.datetime(ts.year, ts.month, ts.day))
     raise ValueError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
@@ -132,14 +134,18 @@ def _html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) -
     body = []
     for r in rows[:_MAX_HTML_ROWS]:
         cells = "".join(
-            f'<td style="text-align:{"right" if i in right else "left"}">'
-            f"{html.escape(str(v))}</td>" for i, v in enumerate(r))
+            f'<td style="text-align:{"right" if i in right else "left"}">{html.escape(str(v))}</td>'
+            for i, v in enumerate(r)
+        )
         body.append(f"<tr>{cells}</tr>")
     if len(rows) > _MAX_HTML_ROWS:
-        body.append(f'<tr><td colspan="{len(headers)}">... {len(rows) - _MAX_HTML_ROWS} more'
-                    "</td></tr>")
-    return (f'<table class="seglake"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+        body.append(
+            f'<tr><td colspan="{len(headers)}">... {len(rows) - _MAX_HTML_ROWS} more</td></tr>'
+        )
+    return (
+        f'<table class="seglake"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 class _LRU:
@@ -193,8 +199,10 @@ class Partition:
         self._tails = rows.column("tail_min_timestamps").to_pylist()
 
     def __repr__(self) -> str:
-        return (f"Partition({self.topic!r}, {self.partition}, segments={len(self.log.segments)}, "
-                f"offsets={self.log_start_offset}..{self.log_end_offset})")
+        return (
+            f"Partition({self.topic!r}, {self.partition}, segments={len(self.log.segments)}, "
+            f"offsets={self.log_start_offset}..{self.log_end_offset})"
+        )
 
     @property
     def log_start_offset(self) -> int:
@@ -253,8 +261,9 @@ class Partition:
             seg = self.log.segments[i]
             inner = seg.offset_index.offsets + 1
             inner = inner[(inner > seg.base_offset) & (inner < seg.next_offset)]
-            b = self._bounds[i] = np.unique(np.concatenate(
-                [[seg.base_offset], inner, [seg.next_offset]]).astype(np.int64))
+            b = self._bounds[i] = np.unique(
+                np.concatenate([[seg.base_offset], inner, [seg.next_offset]]).astype(np.int64)
+            )
         return b
 
     def _chunk(self, i: int, bounds: np.ndarray, j: int) -> pa.Table:
@@ -335,18 +344,45 @@ class Partition:
 
     def _repr_html_(self) -> str:
         s = self.summary()
-        head = (f"<b>{html.escape(self.topic)}-{self.partition}</b> &nbsp; offsets "
-                f"{s['log_start_offset']}..{s['log_end_offset']} &nbsp; {s['records']} records "
-                f"&nbsp; {_size(s['size_bytes'])} &nbsp; {_iso(s['min_timestamp'])} .. "
-                f"{_iso(s['max_timestamp'])} UTC &nbsp; catalog version {self.lake.version}")
-        cols = [self.rows.column(c).to_pylist() for c in (
-            "base_offset", "next_offset", "record_count", "min_timestamp", "max_timestamp",
-            "size_bytes", "index_entries", "time_index_entries", "codec")]
-        rows = [[b, n, c, _iso(lo), _iso(hi), _size(sz), ie, te, codec]
-                for b, n, c, lo, hi, sz, ie, te, codec in zip(*cols, strict=True)]
-        table = _html_table(["base offset", "next offset", "records", "min timestamp (UTC)",
-                             "max timestamp (UTC)", "size", "index entries",
-                             "time index entries", "codec"], rows, right={0, 1, 2, 5, 6, 7})
+        head = (
+            f"<b>{html.escape(self.topic)}-{self.partition}</b> &nbsp; offsets "
+            f"{s['log_start_offset']}..{s['log_end_offset']} &nbsp; {s['records']} records "
+            f"&nbsp; {_size(s['size_bytes'])} &nbsp; {_iso(s['min_timestamp'])} .. "
+            f"{_iso(s['max_timestamp'])} UTC &nbsp; catalog version {self.lake.version}"
+        )
+        cols = [
+            self.rows.column(c).to_pylist()
+            for c in (
+                "base_offset",
+                "next_offset",
+                "record_count",
+                "min_timestamp",
+                "max_timestamp",
+                "size_bytes",
+                "index_entries",
+                "time_index_entries",
+                "codec",
+            )
+        ]
+        rows = [
+            [b, n, c, _iso(lo), _iso(hi), _size(sz), ie, te, codec]
+            for b, n, c, lo, hi, sz, ie, te, codec in zip(*cols, strict=True)
+        ]
+        table = _html_table(
+            [
+                "base offset",
+                "next offset",
+                "records",
+                "min timestamp (UTC)",
+                "max timestamp (UTC)",
+                "size",
+                "index entries",
+                "time index entries",
+                "codec",
+            ],
+            rows,
+            right={0, 1, 2, 5, 6, 7},
+        )
         return f"<div>{head}{table}</div>"
 
     def plot_index(self, segment_base_offset: int | None = None) -> Figure:
@@ -362,9 +398,14 @@ class Partition:
 class Lake:
     """A lake opened at one catalog version (see :func:`open`)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, version: int | None = None,
-                 storage_options: Mapping[str, str] | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         self.root = os.fspath(root)
         self.catalog = Catalog(self.root, storage_options=storage_options)
         self._partitions: dict[tuple[str, int], Partition] = {}
@@ -399,8 +440,10 @@ class Lake:
         return self
 
     def __repr__(self) -> str:
-        return (f"Lake({self.root!r}, version={self.version}, topics={len(self.topics())}, "
-                f"segments={self._rows.num_rows})")
+        return (
+            f"Lake({self.root!r}, version={self.version}, topics={len(self.topics())}, "
+            f"segments={self._rows.num_rows})"
+        )
 
     def topics(self) -> list[str]:
         """Topics with at least one committed segment, sorted."""
@@ -431,7 +474,8 @@ class Lake:
                 known = ", ".join(f"{t}-{q}" for t, q in sorted(self._by_key)[:10])
                 raise SegmentNotFoundError(
                     f"{self.root}: no segments of {topic}-{partition} in catalog version "
-                    f"{self.version} (partitions: {known or 'none'})")
+                    f"{self.version} (partitions: {known or 'none'})"
+                )
             p = self._partitions[key] = Partition(self, topic, key[1], rows)
         return p
 
@@ -440,27 +484,68 @@ class Lake:
         import pandas as pd
 
         rows = [self.partition(t, p).summary() for t, p in sorted(self._by_key)]
-        df = pd.DataFrame(rows, columns=[
-            "topic", "partition", "segments", "log_start_offset", "log_end_offset", "records",
-            "size_bytes", "min_timestamp", "max_timestamp", "index_entries",
-            "time_index_entries", "codec"])
+        df = pd.DataFrame(
+            rows,
+            columns=[
+                "topic",
+                "partition",
+                "segments",
+                "log_start_offset",
+                "log_end_offset",
+                "records",
+                "size_bytes",
+                "min_timestamp",
+                "max_timestamp",
+                "index_entries",
+                "time_index_entries",
+                "codec",
+            ],
+        )
         for c in ("min_timestamp", "max_timestamp"):
             df[c + "_utc"] = pd.to_datetime(df[c].where(df[c] >= 0), unit="ms", utc=True)
         return df
 
     def _repr_html_(self) -> str:
         d = self.describe()
-        head = (f"<b>seglake</b> {html.escape(self.root)} &nbsp; catalog version {self.version}"
-                f" &nbsp; {len(self.topics())} topics, {len(d)} partitions, "
-                f"{int(d['segments'].sum())} segments, {int(d['records'].sum())} records, "
-                f"{_size(int(d['size_bytes'].sum()))}")
-        rows = [[r.topic, r.partition, r.segments, r.log_start_offset, r.log_end_offset,
-                 r.records, _size(r.size_bytes), _iso(r.min_timestamp), _iso(r.max_timestamp),
-                 r.index_entries, r.codec] for r in d.itertuples()]
-        table = _html_table(["topic", "partition", "segments", "log start offset",
-                             "log end offset", "records", "size", "min timestamp (UTC)",
-                             "max timestamp (UTC)", "index entries", "codec"], rows,
-                            right={1, 2, 3, 4, 5, 6, 9})
+        head = (
+            f"<b>seglake</b> {html.escape(self.root)} &nbsp; catalog version {self.version}"
+            f" &nbsp; {len(self.topics())} topics, {len(d)} partitions, "
+            f"{int(d['segments'].sum())} segments, {int(d['records'].sum())} records, "
+            f"{_size(int(d['size_bytes'].sum()))}"
+        )
+        rows = [
+            [
+                r.topic,
+                r.partition,
+                r.segments,
+                r.log_start_offset,
+                r.log_end_offset,
+                r.records,
+                _size(r.size_bytes),
+                _iso(r.min_timestamp),
+                _iso(r.max_timestamp),
+                r.index_entries,
+                r.codec,
+            ]
+            for r in d.itertuples()
+        ]
+        table = _html_table(
+            [
+                "topic",
+                "partition",
+                "segments",
+                "log start offset",
+                "log end offset",
+                "records",
+                "size",
+                "min timestamp (UTC)",
+                "max timestamp (UTC)",
+                "index entries",
+                "codec",
+            ],
+            rows,
+            right={1, 2, 3, 4, 5, 6, 9},
+        )
         return f"<div>{head}{table}</div>"
 
     # -- pictures ---------------------------------------------------------------------
@@ -477,9 +562,13 @@ class Lake:
         return plot.plot_rate(self, topic, bucket)
 
 
-def open(root: str | os.PathLike[str], *, version: int | None = None,
-         storage_options: Mapping[str, str] | None = None,
-         cache_bytes: int = DEFAULT_CACHE_BYTES) -> Lake:
+def open(
+    root: str | os.PathLike[str],
+    *,
+    version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+) -> Lake:
     """Open the lake at ``root`` (path or URI) at catalog ``version`` (default: newest).
 
     ``cache_bytes`` bounds the decoded records kept for repeated point lookups.
@@ -487,6 +576,4 @@ def open(root: str | os.PathLike[str], *, version: int | None = None,
     Raises:
         CatalogError: no catalog at ``root`` (or no such version).
     """
-    return Lake(root, version=version, storage_options=storage_options,
-                cache_bytes=cache_bytes)
-
+    return Lake(root, version=version, storage_options=storage_options, cache_bytes=cache_bytes)

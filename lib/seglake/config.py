@@ -29,55 +29,159 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("log.segment.bytes", "segment_bytes", int, 1 << 30,
-            "roll when segment size + batch size would exceed this", 14),
-    Setting("log.index.interval.bytes", "index_interval_bytes", int, 4096,
-            "bytes of batches between two index entries", 0),
-    Setting("log.index.size.max.bytes", "index_size_max_bytes", int, 10 * 1024 * 1024,
-            "preallocated index size; a full index forces a roll", 12),
-    Setting("log.roll.ms", "roll_ms", int, 168 * 3600 * 1000,
-            "roll when now - first batch timestamp exceeds this", 1),
-    Setting("log.roll.jitter.ms", "roll_jitter_ms", int, 0,
-            "up to this much is subtracted from log.roll.ms", 0),
-    Setting("log.retention.ms", "retention_ms", int, 168 * 3600 * 1000,
-            "delete segments whose largest timestamp is older than now - this (-1: never)", -1),
-    Setting("log.retention.bytes", "retention_bytes", int, -1,
-            "delete oldest segments while the partition stays above this (-1: unlimited)", -1),
-    Setting("batch.size", "batch_size", int, 16384,
-            "target record batch size in bytes (uncompressed records)", 1),
-    Setting("batch.max.records", "batch_max_records", int, 0,
-            "at most this many records per batch (0: only batch.size limits)", 0),
-    Setting("compression.type", "compression_type", str, "none",
-            "none, gzip, snappy, lz4 or zstd"),
+    Setting(
+        "log.segment.bytes",
+        "segment_bytes",
+        int,
+        1 << 30,
+        "roll when segment size + batch size would exceed this",
+        14,
+    ),
+    Setting(
+        "log.index.interval.bytes",
+        "index_interval_bytes",
+        int,
+        4096,
+        "bytes of batches between two index entries",
+        0,
+    ),
+    Setting(
+        "log.index.size.max.bytes",
+        "index_size_max_bytes",
+        int,
+        10 * 1024 * 1024,
+        "preallocated index size; a full index forces a roll",
+        12,
+    ),
+    Setting(
+        "log.roll.ms",
+        "roll_ms",
+        int,
+        168 * 3600 * 1000,
+        "roll when now - first batch timestamp exceeds this",
+        1,
+    ),
+    Setting(
+        "log.roll.jitter.ms",
+        "roll_jitter_ms",
+        int,
+        0,
+        "up to this much is subtracted from log.roll.ms",
+        0,
+    ),
+    Setting(
+        "log.retention.ms",
+        "retention_ms",
+        int,
+        168 * 3600 * 1000,
+        "delete segments whose largest timestamp is older than now - this (-1: never)",
+        -1,
+    ),
+    Setting(
+        "log.retention.bytes",
+        "retention_bytes",
+        int,
+        -1,
+        "delete oldest segments while the partition stays above this (-1: unlimited)",
+        -1,
+    ),
+    Setting(
+        "batch.size",
+        "batch_size",
+        int,
+        16384,
+        "target record batch size in bytes (uncompressed records)",
+        1,
+    ),
+    Setting(
+        "batch.max.records",
+        "batch_max_records",
+        int,
+        0,
+        "at most this many records per batch (0: only batch.size limits)",
+        0,
+    ),
+    Setting("compression.type", "compression_type", str, "none", "none, gzip, snappy, lz4 or zstd"),
     Setting("compression.gzip.level", "gzip_level", int, 6, "gzip level 1-9", 1),
     Setting("compression.zstd.level", "zstd_level", int, 3, "zstd level", 1),
     Setting("compression.lz4.level", "lz4_level", int, 9, "lz4 level", 0),
-    Setting("message.timestamp.type", "timestamp_type", str, "CreateTime",
-            "CreateTime or LogAppendTime (used when the input has no timestamp)"),
-    Setting("num.partitions", "num_partitions", int, 1,
-            "partitions of a topic when the input has no partition column", 1),
-    Setting("seglake.index.cache.bytes", "index_cache_bytes", int, 256 * 1024 * 1024,
-            "per-worker cache of open index files", 0),
-    Setting("seglake.ingest.task.max.records", "task_max_records", int, 4_000_000,
-            "a partition with more records is split across tasks by offset range", 1),
-    Setting("seglake.ingest.order", "ingest_order", str, "input",
-            "order of records when offsets are assigned: input or timestamp"),
-    Setting("seglake.ingest.shuffle", "ingest_shuffle", str, "auto",
-            "auto, always or never: never writes each input task's records of a partition "
-            "as its own segments (no shuffle); auto does so when the pieces are large"),
-    Setting("seglake.ingest.local.min.records", "local_min_records", int, 10_000,
-            "auto: skip the shuffle when (input task, partition) pieces average this many "
-            "records", 1),
-    Setting("seglake.ingest.staging.grace.ms", "staging_grace_ms", int, 3600 * 1000,
-            "an ingest removes staged files of uncommitted runs untouched this long", 0),
-    Setting("seglake.ingest.buffer.bytes", "ingest_buffer_bytes", int, 64 * 1024 * 1024,
-            "without a shuffle: records buffered per task before encoding, over all its "
-            "partitions", 1),
+    Setting(
+        "message.timestamp.type",
+        "timestamp_type",
+        str,
+        "CreateTime",
+        "CreateTime or LogAppendTime (used when the input has no timestamp)",
+    ),
+    Setting(
+        "num.partitions",
+        "num_partitions",
+        int,
+        1,
+        "partitions of a topic when the input has no partition column",
+        1,
+    ),
+    Setting(
+        "seglake.index.cache.bytes",
+        "index_cache_bytes",
+        int,
+        256 * 1024 * 1024,
+        "per-worker cache of open index files",
+        0,
+    ),
+    Setting(
+        "seglake.ingest.task.max.records",
+        "task_max_records",
+        int,
+        4_000_000,
+        "a partition with more records is split across tasks by offset range",
+        1,
+    ),
+    Setting(
+        "seglake.ingest.order",
+        "ingest_order",
+        str,
+        "input",
+        "order of records when offsets are assigned: input or timestamp",
+    ),
+    Setting(
+        "seglake.ingest.shuffle",
+        "ingest_shuffle",
+        str,
+        "auto",
+        "auto, always or never: never writes each input task's records of a partition "
+        "as its own segments (no shuffle); auto does so when the pieces are large",
+    ),
+    Setting(
+        "seglake.ingest.local.min.records",
+        "local_min_records",
+        int,
+        10_000,
+        "auto: skip the shuffle when (input task, partition) pieces average this many records",
+        1,
+    ),
+    Setting(
+        "seglake.ingest.staging.grace.ms",
+        "staging_grace_ms",
+        int,
+        3600 * 1000,
+        "an ingest removes staged files of uncommitted runs untouched this long",
+        0,
+    ),
+    Setting(
+        "seglake.ingest.buffer.bytes",
+        "ingest_buffer_bytes",
+        int,
+        64 * 1024 * 1024,
+        "without a shuffle: records buffered per task before encoding, over all its partitions",
+        1,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
-_ALIASES = {"log.roll.hours": ("log.roll.ms", 3600 * 1000),
-            "log.retention.hours": ("log.retention.ms", 3600 * 1000),
-            "log.retention.minutes": ("log.retention.ms", 60 * 1000)}
+_ALIASES = {
+    "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,20 +217,27 @@ class LogConfig:
             if s.minimum is not None and value < s.minimum:
                 raise ConfigError(f"{s.name}={value} is below its minimum {s.minimum}")
         if self.compression_type not in CODECS:
-            raise ConfigError(f"compression.type={self.compression_type!r}: expected one of "
-                              f"{', '.join(CODECS)}")
+            raise ConfigError(
+                f"compression.type={self.compression_type!r}: expected one of {', '.join(CODECS)}"
+            )
         if self.timestamp_type not in ("CreateTime", "LogAppendTime"):
-            raise ConfigError(f"message.timestamp.type={self.timestamp_type!r}: expected "
-                              "CreateTime or LogAppendTime")
+            raise ConfigError(
+                f"message.timestamp.type={self.timestamp_type!r}: expected "
+                "CreateTime or LogAppendTime"
+            )
         if self.ingest_order not in ("input", "timestamp"):
-            raise ConfigError(f"seglake.ingest.order={self.ingest_order!r}: expected input "
-                              "or timestamp")
+            raise ConfigError(
+                f"seglake.ingest.order={self.ingest_order!r}: expected input or timestamp"
+            )
         if self.ingest_shuffle not in ("auto", "always", "never"):
-            raise ConfigError(f"seglake.ingest.shuffle={self.ingest_shuffle!r}: expected "
-                              "auto, always or never")
+            raise ConfigError(
+                f"seglake.ingest.shuffle={self.ingest_shuffle!r}: expected auto, always or never"
+            )
         if self.segment_bytes > INT32_MAX:
-            raise ConfigError(f"log.segment.bytes={self.segment_bytes} exceeds {INT32_MAX}: "
-                              "index positions are int32")
+            raise ConfigError(
+                f"log.segment.bytes={self.segment_bytes} exceeds {INT32_MAX}: "
+                "index positions are int32"
+            )
 
     @property
     def codec(self) -> int:
@@ -162,13 +273,15 @@ class LogConfig:
             setting = _BY_NAME.get(name)
             if setting is None:
                 raise ConfigError(f"unknown setting {key!r}; known: {', '.join(sorted(_BY_NAME))}")
-            changes[setting.attr] = _parse(setting, raw) * scale if scale != 1 else _parse(
-                setting, raw)
+            changes[setting.attr] = (
+                _parse(setting, raw) * scale if scale != 1 else _parse(setting, raw)
+            )
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def load(cls, path: str | Path | None = None,
-             overrides: Mapping[str, Any] | None = None) -> LogConfig:
+    def load(
+        cls, path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> LogConfig:
         """Kafka defaults, then the ``.properties`` file at ``path``, then ``overrides``."""
         config = cls()
         if path is not None:

@@ -41,20 +41,58 @@ def main(argv: list[str] | None = None) -> int:
     for old in (lake, work / "extract", work / "lookup"):  # a rerun starts afresh
         if old.exists():
             shutil.rmtree(old)
-    _run("./spark-submit.sh", "ingest", "--input", str(messages), "--root", str(lake),
-         "--num-partitions", "4", "--conf", "log.segment.bytes=16777216")
+    _run(
+        "./spark-submit.sh",
+        "ingest",
+        "--input",
+        str(messages),
+        "--root",
+        str(lake),
+        "--num-partitions",
+        "4",
+        "--conf",
+        "log.segment.bytes=16777216",
+    )
     start, end = START_MS + 300_000, START_MS + 310_000
-    _run("./spark-submit.sh", "extract", "--root", str(lake), "--topic", "orders",
-         "--start", str(start), "--end", str(end), "--output", str(work / "extract"))
+    _run(
+        "./spark-submit.sh",
+        "extract",
+        "--root",
+        str(lake),
+        "--topic",
+        "orders",
+        "--start",
+        str(start),
+        "--end",
+        str(end),
+        "--output",
+        str(work / "extract"),
+    )
     queries = work / "input" / "queries.json"
-    queries.write_text("\n".join(json.dumps(q) for q in [
-        {"topic": "orders", "partition": 0, "offset": 0},
-        {"topic": "orders", "partition": 1, "offset": 12345},
-        {"topic": "clicks", "partition": 2, "timestamp": START_MS + 600_000},
-        {"topic": "orders", "partition": 3, "offset": 10**12},
-    ]) + "\n")
-    _run("./spark-submit.sh", "lookup", "--root", str(lake), "--queries", str(queries),
-         "--output", str(work / "lookup"), "--output-format", "json")
+    queries.write_text(
+        "\n".join(
+            json.dumps(q)
+            for q in [
+                {"topic": "orders", "partition": 0, "offset": 0},
+                {"topic": "orders", "partition": 1, "offset": 12345},
+                {"topic": "clicks", "partition": 2, "timestamp": START_MS + 600_000},
+                {"topic": "orders", "partition": 3, "offset": 10**12},
+            ]
+        )
+        + "\n"
+    )
+    _run(
+        "./spark-submit.sh",
+        "lookup",
+        "--root",
+        str(lake),
+        "--queries",
+        str(queries),
+        "--output",
+        str(work / "lookup"),
+        "--output-format",
+        "json",
+    )
     _summary(lake, time.time() - started)
     return 0
 
@@ -65,10 +103,17 @@ def _summary(lake: Path, seconds: float) -> None:
 
     seg = Catalog(str(lake)).segments().to_pandas()
     print("\n== the lake ==")
-    print(seg.groupby(["topic", "partition"]).agg(
-        segments=("base_offset", "size"), records=("record_count", "sum"),
-        bytes=("size_bytes", "sum"), first_offset=("base_offset", "min"),
-        log_end_offset=("next_offset", "max")).to_string())
+    print(
+        seg.groupby(["topic", "partition"])
+        .agg(
+            segments=("base_offset", "size"),
+            records=("record_count", "sum"),
+            bytes=("size_bytes", "sum"),
+            first_offset=("base_offset", "min"),
+            log_end_offset=("next_offset", "max"),
+        )
+        .to_string()
+    )
     first = seg.iloc[0]
     print(f"\n== first batches of {first['path']} (seglake dump) ==")
     import io

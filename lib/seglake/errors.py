@@ -1,15 +1,15 @@
 """One exception hierarchy. Every message names the file, the position and the numbers.
 
-    SeglakeError
-    ├── ConfigError            a setting has a wrong name or value
-    ├── InvalidTopicError      a topic name Kafka would refuse (also the path-traversal guard)
-    ├── InputSchemaError       input columns missing or of the wrong type
-    ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
-    ├── CorruptRecordError     bytes of a .log that do not decode
-    ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
-    ├── SegmentNotFoundError   a path or segment that does not exist
-    └── CatalogError           the Delta catalog refused or lost a race
-        └── ConcurrentRunError another run committed to the same partitions first
+SeglakeError
+├── ConfigError            a setting has a wrong name or value
+├── InvalidTopicError      a topic name Kafka would refuse (also the path-traversal guard)
+├── InputSchemaError       input columns missing or of the wrong type
+├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
+├── CorruptRecordError     bytes of a .log that do not decode
+├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
+├── SegmentNotFoundError   a path or segment that does not exist
+└── CatalogError           the Delta catalog refused or lost a race
+    └── ConcurrentRunError another run committed to the same partitions first
 """
 
 from __future__ import annotations

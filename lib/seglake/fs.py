@@ -92,8 +92,9 @@ class IOStats:
             }
 
     @contextlib.contextmanager
-    def counting(self, *accumulators: Any, keys: tuple[str, ...] = ("bytes_read",)
-                 ) -> Iterator[None]:
+    def counting(
+        self, *accumulators: Any, keys: tuple[str, ...] = ("bytes_read",)
+    ) -> Iterator[None]:
         """Add what this process reads inside the block to Spark accumulators, one per
         counter in ``keys`` (``None`` accumulators are skipped)."""
         before = self.snapshot()

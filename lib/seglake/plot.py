@@ -56,9 +56,11 @@ def _ipython_display_support(figure_type: type) -> None:
     if ip is None or not hasattr(ip, "display_formatter"):
         return
     formatters = ip.display_formatter.formatters
-    if any(figure_type in formatters[f].type_printers
-           for f in ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
-           if f in formatters):
+    if any(
+        figure_type in formatters[f].type_printers
+        for f in ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+        if f in formatters
+    ):
         return
     select_figure_formats(ip, {"png"})
 
@@ -98,21 +100,36 @@ def plot_segments(lake: Lake, topic: str) -> Figure:
             lo, hi = _dates(np.array([r.min_timestamp, r.max_timestamp]))
             width = max(hi - lo, np.timedelta64(1, "ms"))
             y = row + (0.05 if i % 2 == 0 else -0.35)
-            ax.barh(y, mdates.date2num(lo + width) - mdates.date2num(lo),
-                    left=mdates.date2num(lo), height=0.3, align="edge",
-                    color=cmap(i % 10), alpha=0.8, edgecolor="black", linewidth=0.5)
+            ax.barh(
+                y,
+                mdates.date2num(lo + width) - mdates.date2num(lo),
+                left=mdates.date2num(lo),
+                height=0.3,
+                align="edge",
+                color=cmap(i % 10),
+                alpha=0.8,
+                edgecolor="black",
+                linewidth=0.5,
+            )
             if label:
-                ax.text(mdates.date2num(lo + width / 2), y + 0.15,
-                        f"{r.base_offset}..{r.next_offset - 1}\n{_size(r.size_bytes)}",
-                        ha="center", va="center", fontsize=7)
+                ax.text(
+                    mdates.date2num(lo + width / 2),
+                    y + 0.15,
+                    f"{r.base_offset}..{r.next_offset - 1}\n{_size(r.size_bytes)}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                )
     ax.set_yticks(range(len(parts)), [f"{topic}-{p}" for p in parts])
     ax.set_ylim(-0.6, len(parts) - 0.4)
     ax.invert_yaxis()
     ax.xaxis_date()
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.set_xlabel("record timestamp (UTC); bar = segment's min..max timestamp")
-    ax.set_title(f"{topic}: {len(segs)} segments in {len(parts)} partitions "
-                 f"(labels: offsets first..last, .log size) - catalog version {lake.version}")
+    ax.set_title(
+        f"{topic}: {len(segs)} segments in {len(parts)} partitions "
+        f"(labels: offsets first..last, .log size) - catalog version {lake.version}"
+    )
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -133,9 +150,11 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
     else:
         found = [s for s in log.segments if s.base_offset == segment_base_offset]
         if not found:
-            raise ValueError(f"{partition.topic}-{partition.partition}: no segment with base "
-                             f"offset {segment_base_offset} (have "
-                             f"{[s.base_offset for s in log.segments][:10]})")
+            raise ValueError(
+                f"{partition.topic}-{partition.partition}: no segment with base "
+                f"offset {segment_base_offset} (have "
+                f"{[s.base_offset for s in log.segments][:10]})"
+            )
         seg = found[0]
     oi, ti = seg.offset_index, seg.time_index
     scan = seg.scan()
@@ -158,45 +177,91 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
     for ax, zoomed in ((left, False), (lzoom, True)):
         bsel = (scan.base_offset <= z1) & (scan.last_offset >= z0) if zoomed else slice(None)
         isel = (oi.offsets >= z0 - 1) & (oi.offsets <= z1) if zoomed else slice(None)
-        ax.plot(scan.position[bsel], scan.base_offset[bsel], ".", color="0.45",
-                markersize=4 if not zoomed else 7, label=f"batch starts ({len(scan)})")
+        ax.plot(
+            scan.position[bsel],
+            scan.base_offset[bsel],
+            ".",
+            color="0.45",
+            markersize=4 if not zoomed else 7,
+            label=f"batch starts ({len(scan)})",
+        )
         ax.step(oi.positions[isel], oi.offsets[isel], where="post", color="C0", linewidth=1)
-        ax.plot(oi.positions[isel], oi.offsets[isel], "o", color="C0", markersize=6,
-                alpha=0.7, label=f"offset index entries ({len(oi)})")
+        ax.plot(
+            oi.positions[isel],
+            oi.offsets[isel],
+            "o",
+            color="C0",
+            markersize=6,
+            alpha=0.7,
+            label=f"offset index entries ({len(oi)})",
+        )
         ax.set_xlabel("byte position in .log")
         ax.set_ylabel("offset")
         ax.grid(alpha=0.3)
-    left.set_title(f".index: {len(oi)} entries for {len(scan)} batches ({_size(seg.size)})",
-                   fontsize=10)
+    left.set_title(
+        f".index: {len(oi)} entries for {len(scan)} batches ({_size(seg.size)})", fontsize=10
+    )
     left.legend(loc="upper left", fontsize=8)
     gap = int(np.median(np.diff(oi.positions))) if len(oi) > 1 else seg.size
-    lzoom.set_title(f"zoom, offsets {z0}..{z1}: an entry every ~{gap} bytes; batches "
-                    "between entries are found by a scan", fontsize=9)
+    lzoom.set_title(
+        f"zoom, offsets {z0}..{z1}: an entry every ~{gap} bytes; batches "
+        "between entries are found by a scan",
+        fontsize=9,
+    )
 
     for ax, zoomed in ((right, False), (rzoom, True)):
         sel = (offs >= z0) & (offs <= z1) if zoomed else slice(None)
         tsel = (ti.offsets >= z0) & (ti.offsets <= z1) if zoomed else slice(None)
-        ax.plot(offs[sel], (ts[sel] - t0) / 1000, ".", color="C1", alpha=0.35,
-                markersize=5 if zoomed else 3, label=f"record timestamps ({len(ts)})")
+        ax.plot(
+            offs[sel],
+            (ts[sel] - t0) / 1000,
+            ".",
+            color="C1",
+            alpha=0.35,
+            markersize=5 if zoomed else 3,
+            label=f"record timestamps ({len(ts)})",
+        )
         if len(ts):
-            ax.plot(offs[sel], (np.maximum.accumulate(ts)[sel] - t0) / 1000, color="0.4",
-                    linewidth=0.8, label="running max timestamp")
+            ax.plot(
+                offs[sel],
+                (np.maximum.accumulate(ts)[sel] - t0) / 1000,
+                color="0.4",
+                linewidth=0.8,
+                label="running max timestamp",
+            )
         if len(ti):
-            ax.step(ti.offsets[tsel], (ti.timestamps[tsel] - t0) / 1000, where="post",
-                    color="C3", linewidth=1)
-            ax.plot(ti.offsets[tsel], (ti.timestamps[tsel] - t0) / 1000, "s", color="C3",
-                    markersize=5, label=f"time index entries ({len(ti)})")
+            ax.step(
+                ti.offsets[tsel],
+                (ti.timestamps[tsel] - t0) / 1000,
+                where="post",
+                color="C3",
+                linewidth=1,
+            )
+            ax.plot(
+                ti.offsets[tsel],
+                (ti.timestamps[tsel] - t0) / 1000,
+                "s",
+                color="C3",
+                markersize=5,
+                label=f"time index entries ({len(ti)})",
+            )
         ax.set_xlabel("offset")
         ax.set_ylabel(f"s after {_iso(t0)}")
         ax.grid(alpha=0.3)
     right.axvspan(z0, z1, color="C2", alpha=0.2, label="zoomed below")
-    right.set_title(f".timeindex: {len(ti)} entries (largest timestamp so far, offset)",
-                    fontsize=10)
+    right.set_title(
+        f".timeindex: {len(ti)} entries (largest timestamp so far, offset)", fontsize=10
+    )
     right.legend(loc="upper left", fontsize=8)
-    rzoom.set_title(f"zoom: {late} of {len(ts)} records are older than an earlier record "
-                    "(points below the line)", fontsize=9)
-    fig.suptitle(f"{partition.topic}-{partition.partition} segment {seg.base_offset} "
-                 f"(offsets {seg.base_offset}..{seg.next_offset - 1})")
+    rzoom.set_title(
+        f"zoom: {late} of {len(ts)} records are older than an earlier record "
+        "(points below the line)",
+        fontsize=9,
+    )
+    fig.suptitle(
+        f"{partition.topic}-{partition.partition} segment {seg.base_offset} "
+        f"(offsets {seg.base_offset}..{seg.next_offset - 1})"
+    )
     return fig
 
 
@@ -219,8 +284,10 @@ def plot_rate(lake: Lake, topic: str, bucket: str = "1min") -> Figure:
     counts = {}
     for p in parts:
         log = lake.partition(topic, p).log
-        ts = np.concatenate([s.read_records().column("timestamp").to_numpy()
-                             for s in log.segments] or [np.array([], np.int64)])
+        ts = np.concatenate(
+            [s.read_records().column("timestamp").to_numpy() for s in log.segments]
+            or [np.array([], np.int64)]
+        )
         idx = pd.to_datetime(ts, unit="ms", utc=True).floor(bucket)
         counts[p] = pd.Series(1, index=idx).groupby(level=0).sum()
     df = pd.DataFrame(counts).fillna(0).sort_index()
@@ -240,15 +307,24 @@ def plot_rate(lake: Lake, topic: str, bucket: str = "1min") -> Figure:
 
     if len(parts) <= 10:
         for p in parts:
-            ax.step(x, ys(df[p].to_numpy()), where="post", linewidth=1, alpha=0.8,
-                    label=f"{topic}-{p}")
-    ax.step(x, ys(df.sum(axis=1).to_numpy()), where="post", color="black",
-            linewidth=2, label="all partitions")
+            ax.step(
+                x, ys(df[p].to_numpy()), where="post", linewidth=1, alpha=0.8, label=f"{topic}-{p}"
+            )
+    ax.step(
+        x,
+        ys(df.sum(axis=1).to_numpy()),
+        where="post",
+        color="black",
+        linewidth=2,
+        label="all partitions",
+    )
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.set_ylabel(f"messages per {bucket}")
     ax.set_xlabel("record timestamp (UTC)")
-    ax.set_title(f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket "
-                 f"(catalog version {lake.version})")
+    ax.set_title(
+        f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket "
+        f"(catalog version {lake.version})"
+    )
     ax.legend(loc="center right", fontsize=8, ncols=2)
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)

@@ -15,9 +15,20 @@ from seglake.cli.main import main
 from seglake.storage.log import PartitionLog
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
 
-BATCH_FIELDS = ("position", "size", "base_offset", "last_offset", "count", "max_timestamp",
-                "first_timestamp", "compression", "crc_valid", "transactional", "control",
-                "producer_id")
+BATCH_FIELDS = (
+    "position",
+    "size",
+    "base_offset",
+    "last_offset",
+    "count",
+    "max_timestamp",
+    "first_timestamp",
+    "compression",
+    "crc_valid",
+    "transactional",
+    "control",
+    "producer_id",
+)
 
 
 @cache
@@ -26,8 +37,7 @@ def brute(partition: str) -> tuple[np.ndarray, np.ndarray, list[tuple], int, int
     (offsets, timestamps, rows, log start, log end offset)."""
     offsets, timestamps, rows = [], [], []
     start, leo = None, 0
-    for name, seg in sorted(load_expected(partition).items(),
-                            key=lambda kv: kv[1]["base_offset"]):
+    for name, seg in sorted(load_expected(partition).items(), key=lambda kv: kv[1]["base_offset"]):
         start = seg["base_offset"] if start is None else start
         mr = MemoryRecords((FIXTURES / partition / f"{name}.log").read_bytes())
         while (batch := mr.next_batch()) is not None:
@@ -37,8 +47,9 @@ def brute(partition: str) -> tuple[np.ndarray, np.ndarray, list[tuple], int, int
             for r in batch:
                 offsets.append(r.offset)
                 timestamps.append(r.timestamp)
-                rows.append((r.offset, r.timestamp, r.key, r.value,
-                             tuple((k, v) for k, v in r.headers)))
+                rows.append(
+                    (r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers))
+                )
     return np.array(offsets), np.array(timestamps), rows, start or 0, leo
 
 
@@ -57,17 +68,25 @@ def first_at_or_after(partition: str, t: int) -> tuple[int, int] | None:
 
 def row_tuples(table) -> list[tuple]:
     d = table.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
-    return list(zip(d["offset"], d["timestamp"], d["key"], d["value"],
-                    [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
-                    strict=True))
+    return list(
+        zip(
+            d["offset"],
+            d["timestamp"],
+            d["key"],
+            d["value"],
+            [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
+            strict=True,
+        )
+    )
 
 
 def segment_names(partition: str) -> list[str]:
     return sorted(load_expected(partition))
 
 
-ALL_SEGMENTS = [(p, n) for p in FIXTURE_PARTITIONS for n in segment_names(p)] if \
-    FIXTURES.exists() else []
+ALL_SEGMENTS = (
+    [(p, n) for p in FIXTURE_PARTITIONS for n in segment_names(p)] if FIXTURES.exists() else []
+)
 
 
 # ------------------------------------------------------------------------------- lookups
@@ -79,8 +98,7 @@ def test_offsets_for_times_equal_scan(fixtures_dir, partition: str) -> None:
     targets = {-3, -2, -1, 0, int(ts.min()) - 1, int(ts.max()) + 1, 2**62}
     distinct = np.unique(ts)
     if len(distinct) > 300:  # __cluster_metadata-0: a stride, plus every time index entry
-        index_ts = [t for seg in load_expected(partition).values()
-                    for t, _rel in seg["time_index"]]
+        index_ts = [t for seg in load_expected(partition).values() for t, _rel in seg["time_index"]]
         distinct = np.unique(np.concatenate([distinct[:: len(distinct) // 120], index_ts]))
     targets |= {int(t) + d for t in distinct for d in (-1, 0, 1)}
     for t in sorted(targets):
@@ -100,10 +118,11 @@ def test_read_every_offset_equals_scan(fixtures_dir, partition: str) -> None:
     step = max(1, leo // 250)  # __cluster_metadata-0 has 3,847 offsets: sample evenly
     for o in [*range(start - 1, leo + 2, step), leo - 1, leo]:
         i = int(np.searchsorted(offs, max(o, start)))
-        want = rows[i: i + 3] if o < leo else []
+        want = rows[i : i + 3] if o < leo else []
         assert row_tuples(log.read(o, 3)) == want, o
         assert row_tuples(log.read_range(o, o + 5)) == [
-            r for r in rows if max(o, start) <= r[0] < o + 5], o
+            r for r in rows if max(o, start) <= r[0] < o + 5
+        ], o
     assert all(s.index_source == "file" for s in log.segments)
 
 
@@ -120,8 +139,7 @@ def test_cluster_metadata_every_offset(fixtures_dir) -> None:
 
 # --------------------------------------------------------------------------------- dump
 @pytest.mark.parametrize(("partition", "name"), ALL_SEGMENTS)
-def test_dump_json_batches_equal_expected(fixtures_dir, capsys, partition: str,
-                                          name: str) -> None:
+def test_dump_json_batches_equal_expected(fixtures_dir, capsys, partition: str, name: str) -> None:
     seg = load_expected(partition)[name]
     path = str(fixtures_dir / partition / f"{name}.log")
     assert main(["dump", "--json", "--deep-iteration", path]) == 0
@@ -156,8 +174,7 @@ def test_index_checks_pass(fixtures_dir, capsys, partition: str, name: str) -> N
 
 
 @pytest.mark.parametrize(("partition", "name"), ALL_SEGMENTS)
-def test_dump_index_json_equals_expected(fixtures_dir, capsys, partition: str,
-                                         name: str) -> None:
+def test_dump_index_json_equals_expected(fixtures_dir, capsys, partition: str, name: str) -> None:
     seg = load_expected(partition)[name]
     base = seg["base_offset"]
     d = fixtures_dir / partition

@@ -17,9 +17,12 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from seglake.spark.session import get_session
 
-    session = get_session("seglake-tests", master="local[2]", quiet=True,
-                          conf={"spark.sql.shuffle.partitions": "4",
-                                "spark.default.parallelism": "2"})
+    session = get_session(
+        "seglake-tests",
+        master="local[2]",
+        quiet=True,
+        conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"},
+    )
     yield session
     session.stop()
 

@@ -66,8 +66,7 @@ def source(spark, lake) -> Source:  # noqa: F811 (the imported fixture)
 
 def ts(ms: int, us: int = 0) -> dt.datetime:
     """A Spark timestamp literal ``ms`` milliseconds (+ ``us`` µs) after the epoch."""
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms,
-                                                                 microseconds=us)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms, microseconds=us)
 
 
 def records(df: DataFrame) -> pd.DataFrame:
@@ -91,13 +90,19 @@ def assert_rows(df: DataFrame, expected: pd.DataFrame, *, at_least: int = 1) -> 
 
 def within(recs: pd.DataFrame, bounds: Bounds) -> pd.DataFrame:
     """Records of the partitions in ``bounds`` with lo <= offset < hi."""
-    parts = [g[(g["offset"] >= bounds[tp][0]) & (g["offset"] < bounds[tp][1])]
-             for tp, g in recs.groupby(["topic", "partition"]) if tp in bounds]
+    parts = [
+        g[(g["offset"] >= bounds[tp][0]) & (g["offset"] < bounds[tp][1])]
+        for tp, g in recs.groupby(["topic", "partition"])
+        if tp in bounds
+    ]
     return pd.concat(parts) if parts else recs.iloc[:0]
 
 
-def bounds(recs: pd.DataFrame, lo: Callable[[pd.DataFrame], int] = lambda g: 0,
-           hi: Callable[[pd.DataFrame], int] = lambda g: 2**62) -> Bounds:
+def bounds(
+    recs: pd.DataFrame,
+    lo: Callable[[pd.DataFrame], int] = lambda g: 0,
+    hi: Callable[[pd.DataFrame], int] = lambda g: 2**62,
+) -> Bounds:
     """``{(topic, partition): (lo(g), hi(g))}`` over the partitions of ``recs``."""
     return {tp: (lo(g), hi(g)) for tp, g in recs.groupby(["topic", "partition"])}
 
@@ -126,16 +131,31 @@ def test_time_range_equals_extract_job_both_semantics(spark, source):
     t1 = recs[recs["topic"] == "t1"]
     lo, hi = quantile_ms(t1, 0.3), quantile_ms(t1, 0.45)
     # Kafka's semantics: offsetsForTimes(start) .. offsetsForTimes(end)
-    ds = source.df(subscribe="t1", startingTimestamp=str(lo), endingTimestamp=str(hi),
-                   includeHeaders="true", splitBytes="4096")
+    ds = source.df(
+        subscribe="t1",
+        startingTimestamp=str(lo),
+        endingTimestamp=str(hi),
+        includeHeaders="true",
+        splitBytes="4096",
+    )
     job = extract(spark, source.root, "t1", start=lo, end=hi, mode="offsets", split_bytes=4096)
     assert sorted_arrow(ds).equals(sorted_arrow(job))
-    assert_rows(ds, within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0),
-                                      hi=lambda g: kafka_offsets_for_time(g, hi, 0))),
-                at_least=100)
+    assert_rows(
+        ds,
+        within(
+            t1,
+            bounds(
+                t1,
+                lo=lambda g: kafka_offsets_for_time(g, lo, 0),
+                hi=lambda g: kafka_offsets_for_time(g, hi, 0),
+            ),
+        ),
+        at_least=100,
+    )
     # a pushed timestamp filter: every record in [lo, hi), like extract's filter mode
     ds = source.df(subscribe="t1", includeHeaders="true").filter(
-        (F.col("timestamp") >= ts(lo)) & (F.col("timestamp") < ts(hi)))
+        (F.col("timestamp") >= ts(lo)) & (F.col("timestamp") < ts(hi))
+    )
     job = extract(spark, source.root, "t1", start=lo, end=hi, mode="filter")
     assert sorted_arrow(ds).equals(sorted_arrow(job))
     assert_rows(ds, t1[(t1["timestamp"] >= lo) & (t1["timestamp"] < hi)], at_least=100)
@@ -144,19 +164,33 @@ def test_time_range_equals_extract_job_both_semantics(spark, source):
 def test_offset_topic_and_catalog_options(source):
     root, recs = source.root, source.recs
     t1, t2 = recs[recs["topic"] == "t1"], recs[recs["topic"] == "t2"]
-    assert_rows(source.df(subscribe="t1", startingOffsets='{"t1":{"0":100,"1":-2}}',
-                          endingOffsets='{"t1":{"0":400}}'),
-                within(t1, {("t1", 0): (100, 400), ("t1", 1): (0, 2**62)}))
-    assert_rows(source.df(assign='{"t2":[1]}', startingOffsets='{"t2":{"1":50}}',
-                          endingOffsets='{"t2":{"1":-1}}'),
-                within(t2, {("t2", 1): (50, 2**62)}))
-    assert_rows(source.df(subscribePattern="t[12]", startingOffsets="earliest",
-                          endingOffsets="latest"), recs)
+    assert_rows(
+        source.df(
+            subscribe="t1",
+            startingOffsets='{"t1":{"0":100,"1":-2}}',
+            endingOffsets='{"t1":{"0":400}}',
+        ),
+        within(t1, {("t1", 0): (100, 400), ("t1", 1): (0, 2**62)}),
+    )
+    assert_rows(
+        source.df(
+            assign='{"t2":[1]}', startingOffsets='{"t2":{"1":50}}', endingOffsets='{"t2":{"1":-1}}'
+        ),
+        within(t2, {("t2", 1): (50, 2**62)}),
+    )
+    assert_rows(
+        source.df(subscribePattern="t[12]", startingOffsets="earliest", endingOffsets="latest"),
+        recs,
+    )
     assert_rows(source.df(subscribePattern="t2"), t2)
     assert_rows(source.df(subscribe="t2,t1"), recs)
     # failOnDataLoss=false clamps an offset past the log end: t1-0 reads nothing
-    assert_rows(source.df(subscribe="t1", failOnDataLoss="false",
-                          startingOffsets='{"t1":{"0":1000000000}}'), t1[t1["partition"] == 1])
+    assert_rows(
+        source.df(
+            subscribe="t1", failOnDataLoss="false", startingOffsets='{"t1":{"0":1000000000}}'
+        ),
+        t1[t1["partition"] == 1],
+    )
     # splitBytes: segments cut at index entries, more tasks, the same rows
     small = source.df(subscribe="t1", splitBytes="4096")
     assert small.rdd.getNumPartitions() > source.df(subscribe="t1").rdd.getNumPartitions()
@@ -168,8 +202,7 @@ def test_offset_topic_and_catalog_options(source):
     assert source.df(**{"kafka.bootstrap.servers": "x:9092", "subscribe": "t2"}).count() == len(t2)
 
 
-def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(source,
-                                                                          monkeypatch):
+def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(source, monkeypatch):
     """Every partition starting and ending elsewhere: one plan_extract per topic (one
     catalog read), the same splits as one plan per partition."""
     real, calls = datasource.plan_extract, []
@@ -179,22 +212,34 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(datasource, "plan_extract", counting)
-    opts = datasource.parse_options({"path": source.root, "subscribe": "t1,t2",
-                                     "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3}}',
-                                     "endingOffsets": '{"t1":{"0":400},"t2":{"1":90}}'})
+    opts = datasource.parse_options(
+        {
+            "path": source.root,
+            "subscribe": "t1,t2",
+            "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3}}',
+            "endingOffsets": '{"t1":{"0":400},"t2":{"1":90}}',
+        }
+    )
     splits = datasource.plan_read(opts)
     assert sorted(calls) == ["t1", "t2"]
     leo = Catalog(source.root).log_end_offsets()
-    want = {("t1", 0): (100, 400), ("t1", 1): (7, leo[("t1", 1)]),
-            ("t2", 0): (3, leo[("t2", 0)]), ("t2", 1): (0, 90)}
+    want = {
+        ("t1", 0): (100, 400),
+        ("t1", 1): (7, leo[("t1", 1)]),
+        ("t2", 0): (3, leo[("t2", 0)]),
+        ("t2", 1): (0, 90),
+    }
 
     def key(s: dict) -> tuple:
-        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"], s["lo"], s[
-            "hi"]
+        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"], s["lo"], s["hi"]
 
-    one_by_one = [key(s) for (t, p), (lo, hi) in want.items()
-                  for s in real(source.root, t, partitions=[p], start_offset=lo, end_offset=hi,
-                                mode="filter").splits.to_pylist()]
+    one_by_one = [
+        key(s)
+        for (t, p), (lo, hi) in want.items()
+        for s in real(
+            source.root, t, partitions=[p], start_offset=lo, end_offset=hi, mode="filter"
+        ).splits.to_pylist()
+    ]
     assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4
 
 
@@ -208,19 +253,35 @@ def test_timestamp_options(source):
 
     iso = ts(lo).isoformat()
     # startingTimestamp (ISO or ms) wins over startingOffsets, as in Kafka
-    assert_rows(source.df(subscribe="t1", startingTimestamp=iso, endingTimestamp=str(hi),
-                          startingOffsets='{"t1":{"0":5}}'),
-                within(t1, bounds(t1, lo=at(lo), hi=at(hi))), at_least=100)
+    assert_rows(
+        source.df(
+            subscribe="t1",
+            startingTimestamp=iso,
+            endingTimestamp=str(hi),
+            startingOffsets='{"t1":{"0":5}}',
+        ),
+        within(t1, bounds(t1, lo=at(lo), hi=at(hi))),
+        at_least=100,
+    )
     # per partition; partitions a JSON option does not name keep earliest / latest
-    by = {("t2", 0): (at(lo)(t2[t2["partition"] == 0]), 2**62),
-          ("t2", 1): (0, at(hi)(t2[t2["partition"] == 1]))}
-    assert_rows(source.df(subscribe="t2", startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo}}}}}',
-                          endingOffsetsByTimestamp=f'{{"t2":{{"1":{hi}}}}}'),
-                within(t2, by), at_least=100)
+    by = {
+        ("t2", 0): (at(lo)(t2[t2["partition"] == 0]), 2**62),
+        ("t2", 1): (0, at(hi)(t2[t2["partition"] == 1])),
+    }
+    assert_rows(
+        source.df(
+            subscribe="t2",
+            startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo}}}}}',
+            endingOffsetsByTimestamp=f'{{"t2":{{"1":{hi}}}}}',
+        ),
+        within(t2, by),
+        at_least=100,
+    )
     # no record at or after the start: "latest" starts at the log end
     late = str(int(recs["timestamp"].max()) + 1)
-    assert source.df(startingTimestamp=late,
-                     startingOffsetsByTimestampStrategy="latest").count() == 0
+    assert (
+        source.df(startingTimestamp=late, startingOffsetsByTimestampStrategy="latest").count() == 0
+    )
 
 
 # ------------------------------------------------------------------------------ pushdown
@@ -240,8 +301,12 @@ def test_pushed_filters_are_ranges_and_say_what_is_exact():
     assert q.admits(("b", 3)) and not q.admits(("b", 1)) and not q.admits(("a", 3))
     assert not q.push(sds.In(("offset",), (5, 9)))  # the hull is pushed, Spark checks the rest
     assert q.push(sds.LessThan(("offset",), 7)) and q.offset == (5, 7)
-    for f in (sds.GreaterThan(("topic",), "a"), sds.EqualTo(("offset",), 1.5),
-              sds.EqualTo(("timestampType",), 0), sds.EqualTo(("value",), b"x")):
+    for f in (
+        sds.GreaterThan(("topic",), "a"),
+        sds.EqualTo(("offset",), 1.5),
+        sds.EqualTo(("timestampType",), 0),
+        sds.EqualTo(("value",), b"x"),
+    ):
         assert not q.push(f)
     assert not q.nothing()
 
@@ -254,25 +319,37 @@ def test_filter_pushdown_results_are_exact(source):
     other = int(t[t > some + 200].min())
     c = F.col
     cases = [
-        ((c("topic") == "t2") & (c("partition") == 1) & (c("offset") >= 100)
-         & (c("offset") < 300),
-         (recs["topic"] == "t2") & (recs["partition"] == 1) & recs["offset"].between(100, 299)),
-        (c("topic").isin("t1") & c("partition").isin(0) & c("offset").isin(3, 77, 1000, 10**9),
-         (recs["topic"] == "t1") & (recs["partition"] == 0)
-         & recs["offset"].isin([3, 77, 1000])),
-        ((c("partition") > 0) & (c("offset") <= 50),
-         (recs["partition"] > 0) & (recs["offset"] <= 50)),
-        ((c("timestamp") > ts(some, 250)) & (c("timestamp") <= ts(other)),
-         (t > some) & (t <= other)),
-        ((c("timestamp") >= ts(some, 1)) & (c("timestamp") < ts(other, 1)),
-         (t > some) & (t <= other)),
-        ((c("timestamp") >= ts(some)) & (c("timestamp") < ts(other)),
-         (t >= some) & (t < other)),
+        (
+            (c("topic") == "t2")
+            & (c("partition") == 1)
+            & (c("offset") >= 100)
+            & (c("offset") < 300),
+            (recs["topic"] == "t2") & (recs["partition"] == 1) & recs["offset"].between(100, 299),
+        ),
+        (
+            c("topic").isin("t1") & c("partition").isin(0) & c("offset").isin(3, 77, 1000, 10**9),
+            (recs["topic"] == "t1") & (recs["partition"] == 0) & recs["offset"].isin([3, 77, 1000]),
+        ),
+        (
+            (c("partition") > 0) & (c("offset") <= 50),
+            (recs["partition"] > 0) & (recs["offset"] <= 50),
+        ),
+        (
+            (c("timestamp") > ts(some, 250)) & (c("timestamp") <= ts(other)),
+            (t > some) & (t <= other),
+        ),
+        (
+            (c("timestamp") >= ts(some, 1)) & (c("timestamp") < ts(other, 1)),
+            (t > some) & (t <= other),
+        ),
+        ((c("timestamp") >= ts(some)) & (c("timestamp") < ts(other)), (t >= some) & (t < other)),
         (c("timestamp") == ts(some), t == some),
         (c("timestamp") == ts(some, 500), t < 0),
         (c("timestamp").isin(ts(some), ts(mid)), t.isin([some, mid])),
-        ((c("offset") < 10) | (c("partition") == 1),  # not pushed: Spark filters
-         (recs["offset"] < 10) | (recs["partition"] == 1)),
+        (
+            (c("offset") < 10) | (c("partition") == 1),  # not pushed: Spark filters
+            (recs["offset"] < 10) | (recs["partition"] == 1),
+        ),
         ((c("topic") == "t1") & (c("topic") == "t2"), t < 0),
     ]
     for cond, expected in cases:
@@ -295,18 +372,24 @@ def test_narrow_time_window_reads_only_overlapping_segments(source):
     lo = quantile_ms(t1, 0.5)
     hi = lo + 20
     overlapping = rows[(rows["max_timestamp"] >= lo) & (rows["min_timestamp"] < hi)]
-    index_bytes = sum(os.path.getsize(os.path.join(root, p[:-len(".log")] + suffix))
-                      for p in rows["path"] for suffix in (".index", ".timeindex"))
+    index_bytes = sum(
+        os.path.getsize(os.path.join(root, p[: -len(".log")] + suffix))
+        for p in rows["path"]
+        for suffix in (".index", ".timeindex")
+    )
     budget = int(overlapping["size_bytes"].sum()) + index_bytes
     before = source.bytes
-    df = source.df().filter((F.col("topic") == "t1") & (F.col("timestamp") >= ts(lo))
-                            & (F.col("timestamp") < ts(hi)))
+    df = source.df().filter(
+        (F.col("topic") == "t1") & (F.col("timestamp") >= ts(lo)) & (F.col("timestamp") < ts(hi))
+    )
     assert df.count() == int(((t1["timestamp"] >= lo) & (t1["timestamp"] < hi)).sum()) > 0
     read = source.bytes - before
     total = int(rows["size_bytes"].sum())
-    print(f"\nwindow [{lo}, {hi}) of t1: {read} bytes read; {len(overlapping)} of "
-          f"{len(rows)} segments overlap ({int(overlapping['size_bytes'].sum())} bytes), "
-          f"index files {index_bytes} bytes, t1 .log bytes {total}")
+    print(
+        f"\nwindow [{lo}, {hi}) of t1: {read} bytes read; {len(overlapping)} of "
+        f"{len(rows)} segments overlap ({int(overlapping['size_bytes'].sum())} bytes), "
+        f"index files {index_bytes} bytes, t1 .log bytes {total}"
+    )
     assert 0 < read <= budget
     assert budget < total / 2  # the window is narrow: most segments are skipped
 
@@ -331,11 +414,15 @@ def test_isolation_levels_drop_aborted_transactions(spark, source, txn):
     for level, keep in (("read_uncommitted", truth), ("read_committed", truth[~truth["aborted"]])):
         for name in ("isolationLevel", "kafka.isolation.level"):
             assert_rows(source.df(root, **{name: level}), keep, at_least=100)
-        assert_rows(source.df(root, isolationLevel=level).filter(window),
-                    keep[(keep["timestamp"] >= lo) & (keep["timestamp"] < hi)], at_least=10)
+        assert_rows(
+            source.df(root, isolationLevel=level).filter(window),
+            keep[(keep["timestamp"] >= lo) & (keep["timestamp"] < hi)],
+            at_least=10,
+        )
         job = extract(spark, root, "txn", isolation_level=level)
-        assert sorted_arrow(source.df(root, isolationLevel=level, includeHeaders="true")
-                            ).equals(sorted_arrow(job))
+        assert sorted_arrow(source.df(root, isolationLevel=level, includeHeaders="true")).equals(
+            sorted_arrow(job)
+        )
 
 
 # ------------------------------------------------------------------------------ bad options
@@ -354,29 +441,46 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         ({"startingOffsets": '{"t1":{"x":1}}'}, "startingOffsets: t1: 'x' is not a partition"),
         ({"startingOffsets": '{"t1":{"0":true}}'}, "startingOffsets: True is not an integer"),
         ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "give only one of subscribe"),
-        ({"startingOffsets": '{"t1":{"0":}'}, "startingOffsets: '{\"t1\":{\"0\":}' is not JSON"),
-        ({"startingOffsets": '{"t1":{"0":999999}}'},
-         f"startingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]"),
-        ({"endingOffsets": '{"t1":{"0":999999}}'},
-         f"endingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]"),
+        ({"startingOffsets": '{"t1":{"0":}'}, 'startingOffsets: \'{"t1":{"0":}\' is not JSON'),
+        (
+            {"startingOffsets": '{"t1":{"0":999999}}'},
+            f"startingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
+        ),
+        (
+            {"endingOffsets": '{"t1":{"0":999999}}'},
+            f"endingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
+        ),
         ({"startingOffsets": "latest"}, "startingOffsets: 'latest' is not allowed in a batch"),
         ({"endingOffsets": '{"t1":{"0":-2}}'}, "endingOffsets: -2 (earliest) is not allowed"),
-        ({"subscribe": "t1", "startingOffsets": '{"t2":{"0":1}}'},
-         "startingOffsets: t2-0 is not a partition this read covers"),
-        ({"startingOffsets": '{"t1":{"0":400}}', "endingOffsets": '{"t1":{"0":100}}'},
-         "t1-0 would start at offset 400, after its ending offset 100"),
+        (
+            {"subscribe": "t1", "startingOffsets": '{"t2":{"0":1}}'},
+            "startingOffsets: t2-0 is not a partition this read covers",
+        ),
+        (
+            {"startingOffsets": '{"t1":{"0":400}}', "endingOffsets": '{"t1":{"0":100}}'},
+            "t1-0 would start at offset 400, after its ending offset 100",
+        ),
         ({"startingTimestamp": "yesterday"}, "startingTimestamp: time 'yesterday'"),
-        ({"startingTimestamp": str(late)},
-         f"startingTimestamp: no record of t1-0 has a timestamp >= {late}"),
-        ({"endingOffsetsByTimestamp": '{"t1":{"0":"soon"}}'},
-         "endingOffsetsByTimestamp: time 'soon'"),
-        ({"startingOffsetsByTimestampStrategy": "earliest"},
-         "startingOffsetsByTimestampStrategy: 'earliest' is not"),
+        (
+            {"startingTimestamp": str(late)},
+            f"startingTimestamp: no record of t1-0 has a timestamp >= {late}",
+        ),
+        (
+            {"endingOffsetsByTimestamp": '{"t1":{"0":"soon"}}'},
+            "endingOffsetsByTimestamp: time 'soon'",
+        ),
+        (
+            {"startingOffsetsByTimestampStrategy": "earliest"},
+            "startingOffsetsByTimestampStrategy: 'earliest' is not",
+        ),
         ({"includeHeaders": "yes"}, "includeHeaders: 'yes' is not 'true' or 'false'"),
         ({"isolationLevel": "serializable"}, "isolationLevel: 'serializable' is not one of"),
         ({"splitBytes": "0"}, "splitBytes: 0 is below 1"),
-        ({"isolationLevel": "read_committed", "kafka.isolation.level": "read_uncommitted"},
-         "isolationLevel, kafka.isolation.level: ['read_committed', 'read_uncommitted'] disagree"),
+        (
+            {"isolationLevel": "read_committed", "kafka.isolation.level": "read_uncommitted"},
+            "isolationLevel, kafka.isolation.level: "
+            "['read_committed', 'read_uncommitted'] disagree",
+        ),
         ({"versionAsOf": "999"}, "version"),
         ({"subscrbe": "t1"}, "unknown option(s) subscrbe"),
     ]
@@ -387,4 +491,3 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         assert not any(f"{k}: {k}:" in str(info.value) for k in options)  # named once
     with pytest.raises(Exception, match="no lake root"):
         spark.read.format("seglake").load().count()
-

@@ -67,8 +67,10 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
         splits = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode=mode, **kw).splits
         tasks = df.rdd.getNumPartitions()
         assert tasks == 1 if split_bytes > 4096 else 1 < tasks <= splits.num_rows
-        assert df.schema.simpleString() == spark.createDataFrame(
-            KAFKA_SOURCE_SCHEMA.empty_table()).schema.simpleString()
+        assert (
+            df.schema.simpleString()
+            == spark.createDataFrame(KAFKA_SOURCE_SCHEMA.empty_table()).schema.simpleString()
+        )
         got = df.toPandas().sort_values(["partition", "offset"]).reset_index(drop=True)
         parts = []
         for _, g in t1.groupby("partition"):
@@ -82,20 +84,27 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
         assert len(got) == len(exp) > 100, mode
         assert got["offset"].tolist() == exp["offset"].tolist()
         assert got["value"].tolist() == exp["value"].tolist()
-        assert (got["timestamp"].astype("int64") // 1_000_000).tolist() == exp[
-            "timestamp"].tolist()
+        assert (got["timestamp"].astype("int64") // 1_000_000).tolist() == exp["timestamp"].tolist()
     # offsets and a partition subset; the end past the log end
-    got = extract(spark, root, "t2", partitions="1", start_offset=100, end_offset=10**9,
-                  **kw).toPandas()
+    got = extract(
+        spark, root, "t2", partitions="1", start_offset=100, end_offset=10**9, **kw
+    ).toPandas()
     exp = recs[(recs["topic"] == "t2") & (recs["partition"] == 1) & (recs["offset"] >= 100)]
     assert sorted(got["offset"].tolist()) == exp["offset"].tolist()
     # an end with no record >= it: the log end offset
-    got = extract(spark, root, "t2", start=int(recs["timestamp"].max()) - 50,
-                  end=int(recs["timestamp"].max()) + 10_000, **kw).count()
+    got = extract(
+        spark,
+        root,
+        "t2",
+        start=int(recs["timestamp"].max()) - 50,
+        end=int(recs["timestamp"].max()) + 10_000,
+        **kw,
+    ).count()
     g2 = recs[recs["topic"] == "t2"]
     assert got == sum(
         int(g["offset"].max()) + 1 - kafka_offsets_for_time(g, int(recs["timestamp"].max()) - 50, 0)
-        for _, g in g2.groupby("partition"))
+        for _, g in g2.groupby("partition")
+    )
 
 
 def test_large_segment_is_split_and_splits_are_disjoint(lake):
@@ -104,8 +113,9 @@ def test_large_segment_is_split_and_splits_are_disjoint(lake):
     per_path = plan.splits.group_by("path").aggregate([("start_pos", "count")])
     assert max(per_path.column("start_pos_count").to_pylist()) > 1
     cache = IndexCache()
-    offs = np.concatenate([read_split(cache, root, s).column("offset").to_numpy()
-                           for s in plan.splits.to_pylist()])
+    offs = np.concatenate(
+        [read_split(cache, root, s).column("offset").to_numpy() for s in plan.splits.to_pylist()]
+    )
     total = sum(r["record_count"] for r in Catalog(root).segments("t1").to_pylist())
     assert len(offs) == total
 
@@ -126,8 +136,7 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
         # bytes of the batches holding [lo, hi)
         sel = (scan.last_offset >= lo) & (scan.base_offset < hi)
         range_bytes = int(scan.size[sel].sum())
-        plan = plan_extract(root, "t1", partitions=[0], start_offset=lo, end_offset=hi,
-                            cache=cache)
+        plan = plan_extract(root, "t1", partitions=[0], start_offset=lo, end_offset=hi, cache=cache)
         lakefs.IO_STATS.reset()
         t = pa.concat_tables([read_split(cache, root, s) for s in plan.splits.to_pylist()])
         assert t.column("offset").to_pylist() == [o for o in t1["offset"] if lo <= o < hi]
@@ -144,8 +153,9 @@ def lake_without_tails(lake, tmp_path_factory):
     cat = Catalog(copy)
     rows = cat.segments()
     k = rows.schema.get_field_index("tail_min_timestamps")
-    cat.replace_rows(rows.set_column(k, rows.schema.field(k), pa.nulls(rows.num_rows,
-                                                                      TAIL_TYPE)), "strip")
+    cat.replace_rows(
+        rows.set_column(k, rows.schema.field(k), pa.nulls(rows.num_rows, TAIL_TYPE)), "strip"
+    )
     return copy, recs
 
 
@@ -163,12 +173,15 @@ def test_filter_mode_seeks_with_the_time_index_and_stays_exact(lake, lake_withou
         lo_ts = int(t1["timestamp"].quantile(lo_q))
         hi_ts = lo_ts + int(rng.integers(1, 2000))
         exp = t1[(t1["timestamp"] >= lo_ts) & (t1["timestamp"] < hi_ts)]
-        plans = [plan_extract(r, "t1", start=lo_ts, end=hi_ts, mode="filter", cache=cache)
-                 for r in (root, bare)]
+        plans = [
+            plan_extract(r, "t1", start=lo_ts, end=hi_ts, mode="filter", cache=cache)
+            for r in (root, bare)
+        ]
         for r, plan in zip((root, bare), plans, strict=True):
             got = read_splits(cache, r, plan.splits.to_pylist()).to_pandas()
             assert sorted(zip(got["partition"], got["offset"], strict=True)) == sorted(
-                zip(exp["partition"], exp["offset"], strict=True))
+                zip(exp["partition"], exp["offset"], strict=True)
+            )
             assert plan.planned_bytes < whole and 0 <= plan.tail_bytes <= plan.planned_bytes
         # the tail minima stop the read early: never more bytes than without them
         assert plans[0].planned_bytes <= plans[1].planned_bytes
@@ -191,8 +204,12 @@ def test_min_timestamps_match_decoded_records(lake):
         w = seg.window(0, seg.size)
         sel = np.arange(0, len(w.scan), 2)
         parts.append((w, sel))
-        expected.append([int(pc.min(w.decode(slice(b, b + 1)).column("timestamp")).as_py())
-                         for b in sel.tolist()])
+        expected.append(
+            [
+                int(pc.min(w.decode(slice(b, b + 1)).column("timestamp")).as_py())
+                for b in sel.tolist()
+            ]
+        )
     assert min_timestamps(parts).tolist() == [t for e in expected for t in e]
     # a batch whose records do not walk: the smallest int64 (so the caller decodes it,
     # which names the problem); the others are still exact
@@ -200,7 +217,7 @@ def test_min_timestamps_match_decoded_records(lake):
     w, sel = parts[k]
     bad = bytearray(w.data)
     at = int(w.scan.position[sel[0]]) + 61
-    bad[at:at + 2] = b"\xfe\x7f"  # the first record's length: 8191, past its batch
+    bad[at : at + 2] = b"\xfe\x7f"  # the first record's length: 8191, past its batch
     got = min_timestamps([(Window(w.start, bytes(bad), w.scan), sel)])
     assert got.tolist() == [-(2**63), *expected[k][1:]]
 
@@ -237,8 +254,9 @@ def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():
     assert sorted(s["path"] for t in tasks for s in t) == sorted(s["path"] for s in big)
     loads = [sum(s["end_pos"] for s in t) for t in tasks]
     assert len(tasks) == 4 and max(loads) - min(loads) <= 30
-    assert [len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100,
-                                        min_bytes=1)] == [1, 1]
+    assert [
+        len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100, min_bytes=1)
+    ] == [1, 1]
     assert pack_splits([], 2) == []
 
 
@@ -255,8 +273,22 @@ def test_extract_job_appends_delta_from_the_executors(spark, lake, tmp_path, mon
     t1 = recs[recs["topic"] == "t1"]
     lo_ts, hi_ts = int(t1["timestamp"].quantile(0.2)), int(t1["timestamp"].quantile(0.3))
     out = str(tmp_path / "out")
-    argv = ["--root", root, "--topic", "t1", "--start", str(lo_ts), "--end", str(hi_ts),
-            "--mode", "filter", "--output", out, "--output-format", "delta"]
+    argv = [
+        "--root",
+        root,
+        "--topic",
+        "t1",
+        "--start",
+        str(lo_ts),
+        "--end",
+        str(hi_ts),
+        "--mode",
+        "filter",
+        "--output",
+        out,
+        "--output-format",
+        "delta",
+    ]
 
     def no_collect(*_a, **_k):
         raise AssertionError("the driver collected the output")
@@ -273,14 +305,18 @@ def test_extract_job_appends_delta_from_the_executors(spark, lake, tmp_path, mon
     assert got.schema.names == KAFKA_SOURCE_SCHEMA.names
     exp = t1[(t1["timestamp"] >= lo_ts) & (t1["timestamp"] < hi_ts)]
     assert len(exp) > 100
-    keys = sorted(zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(),
-                      strict=True))
+    keys = sorted(
+        zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(), strict=True)
+    )
     assert keys == sorted(2 * list(zip(exp["partition"], exp["offset"], strict=True)))
     assert sorted(got.column("value").to_pylist()) == sorted(2 * exp["value"].tolist())
     ms = pc.cast(got.column("timestamp"), pa.int64()).to_numpy() // 1000
     assert ((ms >= lo_ts) & (ms < hi_ts)).all()
     # only parquet files the log references are left in the table directory
     referenced = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
-    on_disk = {str(p.relative_to(out)) for p in Path(out).rglob("*")
-               if p.is_file() and "_delta_log" not in p.parts}
+    on_disk = {
+        str(p.relative_to(out))
+        for p in Path(out).rglob("*")
+        if p.is_file() and "_delta_log" not in p.parts
+    }
     assert on_disk == referenced and len(referenced) >= 2

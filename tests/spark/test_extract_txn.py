@@ -28,7 +28,8 @@ def txn_lake(tmp_path_factory, request):
     truth, aborted = {}, {}
     for p in PARTITIONS:
         truth[p], aborted[p] = write_transactional_log(
-            tmp / "broker" / f"txn-{p}", seed=10 * request.param + p, codec=request.param)
+            tmp / "broker" / f"txn-{p}", seed=10 * request.param + p, codec=request.param
+        )
     root = str(tmp / "lake")
     register(root, str(tmp / "broker"))
     return root, truth, aborted
@@ -38,8 +39,11 @@ def test_registered_txnindex_holds_exactly_the_aborted_transactions(txn_lake):
     root, _, aborted = txn_lake
     for p in PARTITIONS:
         files = sorted(glob.glob(os.path.join(root, f"txn-{p}", "*.txnindex")))
-        got = [(t.producer_id, t.first_offset, t.last_offset)
-               for f in files for t in TransactionIndex.from_bytes(Path(f).read_bytes())]
+        got = [
+            (t.producer_id, t.first_offset, t.last_offset)
+            for f in files
+            for t in TransactionIndex.from_bytes(Path(f).read_bytes())
+        ]
         assert aborted[p], "the generator must abort some transactions"
         assert got == aborted[p]
 
@@ -49,8 +53,10 @@ def _expected(truth: dict, *, start, end, mode: str, committed: bool) -> pd.Data
     for p, t in truth.items():
         log_end = int(t["offset"].max()) + 2  # the last batch is a marker at least
         if mode == "filter":
-            sel = t[(t["timestamp"] >= (start if start is not None else -(2**63)))
-                    & (t["timestamp"] < (end if end is not None else 2**63 - 1))]
+            sel = t[
+                (t["timestamp"] >= (start if start is not None else -(2**63)))
+                & (t["timestamp"] < (end if end is not None else 2**63 - 1))
+            ]
         else:
             lo = 0 if start is None else offset_for_time(t, start, log_end)
             hi = log_end if end is None else offset_for_time(t, end, log_end)
@@ -63,16 +69,19 @@ def _expected(truth: dict, *, start, end, mode: str, committed: bool) -> pd.Data
 
 @pytest.mark.parametrize("mode", ["offsets", "filter"])
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-@pytest.mark.parametrize("window", [(None, None), (1_700_000_002_000, 1_700_000_004_000)],
-                         ids=["all", "narrow"])
+@pytest.mark.parametrize(
+    "window", [(None, None), (1_700_000_002_000, 1_700_000_004_000)], ids=["all", "narrow"]
+)
 def test_extract_equals_brute_force(spark, txn_lake, mode, isolation, window):
     root, truth, _ = txn_lake
     start, end = window
-    got = (extract(spark, root, "txn", start=start, end=end, mode=mode,
-                   isolation_level=isolation).toPandas())
+    got = extract(
+        spark, root, "txn", start=start, end=end, mode=mode, isolation_level=isolation
+    ).toPandas()
     got["timestamp"] = (got["timestamp"] - pd.Timestamp(0)) // pd.Timedelta(milliseconds=1)
     got = got[COLUMNS].sort_values(["partition", "offset"]).reset_index(drop=True)
-    want = _expected(truth, start=start, end=end, mode=mode,
-                     committed=isolation == "read_committed")
+    want = _expected(
+        truth, start=start, end=end, mode=mode, committed=isolation == "read_committed"
+    )
     assert len(want) > 0
     pd.testing.assert_frame_equal(got, want, check_dtype=False)

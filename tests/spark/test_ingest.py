@@ -34,8 +34,7 @@ def kafka_python_records(path: str) -> list[tuple]:
     while mr.has_next():
         batch = mr.next_batch()
         for r in batch:
-            out.append((r.offset, r.timestamp, r.key, r.value,
-                        [(k, v) for k, v in r.headers]))
+            out.append((r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]))
     return out
 
 
@@ -57,11 +56,18 @@ def lake(spark, messages, tmp_path_factory, request):
     """The same messages through both write modes: a shuffle to one task per partition,
     or each input task (3 here) writing its own pieces of every partition."""
     root = str(tmp_path_factory.mktemp("ingest") / "lake")
-    result = ingest(spark, spark.createDataFrame(messages).repartition(3), root,
-                    num_partitions=3,
-                    conf={"log.segment.bytes": "30000", "compression.type": "lz4",
-                          "log.index.interval.bytes": "2048",
-                          "seglake.ingest.shuffle": request.param})
+    result = ingest(
+        spark,
+        spark.createDataFrame(messages).repartition(3),
+        root,
+        num_partitions=3,
+        conf={
+            "log.segment.bytes": "30000",
+            "compression.type": "lz4",
+            "log.index.interval.bytes": "2048",
+            "seglake.ingest.shuffle": request.param,
+        },
+    )
     return root, result
 
 
@@ -96,7 +102,8 @@ def test_indexes_equal_a_rebuild_and_pass_sanity_checks(lake, capsys):
         assert Path(stem + ".timeindex").read_bytes() == ti.to_bytes()
         assert r["index_entries"] == len(oi) and r["time_index_entries"] == len(ti)
     files = glob.glob(os.path.join(root, "*", "*.index")) + glob.glob(
-        os.path.join(root, "*", "*.timeindex"))
+        os.path.join(root, "*", "*.timeindex")
+    )
     assert seglake_cli(["dump", "--index-sanity-check", *files]) == 0
     assert seglake_cli(["dump", "--verify-index-only", *files]) == 0
     assert capsys.readouterr().out.count("passed sanity check") == len(files)
@@ -117,8 +124,9 @@ def test_catalog_rows_describe_the_segments(lake):
 def test_rerun_of_a_committed_run_id_is_a_noop(spark, lake, messages):
     root, first = lake
     version = Catalog(root).version()
-    again = ingest(spark, spark.createDataFrame(messages), root, run_id=first.run_id,
-                   num_partitions=3)
+    again = ingest(
+        spark, spark.createDataFrame(messages), root, run_id=first.run_id, num_partitions=3
+    )
     assert again.already_committed and not again.committed
     assert "already committed" in again.summary()
     assert Catalog(root).version() == version
@@ -139,14 +147,21 @@ def test_second_run_appends_with_continuous_offsets(spark, tmp_path):
 
 def test_given_offsets_are_kept_and_checked(spark, tmp_path):
     root = str(tmp_path / "lake")
-    pdf = pd.DataFrame({"topic": "o", "partition": 0, "offset": [10, 12, 15, 16],
-                        "value": [b"a", b"b", b"c", b"d"]})
+    pdf = pd.DataFrame(
+        {
+            "topic": "o",
+            "partition": 0,
+            "offset": [10, 12, 15, 16],
+            "value": [b"a", b"b", b"c", b"d"],
+        }
+    )
     ingest(spark, spark.createDataFrame(pdf.sample(frac=1, random_state=1)), root)
     assert [r[0] for r in partition_records(root, "o", 0)] == [10, 12, 15, 16]
     with pytest.raises(OffsetOrderError, match=r"o-0: input offset 16 is below .* 17"):
         ingest(spark, spark.createDataFrame(pdf.iloc[3:]), root)
-    dup = pd.DataFrame({"topic": "o", "partition": 0, "offset": [20, 20, 21],
-                        "value": [b"x", b"y", b"z"]})
+    dup = pd.DataFrame(
+        {"topic": "o", "partition": 0, "offset": [20, 20, 21], "value": [b"x", b"y", b"z"]}
+    )
     with pytest.raises(OffsetOrderError, match="offsets repeat"):
         ingest(spark, spark.createDataFrame(dup), root)
     assert [r[0] for r in partition_records(root, "o", 0)] == [10, 12, 15, 16]
@@ -155,8 +170,14 @@ def test_given_offsets_are_kept_and_checked(spark, tmp_path):
 def test_hot_partition_is_split_across_tasks(spark, tmp_path):
     root = str(tmp_path / "lake")
     msgs = generate(3000, topics=("hot",), seed=9)
-    result = ingest(spark, spark.createDataFrame(msgs), root, topic=None, num_partitions=1,
-                    conf={"seglake.ingest.task.max.records": "1000"})
+    result = ingest(
+        spark,
+        spark.createDataFrame(msgs),
+        root,
+        topic=None,
+        num_partitions=1,
+        conf={"seglake.ingest.task.max.records": "1000"},
+    )
     seg = result.segments.to_pandas()
     assert len(seg) >= 3  # each of the 3 chunks writes whole segments
     assert [r[0] for r in partition_records(root, "hot", 0)] == list(range(3000))
@@ -166,9 +187,17 @@ def test_hot_partition_is_split_across_tasks(spark, tmp_path):
 def test_index_full_rolls(spark, tmp_path):
     root = str(tmp_path / "lake")
     msgs = generate(2000, topics=("ix",), seed=2)
-    ingest(spark, spark.createDataFrame(msgs), root, num_partitions=1,
-           conf={"log.index.interval.bytes": "0", "log.index.size.max.bytes": "40",
-                 "batch.size": "1024"})
+    ingest(
+        spark,
+        spark.createDataFrame(msgs),
+        root,
+        num_partitions=1,
+        conf={
+            "log.index.interval.bytes": "0",
+            "log.index.size.max.bytes": "40",
+            "batch.size": "1024",
+        },
+    )
     seg = Catalog(root).segments().to_pandas()
     assert len(seg) > 3
     assert (seg["index_entries"] <= 5).all() and (seg["time_index_entries"] <= 3).all()
@@ -179,13 +208,20 @@ def test_index_full_rolls(spark, tmp_path):
 def test_failed_task_leaves_nothing_after_cleanup(spark, tmp_path, messages, mode):
     root = str(tmp_path / "lake")
     with pytest.raises(Exception, match="fail_after_records"):
-        ingest(spark, spark.createDataFrame(messages), root, num_partitions=2,
-               run_id="doomed", fail_after_records=100,
-               conf={"seglake.ingest.shuffle": mode, "batch.size": "1024"})
+        ingest(
+            spark,
+            spark.createDataFrame(messages),
+            root,
+            num_partitions=2,
+            run_id="doomed",
+            fail_after_records=100,
+            conf={"seglake.ingest.shuffle": mode, "batch.size": "1024"},
+        )
     assert not Catalog(root).exists() or Catalog(root).segments().num_rows == 0
     cleanup(root)
-    leftovers = [f for f in glob.glob(os.path.join(root, "**", "*.*"), recursive=True)
-                 if "_catalog" not in f]
+    leftovers = [
+        f for f in glob.glob(os.path.join(root, "**", "*.*"), recursive=True) if "_catalog" not in f
+    ]
     assert leftovers == []
 
 
@@ -196,30 +232,47 @@ def test_bad_inputs_give_clear_errors(spark, tmp_path):
     with pytest.raises(InputSchemaError, match="no 'value' column"):
         ingest(spark, spark.createDataFrame(pd.DataFrame({"key": [b"x"]})), root, topic="t")
     with pytest.raises(InputSchemaError, match=r"wrong type for timestamp: double"):
-        ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"x"],
-                                                          "timestamp": [1.5]})), root, topic="t")
+        ingest(
+            spark,
+            spark.createDataFrame(pd.DataFrame({"value": [b"x"], "timestamp": [1.5]})),
+            root,
+            topic="t",
+        )
     with pytest.raises(InvalidTopicError, match=r"\['/'\]"):
-        ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"x"]})), root,
-               topic="../etc")
+        ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"x"]})), root, topic="../etc")
     bad_topic = pd.DataFrame({"topic": ["ok", "b a d"], "partition": [0, 0], "value": [b"1", b"2"]})
     with pytest.raises(InvalidTopicError, match="b a d"):
         ingest(spark, spark.createDataFrame(bad_topic), root)
-    assert not os.path.exists(root) or sorted(os.listdir(root)) in ([], ["_catalog"],
-                                                                   ["_catalog", "_staging"])
+    assert not os.path.exists(root) or sorted(os.listdir(root)) in (
+        [],
+        ["_catalog"],
+        ["_catalog", "_staging"],
+    )
 
 
 def test_string_values_and_spark_timestamps(spark, tmp_path):
     root = str(tmp_path / "lake")
-    pdf = pd.DataFrame({"key": ["k1", None], "value": ["héllo", "w"],
-                        "timestamp": pd.to_datetime([1_700_000_000_123, 1_700_000_000_001],
-                                                    unit="ms")})
+    pdf = pd.DataFrame(
+        {
+            "key": ["k1", None],
+            "value": ["héllo", "w"],
+            "timestamp": pd.to_datetime([1_700_000_000_123, 1_700_000_000_001], unit="ms"),
+        }
+    )
     ingest(spark, spark.createDataFrame(pdf), root, topic="s", num_partitions=1)
     got = partition_records(root, "s", 0)
     assert [(r[1], r[2], r[3]) for r in got] == [
-        (1_700_000_000_123, b"k1", "héllo".encode()), (1_700_000_000_001, None, b"w")]
+        (1_700_000_000_123, b"k1", "héllo".encode()),
+        (1_700_000_000_001, None, b"w"),
+    ]
     # no timestamp column: LogAppendTime, one append time for the whole run
-    ingest(spark, spark.createDataFrame(pd.DataFrame({"value": [b"a", b"b"]})), root,
-           topic="lat", num_partitions=1)
+    ingest(
+        spark,
+        spark.createDataFrame(pd.DataFrame({"value": [b"a", b"b"]})),
+        root,
+        topic="lat",
+        num_partitions=1,
+    )
     rows = Catalog(root).segments("lat").to_pylist()
     scan = scan_batches(Path(root, rows[0]["path"]).read_bytes())
     assert (scan.attributes & 0x08).all()
@@ -236,15 +289,21 @@ def test_parquet_input_through_the_job_runner(spark, tmp_path, messages):
     src = tmp_path / "in.parquet"
     pq.write_table(messages.slice(0, 500), src)
     root = str(tmp_path / "lake")
-    args = ingest_parser().parse_args(["--input", str(src), "--root", root,
-                                       "--num-partitions", "1", "--conf", "batch.size=2048"])
+    args = ingest_parser().parse_args(
+        ["--input", str(src), "--root", root, "--num-partitions", "1", "--conf", "batch.size=2048"]
+    )
     assert run_ingest(spark, args) == 0
     got = []
     for t in ("clicks", "orders", "sensor.readings"):
         got += [(r[3], r[4]) for r in partition_records(root, t, 0)]
     want = messages.slice(0, 500).to_pandas()
-    assert sorted(got) == sorted(zip(want["value"], [[(h["key"], h["value"]) for h in hs]
-                                                     for hs in want["headers"]], strict=True))
+    assert sorted(got) == sorted(
+        zip(
+            want["value"],
+            [[(h["key"], h["value"]) for h in hs] for hs in want["headers"]],
+            strict=True,
+        )
+    )
 
 
 def test_a_run_that_loses_the_race_publishes_nothing(spark, tmp_path, monkeypatch):
@@ -259,16 +318,19 @@ def test_a_run_that_loses_the_race_publishes_nothing(spark, tmp_path, monkeypatc
     # the loser read the catalog before the winner committed: it saw an empty partition
     monkeypatch.setattr(Catalog, "log_end_offsets", lambda self, *a, **k: {})
     with pytest.raises(ConcurrentRunError, match="race-0"):
-        ingest(spark, spark.createDataFrame(msgs.slice(400)), root, num_partitions=1,
-               run_id="loser")
+        ingest(
+            spark, spark.createDataFrame(msgs.slice(400)), root, num_partitions=1, run_id="loser"
+        )
     monkeypatch.undo()
     assert partition_records(root, "race", 0) == before
     assert {r["run_id"] for r in Catalog(root).segments().to_pylist()} == {winner.run_id}
     assert not os.path.exists(os.path.join(root, "_staging", "loser"))
     names = sorted(os.listdir(os.path.join(root, "race-0")))
-    assert names == sorted(os.path.basename(r["path"])[:-4] + s
-                           for r in Catalog(root).segments().to_pylist()
-                           for s in (".log", ".index", ".timeindex"))
+    assert names == sorted(
+        os.path.basename(r["path"])[:-4] + s
+        for r in Catalog(root).segments().to_pylist()
+        for s in (".log", ".index", ".timeindex")
+    )
 
 
 def test_shuffle_keys_land_one_chunk_per_task(spark):
@@ -282,33 +344,47 @@ def test_shuffle_keys_land_one_chunk_per_task(spark):
     assert [r[0] for r in got] == [spark_hash_int(i) for i in ints]
     for n in (1, 7, 24):
         keys = task_keys(n)
-        placed = (spark.createDataFrame([(int(k), c) for c, k in enumerate(keys)], "k int, c int")
-                  .repartition(n, "k").select(F.spark_partition_id().alias("task"), "c")
-                  .collect())
+        placed = (
+            spark.createDataFrame([(int(k), c) for c, k in enumerate(keys)], "k int, c int")
+            .repartition(n, "k")
+            .select(F.spark_partition_id().alias("task"), "c")
+            .collect()
+        )
         assert sorted((r["task"], r["c"]) for r in placed) == [(c, c) for c in range(n)]
 
 
 def test_timestamp_order_assigns_offsets_by_timestamp(spark, tmp_path):
     root = str(tmp_path / "lake")
     msgs = generate(1200, topics=("ts",), seed=4, jitter_ms=5000)
-    ingest(spark, spark.createDataFrame(msgs).repartition(2), root, num_partitions=2,
-           conf={"seglake.ingest.order": "timestamp", "batch.size": "2048"})
+    ingest(
+        spark,
+        spark.createDataFrame(msgs).repartition(2),
+        root,
+        num_partitions=2,
+        conf={"seglake.ingest.order": "timestamp", "batch.size": "2048"},
+    )
     df = spark.createDataFrame(msgs).repartition(2).toPandas()
     df["partition"] = [(kp_murmur2(k) & 0x7FFFFFFF) % 2 for k in df["key"]]
     for p, g in df.groupby("partition"):
         want = g.sort_values("timestamp", kind="stable")  # ties keep input order
         got = partition_records(root, "ts", p)
         assert [r[0] for r in got] == list(range(len(g)))
-        assert [(r[1], r[3]) for r in got] == list(zip(want["timestamp"], want["value"],
-                                                       strict=True))
+        assert [(r[1], r[3]) for r in got] == list(
+            zip(want["timestamp"], want["value"], strict=True)
+        )
 
 
 def test_null_keys_spread_over_partitions_without_a_shuffle(spark, tmp_path):
     root = str(tmp_path / "lake")
     pdf = pd.DataFrame({"value": [f"v{i}".encode() for i in range(4000)]})
-    result = ingest(spark, spark.createDataFrame(pdf).repartition(2), root, topic="nk",
-                    num_partitions=4, conf={"seglake.ingest.shuffle": "auto",
-                                            "seglake.ingest.local.min.records": "100"})
+    result = ingest(
+        spark,
+        spark.createDataFrame(pdf).repartition(2),
+        root,
+        topic="nk",
+        num_partitions=4,
+        conf={"seglake.ingest.shuffle": "auto", "seglake.ingest.local.min.records": "100"},
+    )
     counts = [len(partition_records(root, "nk", p)) for p in range(4)]
     assert counts == [1000] * 4  # round robin: each task's nulls cycle the partitions
     seg = result.segments.to_pandas()
@@ -328,11 +404,13 @@ def test_delta_input_is_read_from_its_files(spark, tmp_path, messages):
     write_deltalake(src, messages.slice(0, 300))
     write_deltalake(src, messages.slice(300, 200), mode="overwrite")  # 300 rows replaced
     root = str(tmp_path / "lake")
-    args = ingest_parser().parse_args(["--input", src, "--input-format", "delta", "--root",
-                                       root, "--num-partitions", "1"])
+    args = ingest_parser().parse_args(
+        ["--input", src, "--input-format", "delta", "--root", root, "--num-partitions", "1"]
+    )
     assert run_ingest(spark, args) == 0
-    got = sorted(r[3] for t in ("clicks", "orders", "sensor.readings")
-                 for r in partition_records(root, t, 0))
+    got = sorted(
+        r[3] for t in ("clicks", "orders", "sensor.readings") for r in partition_records(root, t, 0)
+    )
     assert got == sorted(messages.slice(300, 200).column("value").to_pylist())
 
 
@@ -364,6 +442,9 @@ def test_rows_whose_staged_files_vanished_are_not_committed(tmp_path):
     rows = pa.table({"path": ["t-0/00000000000000000000.log"]})
     _check_staged(pafs.LocalFileSystem(), str(staging), rows, "r1")  # all there
     (staging / "t-0" / "00000000000000000000.timeindex").unlink()
-    with pytest.raises(SeglakeError, match=r"run r1: 1 staged file\(s\) disappeared .*"
-                                           r"00000000000000000000\.timeindex"):
+    with pytest.raises(
+        SeglakeError,
+        match=r"run r1: 1 staged file\(s\) disappeared .*"
+        r"00000000000000000000\.timeindex",
+    ):
         _check_staged(pafs.LocalFileSystem(), str(staging), rows, "r1")

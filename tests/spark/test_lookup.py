@@ -36,11 +36,25 @@ PER_RUN = 1500
 
 def build_lake(spark, root: str) -> None:
     for i, codec in enumerate(CODECS):
-        msgs = generate(PER_RUN, seed=11 + i, topics=("t1", "t2"),
-                        start_ms=START_MS + i * PER_RUN, jitter_ms=1500)
-        ingest(spark, spark.createDataFrame(msgs), root, num_partitions=2,
-               conf={"log.segment.bytes": "60000", "compression.type": codec,
-                     "log.index.interval.bytes": "2048", "batch.size": "2048"})
+        msgs = generate(
+            PER_RUN,
+            seed=11 + i,
+            topics=("t1", "t2"),
+            start_ms=START_MS + i * PER_RUN,
+            jitter_ms=1500,
+        )
+        ingest(
+            spark,
+            spark.createDataFrame(msgs),
+            root,
+            num_partitions=2,
+            conf={
+                "log.segment.bytes": "60000",
+                "compression.type": codec,
+                "log.index.interval.bytes": "2048",
+                "batch.size": "2048",
+            },
+        )
 
 
 def brute_force(root: str) -> pd.DataFrame:
@@ -69,8 +83,10 @@ def test_lake_has_several_segments_and_codecs(lake):
     root, _ = lake
     segs = Catalog(root).segments()
     assert segs.num_rows >= 20
-    assert set(segs.column("codec").to_pylist()) >= {0, 1, 2, 3, 4} or len(
-        set(segs.column("codec").to_pylist())) >= 4
+    assert (
+        set(segs.column("codec").to_pylist()) >= {0, 1, 2, 3, 4}
+        or len(set(segs.column("codec").to_pylist())) >= 4
+    )
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["one-pass", "by-segment"])
@@ -88,11 +104,17 @@ def test_lookup_matches_brute_force(spark, lake, shuffle):
         picks += [*rng.choice(ts, 30).tolist(), int(ts.max()), int(ts.max()) + 1, -1, -2, -3]
         for t in picks:
             queries.append((topic, int(p), None, int(t)))
-    queries += [("t1", 99, 0, None), ("nope", 0, None, 5), ("t1", 0, None, None),
-                ("t1", 0, -4, None)]
-    qdf = spark.createDataFrame(pd.DataFrame(queries, columns=["topic", "partition", "offset",
-                                                                "timestamp"]).astype(
-        {"offset": "Int64", "timestamp": "Int64"}))
+    queries += [
+        ("t1", 99, 0, None),
+        ("nope", 0, None, 5),
+        ("t1", 0, None, None),
+        ("t1", 0, -4, None),
+    ]
+    qdf = spark.createDataFrame(
+        pd.DataFrame(queries, columns=["topic", "partition", "offset", "timestamp"]).astype(
+            {"offset": "Int64", "timestamp": "Int64"}
+        )
+    )
     # by segment: a shuffle first, and small chunks (several decodes per task)
     kw = {"num_tasks": 3, "chunk_rows": 64} if shuffle else {}
     out = lookup(spark, root, qdf, **kw).toPandas()
@@ -166,8 +188,9 @@ def test_point_lookup_reads_one_index_interval_and_one_batch(lake):
 
 
 def queries_table(rows: list[tuple]) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(QUERY_SCHEMA.names, r, strict=True)) for r in rows],
-                                schema=QUERY_SCHEMA)
+    return pa.Table.from_pylist(
+        [dict(zip(QUERY_SCHEMA.names, r, strict=True)) for r in rows], schema=QUERY_SCHEMA
+    )
 
 
 def test_answers_without_spark_nulls_and_unreadable_segments(lake, tmp_path):
@@ -181,12 +204,24 @@ def test_answers_without_spark_nulls_and_unreadable_segments(lake, tmp_path):
     os.remove(os.path.join(copy, bad["path"]))
     in_bad = int(bad["base_offset"]) + 1
     good = int(t1["offset"].iloc[-1])
-    q = queries_table([("t1", 0, in_bad, None), ("t1", 0, good, None), ("t1", None, 5, None),
-                       (None, 0, 5, None), ("t1", 0, None, int(t1["timestamp"].max()))])
+    q = queries_table(
+        [
+            ("t1", 0, in_bad, None),
+            ("t1", 0, good, None),
+            ("t1", None, 5, None),
+            (None, 0, 5, None),
+            ("t1", 0, None, int(t1["timestamp"].max())),
+        ]
+    )
     parts = partition_arrays(Catalog(copy).segments())
     out = answer_queries(copy, parts, IndexCache(), q).to_pylist()
-    assert [r["status"] for r in out] == ["read_error", "ok", "unknown_partition",
-                                          "unknown_partition", "ok"]
+    assert [r["status"] for r in out] == [
+        "read_error",
+        "ok",
+        "unknown_partition",
+        "unknown_partition",
+        "ok",
+    ]
     assert out[1]["offset"] == good and out[1]["value"] == t1["value"].iloc[-1]
 
 
@@ -199,16 +234,18 @@ def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
     g = g[(g["offset"] >= r["base_offset"]) & (g["offset"] < r["next_offset"])]
     targets = np.sort(np.random.default_rng(2).choice(g["timestamp"].to_numpy(), 40))
     rows, found = resolve_timestamps(seg, targets)
+
     def place_nothing(reqs, gather, files):
         for r in reqs:
             r.ids = np.full(len(r.lo), -1, dtype=np.int64)
 
     monkeypatch.setattr(point_reads, "_locate", place_nothing)
     rows2, found2 = resolve_timestamps(seg, targets)
-    assert found.take(pa.array(rows)).column("offset").to_pylist() == found2.take(
-        pa.array(rows2)).column("offset").to_pylist()
-    for t, o in zip(targets, found.take(pa.array(rows)).column("offset").to_pylist(),
-                    strict=True):
+    assert (
+        found.take(pa.array(rows)).column("offset").to_pylist()
+        == found2.take(pa.array(rows2)).column("offset").to_pylist()
+    )
+    for t, o in zip(targets, found.take(pa.array(rows)).column("offset").to_pylist(), strict=True):
         assert o == int(g[g["timestamp"] >= t]["offset"].iloc[0])
 
 
@@ -229,14 +266,15 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
     careful = []
     for name in ("_careful_offsets", "_careful_timestamps"):
         real = getattr(point_reads, name)
-        monkeypatch.setattr(point_reads, name, lambda *a, real=real, name=name: (
-            careful.append(name), real(*a))[1])
+        monkeypatch.setattr(
+            point_reads, name, lambda *a, real=real, name=name: (careful.append(name), real(*a))[1]
+        )
     copy = str(tmp_path / "lake")
     shutil.copytree(root, copy)
     r = Catalog(copy).segments("t2", 0).to_pylist()[2]
     # every entry now points one byte into its batch: the fast path sees no batch header
     # there and hands the segment to the careful path, which rebuilds the index
-    path = os.path.join(copy, r["path"][:-len(".log")] + ".index")
+    path = os.path.join(copy, r["path"][: -len(".log")] + ".index")
     entries = np.fromfile(path, dtype=">i4").reshape(-1, 2)
     entries[:, 1] += 1
     entries.astype(">i4").tofile(path)
@@ -247,9 +285,12 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
     every = recs[(recs["topic"] == "t2") & (recs["partition"] == 0)]
     parts = partition_arrays(Catalog(copy).segments())
     for rows, expected in (
-            ([("t2", 0, int(o), None) for o in offs], list(offs)),
-            ([("t2", 0, None, int(t)) for t in stamps],
-             [int(every[every["timestamp"] >= t]["offset"].iloc[0]) for t in stamps])):
+        ([("t2", 0, int(o), None) for o in offs], list(offs)),
+        (
+            [("t2", 0, None, int(t)) for t in stamps],
+            [int(every[every["timestamp"] >= t]["offset"].iloc[0]) for t in stamps],
+        ),
+    ):
         out = answer_queries(copy, parts, IndexCache(), queries_table(rows))  # index as read
         assert set(out.column("status").to_pylist()) == {"ok"}
         assert out.column("offset").to_pylist() == expected
@@ -269,15 +310,32 @@ def test_lookup_job_answers_queries_and_says_what_it_read(spark, lake, tmp_path,
     g = recs[(recs["topic"] == "t2") & (recs["partition"] == 1)].reset_index(drop=True)
     picks = g.iloc[[3, len(g) // 2, len(g) - 1]]
     queries = [{"topic": "t2", "partition": 1, "offset": int(o)} for o in picks["offset"]]
-    queries += [{"topic": "t2", "partition": 1, "timestamp": int(g["timestamp"].max())},
-                {"topic": "t2", "partition": 1, "offset": 10**12}]
+    queries += [
+        {"topic": "t2", "partition": 1, "timestamp": int(g["timestamp"].max())},
+        {"topic": "t2", "partition": 1, "offset": 10**12},
+    ]
     path = tmp_path / "queries.json"
     path.write_text("\n".join(json.dumps(q) for q in queries) + "\n")
     out = str(tmp_path / "out")
     capsys.readouterr()
-    assert run_lookup(spark, lookup_parser().parse_args(
-        ["--root", root, "--queries", str(path), "--output", out, "--output-format",
-         "parquet"])) == 0
+    assert (
+        run_lookup(
+            spark,
+            lookup_parser().parse_args(
+                [
+                    "--root",
+                    root,
+                    "--queries",
+                    str(path),
+                    "--output",
+                    out,
+                    "--output-format",
+                    "parquet",
+                ]
+            ),
+        )
+        == 0
+    )
     line = capsys.readouterr().out
     got = pd.read_parquet(out).sort_values(["query_offset", "query_timestamp"])
     ok = got[got["status"] == "ok"]

@@ -21,8 +21,13 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore.ipynb"
 def lake_root(spark, tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("nb") / "lake")
     msgs = generate(3_000, seed=5, rate_per_s=200.0)
-    ingest(spark, spark.createDataFrame(msgs), root, num_partitions=2,
-           conf={"log.segment.bytes": "60000", "log.index.interval.bytes": "4096"})
+    ingest(
+        spark,
+        spark.createDataFrame(msgs),
+        root,
+        num_partitions=2,
+        conf={"log.segment.bytes": "60000", "log.index.interval.bytes": "4096"},
+    )
     return root
 
 
@@ -31,10 +36,12 @@ def test_explore_notebook_runs(lake_root, tmp_path, monkeypatch):
     # the kernel is this interpreter: "python3" resolves to ipykernel's own spec, which
     # jupyter_client launches with sys.executable (the venv's python) in a fresh clone too
     monkeypatch.setenv("SEGLAKE_LAKE", lake_root)
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep
-                       + os.environ.get("PATH", ""))
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    monkeypatch.setenv(
+        "PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    )
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError on any failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -33,15 +33,19 @@ def records(first: int, n: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     # ~3 records per 10 ms, +-300 ms jitter in steps of 20 ms (many ties, out of order)
     ts = T0 + np.arange(n) * 10 // 3 + rng.integers(-15, 16, n) * 20
-    return pa.table({
-        "offset": pa.array(np.arange(first, first + n), pa.int64()),
-        "timestamp": pa.array(ts, pa.int64()),
-        "key": pa.array([f"k{i % 17}".encode() for i in range(n)], pa.binary()),
-        "value": pa.array([f"v{first + i}".encode() * (1 + i % 7) for i in range(n)],
-                          pa.binary()),
-        "headers": pa.array([[{"key": "h", "value": b"x"}] * (i % 2) for i in range(n)],
-                            HEADERS_TYPE),
-    })
+    return pa.table(
+        {
+            "offset": pa.array(np.arange(first, first + n), pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array([f"k{i % 17}".encode() for i in range(n)], pa.binary()),
+            "value": pa.array(
+                [f"v{first + i}".encode() * (1 + i % 7) for i in range(n)], pa.binary()
+            ),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"x"}] * (i % 2) for i in range(n)], HEADERS_TYPE
+            ),
+        }
+    )
 
 
 def append(root: Path, topic: str, partition: int, recs: pa.Table, run_id: str) -> None:
@@ -49,12 +53,19 @@ def append(root: Path, topic: str, partition: int, recs: pa.Table, run_id: str) 
     d.mkdir(parents=True, exist_ok=True)
     log = PartitionLog.open(str(d))
     start = int(recs.column("offset")[0].as_py())
-    writer = PartitionLog(log.fs, log.directory, log.segments,
-                          log_start_offset=start if not log.segments else None)
+    writer = PartitionLog(
+        log.fs, log.directory, log.segments, log_start_offset=start if not log.segments else None
+    )
     infos = writer.append(recs, config=CFG)
-    Catalog(str(root)).commit(rows_table([
-        i.catalog_row(topic, partition, f"{topic}-{partition}/{i.base_offset:020d}.log")
-        for i in infos]), run_id)
+    Catalog(str(root)).commit(
+        rows_table(
+            [
+                i.catalog_row(topic, partition, f"{topic}-{partition}/{i.base_offset:020d}.log")
+                for i in infos
+            ]
+        ),
+        run_id,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,20 +96,41 @@ def truth(root) -> dict[tuple[str, int], pd.DataFrame]:
 
 def ms(series: pd.Series) -> np.ndarray:
     """Kafka source timestamps (datetime64[us, UTC]) as epoch ms."""
-    return (series.astype("int64") // 1000).to_numpy() if series.dt.unit == "us" else \
-        series.dt.tz_convert(None).astype("datetime64[ms]").astype("int64").to_numpy()
+    return (
+        (series.astype("int64") // 1000).to_numpy()
+        if series.dt.unit == "us"
+        else series.dt.tz_convert(None).astype("datetime64[ms]").astype("int64").to_numpy()
+    )
 
 
 def test_import_is_light():
-    out = subprocess.run([sys.executable, "-c", (
-        "import sys, seglake; seglake.open; "
-        "print(sorted(m for m in ('pyspark', 'matplotlib', 'pandas') if m in sys.modules))")],
-        capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, seglake; seglake.open; "
+                "print(sorted(m for m in ('pyspark', 'matplotlib', 'pandas') if m in sys.modules))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == "['pandas']" or out == "[]", out  # pandas may come with deltalake
-    bare = subprocess.run([sys.executable, "-c", (
-        "import sys, seglake; "
-        "print([m for m in ('pyspark', 'matplotlib', 'deltalake') if m in sys.modules])")],
-        capture_output=True, text=True, check=True).stdout.strip()
+    bare = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, seglake; "
+                "print([m for m in ('pyspark', 'matplotlib', 'deltalake') if m in sys.modules])"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert bare == "[]"
 
 
@@ -142,7 +174,8 @@ def test_read_every_offset(lake, truth, topic, p):
     assert t.schema == KAFKA_SOURCE_SCHEMA and t.num_rows == 3
     assert t.column("headers").to_pylist() == [
         [{"key": h["key"], "value": h["value"]} for h in hs]
-        for hs in df[df["offset"] >= lo + 5].head(3)["headers"]]
+        for hs in df[df["offset"] >= lo + 5].head(3)["headers"]
+    ]
     with pytest.raises(ValueError, match="as_"):
         part.read(lo, 1, as_="polars")
 
@@ -152,8 +185,7 @@ def test_offsets_for_times(lake, truth, topic, p):
     part = lake.partition(topic, p)
     df = truth[(topic, p)]
     ts, offs = df["timestamp"].to_numpy(), df["offset"].to_numpy()
-    targets = np.unique(np.concatenate([ts, ts + 1, ts - 1, [0, ts.min() - 1000,
-                                                              ts.max() + 1]]))
+    targets = np.unique(np.concatenate([ts, ts + 1, ts - 1, [0, ts.min() - 1000, ts.max() + 1]]))
     for t in targets:
         hit = np.nonzero(ts >= t)[0]
         want = (int(ts[hit[0]]), int(offs[hit[0]])) if len(hit) else None
@@ -167,9 +199,15 @@ def test_offsets_for_times(lake, truth, topic, p):
     t = int(np.median(ts)) + 7
     want = part.offsets_for_times(t)
     when = dt.datetime.fromtimestamp(t / 1000, dt.UTC)
-    for form in (when, when.replace(tzinfo=None), pd.Timestamp(t, unit="ms", tz="UTC"),
-                 when.isoformat(), when.isoformat().replace("+00:00", "Z"),
-                 np.datetime64(t, "ms"), str(t)):
+    for form in (
+        when,
+        when.replace(tzinfo=None),
+        pd.Timestamp(t, unit="ms", tz="UTC"),
+        when.isoformat(),
+        when.isoformat().replace("+00:00", "Z"),
+        np.datetime64(t, "ms"),
+        str(t),
+    ):
         assert part.offsets_for_times(form) == want, form
     with pytest.raises(ValueError):
         part.offsets_for_times(-4)
@@ -184,8 +222,12 @@ def test_range_exact(lake, truth, topic, p):
     ts = df["timestamp"].to_numpy()
     assert np.any(np.diff(ts) < 0), "test data must be out of order"
     rng = np.random.default_rng(5)
-    bounds = [(int(ts.min()), int(ts.max()) + 1), (int(ts.min()) - 10, int(ts.min())),
-              (int(ts.max()) + 1, int(ts.max()) + 100), (T0 + 300, T0 + 300)]
+    bounds = [
+        (int(ts.min()), int(ts.max()) + 1),
+        (int(ts.min()) - 10, int(ts.min())),
+        (int(ts.max()) + 1, int(ts.max()) + 100),
+        (T0 + 300, T0 + 300),
+    ]
     bounds += [tuple(sorted(rng.choice(ts, 2))) for _ in range(40)]
     bounds += [(a, a + int(rng.integers(1, 200))) for a in rng.choice(ts, 20)]
     for lo, hi in bounds:
@@ -195,11 +237,16 @@ def test_range_exact(lake, truth, topic, p):
         assert ms(got["timestamp"]).tolist() == want["timestamp"].tolist()
         assert got["value"].tolist() == want["value"].tolist()
     lo, hi = int(np.percentile(ts, 30)), int(np.percentile(ts, 60))
-    t = part.range(pd.Timestamp(lo, unit="ms", tz="UTC").isoformat(),
-                   dt.datetime.fromtimestamp(hi / 1000, dt.UTC), as_="arrow")
+    t = part.range(
+        pd.Timestamp(lo, unit="ms", tz="UTC").isoformat(),
+        dt.datetime.fromtimestamp(hi / 1000, dt.UTC),
+        as_="arrow",
+    )
     assert t.schema == KAFKA_SOURCE_SCHEMA
-    assert t.column("offset").to_pylist() == df[(df["timestamp"] >= lo) & (
-        df["timestamp"] < hi)]["offset"].tolist()
+    assert (
+        t.column("offset").to_pylist()
+        == df[(df["timestamp"] >= lo) & (df["timestamp"] < hi)]["offset"].tolist()
+    )
 
 
 def test_range_prunes_segments(lake, monkeypatch):
@@ -216,8 +263,9 @@ def test_range_prunes_segments(lake, monkeypatch):
     rows = part.rows.to_pandas()
     mid = rows.iloc[len(rows) // 2]
     part.range(int(mid.min_timestamp), int(mid.min_timestamp) + 1)
-    want = rows[(rows.max_timestamp >= mid.min_timestamp)
-                & (rows.min_timestamp < mid.min_timestamp + 1)]["base_offset"].tolist()
+    want = rows[
+        (rows.max_timestamp >= mid.min_timestamp) & (rows.min_timestamp < mid.min_timestamp + 1)
+    ]["base_offset"].tolist()
     assert seen == want and len(seen) < len(rows)
 
 
@@ -235,7 +283,7 @@ def test_describe_and_html(lake, truth):
     assert f"catalog version {lake.version}" in h
     assert f"{sum(len(df) for df in truth.values())} records" in h
     for df in truth.values():
-        assert f"<td style=\"text-align:right\">{df['offset'].max() + 1}</td>" in h
+        assert f'<td style="text-align:right">{df["offset"].max() + 1}</td>' in h
     part = lake.partition("orders", 1)
     h = part._repr_html_()
     df = truth[("orders", 1)]
@@ -292,8 +340,9 @@ def test_plots(lake):
         part.plot_index(base + 1)
     fig = lake.plot_rate("orders", bucket="100ms")
     total = fig.axes[0].lines[-1].get_ydata()[:-1]  # last: the closing edge
-    assert total.sum() == sum(p.summary()["records"] for p in
-                              (lake.partition("orders", 0), lake.partition("orders", 1)))
+    assert total.sum() == sum(
+        p.summary()["records"] for p in (lake.partition("orders", 0), lake.partition("orders", 1))
+    )
     for f in (fig,):
         f.savefig(Path("/dev/null"), format="png")
 

@@ -83,8 +83,15 @@ def test_schema_comes_from_json() -> None:
     assert [f.name for f in schema if f.nullable] == ["tail_min_timestamps"]
     assert schema.field("tail_min_timestamps").type == TAIL_TYPE
     # a segment row: its key and path, what its files say, and the run's columns
-    assert set(schema.names) == {"topic", "partition", "base_offset", "path", "run_id",
-                                 "committed_at", *STAT_COLUMNS}
+    assert set(schema.names) == {
+        "topic",
+        "partition",
+        "base_offset",
+        "path",
+        "run_id",
+        "committed_at",
+        *STAT_COLUMNS,
+    }
     assert spec["partition_by"] == ["topic"]
 
 
@@ -355,10 +362,14 @@ def test_catalog_made_before_the_tail_minima_column_is_upgraded(catalog: Catalog
     catalog.commit(rows("orders", 0, [(10, 20)], tail_min_timestamps=[tail]), "new")
     assert catalog.segments().column("tail_min_timestamps").to_pylist() == [None, tail]
     assert "tail_min_timestamps" in DeltaTable(catalog.uri).schema().to_arrow().names
-    catalog.replace_rows(rows("orders", 0, [(0, 10)], tail_min_timestamps=[
-        [{"offset": 0, "min_timestamp": 1}]]), "fix")
+    catalog.replace_rows(
+        rows("orders", 0, [(0, 10)], tail_min_timestamps=[[{"offset": 0, "min_timestamp": 1}]]),
+        "fix",
+    )
     assert catalog.segments().column("tail_min_timestamps").to_pylist() == [
-        [{"offset": 0, "min_timestamp": 1}], tail]
+        [{"offset": 0, "min_timestamp": 1}],
+        tail,
+    ]
     assert keys(catalog.segments()) == [("orders", 0, 0, 10), ("orders", 0, 10, 20)]
 
 

@@ -26,16 +26,18 @@ def partition(tmp_path: Path) -> Path:
     d = tmp_path / "orders-0"
     d.mkdir()
     n = 60
-    recs = pa.table({
-        "offset": pa.array(np.arange(n), pa.int64()),
-        "timestamp": pa.array(1_000_000 + np.arange(n) * 10, pa.int64()),
-        "key": pa.array([None if i == 3 else f"k{i}".encode() for i in range(n)], pa.binary()),
-        "value": pa.array([None if i == 4 else bytes([i, 255]) for i in range(n)],
-                          pa.binary()),
-        "headers": pa.array([[{"key": "h", "value": b"\x01"}]] * n, HEADERS_TYPE),
-    })
-    PartitionLog.open(str(d)).append(recs, config=LogConfig(batch_size=200,
-                                                             compression_type="gzip"))
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(n), pa.int64()),
+            "timestamp": pa.array(1_000_000 + np.arange(n) * 10, pa.int64()),
+            "key": pa.array([None if i == 3 else f"k{i}".encode() for i in range(n)], pa.binary()),
+            "value": pa.array([None if i == 4 else bytes([i, 255]) for i in range(n)], pa.binary()),
+            "headers": pa.array([[{"key": "h", "value": b"\x01"}]] * n, HEADERS_TYPE),
+        }
+    )
+    PartitionLog.open(str(d)).append(
+        recs, config=LogConfig(batch_size=200, compression_type="gzip")
+    )
     return d
 
 
@@ -109,12 +111,14 @@ def test_dump_text_and_print_data(capsys, partition: Path) -> None:
 
 
 def test_offset_for_time(capsys, partition: Path) -> None:
-    cases = {"1000005": {"offset": 1, "timestamp": 1000010},
-             "1000000": {"offset": 0, "timestamp": 1000000},
-             "9999999": {"offset": None},
-             "-1": {"offset": 60, "timestamp": -1},
-             "-2": {"offset": 0, "timestamp": -1},
-             "-3": {"offset": 59, "timestamp": 1000590}}
+    cases = {
+        "1000005": {"offset": 1, "timestamp": 1000010},
+        "1000000": {"offset": 0, "timestamp": 1000000},
+        "9999999": {"offset": None},
+        "-1": {"offset": 60, "timestamp": -1},
+        "-2": {"offset": 0, "timestamp": -1},
+        "-3": {"offset": 59, "timestamp": 1000590},
+    }
     for ts, want in cases.items():
         assert main(["offset-for-time", str(partition), ts]) == 0
         assert json.loads(capsys.readouterr().out) == want, ts
@@ -137,8 +141,9 @@ def test_read_past_end_prints_nothing(capsys, partition: Path) -> None:
 
 
 def test_index_checks_on_written_segments(capsys, partition: Path) -> None:
-    files = [str(p) for p in sorted(partition.glob("*.index")) + sorted(
-        partition.glob("*.timeindex"))]
+    files = [
+        str(p) for p in sorted(partition.glob("*.index")) + sorted(partition.glob("*.timeindex"))
+    ]
     assert main(["dump", "--index-sanity-check", *files]) == 0
     assert main(["dump", "--verify-index-only", *files]) == 0
     capsys.readouterr()
@@ -153,13 +158,23 @@ def test_index_sanity_check_fails_on_garbage(capsys, partition: Path, tmp_path: 
 
 def test_console_script(tmp_path: Path) -> None:
     src = FIXTURES / "first-0" / "00000000000000000000.log"
-    out = subprocess.run([str(SEGLAKE), "dump", "--json", str(src)], capture_output=True,
-                         text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [str(SEGLAKE), "dump", "--json", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.splitlines()) == 7
     missing = tmp_path / "00000000000000000000.log"
-    out = subprocess.run([str(SEGLAKE), "dump", str(missing)], capture_output=True,
-                         text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [str(SEGLAKE), "dump", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and str(missing) in out.stderr
 

@@ -37,20 +37,26 @@ from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
 EXAMPLES = int(os.environ.get("SEGLAKE_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=2000, derandomize=EXAMPLES <= 300,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=2000,
+    derandomize=EXAMPLES <= 300,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 MEMORY_BOUND = 64 << 20  # no input below takes more than this, whatever it claims
 
 
 @cache
 def valid_log(codec: int) -> bytes:
     n = 60
-    rec = pa.table({
-        "offset": pa.array(np.arange(n), pa.int64()),
-        "timestamp": pa.array(1_700_000_000_000 + np.arange(n), pa.int64()),
-        "key": pa.array([f"k{i}".encode() if i % 3 else None for i in range(n)], pa.binary()),
-        "value": pa.array([b"x" * (i % 20) for i in range(n)], pa.binary()),
-    })
+    rec = pa.table(
+        {
+            "offset": pa.array(np.arange(n), pa.int64()),
+            "timestamp": pa.array(1_700_000_000_000 + np.arange(n), pa.int64()),
+            "key": pa.array([f"k{i}".encode() if i % 3 else None for i in range(n)], pa.binary()),
+            "value": pa.array([b"x" * (i % 20) for i in range(n)], pa.binary()),
+        }
+    )
     return encode_batches(rec, codec=codec, batch_starts=np.arange(0, n, 7)).tobytes()
 
 
@@ -165,10 +171,14 @@ def test_decompress_mutated_frames(codec: int, payload: bytes, data) -> None:
 
 
 FORGED = {
-    "zstd content size 1 TB": (4, b"\x28\xb5\x2f\xfd\xe0" + struct.pack("<Q", 1 << 40)
-                               + b"\x01\x00\x00"),
-    "xerial snappy block 2 GB": (2, codecs.XERIAL_HEADER + struct.pack(">i", 0x7FFFFFFF)
-                                 + b"\x00" * 10),
+    "zstd content size 1 TB": (
+        4,
+        b"\x28\xb5\x2f\xfd\xe0" + struct.pack("<Q", 1 << 40) + b"\x01\x00\x00",
+    ),
+    "xerial snappy block 2 GB": (
+        2,
+        codecs.XERIAL_HEADER + struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 10,
+    ),
     "raw snappy length 4 GB": (2, b"\xff\xff\xff\xff\x0f" + b"\x00" * 10),
     "lz4 frame, bad header": (3, struct.pack("<I", 0x184D2204) + b"\x64\x70" + b"\x00" * 20),
 }
@@ -267,8 +277,21 @@ def test_recover_segment_on_mutated_logs(tmp_path_factory, buf: bytes) -> None:
 
 # ------------------------------------------------------------------ names and paths
 
-BAD_TOPICS = ["../x", "..", ".", "a/b", "/etc", "a\\b", "", "x" * 250, "a b", "t:0",
-              "%2e%2e", "a\x00b", "ü"]
+BAD_TOPICS = [
+    "../x",
+    "..",
+    ".",
+    "a/b",
+    "/etc",
+    "a\\b",
+    "",
+    "x" * 250,
+    "a b",
+    "t:0",
+    "%2e%2e",
+    "a\x00b",
+    "ü",
+]
 
 
 @pytest.mark.parametrize("topic", BAD_TOPICS)
@@ -290,28 +313,55 @@ def test_topic_validation_is_the_path_guard(name: str) -> None:
     assert lakefs.safe_join("/lake", f"{name}-0/00000000000000000000.log").startswith("/lake/")
 
 
-@pytest.mark.parametrize("path", ["../x.log", "/etc/passwd", "a/../../b", "s3://b/k",
-                                  "file:///etc", "a//b", "./a", "a\\..\\b", "%2e%2e/a",
-                                  "~/a", "C:/x", "a/\x00"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../x.log",
+        "/etc/passwd",
+        "a/../../b",
+        "s3://b/k",
+        "file:///etc",
+        "a//b",
+        "./a",
+        "a\\..\\b",
+        "%2e%2e/a",
+        "~/a",
+        "C:/x",
+        "a/\x00",
+    ],
+)
 def test_safe_join_refuses_escapes(path: str) -> None:
     with pytest.raises(InvalidTopicError):
         lakefs.safe_join("/lake", path)
 
 
-@pytest.mark.parametrize("topic,path", [
-    ("t", "../t-0/00000000000000000000.log"),
-    ("t", "/abs/t-0/00000000000000000000.log"),
-    ("t", "u-0/00000000000000000000.log"),
-    ("../t", "../t-0/00000000000000000000.log"),
-])
+@pytest.mark.parametrize(
+    "topic,path",
+    [
+        ("t", "../t-0/00000000000000000000.log"),
+        ("t", "/abs/t-0/00000000000000000000.log"),
+        ("t", "u-0/00000000000000000000.log"),
+        ("../t", "../t-0/00000000000000000000.log"),
+    ],
+)
 def test_catalog_rows_with_escaping_paths_refused(tmp_path, topic: str, path: str) -> None:
     cat = Catalog(str(tmp_path / "lake"))
-    row = pa.table({"topic": [topic], "partition": pa.array([0], pa.int32()),
-                    "base_offset": [0], "next_offset": [1], "record_count": [1],
-                    "min_timestamp": [0], "max_timestamp": [0], "size_bytes": [70],
-                    "index_entries": pa.array([0], pa.int32()),
-                    "time_index_entries": pa.array([0], pa.int32()), "codec": ["none"],
-                    "path": [path]})
+    row = pa.table(
+        {
+            "topic": [topic],
+            "partition": pa.array([0], pa.int32()),
+            "base_offset": [0],
+            "next_offset": [1],
+            "record_count": [1],
+            "min_timestamp": [0],
+            "max_timestamp": [0],
+            "size_bytes": [70],
+            "index_entries": pa.array([0], pa.int32()),
+            "time_index_entries": pa.array([0], pa.int32()),
+            "codec": ["none"],
+            "path": [path],
+        }
+    )
     with pytest.raises((InvalidTopicError, CatalogError)):
         cat.commit(row, "evil")
     assert not (tmp_path / "t-0").exists() and not (tmp_path / "lake" / "t-0").exists()

@@ -35,8 +35,14 @@ BLOCK = textwrap.dedent("""
 
 
 def run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCK + textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def test_block_works() -> None:

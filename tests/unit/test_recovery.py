@@ -31,18 +31,21 @@ from tests.unit.test_decode import control_batch, raw_batch, raw_record
 
 N = 400
 INTERVAL = 300
-CFG = LogConfig(segment_bytes=2_500, batch_size=400, index_interval_bytes=INTERVAL,
-                compression_type="lz4")
+CFG = LogConfig(
+    segment_bytes=2_500, batch_size=400, index_interval_bytes=INTERVAL, compression_type="lz4"
+)
 
 
 def _records(n: int = N, start: int = 0) -> pa.Table:
     ts = 1_700_000_000_000 + np.arange(n) * 10
-    return pa.table({
-        "offset": pa.array(np.arange(start, start + n), pa.int64()),
-        "timestamp": pa.array(ts, pa.int64()),
-        "key": pa.array([f"k{i}".encode() for i in range(n)], pa.binary()),
-        "value": pa.array([b"v" * (i % 40) for i in range(n)], pa.binary()),
-    })
+    return pa.table(
+        {
+            "offset": pa.array(np.arange(start, start + n), pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array([f"k{i}".encode() for i in range(n)], pa.binary()),
+            "value": pa.array([b"v" * (i % 40) for i in range(n)], pa.binary()),
+        }
+    )
 
 
 def write_partition(d: Path) -> list:
@@ -106,6 +109,7 @@ def assert_lookups_match_scan(d: Path) -> None:
 
 
 # ----------------------------------------------------------------------- segments
+
 
 def test_intact_partition_is_untouched(part: Path) -> None:
     before = snapshot(part)
@@ -212,6 +216,7 @@ def test_offsets_going_backwards_are_an_invalid_batch(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------- pending files
 
+
 def test_leftover_deleted_cleaned_and_swap(part: Path) -> None:
     segs = logs(part)
     # .deleted: a delete that crashed after the rename
@@ -238,18 +243,21 @@ def test_leftover_deleted_cleaned_and_swap(part: Path) -> None:
 
 # ----------------------------------------------------------------------- transactions
 
+
 def test_txnindex_from_abort_markers(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     d.mkdir()
     rec = raw_record(0, 0, b"k", b"v")
     TXN = 0x10
-    buf = (raw_batch(rec, 1, base_offset=0, attributes=TXN, producer_id=7)
-           + raw_batch(rec, 1, base_offset=1, attributes=TXN, producer_id=8)
-           + raw_batch(rec, 1, base_offset=2, attributes=TXN, producer_id=7)
-           + control_batch(ControlType.ABORT, base_offset=3, producer_id=7)
-           + control_batch(ControlType.COMMIT, base_offset=4, producer_id=8)
-           + raw_batch(rec, 1, base_offset=5, attributes=TXN, producer_id=9)
-           + control_batch(ControlType.ABORT, base_offset=6, producer_id=9))
+    buf = (
+        raw_batch(rec, 1, base_offset=0, attributes=TXN, producer_id=7)
+        + raw_batch(rec, 1, base_offset=1, attributes=TXN, producer_id=8)
+        + raw_batch(rec, 1, base_offset=2, attributes=TXN, producer_id=7)
+        + control_batch(ControlType.ABORT, base_offset=3, producer_id=7)
+        + control_batch(ControlType.COMMIT, base_offset=4, producer_id=8)
+        + raw_batch(rec, 1, base_offset=5, attributes=TXN, producer_id=9)
+        + control_batch(ControlType.ABORT, base_offset=6, producer_id=9)
+    )
     (d / "00000000000000000000.log").write_bytes(buf)
     rep = recover_partition(str(d))
     assert rep.segments[0].txn_index_entries == 2 and ".txnindex" in rep.segments[0].rebuilt
@@ -260,14 +268,17 @@ def test_txnindex_from_abort_markers(tmp_path: Path) -> None:
     assert not recover_partition(str(d)).changed
     # a wrong .txnindex is replaced
     (d / "00000000000000000000.txnindex").write_bytes(
-        TransactionIndex.from_bytes(txn.to_bytes()[:34], 0).to_bytes())
+        TransactionIndex.from_bytes(txn.to_bytes()[:34], 0).to_bytes()
+    )
     rep = recover_partition(str(d))
     assert "disagrees" in rep.segments[0].rebuilt[".txnindex"]
-    assert len(TransactionIndex.from_bytes(
-        (d / "00000000000000000000.txnindex").read_bytes(), 0)) == 2
+    assert (
+        len(TransactionIndex.from_bytes((d / "00000000000000000000.txnindex").read_bytes(), 0)) == 2
+    )
 
 
 # ----------------------------------------------------------------------- lake
+
 
 def make_lake(root: Path, pristine: Path, topic: str = "t", partition: int = 0) -> Catalog:
     d = root / f"{topic}-{partition}"
@@ -305,8 +316,9 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     assert rows.column("size_bytes").to_pylist()[-1] == int(scan.position[-1])
     assert [p.name for p in logs(d)] == [p.name for p in segs[:2]]  # files of removed rows gone
     after = open_partition(str(root), "t", 0).read(0, 10 * N)
-    assert after.column("offset").to_pylist() == [o for o in full.column("offset").to_pylist()
-                                                  if o < leo]
+    assert after.column("offset").to_pylist() == [
+        o for o in full.column("offset").to_pylist() if o < leo
+    ]
     assert cat.segments("u", 3).num_rows == len(segs)  # the other partition untouched
     again = recover_lake(str(root), interval=INTERVAL)
     assert not again.changed and cat.version() == v + 1
@@ -323,8 +335,10 @@ def test_recover_lake_fills_in_and_corrects_tail_minima(tmp_path: Path, pristine
     k = rows.schema.get_field_index("tail_min_timestamps")
     broken = [None] * rows.num_rows
     broken[-1] = [{**good[-1][0], "min_timestamp": good[-1][0]["min_timestamp"] + 1}]
-    cat.replace_rows(rows.set_column(k, rows.schema.field(k), pa.array(
-        broken, rows.schema.field(k).type)), "old-catalog")
+    cat.replace_rows(
+        rows.set_column(k, rows.schema.field(k), pa.array(broken, rows.schema.field(k).type)),
+        "old-catalog",
+    )
     v = cat.version()
     dry = recover_lake(str(root), dry_run=True, interval=INTERVAL)
     assert dry.rows_replaced == rows.num_rows and cat.version() == v

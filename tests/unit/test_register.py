@@ -47,7 +47,8 @@ def test_rows_match_expected(lake: Path, partition: str) -> None:
         assert r["time_index_entries"] == len(seg["time_index"])
         for suffix in (".log", ".index", ".timeindex"):  # copied byte for byte
             assert (lake / partition / f"{name}{suffix}").read_bytes() == (
-                FIXTURES / partition / f"{name}{suffix}").read_bytes()
+                FIXTURES / partition / f"{name}{suffix}"
+            ).read_bytes()
 
 
 @pytest.mark.parametrize("partition", FIXTURE_PARTITIONS)
@@ -57,10 +58,10 @@ def test_lookups_equal_scan(lake: Path, partition: str) -> None:
     offs, ts, allrows, start, leo = brute(partition)
     assert (log.log_start_offset, log.log_end_offset) == (start, leo)
     assert row_tuples(log.read(start, len(allrows) + 10)) == allrows
-    for o in [*list(offs[::max(1, len(offs) // 40)]), int(offs[-1])]:
+    for o in [*list(offs[:: max(1, len(offs) // 40)]), int(offs[-1])]:
         got = log.read(int(o), 1)
         assert row_tuples(got) == [allrows[int((offs == o).argmax())]]
-    for t in [*sorted(set(ts[::max(1, len(ts) // 40)].tolist())), -1, -2, -3, int(ts.max()) + 1]:
+    for t in [*sorted(set(ts[:: max(1, len(ts) // 40)].tolist())), -1, -2, -3, int(ts.max()) + 1]:
         found = log.offsets_for_times(int(t))
         want = first_at_or_after(partition, int(t))
         assert (None if found is None else (found.timestamp, found.offset)) == want
@@ -87,8 +88,14 @@ def test_in_place_needs_the_root(tmp_path: Path) -> None:
 
 
 def test_cli_register(tmp_path: Path, capsys) -> None:
-    assert main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES),
-                 "--topics", "sensor-data"]) == 0
+    assert (
+        main(
+            ["register", "--root", str(tmp_path / "lake"), str(FIXTURES), "--topics", "sensor-data"]
+        )
+        == 0
+    )
     assert "registered 1 segment" in capsys.readouterr().out
-    assert main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES),
-                 "--topics", "../etc"]) == 2
+    assert (
+        main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES), "--topics", "../etc"])
+        == 2
+    )

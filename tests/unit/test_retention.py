@@ -27,22 +27,41 @@ DAY = 86_400_000
 def rows(specs: list[tuple[str, int, int, int, int, int]]) -> pa.Table:
     """(topic, partition, base, next, max_timestamp, size) -> catalog-like rows."""
     t, p, b, n, m, s = zip(*specs, strict=True)
-    return pa.table({
-        "topic": list(t), "partition": pa.array(p, pa.int32()), "base_offset": list(b),
-        "next_offset": list(n), "max_timestamp": list(m), "size_bytes": list(s),
-        "committed_at": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * len(t),
-                                 pa.timestamp("us", tz="UTC")),
-    })
+    return pa.table(
+        {
+            "topic": list(t),
+            "partition": pa.array(p, pa.int32()),
+            "base_offset": list(b),
+            "next_offset": list(n),
+            "max_timestamp": list(m),
+            "size_bytes": list(s),
+            "committed_at": pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * len(t), pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
 
 
-SEGS = rows([("a", 0, 0, 10, 1 * DAY, 100), ("a", 0, 10, 20, 2 * DAY, 100),
-             ("a", 0, 20, 30, 3 * DAY, 100), ("a", 0, 30, 40, 4 * DAY, 100),
-             ("b", 1, 0, 5, 1 * DAY, 50)])
+SEGS = rows(
+    [
+        ("a", 0, 0, 10, 1 * DAY, 100),
+        ("a", 0, 10, 20, 2 * DAY, 100),
+        ("a", 0, 20, 30, 3 * DAY, 100),
+        ("a", 0, 30, 40, 4 * DAY, 100),
+        ("b", 1, 0, 5, 1 * DAY, 50),
+    ]
+)
 
 
 def bases(t: pa.Table) -> list[tuple[str, int, int]]:
-    return list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
-                    t.column("base_offset").to_pylist(), strict=True))
+    return list(
+        zip(
+            t.column("topic").to_pylist(),
+            t.column("partition").to_pylist(),
+            t.column("base_offset").to_pylist(),
+            strict=True,
+        )
+    )
 
 
 def test_time_rule_and_newest_kept() -> None:
@@ -61,11 +80,13 @@ def test_time_rule_stops_at_first_young_segment() -> None:
 
 def test_size_rule() -> None:
     # 400 bytes, limit 250: delete while the rest stays >= 250 -> 2 segments (200 left)
-    assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=200)) == [
-        ("a", 0, 0), ("a", 0, 10)]
+    assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=200)) == [("a", 0, 0), ("a", 0, 10)]
     assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=250)) == [("a", 0, 0)]
     assert bases(plan_retention(SEGS, now_ms=0, retention_bytes=0)) == [
-        ("a", 0, 0), ("a", 0, 10), ("a", 0, 20)]
+        ("a", 0, 0),
+        ("a", 0, 10),
+        ("a", 0, 20),
+    ]
 
 
 def test_log_start_offset_rule() -> None:
@@ -101,7 +122,8 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
     assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
     assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
-        segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex"))
+        segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex")
+    )
     log = open_partition(str(root), "t", 0)
     assert log.log_start_offset == int(segs[-1].stem) and log.log_end_offset == N
     assert log.read(log.log_start_offset, 10 * N).num_rows == N - int(segs[-1].stem)
@@ -109,8 +131,11 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     assert apply_retention(str(root), retention_bytes=0, retention_ms=0).deleted.num_rows == 0
 
 
-def test_crash_between_catalog_and_files(tmp_path: Path, pristine: Path,  # noqa: F811
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_between_catalog_and_files(
+    tmp_path: Path,
+    pristine: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     root = tmp_path / "lake"
     cat = make_lake(root, pristine)
     segs = logs(root / "t-0")
@@ -120,12 +145,10 @@ def test_crash_between_catalog_and_files(tmp_path: Path, pristine: Path,  # noqa
 
     monkeypatch.setattr(retention_mod, "delete_segment_files", crash)
     with pytest.raises(KeyboardInterrupt):
-        apply_retention(str(root), log_start_offsets={("t", 0): int(segs[2].stem)},
-                        retention_ms=-1)
+        apply_retention(str(root), log_start_offsets={("t", 0): int(segs[2].stem)}, retention_ms=-1)
     monkeypatch.undo()
     # committed: readers see the new log start at once; the files are still there
-    assert cat.segments("t", 0).column("base_offset").to_pylist() == [
-        int(p.stem) for p in segs[2:]]
+    assert cat.segments("t", 0).column("base_offset").to_pylist() == [int(p.stem) for p in segs[2:]]
     assert logs(root / "t-0") == segs
     expected = open_partition(str(root), "t", 0).read(0, 10 * N)
     assert expected.column("offset").to_pylist()[0] == int(segs[2].stem)
@@ -144,7 +167,9 @@ def test_cli_retention(tmp_path: Path, pristine: Path, capsys) -> None:  # noqa:
     make_lake(root, pristine)
     assert main(["retention", str(root), "--retention-bytes", "0", "--dry-run"]) == 0
     assert "would delete" in capsys.readouterr().out
-    assert main(["retention", str(root), "--log-start-offset", "t:0:100000",
-                 "--retention-ms", "-1"]) == 0
+    assert (
+        main(["retention", str(root), "--log-start-offset", "t:0:100000", "--retention-ms", "-1"])
+        == 0
+    )
     assert len(Catalog(str(root)).segments("t", 0)) == 1
     assert main(["retention", str(root), "--log-start-offset", "../x:0:1"]) == 2

@@ -23,8 +23,9 @@ from seglake.storage.segment import LogSegment
 
 N = 300
 INTERVAL = 300
-CFG = LogConfig(segment_bytes=2_000, batch_size=400, index_interval_bytes=INTERVAL,
-                compression_type="lz4")
+CFG = LogConfig(
+    segment_bytes=2_000, batch_size=400, index_interval_bytes=INTERVAL, compression_type="lz4"
+)
 
 
 def _records() -> pa.Table:
@@ -34,13 +35,15 @@ def _records() -> pa.Table:
     keys = [None if i % 13 == 0 else f"k{i}".encode() for i in range(N)]
     values = [None if i % 17 == 0 else (b"v" * (i % 50)) for i in range(N)]
     headers = [[{"key": "h", "value": None if i % 5 else b"x"}] * (i % 3) for i in range(N)]
-    return pa.table({
-        "offset": pa.array(np.arange(100, 100 + N), pa.int64()),
-        "timestamp": pa.array(ts, pa.int64()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array(values, pa.binary()),
-        "headers": pa.array(headers, HEADERS_TYPE),
-    })
+    return pa.table(
+        {
+            "offset": pa.array(np.arange(100, 100 + N), pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "headers": pa.array(headers, HEADERS_TYPE),
+        }
+    )
 
 
 RECORDS = _records()
@@ -71,9 +74,16 @@ def copy_of(pristine: Path, tmp_path: Path) -> Path:
 
 def rows(t: pa.Table) -> list[tuple]:
     d = t.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
-    return list(zip(d["offset"], d["timestamp"], d["key"], d["value"],
-                    [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
-                    strict=True))
+    return list(
+        zip(
+            d["offset"],
+            d["timestamp"],
+            d["key"],
+            d["value"],
+            [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
+            strict=True,
+        )
+    )
 
 
 ALL_ROWS = rows(RECORDS)
@@ -107,16 +117,20 @@ def answer(log: PartitionLog, t: int) -> tuple[int, int] | None:
 
 def timestamp_targets() -> list[int]:
     distinct = np.unique(TIMESTAMPS)
-    return sorted({-3, -2, -1, 0, int(distinct[0]) - 1000, int(distinct[-1]) + 1,
-                   int(distinct[-1]) + 10**6}
-                  | {int(t) + d for t in distinct for d in (-1, 0, 1)})
+    return sorted(
+        {-3, -2, -1, 0, int(distinct[0]) - 1000, int(distinct[-1]) + 1, int(distinct[-1]) + 10**6}
+        | {int(t) + d for t in distinct for d in (-1, 0, 1)}
+    )
 
 
 def check_everything(log: PartitionLog, *, offsets_step: int = 1, ts_step: int = 1) -> None:
     assert log.log_start_offset == LOG_START and log.log_end_offset == LEO
     for o in range(LOG_START - 3, LEO + 3, offsets_step):
-        assert rows(log.read(o, 7)) == brute_read(max(o, LOG_START), 7) if o < LEO else \
-            rows(log.read(o, 7)) == [], o
+        assert (
+            rows(log.read(o, 7)) == brute_read(max(o, LOG_START), 7)
+            if o < LEO
+            else rows(log.read(o, 7)) == []
+        ), o
     for t in timestamp_targets()[::ts_step]:
         assert answer(log, t) == brute_time(t), t
     for t in (-3, -2, -1):
@@ -148,16 +162,17 @@ def test_read_whole_log_and_ranges(pristine: Path) -> None:
     assert rows(log.read(0, 10 * N)) == ALL_ROWS
     assert rows(log.read_range(0, 10**9)) == ALL_ROWS
     bases = [s.base_offset for s in log.segments]
-    edges = sorted({LOG_START - 1, LOG_START, LEO - 1, LEO, LEO + 1}
-                   | {b + d for b in bases for d in (-1, 0, 1)})
+    edges = sorted(
+        {LOG_START - 1, LOG_START, LEO - 1, LEO, LEO + 1}
+        | {b + d for b in bases for d in (-1, 0, 1)}
+    )
     for lo in edges:
         for hi in edges:
             assert rows(log.read_range(lo, hi)) == brute_range(lo, hi), (lo, hi)
 
 
 @settings(max_examples=40, deadline=None)
-@given(lo=st.integers(LOG_START - 20, LEO + 20), span=st.integers(0, 400),
-       k=st.integers(1, 300))
+@given(lo=st.integers(LOG_START - 20, LEO + 20), span=st.integers(0, 400), k=st.integers(1, 300))
 def test_read_range_hypothesis(pristine: Path, lo: int, span: int, k: int) -> None:
     log = PartitionLog.open(str(pristine), index_interval_bytes=INTERVAL)
     assert rows(log.read_range(lo, lo + span)) == brute_range(lo, lo + span)
@@ -232,8 +247,9 @@ def _damage(d: Path, how: str) -> list[str]:
             entries = [struct.unpack_from(">ii", data, 8 * i) for i in range(n)]
             # shift every position by a few bytes: still strictly increasing and in the
             # file, but no batch starts there
-            out = b"".join(struct.pack(">ii", r, p + 3 + (i % 2)) for i, (r, p) in
-                           enumerate(entries))
+            out = b"".join(
+                struct.pack(">ii", r, p + 3 + (i % 2)) for i, (r, p) in enumerate(entries)
+            )
             f.write_bytes(out)
         elif how == "wrong-offsets":
             n = len(data) // 8
@@ -260,21 +276,25 @@ def test_broken_indexes_are_rebuilt(pristine: Path, tmp_path: Path, how: str) ->
             assert seg.index_source.startswith("rebuilt"), (seg, seg.index_source)
             oi, ti = seg.offset_index, seg.time_index
             # rebuilt equal to what the writer wrote
-            assert oi.to_bytes() == (pristine / Path(seg.log_path).with_suffix(
-                ".index").name).read_bytes()
-            assert ti.to_bytes() == (pristine / Path(seg.log_path).with_suffix(
-                ".timeindex").name).read_bytes()
+            assert (
+                oi.to_bytes()
+                == (pristine / Path(seg.log_path).with_suffix(".index").name).read_bytes()
+            )
+            assert (
+                ti.to_bytes()
+                == (pristine / Path(seg.log_path).with_suffix(".timeindex").name).read_bytes()
+            )
 
 
 @pytest.mark.parametrize("how", ["wrong-positions", "wrong-offsets"])
-def test_indexes_pointing_wrong_still_answer_right(pristine: Path, tmp_path: Path,
-                                                   how: str) -> None:
+def test_indexes_pointing_wrong_still_answer_right(
+    pristine: Path, tmp_path: Path, how: str
+) -> None:
     d = copy_of(pristine, tmp_path)
     damaged = _damage(d, how)
     log = PartitionLog.open(str(d), index_interval_bytes=INTERVAL)
     check_everything(log, offsets_step=7, ts_step=9)
-    assert any(s.index_source.startswith("rebuilt") for s in log.segments
-               if s.log_path in damaged)
+    assert any(s.index_source.startswith("rebuilt") for s in log.segments if s.log_path in damaged)
     # fresh logs per lookup kind: each path on its own must notice the bad index
     for t in timestamp_targets()[::37]:
         log = PartitionLog.open(str(d), index_interval_bytes=INTERVAL)
@@ -293,8 +313,9 @@ def test_index_entry_truncated_at_entry_boundary(pristine: Path, tmp_path: Path)
     for f in d.glob("*.timeindex"):
         data = f.read_bytes()
         f.write_bytes(data[: len(data) // 24 * 12])
-    check_everything(PartitionLog.open(str(d), index_interval_bytes=INTERVAL), offsets_step=7,
-                     ts_step=7)
+    check_everything(
+        PartitionLog.open(str(d), index_interval_bytes=INTERVAL), offsets_step=7, ts_step=7
+    )
 
 
 def test_not_a_segment_name(tmp_path: Path) -> None:
@@ -310,9 +331,17 @@ def catalog_log(d: Path, pristine: Path) -> PartitionLog:
     """Segments as the catalog knows them (size, next offset, largest timestamp given):
     nothing is derived from the tail, so lookups meet the damaged index first."""
     ref = PartitionLog.open(str(pristine), index_interval_bytes=INTERVAL)
-    segs = [LogSegment(ref.fs, str(d / Path(s.log_path).name), size=s.size,
-                       next_offset=s.next_offset, max_timestamp=s.max_timestamp,
-                       index_interval_bytes=INTERVAL) for s in ref.segments]
+    segs = [
+        LogSegment(
+            ref.fs,
+            str(d / Path(s.log_path).name),
+            size=s.size,
+            next_offset=s.next_offset,
+            max_timestamp=s.max_timestamp,
+            index_interval_bytes=INTERVAL,
+        )
+        for s in ref.segments
+    ]
     return PartitionLog(ref.fs, str(d), segs)
 
 
@@ -325,12 +354,14 @@ def test_damaged_indexes_with_catalog_metadata(pristine: Path, tmp_path: Path, h
         assert answer(catalog_log(d, pristine), t) == brute_time(t), t
     for o in range(LOG_START - 1, LEO + 1, 23):
         assert rows(catalog_log(d, pristine).read(o, 4)) == (
-            brute_read(max(o, LOG_START), 4) if o < LEO else []), o
+            brute_read(max(o, LOG_START), 4) if o < LEO else []
+        ), o
     log = catalog_log(d, pristine)
     check_everything(log, offsets_step=9, ts_step=11)
     if how != "wrong-offsets":  # an entry one offset off can be harmless
-        assert all(s.index_source.startswith("rebuilt") for s in log.segments
-                   if s.log_path in damaged)
+        assert all(
+            s.index_source.startswith("rebuilt") for s in log.segments if s.log_path in damaged
+        )
 
 
 def test_read_across_offset_gaps(tmp_path: Path) -> None:
@@ -340,8 +371,9 @@ def test_read_across_offset_gaps(tmp_path: Path) -> None:
     d = tmp_path / "c-0"
     d.mkdir()
     log = PartitionLog.open(str(d))
-    log.append(recs, config=LogConfig(segment_bytes=2_000, batch_size=300,
-                                      index_interval_bytes=200))
+    log.append(
+        recs, config=LogConfig(segment_bytes=2_000, batch_size=300, index_interval_bytes=200)
+    )
     log = PartitionLog.open(str(d), index_interval_bytes=200)
     want = rows(recs)
     for o in range(0, int(offsets[-1]) + 3, 61):

@@ -59,8 +59,9 @@ def segments(draw):
 @given(segments(), st.integers(1, 40), st.sampled_from([1, 500, 4000]), st.integers(-6, 62))
 def test_checkpoints_and_cutoff_equal_brute_force(seg, points, min_step, end):
     first, pos, sizes, counts, ts = seg
-    offsets = np.concatenate([f + np.arange(c) for f, c in zip(first, counts, strict=True)]
-                             ).astype(np.int64)
+    offsets = np.concatenate([f + np.arange(c) for f, c in zip(first, counts, strict=True)]).astype(
+        np.int64
+    )
     size = int(pos[-1] + sizes[-1])
     mins = batch_minima(ts, counts)
     for i, c in enumerate(counts):  # batch_minima is each batch's min
@@ -102,8 +103,11 @@ def test_writer_and_recovery_agree_with_brute_force(tmp_path: Path, codec: str) 
     fs = pafs.LocalFileSystem()
     for info in infos:
         seg = read_log(Path(info.log_path).read_bytes())[0]
-        check_tail(info.tail_min_timestamps, seg.column("offset").to_numpy(),
-                   seg.column("timestamp").to_numpy())
+        check_tail(
+            info.tail_min_timestamps,
+            seg.column("offset").to_numpy(),
+            seg.column("timestamp").to_numpy(),
+        )
         if info.size_bytes > 2 * TAIL_STEP:  # non-monotonic: the minimum moves
             assert len(info.tail_min_timestamps) > 1
         rec = recover_segment(fs, info.log_path, dry_run=True)
@@ -118,5 +122,8 @@ def test_broker_segments() -> None:
         recs = read_log(p.read_bytes(), skip_control=False)[0]
         rec = recover_segment(fs, str(p), dry_run=True)
         if recs.num_rows:
-            check_tail(rec.tail_min_timestamps, recs.column("offset").to_numpy(),
-                       recs.column("timestamp").to_numpy())
+            check_tail(
+                rec.tail_min_timestamps,
+                recs.column("offset").to_numpy(),
+                recs.column("timestamp").to_numpy(),
+            )

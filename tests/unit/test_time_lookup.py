@@ -74,25 +74,34 @@ def encode_spec(spec: list, base_offset: int) -> list[bytes]:
             continue
         codec, recs, append_time, with_headers = item
         offsets = offset + np.cumsum([gap for gap, _ in recs]) + np.arange(len(recs))
-        headers = [[{"key": f"h{i}", "value": b"x"}] * (i % 3) if with_headers else []
-                   for i in range(len(recs))]
-        table = pa.table({
-            "offset": pa.array(offsets, pa.int64()),
-            "timestamp": pa.array([T0 + ts for _, ts in recs], pa.int64()),
-            "key": pa.array([b"k%d" % i for i in range(len(recs))], pa.binary()),
-            "value": pa.array([b"v" * (i * 7) for i in range(len(recs))], pa.binary()),
-            "headers": pa.array(headers, HEADERS_TYPE),
-        })
-        enc = encode_batches(table, batch_starts=np.array([0]), codec=codec,
-                             timestamp_type=0 if append_time is None else 1,
-                             log_append_time=None if append_time is None else T0 + append_time)
+        headers = [
+            [{"key": f"h{i}", "value": b"x"}] * (i % 3) if with_headers else []
+            for i in range(len(recs))
+        ]
+        table = pa.table(
+            {
+                "offset": pa.array(offsets, pa.int64()),
+                "timestamp": pa.array([T0 + ts for _, ts in recs], pa.int64()),
+                "key": pa.array([b"k%d" % i for i in range(len(recs))], pa.binary()),
+                "value": pa.array([b"v" * (i * 7) for i in range(len(recs))], pa.binary()),
+                "headers": pa.array(headers, HEADERS_TYPE),
+            }
+        )
+        enc = encode_batches(
+            table,
+            batch_starts=np.array([0]),
+            codec=codec,
+            timestamp_type=0 if append_time is None else 1,
+            log_append_time=None if append_time is None else T0 + append_time,
+        )
         out.append(enc.tobytes())
         offset = int(offsets[-1]) + 1
     return out
 
 
-def write_segment(directory: Path, batches: list[bytes], base_offset: int, *,
-                  interval: int, index_files: bool) -> Path:
+def write_segment(
+    directory: Path, batches: list[bytes], base_offset: int, *, interval: int, index_files: bool
+) -> Path:
     """``directory/<base>.log`` of ``batches``; with ``index_files``, its ``.index`` and
     ``.timeindex`` as a broker writes them (else the reader rebuilds them)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -113,8 +122,9 @@ def records_of(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
     return t.column("offset").to_numpy(), t.column("timestamp").to_numpy()
 
 
-def brute_force(offsets: np.ndarray, timestamps: np.ndarray, t: int, lo: int
-                ) -> tuple[int, int] | None:
+def brute_force(
+    offsets: np.ndarray, timestamps: np.ndarray, t: int, lo: int
+) -> tuple[int, int] | None:
     """The first record (offset order) with offset >= ``lo`` and timestamp >= ``t``."""
     hits = np.flatnonzero((timestamps >= t) & (offsets >= lo))
     return (int(timestamps[hits[0]]), int(offsets[hits[0]])) if len(hits) else None
@@ -133,18 +143,29 @@ def found(f) -> tuple[int, int] | None:
 
 
 @SETTINGS
-@given(spec=segment_specs, base=st.integers(0, 10**6), interval=st.sampled_from([1, 150, 4096]),
-       index_files=st.booleans(), data=st.data())
-def test_segment_lookup_equals_brute_force(tmp_path: Path, spec, base: int, interval: int,
-                                           index_files: bool, data) -> None:
+@given(
+    spec=segment_specs,
+    base=st.integers(0, 10**6),
+    interval=st.sampled_from([1, 150, 4096]),
+    index_files=st.booleans(),
+    data=st.data(),
+)
+def test_segment_lookup_equals_brute_force(
+    tmp_path: Path, spec, base: int, interval: int, index_files: bool, data
+) -> None:
     d = Path(tempfile.mkdtemp(dir=tmp_path))
-    log = write_segment(d, encode_spec(spec, base), base, interval=interval,
-                        index_files=index_files)
+    log = write_segment(
+        d, encode_spec(spec, base), base, interval=interval, index_files=index_files
+    )
     offsets, timestamps = records_of([log])
     seg = LogSegment(FS, str(log), index_interval_bytes=interval)
     last = int(offsets.max()) if len(offsets) else base
-    starts = [None, base - 1, last + 1, *data.draw(st.lists(st.integers(base, last + 1),
-                                                             max_size=3))]
+    starts = [
+        None,
+        base - 1,
+        last + 1,
+        *data.draw(st.lists(st.integers(base, last + 1), max_size=3)),
+    ]
     for t in targets(timestamps):
         for lo in starts:
             want = brute_force(offsets, timestamps, t, base if lo is None else lo)
@@ -209,8 +230,10 @@ def same_error(a: CorruptRecordError, b: CorruptRecordError) -> bool:
 def bad_log(case: str, prefix: int = 5) -> tuple[bytes, int]:
     """``prefix`` good batches (timestamps 5) then the corrupt batch of ``case`` (base
     offset 1000, timestamps 1000); and where the corrupt batch starts."""
-    good = b"".join(kp_batch([(5, b"k", b"v", [("h", b"")] * (i % 2))] * (1 + i % 3),
-                             base_offset=10 * i) for i in range(prefix))
+    good = b"".join(
+        kp_batch([(5, b"k", b"v", [("h", b"")] * (i % 2))] * (1 + i % 3), base_offset=10 * i)
+        for i in range(prefix)
+    )
     bad = bytearray(corrupt_cases()[case][0])
     struct.pack_into(">q", bad, 0, 1000)  # base offset: outside the CRC
     return good + bytes(bad), len(good)
@@ -234,8 +257,9 @@ SEGMENT_CASES = [c for c in corrupt_cases() if "count cannot fit" not in c]
 
 @pytest.mark.parametrize("index_files", [True, False], ids=["index-files", "rebuilt"])
 @pytest.mark.parametrize("case", SEGMENT_CASES)
-def test_find_offset_raises_as_decode(tmp_path: Path, monkeypatch, case: str,
-                                      index_files: bool) -> None:
+def test_find_offset_raises_as_decode(
+    tmp_path: Path, monkeypatch, case: str, index_files: bool
+) -> None:
     """A lookup that reaches the corrupt batch raises what decoding the same window's
     batch raises (naming the file); one that stops before it does not read it."""
     buf, _ = bad_log(case)

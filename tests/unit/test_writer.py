@@ -27,8 +27,14 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
 # ----------------------------------------------------------------------------- helpers
-def make_records(n: int, *, seed: int = 1, offsets: np.ndarray | None = None,
-                 timestamps: np.ndarray | None = None, value_bytes: int = 60) -> pa.Table:
+def make_records(
+    n: int,
+    *,
+    seed: int = 1,
+    offsets: np.ndarray | None = None,
+    timestamps: np.ndarray | None = None,
+    value_bytes: int = 60,
+) -> pa.Table:
     """``n`` records: non-monotonic timestamps, some null keys/values/header values."""
     rng = np.random.default_rng(seed)
     t = generate(n, seed=seed, topics=("t",), value_bytes=value_bytes, jitter_ms=3000)
@@ -50,13 +56,15 @@ def make_records(n: int, *, seed: int = 1, offsets: np.ndarray | None = None,
     if offsets is None:
         offsets = np.arange(n, dtype=np.int64)
     ts = t.column("timestamp").to_numpy() if timestamps is None else np.asarray(timestamps)
-    return pa.table({
-        "offset": pa.array(offsets, pa.int64()),
-        "timestamp": pa.array(ts, pa.int64()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array(values, pa.binary()),
-        "headers": pa.array(headers, HEADERS_TYPE),
-    })
+    return pa.table(
+        {
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "headers": pa.array(headers, HEADERS_TYPE),
+        }
+    )
 
 
 def new_log(tmp_path: Path, name: str = "t-0") -> PartitionLog:
@@ -66,8 +74,7 @@ def new_log(tmp_path: Path, name: str = "t-0") -> PartitionLog:
 
 
 def log_files(d: Path) -> list[Path]:
-    files = sorted(p for p in d.iterdir() if parse_segment_file_name(p.name)
-                   and p.suffix == ".log")
+    files = sorted(p for p in d.iterdir() if parse_segment_file_name(p.name) and p.suffix == ".log")
     return files
 
 
@@ -83,9 +90,13 @@ def decoded(d: Path) -> pa.Table:
 def as_rows(t: pa.Table) -> list[tuple]:
     cols = ["offset", "timestamp", "key", "value", "headers"]
     d = t.select(cols).to_pydict()
-    return [tuple((tuple((h["key"], h["value"]) for h in v) if c == "headers" else v)
-                  for c, v in zip(cols, row, strict=True))
-            for row in zip(*(d[c] for c in cols), strict=True)]
+    return [
+        tuple(
+            (tuple((h["key"], h["value"]) for h in v) if c == "headers" else v)
+            for c, v in zip(cols, row, strict=True)
+        )
+        for row in zip(*(d[c] for c in cols), strict=True)
+    ]
 
 
 def kafka_python_rows(d: Path) -> list[tuple]:
@@ -95,8 +106,9 @@ def kafka_python_rows(d: Path) -> list[tuple]:
         while (batch := mr.next_batch()) is not None:
             assert batch.validate_crc()
             for r in batch:
-                rows.append((r.offset, r.timestamp, r.key, r.value,
-                             tuple((k, v) for k, v in r.headers)))
+                rows.append(
+                    (r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers))
+                )
     return rows
 
 
@@ -118,8 +130,9 @@ def segment_scans(d: Path):
 @pytest.mark.parametrize("codec", CODECS)
 def test_round_trip_every_codec_several_segments(tmp_path: Path, codec: str) -> None:
     recs = make_records(1500, seed=CODECS.index(codec))
-    cfg = LogConfig(segment_bytes=12_000, batch_size=1500, index_interval_bytes=1000,
-                    compression_type=codec)
+    cfg = LogConfig(
+        segment_bytes=12_000, batch_size=1500, index_interval_bytes=1000, compression_type=codec
+    )
     log = new_log(tmp_path)
     infos = log.append(recs, config=cfg)
     d = tmp_path / "t-0"
@@ -190,10 +203,12 @@ def test_roll_when_index_full(tmp_path: Path) -> None:
     assert len(infos) > 3
     assert "index" in {i.roll_reason for i in infos}
     for f in log_files(d):
-        oi = OffsetIndex.from_bytes(f.with_suffix(".index").read_bytes(),
-                                    parse_segment_file_name(f.name)[0])
-        ti = TimeIndex.from_bytes(f.with_suffix(".timeindex").read_bytes(),
-                                  parse_segment_file_name(f.name)[0])
+        oi = OffsetIndex.from_bytes(
+            f.with_suffix(".index").read_bytes(), parse_segment_file_name(f.name)[0]
+        )
+        ti = TimeIndex.from_bytes(
+            f.with_suffix(".timeindex").read_bytes(), parse_segment_file_name(f.name)[0]
+        )
         assert len(oi) <= 3 and len(ti) <= 2
         assert os.path.getsize(f.with_suffix(".index")) <= 24
         assert os.path.getsize(f.with_suffix(".timeindex")) <= 24
@@ -246,8 +261,7 @@ def test_offsets_going_backwards_rejected(tmp_path: Path) -> None:
         log.append(make_records(10, offsets=np.arange(99, 109)), config=LogConfig())
     # within one input: not strictly increasing
     with pytest.raises(OffsetOrderError, match=r"\b(205|204)\b"):
-        log.append(make_records(5, offsets=np.array([200, 201, 205, 204, 206])),
-                   config=LogConfig())
+        log.append(make_records(5, offsets=np.array([200, 201, 205, 204, 206])), config=LogConfig())
     assert log.log_end_offset == 100
     assert as_rows(decoded(tmp_path / "t-0")) == as_rows(recs)
 
@@ -282,7 +296,8 @@ def test_mixed_timestamp_types(tmp_path: Path) -> None:
     ts = recs.column("timestamp").to_numpy().copy()
     ts[tt == 1] = ts[tt == 1].max()  # one append time for all LogAppendTime records
     recs = recs.set_column(1, "timestamp", pa.array(ts)).append_column(
-        "timestamp_type", pa.array(tt))
+        "timestamp_type", pa.array(tt)
+    )
     log = new_log(tmp_path)
     log.append(recs, config=LogConfig())
     out = decoded(tmp_path / "t-0")

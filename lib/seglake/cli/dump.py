@@ -52,31 +52,43 @@ def batch_objects(data: bytes, scan: BatchScan, *, deep: bool) -> Iterator[dict[
             # decode a run of batches at once (one call per batch is slow), in chunks
             # so output still streams
             stop = min(i + _DECODE_CHUNK, len(scan))
-            chunk = decode_batches(data, scan.take(slice(i, stop)),
-                                   skip_control=False).to_pylist()
+            chunk = decode_batches(data, scan.take(slice(i, stop)), skip_control=False).to_pylist()
             counts = scan.records_count[i:stop]
             firsts = np.concatenate(([0], np.cumsum(counts)))
             chunk_start = i
         h = scan.header(i)
         obj: dict[str, Any] = {
-            "position": h.position, "size": h.size, "base_offset": h.base_offset,
-            "last_offset": h.last_offset, "count": h.records_count,
-            "max_timestamp": h.max_timestamp, "first_timestamp": h.base_timestamp,
-            "compression": h.codec, "crc_valid": bool(scan.crc_valid[i]),
-            "transactional": h.is_transactional, "control": h.is_control,
-            "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
-            "base_sequence": h.base_sequence, "partition_leader_epoch": h.leader_epoch,
+            "position": h.position,
+            "size": h.size,
+            "base_offset": h.base_offset,
+            "last_offset": h.last_offset,
+            "count": h.records_count,
+            "max_timestamp": h.max_timestamp,
+            "first_timestamp": h.base_timestamp,
+            "compression": h.codec,
+            "crc_valid": bool(scan.crc_valid[i]),
+            "transactional": h.is_transactional,
+            "control": h.is_control,
+            "producer_id": h.producer_id,
+            "producer_epoch": h.producer_epoch,
+            "base_sequence": h.base_sequence,
+            "partition_leader_epoch": h.leader_epoch,
             "timestamp_type": "LogAppendTime" if h.is_log_append_time else "CreateTime",
         }
         if deep:
             k = i - chunk_start
-            rows = chunk[int(firsts[k]): int(firsts[k + 1])]
-            obj["records"] = [{
-                "offset": r["offset"], "timestamp": r["timestamp"],
-                "key": _b64(r["key"]), "value": _b64(r["value"]),
-                "headers": [{"key": x["key"], "value": _b64(x["value"])} for x in r["headers"]],
-                **({"control": _control(r)} if h.is_control else {}),
-            } for r in rows]
+            rows = chunk[int(firsts[k]) : int(firsts[k + 1])]
+            obj["records"] = [
+                {
+                    "offset": r["offset"],
+                    "timestamp": r["timestamp"],
+                    "key": _b64(r["key"]),
+                    "value": _b64(r["value"]),
+                    "headers": [{"key": x["key"], "value": _b64(x["value"])} for x in r["headers"]],
+                    **({"control": _control(r)} if h.is_control else {}),
+                }
+                for r in rows
+            ]
         yield obj
 
 
@@ -88,8 +100,9 @@ def _control(r: dict) -> dict[str, Any] | None:
     return {"type": c.type.name, "coordinator_epoch": c.coordinator_epoch}
 
 
-def dump_log(path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: bool,
-             max_bytes: int | None) -> int:
+def dump_log(
+    path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: bool, max_bytes: int | None
+) -> int:
     fs, p = lakefs.resolve(path)
     size = lakefs.file_size(fs, p)
     data = lakefs.read_range(fs, p, 0, min(size, max_bytes) if max_bytes else size)
@@ -111,14 +124,17 @@ def dump_log(path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: 
             f"{str(obj['transactional']).lower()} isControl: {str(obj['control']).lower()} "
             f"position: {obj['position']} {obj['timestamp_type']}: {obj['max_timestamp']} "
             f"size: {obj['size']} magic: 2 compresscodec: {NAMES[obj['compression']]} "
-            f"isvalid: {str(obj['crc_valid']).lower()}\n")
+            f"isvalid: {str(obj['crc_valid']).lower()}\n"
+        )
         for r in obj.get("records", []):
             key = base64.b64decode(r["key"]) if r["key"] is not None else None
             value = base64.b64decode(r["value"]) if r["value"] is not None else None
-            line = (f"| offset: {r['offset']} {obj['timestamp_type']}: {r['timestamp']} "
-                    f"keySize: {len(key) if key is not None else -1} valueSize: "
-                    f"{len(value) if value is not None else -1} headerKeys: "
-                    f"[{','.join(h['key'] for h in r['headers'])}]")
+            line = (
+                f"| offset: {r['offset']} {obj['timestamp_type']}: {r['timestamp']} "
+                f"keySize: {len(key) if key is not None else -1} valueSize: "
+                f"{len(value) if value is not None else -1} headerKeys: "
+                f"[{','.join(h['key'] for h in r['headers'])}]"
+            )
             if r.get("control"):
                 line += f" endTxnMarker: {r['control'].get('type')}"
             if print_data:
@@ -131,8 +147,11 @@ def dump_log(path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: 
     bad = 0 if scan.error is None else 1
     if scan.error is not None:
         msg = f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes} of {len(data)}"
-        out.write(json.dumps({"error": msg, "valid_bytes": scan.valid_bytes}) + "\n"
-                  if as_json else f"Found a truncated or corrupt tail: {msg}\n")
+        out.write(
+            json.dumps({"error": msg, "valid_bytes": scan.valid_bytes}) + "\n"
+            if as_json
+            else f"Found a truncated or corrupt tail: {msg}\n"
+        )
     return bad
 
 
@@ -158,23 +177,29 @@ def verify_index(path: str, index: OffsetIndex | TimeIndex) -> list[str]:
         by_pos = dict(zip(scan.position.tolist(), scan.last_offset.tolist(), strict=True))
         for off, pos in zip(index.offsets.tolist(), index.positions.tolist(), strict=True):
             if by_pos.get(pos) != off:
-                problems.append(f"entry (offset {off}, position {pos}): the batch at position "
-                                f"{pos} has last offset {by_pos.get(pos)}")
+                problems.append(
+                    f"entry (offset {off}, position {pos}): the batch at position "
+                    f"{pos} has last offset {by_pos.get(pos)}"
+                )
     else:
         running = np.maximum.accumulate(scan.max_timestamp) if len(scan) else scan.max_timestamp
         for ts, off in zip(index.timestamps.tolist(), index.offsets.tolist(), strict=True):
             i = int(np.searchsorted(scan.last_offset, off, side="left"))
             if i >= len(scan) or scan.base_offset[i] > off:
-                problems.append(f"entry (timestamp {ts}, offset {off}): no batch holds offset "
-                                f"{off}")
+                problems.append(
+                    f"entry (timestamp {ts}, offset {off}): no batch holds offset {off}"
+                )
             elif int(running[i]) != ts:
-                problems.append(f"entry (timestamp {ts}, offset {off}): the largest timestamp "
-                                f"up to that batch is {int(running[i])}")
+                problems.append(
+                    f"entry (timestamp {ts}, offset {off}): the largest timestamp "
+                    f"up to that batch is {int(running[i])}"
+                )
     return problems
 
 
-def dump_index(path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: bool,
-               verify_only: bool) -> int:
+def dump_index(
+    path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: bool, verify_only: bool
+) -> int:
     fs, p = lakefs.resolve(path)
     data = lakefs.read_all(fs, p)
     parsed = parse_segment_file_name(p.rsplit("/", 1)[-1])
@@ -187,8 +212,11 @@ def dump_index(path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: b
             return 0
         for e in txn.all_aborted():
             obj = {"version": 0, **e._asdict()}
-            out.write(json.dumps(obj) + "\n" if as_json else
-                      " ".join(f"{k}: {v}" for k, v in obj.items()) + "\n")
+            out.write(
+                json.dumps(obj) + "\n"
+                if as_json
+                else " ".join(f"{k}: {v}" for k, v in obj.items()) + "\n"
+            )
         return 0
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
     index = cls.from_bytes(data, base, path=p)
@@ -209,18 +237,32 @@ def dump_index(path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: b
         return 1 if problems else 0
     if isinstance(index, OffsetIndex):
         for off, pos in zip(index.offsets.tolist(), index.positions.tolist(), strict=True):
-            out.write(json.dumps({"offset": off, "position": pos}) + "\n" if as_json
-                      else f"offset: {off} position: {pos}\n")
+            out.write(
+                json.dumps({"offset": off, "position": pos}) + "\n"
+                if as_json
+                else f"offset: {off} position: {pos}\n"
+            )
     else:
         for ts, off in zip(index.timestamps.tolist(), index.offsets.tolist(), strict=True):
-            out.write(json.dumps({"timestamp": ts, "offset": off}) + "\n" if as_json
-                      else f"timestamp: {ts} offset: {off}\n")
+            out.write(
+                json.dumps({"timestamp": ts, "offset": off}) + "\n"
+                if as_json
+                else f"timestamp: {ts} offset: {off}\n"
+            )
     return 0
 
 
-def dump(files: list[str], *, deep: bool = False, print_data: bool = False,
-         as_json: bool = False, sanity: bool = False, verify_only: bool = False,
-         max_bytes: int | None = None, out: IO[str] | None = None) -> int:
+def dump(
+    files: list[str],
+    *,
+    deep: bool = False,
+    print_data: bool = False,
+    as_json: bool = False,
+    sanity: bool = False,
+    verify_only: bool = False,
+    max_bytes: int | None = None,
+    out: IO[str] | None = None,
+) -> int:
     """Dump each file; returns 0, or 1 if any file had problems."""
     out = sys.stdout if out is None else out  # the current one, not the one at import time
     status = 0
@@ -229,16 +271,20 @@ def dump(files: list[str], *, deep: bool = False, print_data: bool = False,
         suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
         if suffix == LOG_SUFFIX:
             if sanity or verify_only:
-                out.write(f"{path}: --index-sanity-check/--verify-index-only apply to index "
-                          "files; skipped\n")
+                out.write(
+                    f"{path}: --index-sanity-check/--verify-index-only apply to index "
+                    "files; skipped\n"
+                )
                 continue
-            status |= dump_log(path, out, deep=deep, print_data=print_data, as_json=as_json,
-                               max_bytes=max_bytes)
+            status |= dump_log(
+                path, out, deep=deep, print_data=print_data, as_json=as_json, max_bytes=max_bytes
+            )
         elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             if not as_json:
                 out.write(f"Dumping {path}\n")
-            status |= dump_index(path, suffix, out, as_json=as_json, sanity=sanity,
-                                 verify_only=verify_only)
+            status |= dump_index(
+                path, suffix, out, as_json=as_json, sanity=sanity, verify_only=verify_only
+            )
         else:
             raise ValueError(f"{path}: not a .log, .index, .timeindex or .txnindex file")
     return status

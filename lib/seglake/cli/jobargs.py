@@ -8,27 +8,44 @@ FORMATS = ("parquet", "json", "csv", "delta")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--conf-file", default=None,
-                   help="Kafka-named settings (.properties), e.g. conf/seglake.properties")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one setting, e.g. --conf log.segment.bytes=1048576 (repeatable)")
+    p.add_argument(
+        "--conf-file",
+        default=None,
+        help="Kafka-named settings (.properties), e.g. conf/seglake.properties",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --conf log.segment.bytes=1048576 (repeatable)",
+    )
 
 
 def ingest_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh ingest",
         description="Turn message data (Spark Kafka source columns; only `value` is required) "
-                    "into Kafka partition logs in a lake, committed atomically.")
+        "into Kafka partition logs in a lake, committed atomically.",
+    )
     p.add_argument("--input", required=True, help="input path (file or directory)")
-    p.add_argument("--input-format", choices=FORMATS, default=None,
-                   help="default: from the extension, else parquet")
+    p.add_argument(
+        "--input-format",
+        choices=FORMATS,
+        default=None,
+        help="default: from the extension, else parquet",
+    )
     p.add_argument("--root", required=True, help="lake root (path, file://, s3://...)")
     p.add_argument("--topic", default=None, help="topic of every row (else a `topic` column)")
-    p.add_argument("--num-partitions", type=int, default=None,
-                   help="partitions for Kafka's default partitioner when the input has no "
-                        "`partition` column")
-    p.add_argument("--run-id", default=None,
-                   help="idempotency key: rerunning a committed run id is a no-op")
+    p.add_argument(
+        "--num-partitions",
+        type=int,
+        default=None,
+        help="partitions for Kafka's default partitioner when the input has no `partition` column",
+    )
+    p.add_argument(
+        "--run-id", default=None, help="idempotency key: rerunning a committed run id is a no-op"
+    )
     _common(p)
     return p
 
@@ -36,7 +53,8 @@ def ingest_parser() -> argparse.ArgumentParser:
 def extract_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh extract",
-        description="Records of a time (or offset) range, in the Spark Kafka source schema.")
+        description="Records of a time (or offset) range, in the Spark Kafka source schema.",
+    )
     p.add_argument("--root", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", default=None, help="comma-separated, e.g. 0,3 (default all)")
@@ -44,11 +62,18 @@ def extract_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", default=None, help="ISO-8601 time or epoch ms (exclusive)")
     p.add_argument("--start-offset", type=int, default=None)
     p.add_argument("--end-offset", type=int, default=None)
-    p.add_argument("--mode", choices=("offsets", "filter"), default="offsets",
-                   help="offsets: offsetsForTimes(start)..offsetsForTimes(end) (Kafka source "
-                        "semantics); filter: every record with start <= timestamp < end")
-    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
-                   default="read_uncommitted")
+    p.add_argument(
+        "--mode",
+        choices=("offsets", "filter"),
+        default="offsets",
+        help="offsets: offsetsForTimes(start)..offsetsForTimes(end) (Kafka source "
+        "semantics); filter: every record with start <= timestamp < end",
+    )
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+    )
     p.add_argument("--output", required=True)
     p.add_argument("--output-format", choices=("parquet", "delta", "json"), default="parquet")
     _common(p)
@@ -59,7 +84,8 @@ def lookup_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh lookup",
         description="Answer (topic, partition, offset|timestamp) queries with the sparse "
-                    "indexes: one output row per query, with a status.")
+        "indexes: one output row per query, with a status.",
+    )
     p.add_argument("--root", required=True)
     p.add_argument("--queries", required=True, help="parquet, JSON lines or CSV")
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
@@ -73,7 +99,8 @@ def recover_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh recover",
         description="Recover every catalogued partition (one task each: truncate corrupt "
-                    "tails, rebuild bad indexes); the driver fixes the catalog in one commit.")
+        "tails, rebuild bad indexes); the driver fixes the catalog in one commit.",
+    )
     p.add_argument("--root", required=True)
     p.add_argument("--topics", nargs="+", default=None)
     p.add_argument("--dry-run", action="store_true")
@@ -87,11 +114,13 @@ def retention_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh retention",
         description="Delete segments by log.retention.ms / log.retention.bytes / log start "
-                    "offsets: catalog first (one commit), then files (one task per partition).")
+        "offsets: catalog first (one commit), then files (one task per partition).",
+    )
     p.add_argument("--root", required=True)
     p.add_argument("--topics", nargs="+", default=None)
-    p.add_argument("--log-start-offset", action="append", default=[],
-                   metavar="TOPIC:PARTITION:OFFSET")
+    p.add_argument(
+        "--log-start-offset", action="append", default=[], metavar="TOPIC:PARTITION:OFFSET"
+    )
     p.add_argument("--now-ms", type=int, default=None)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--run-id", default=None)
@@ -104,8 +133,11 @@ def format_from_path(path: str, explicit: str | None, allowed: tuple[str, ...]) 
     if explicit:
         return explicit
     lower = path.lower().rstrip("/")
-    for fmt, exts in {"json": (".json", ".jsonl", ".ndjson"), "csv": (".csv",),
-                      "parquet": (".parquet",)}.items():
+    for fmt, exts in {
+        "json": (".json", ".jsonl", ".ndjson"),
+        "csv": (".csv",),
+        "parquet": (".parquet",),
+    }.items():
         if lower.endswith(exts) and fmt in allowed:
             return fmt
     return "parquet"

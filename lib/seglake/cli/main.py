@@ -17,24 +17,37 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("dump", help="print .log/.index/.timeindex/.txnindex files "
-                                    "(like kafka-dump-log.sh)")
+    d = sub.add_parser(
+        "dump", help="print .log/.index/.timeindex/.txnindex files (like kafka-dump-log.sh)"
+    )
     d.add_argument("files", nargs="+", metavar="FILE")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values")
     d.add_argument("--deep-iteration", action="store_true", help="print every record")
-    d.add_argument("--index-sanity-check", action="store_true",
-                   help="check index files for sanity (Kafka's checks)")
-    d.add_argument("--verify-index-only", action="store_true",
-                   help="check index entries against the .log beside them")
-    d.add_argument("--max-bytes", type=int, default=None,
-                   help="read at most this many bytes of each .log")
+    d.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="check index files for sanity (Kafka's checks)",
+    )
+    d.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="check index entries against the .log beside them",
+    )
+    d.add_argument(
+        "--max-bytes", type=int, default=None, help="read at most this many bytes of each .log"
+    )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    o = sub.add_parser("offset-for-time",
-                       help="Kafka's offsetsForTimes for one partition directory")
+    o = sub.add_parser(
+        "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
+    )
     o.add_argument("partition_dir", metavar="PARTITION_DIR")
-    o.add_argument("timestamp", type=int, metavar="TIMESTAMP",
-                   help="epoch ms, or -2 earliest, -1 latest, -3 max timestamp")
+    o.add_argument(
+        "timestamp",
+        type=int,
+        metavar="TIMESTAMP",
+        help="epoch ms, or -2 earliest, -1 latest, -3 max timestamp",
+    )
 
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
@@ -42,38 +55,54 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--max-records", type=int, default=10)
     r.add_argument("--json", action="store_true", help="one JSON object per record")
 
-    c = sub.add_parser("cleanup", help="finish committed runs' moves; delete files of "
-                                       "runs that never committed")
+    c = sub.add_parser(
+        "cleanup", help="finish committed runs' moves; delete files of runs that never committed"
+    )
     c.add_argument("root", metavar="LAKE")
-    c.add_argument("--older-than", type=float, default=3600.0, metavar="SECONDS",
-                   help="keep staging of uncommitted runs touched more recently: they may "
-                        "still be running (default 3600; 0 removes every uncommitted run)")
+    c.add_argument(
+        "--older-than",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="keep staging of uncommitted runs touched more recently: they may "
+        "still be running (default 3600; 0 removes every uncommitted run)",
+    )
     c.add_argument("--dry-run", action="store_true")
 
-    rc = sub.add_parser("recover", help="truncate corrupt tails, rebuild indexes, finish "
-                                        "leftover .swap/.deleted/.cleaned files; for a lake "
-                                        "(a directory with _catalog) also fix the catalog")
+    rc = sub.add_parser(
+        "recover",
+        help="truncate corrupt tails, rebuild indexes, finish "
+        "leftover .swap/.deleted/.cleaned files; for a lake "
+        "(a directory with _catalog) also fix the catalog",
+    )
     rc.add_argument("target", metavar="PARTITION_DIR|LAKE")
     rc.add_argument("--dry-run", action="store_true", help="report, change nothing")
-    rc.add_argument("--force", action="store_true",
-                    help="rebuild valid indexes too (Kafka always rebuilds)")
+    rc.add_argument(
+        "--force", action="store_true", help="rebuild valid indexes too (Kafka always rebuilds)"
+    )
     rc.add_argument("--index-interval-bytes", type=int, default=4096)
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
-    rg = sub.add_parser("register", help="copy a broker data directory's partitions into a "
-                                         "lake and catalog their segments")
+    rg = sub.add_parser(
+        "register",
+        help="copy a broker data directory's partitions into a lake and catalog their segments",
+    )
     rg.add_argument("broker_dir", metavar="BROKER_DATA_DIR")
     rg.add_argument("--root", required=True, metavar="LAKE")
     rg.add_argument("--topics", nargs="+", default=None)
     rg.add_argument("--run-id", default=None)
 
-    rt = sub.add_parser("retention", help="delete segments by log.retention.ms/.bytes and "
-                                          "log start offsets (catalog first, then files)")
+    rt = sub.add_parser(
+        "retention",
+        help="delete segments by log.retention.ms/.bytes and "
+        "log start offsets (catalog first, then files)",
+    )
     rt.add_argument("root", metavar="LAKE")
     rt.add_argument("--retention-ms", type=int, default=None)
     rt.add_argument("--retention-bytes", type=int, default=None)
-    rt.add_argument("--log-start-offset", action="append", default=[],
-                    metavar="TOPIC:PARTITION:OFFSET")
+    rt.add_argument(
+        "--log-start-offset", action="append", default=[], metavar="TOPIC:PARTITION:OFFSET"
+    )
     rt.add_argument("--now-ms", type=int, default=None)
     rt.add_argument("--dry-run", action="store_true")
     return p
@@ -83,11 +112,16 @@ def _record_json(r: dict) -> str:
     def b64(b: bytes | None) -> str | None:
         return None if b is None else base64.b64encode(b).decode("ascii")
 
-    return json.dumps({
-        "offset": r["offset"], "timestamp": r["timestamp"],
-        "timestamp_type": r["timestamp_type"], "key": b64(r["key"]), "value": b64(r["value"]),
-        "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
-    })
+    return json.dumps(
+        {
+            "offset": r["offset"],
+            "timestamp": r["timestamp"],
+            "timestamp_type": r["timestamp_type"],
+            "key": b64(r["key"]),
+            "value": b64(r["value"]),
+            "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
+        }
+    )
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -95,15 +129,26 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "dump":
         from seglake.cli.dump import dump
 
-        return dump(args.files, deep=args.deep_iteration, print_data=args.print_data_log,
-                    as_json=args.json, sanity=args.index_sanity_check,
-                    verify_only=args.verify_index_only, max_bytes=args.max_bytes)
+        return dump(
+            args.files,
+            deep=args.deep_iteration,
+            print_data=args.print_data_log,
+            as_json=args.json,
+            sanity=args.index_sanity_check,
+            verify_only=args.verify_index_only,
+            max_bytes=args.max_bytes,
+        )
     if args.command == "offset-for-time":
         from seglake.storage.log import PartitionLog
 
         found = PartitionLog.open(args.partition_dir).offsets_for_times(args.timestamp)
-        print(json.dumps({"offset": None} if found is None
-                         else {"offset": found.offset, "timestamp": found.timestamp}))
+        print(
+            json.dumps(
+                {"offset": None}
+                if found is None
+                else {"offset": found.offset, "timestamp": found.timestamp}
+            )
+        )
         return 0
     if args.command == "read":
         from seglake.storage.log import PartitionLog
@@ -114,8 +159,10 @@ def run(argv: list[str] | None = None) -> int:
                 print(_record_json(r))
             else:
                 headers = [(h["key"], h["value"]) for h in r["headers"]]
-                print(f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
-                      f"value: {r['value']!r} headers: {headers}")
+                print(
+                    f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
+                    f"value: {r['value']!r} headers: {headers}"
+                )
         return 0
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup
@@ -132,10 +179,16 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "retention":
         from seglake.storage.retention import apply_retention, parse_log_start_offsets
 
-        print(apply_retention(args.root, retention_ms=args.retention_ms,
-                              retention_bytes=args.retention_bytes, now_ms=args.now_ms,
-                              log_start_offsets=parse_log_start_offsets(args.log_start_offset),
-                              dry_run=args.dry_run))
+        print(
+            apply_retention(
+                args.root,
+                retention_ms=args.retention_ms,
+                retention_bytes=args.retention_bytes,
+                now_ms=args.now_ms,
+                log_start_offsets=parse_log_start_offsets(args.log_start_offset),
+                dry_run=args.dry_run,
+            )
+        )
         return 0
     raise AssertionError(args.command)  # argparse only allows the commands above
 
@@ -148,16 +201,18 @@ def _recover(args: argparse.Namespace) -> int:
 
     fs, path = lakefs.resolve(args.target)
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        rep = recover_lake(args.target, dry_run=args.dry_run, force=args.force,
-                           interval=args.index_interval_bytes)
+        rep = recover_lake(
+            args.target, dry_run=args.dry_run, force=args.force, interval=args.index_interval_bytes
+        )
         if args.json:
             for p in rep.partitions:
                 print(json.dumps(p.to_dict()))
         else:
             print(rep)
         return 0
-    part = recover_partition(args.target, dry_run=args.dry_run, force=args.force,
-                             interval=args.index_interval_bytes)
+    part = recover_partition(
+        args.target, dry_run=args.dry_run, force=args.force, interval=args.index_interval_bytes
+    )
     print(json.dumps(part.to_dict()) if args.json else part)
     return 0
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-_SHORTCUTS = {"open_partition": "seglake.lake.staging", "cleanup": "seglake.lake.staging",
-              "Catalog": "seglake.lake.catalog"}
+_SHORTCUTS = {
+    "open_partition": "seglake.lake.staging",
+    "cleanup": "seglake.lake.staging",
+    "Catalog": "seglake.lake.catalog",
+}
 
 
 def __getattr__(name: str) -> Any:

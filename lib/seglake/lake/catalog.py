@@ -456,8 +456,9 @@ class Catalog:
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
 
-                write_deltalake(table, new, mode="append", commit_properties=props,
-                                schema_mode="merge")  # upgrades an older catalog
+                write_deltalake(
+                    table, new, mode="append", commit_properties=props, schema_mode="merge"
+                )  # upgrades an older catalog
 
             return write, new.num_rows, 0
 
@@ -564,7 +565,11 @@ class Catalog:
 
                 if new.num_rows:
                     write_deltalake(
-                        table, new, mode="overwrite", predicate=predicate, commit_properties=props,
+                        table,
+                        new,
+                        mode="overwrite",
+                        predicate=predicate,
+                        commit_properties=props,
                         schema_mode="merge",  # upgrades an older catalog
                     )
                 else:

@@ -29,8 +29,13 @@ from seglake.storage.recovery import (
     recover_dir,
 )
 
-__all__ = ["LakeRecovery", "apply_recovery_fix", "delete_segments", "recover_lake",
-           "recover_partition_rows"]
+__all__ = [
+    "LakeRecovery",
+    "apply_recovery_fix",
+    "delete_segments",
+    "recover_lake",
+    "recover_partition_rows",
+]
 
 
 @dataclasses.dataclass
@@ -47,19 +52,24 @@ class LakeRecovery:
 
     @property
     def changed(self) -> bool:
-        return any(p.changed for p in self.partitions) or bool(self.rows_replaced
-                                                                or self.rows_removed)
+        return any(p.changed for p in self.partitions) or bool(
+            self.rows_replaced or self.rows_removed
+        )
 
     def __str__(self) -> str:
         verb = "would " if self.dry_run else ""
         lines = [str(p) for p in self.partitions if p.changed]
-        lines.append(f"{self.root}: {len(self.partitions)} partition(s) checked, "
-                     f"{sum(p.changed for p in self.partitions)} changed; catalog: {verb}replace "
-                     f"{self.rows_replaced} row(s), {verb}remove {self.rows_removed}"
-                     + (f" (version {self.catalog_version}, run {self.run_id})"
-                        if self.catalog_version is not None else ""))
+        lines.append(
+            f"{self.root}: {len(self.partitions)} partition(s) checked, "
+            f"{sum(p.changed for p in self.partitions)} changed; catalog: {verb}replace "
+            f"{self.rows_replaced} row(s), {verb}remove {self.rows_removed}"
+            + (
+                f" (version {self.catalog_version}, run {self.run_id})"
+                if self.catalog_version is not None
+                else ""
+            )
+        )
         return "\n".join(lines)
-
 
 
 # a row that differs in any of these is replaced (tail minima: also filled in for rows of
@@ -67,9 +77,14 @@ class LakeRecovery:
 _COMPARED = STAT_COLUMNS
 
 
-def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,
-                           interval: int = DEFAULT_INTERVAL, force: bool = False
-                           ) -> tuple[PartitionRecovery, list[dict], list[tuple[str, int, int]]]:
+def recover_partition_rows(
+    root: str,
+    rows: pa.Table,
+    *,
+    dry_run: bool = False,
+    interval: int = DEFAULT_INTERVAL,
+    force: bool = False,
+) -> tuple[PartitionRecovery, list[dict], list[tuple[str, int, int]]]:
     """Recover the catalogued segments of one partition (its catalog ``rows``).
 
     Returns the report, replacement rows for segments whose row no longer matches, and
@@ -85,11 +100,19 @@ def recover_partition_rows(root: str, rows: pa.Table, *, dry_run: bool = False,
     directory = lakefs.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
     by_base = {int(r["base_offset"]): r for r in current}
     if fs.get_file_info(directory).type != pafs.FileType.Directory:
-        report = PartitionRecovery(directory=directory, dry_run=dry_run,
-                                   deleted_segments=sorted(by_base))
+        report = PartitionRecovery(
+            directory=directory, dry_run=dry_run, deleted_segments=sorted(by_base)
+        )
     else:
-        report = recover_dir(fs, directory, dry_run=dry_run, interval=interval, force=force,
-                              only=set(by_base), defer_deletes=True)
+        report = recover_dir(
+            fs,
+            directory,
+            dry_run=dry_run,
+            interval=interval,
+            force=force,
+            only=set(by_base),
+            defer_deletes=True,
+        )
     replace, remove = [], []
     for rec in report.segments:
         old = by_base.get(rec.base_offset)
@@ -118,13 +141,24 @@ def delete_segments(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str
     return gone
 
 
-def apply_recovery_fix(root: str, partitions: list[PartitionRecovery], replace: list[dict],
-                       remove: list[tuple[str, int, int]], *, run_id: str | None = None,
-                       dry_run: bool = False) -> LakeRecovery:
+def apply_recovery_fix(
+    root: str,
+    partitions: list[PartitionRecovery],
+    replace: list[dict],
+    remove: list[tuple[str, int, int]],
+    *,
+    run_id: str | None = None,
+    dry_run: bool = False,
+) -> LakeRecovery:
     """The driver's half: one catalog commit for every partition's fix, then delete the
     files of removed segments."""
-    report = LakeRecovery(root=root, partitions=partitions, rows_replaced=len(replace),
-                          rows_removed=len(remove), dry_run=dry_run)
+    report = LakeRecovery(
+        root=root,
+        partitions=partitions,
+        rows_replaced=len(replace),
+        rows_removed=len(remove),
+        dry_run=dry_run,
+    )
     if dry_run or not (replace or remove):
         return report
     run_id = run_id or f"recover-{uuid.uuid4().hex[:12]}"
@@ -134,9 +168,15 @@ def apply_recovery_fix(root: str, partitions: list[PartitionRecovery], replace: 
     return report
 
 
-def recover_lake(root: str, *, dry_run: bool = False, interval: int = DEFAULT_INTERVAL,
-                 force: bool = False, topics: Iterable[str] | None = None,
-                 run_id: str | None = None) -> LakeRecovery:
+def recover_lake(
+    root: str,
+    *,
+    dry_run: bool = False,
+    interval: int = DEFAULT_INTERVAL,
+    force: bool = False,
+    topics: Iterable[str] | None = None,
+    run_id: str | None = None,
+) -> LakeRecovery:
     """Recover every catalogued partition of a lake and fix the catalog in one commit.
 
     Committed runs whose files are still staged are published first. Segments are
@@ -154,14 +194,18 @@ def recover_lake(root: str, *, dry_run: bool = False, interval: int = DEFAULT_IN
                 publish_pending(root, run)
     rows = catalog.segments(list(topics) if topics is not None else None)
     partitions, replace, remove = [], [], []
-    for key in sorted(set(zip(rows.column("topic").to_pylist(),
-                              rows.column("partition").to_pylist(), strict=True))):
-        mask = pa.compute.and_(pa.compute.equal(rows["topic"], key[0]),
-                               pa.compute.equal(rows["partition"], key[1]))
-        rep, rp, rm = recover_partition_rows(root, rows.filter(mask), dry_run=dry_run,
-                                             interval=interval, force=force)
+    for key in sorted(
+        set(
+            zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
+        )
+    ):
+        mask = pa.compute.and_(
+            pa.compute.equal(rows["topic"], key[0]), pa.compute.equal(rows["partition"], key[1])
+        )
+        rep, rp, rm = recover_partition_rows(
+            root, rows.filter(mask), dry_run=dry_run, interval=interval, force=force
+        )
         partitions.append(rep)
         replace += rp
         remove += rm
-    return apply_recovery_fix(root, partitions, replace, remove, run_id=run_id,
-                              dry_run=dry_run)
+    return apply_recovery_fix(root, partitions, replace, remove, run_id=run_id, dry_run=dry_run)

@@ -54,19 +54,30 @@ class RegisterReport:
     commit: CommitResult | None
 
     def __str__(self) -> str:
-        state = ("already registered by this run id" if self.commit is None
-                 or self.commit.already_committed else f"catalog version {self.commit.version}")
-        lines = [f"registered {self.rows} segment(s) of {len(self.partitions)} partition(s) "
-                 f"from {self.source} into {self.root} (run {self.run_id}, {state})"]
+        state = (
+            "already registered by this run id"
+            if self.commit is None or self.commit.already_committed
+            else f"catalog version {self.commit.version}"
+        )
+        lines = [
+            f"registered {self.rows} segment(s) of {len(self.partitions)} partition(s) "
+            f"from {self.source} into {self.root} (run {self.run_id}, {state})"
+        ]
         lines += [f"  {p}" for p in self.partitions.values() if p.changed]
         if self.skipped:
             lines.append(f"  skipped: {self.skipped}")
         return "\n".join(lines)
 
 
-def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = None,
-             copy: bool = True, run_id: str | None = None,
-             interval: int = DEFAULT_INTERVAL) -> RegisterReport:
+def register(
+    root: str,
+    broker_data_dir: str,
+    *,
+    topics: Iterable[str] | None = None,
+    copy: bool = True,
+    run_id: str | None = None,
+    interval: int = DEFAULT_INTERVAL,
+) -> RegisterReport:
     """Register the partitions of a broker data directory in the lake at ``root``.
 
     Args:
@@ -93,7 +104,8 @@ def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = 
         raise ConfigError(
             f"cannot register {broker_data_dir} in place in the lake {root}: catalog paths are "
             "relative to the lake root and may not leave it; use copy mode (the default), "
-            "or make the broker directory the lake root")
+            "or make the broker directory the lake root"
+        )
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
@@ -124,8 +136,12 @@ def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = 
                 parsed = parse_segment_file_name(f.base_name)
                 if parsed and parsed[1] in SEGMENT_SUFFIXES:
                     fs.create_dir(work, recursive=True)
-                    pafs.copy_files(f.path, lakefs.join(work, f.base_name),
-                                    source_filesystem=sfs, destination_filesystem=fs)
+                    pafs.copy_files(
+                        f.path,
+                        lakefs.join(work, f.base_name),
+                        source_filesystem=sfs,
+                        destination_filesystem=fs,
+                    )
             if not lakefs.exists(fs, work):
                 skipped.append(f"{name} (no segments)")
                 continue
@@ -133,8 +149,9 @@ def register(root: str, broker_data_dir: str, *, topics: Iterable[str] | None = 
         reports[name] = rep
         for rec in rep.segments:
             if rec.batches and rec.base_offset not in rep.deleted_segments:
-                rows.append(segment_row(topic, part, rec,
-                                        f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}"))
+                rows.append(
+                    segment_row(topic, part, rec, f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}")
+                )
     table = rows_table(rows)
     result = catalog.commit(table, run_id, contiguous=False)
     if not in_place:

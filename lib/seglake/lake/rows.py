@@ -58,8 +58,17 @@ SORT_KEYS = [(c, "ascending") for c in KEY_COLUMNS]
 
 _FILLED_COLUMNS = ("run_id", "committed_at")
 # what a segment's files say of it: the row's columns besides its key, path and run
-STAT_COLUMNS = ("next_offset", "record_count", "min_timestamp", "max_timestamp", "size_bytes",
-                "index_entries", "time_index_entries", "codec", "tail_min_timestamps")
+STAT_COLUMNS = (
+    "next_offset",
+    "record_count",
+    "min_timestamp",
+    "max_timestamp",
+    "size_bytes",
+    "index_entries",
+    "time_index_entries",
+    "codec",
+    "tail_min_timestamps",
+)
 
 
 MAX_LISTED = 10
@@ -126,8 +135,13 @@ def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict:
     """The catalog row (no ``run_id``/``committed_at``) of a segment ``seg`` describes (a
     writer's ``SegmentInfo``, a recovery's ``SegmentRecovery``: ``base_offset`` and the
     :data:`STAT_COLUMNS` as attributes); ``path`` relative to the root."""
-    return dict(topic=topic, partition=partition, base_offset=seg.base_offset, path=path,
-                **{c: getattr(seg, c) for c in STAT_COLUMNS})
+    return dict(
+        topic=topic,
+        partition=partition,
+        base_offset=seg.base_offset,
+        path=path,
+        **{c: getattr(seg, c) for c in STAT_COLUMNS},
+    )
 
 
 def rows_table(rows: list[dict]) -> pa.Table:
@@ -159,8 +173,11 @@ def normalize_rows(
     if not isinstance(rows, pa.Table):
         raise CatalogError(f"catalog rows must be a pyarrow Table, got {type(rows).__name__}")
     names = rows.schema.names
-    missing = [f.name for f in schema
-               if f.name not in names and f.name not in _FILLED_COLUMNS and not f.nullable]
+    missing = [
+        f.name
+        for f in schema
+        if f.name not in names and f.name not in _FILLED_COLUMNS and not f.nullable
+    ]
     extra = [n for n in names if n not in schema.names]
     if missing or extra:
         raise CatalogError(f"catalog rows: missing columns {missing}, unknown columns {extra}")

@@ -42,8 +42,9 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
     for rel in rows.column("path").to_pylist():
         stem = rel[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
-            moves.append((lakefs.join(staging, stem + suffix),
-                          lakefs.safe_join(base, stem + suffix)))
+            moves.append(
+                (lakefs.join(staging, stem + suffix), lakefs.safe_join(base, stem + suffix))
+            )
 
     def move(pair: tuple[str, str]) -> int:
         src, dst = pair
@@ -67,10 +68,12 @@ class CleanupReport:
     kept_runs: list[str]
 
     def __str__(self) -> str:
-        return (f"finished publishing {len(self.published_runs)} committed run(s) "
-                f"{self.published_runs}; removed {len(self.removed_runs)} uncommitted run(s) "
-                f"{self.removed_runs}; kept {len(self.kept_runs)} younger than the grace "
-                f"period {self.kept_runs}")
+        return (
+            f"finished publishing {len(self.published_runs)} committed run(s) "
+            f"{self.published_runs}; removed {len(self.removed_runs)} uncommitted run(s) "
+            f"{self.removed_runs}; kept {len(self.kept_runs)} younger than the grace "
+            f"period {self.kept_runs}"
+        )
 
 
 def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> CleanupReport:
@@ -93,9 +96,14 @@ def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> C
             if not dry_run:
                 publish_pending(root, run_id)
             continue
-        newest = max((f.mtime.timestamp() for f in fs.get_file_info(
-            pafs.FileSelector(info.path, recursive=True)) if f.mtime is not None),
-            default=info.mtime.timestamp() if info.mtime else 0.0)
+        newest = max(
+            (
+                f.mtime.timestamp()
+                for f in fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
+                if f.mtime is not None
+            ),
+            default=info.mtime.timestamp() if info.mtime else 0.0,
+        )
         if now - newest < older_than_s:
             report.kept_runs.append(run_id)
             continue
@@ -105,8 +113,14 @@ def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> C
     return report
 
 
-def open_partition(root: str, topic: str, partition: int, *, catalog: Catalog | None = None,
-                   rows: pa.Table | None = None) -> PartitionLog:
+def open_partition(
+    root: str,
+    topic: str,
+    partition: int,
+    *,
+    catalog: Catalog | None = None,
+    rows: pa.Table | None = None,
+) -> PartitionLog:
     """The committed segments of one partition, as a :class:`PartitionLog`."""
     fs, base = lakefs.resolve(root)
     if rows is None:

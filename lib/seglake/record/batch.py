@@ -44,12 +44,23 @@ NO_PRODUCER_ID = -1
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
 
-HEADER_DTYPE = np.dtype([
-    ("base_offset", ">i8"), ("batch_length", ">i4"), ("leader_epoch", ">i4"),
-    ("magic", "i1"), ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"),
-    ("base_timestamp", ">i8"), ("max_timestamp", ">i8"), ("producer_id", ">i8"),
-    ("producer_epoch", ">i2"), ("base_sequence", ">i4"), ("records_count", ">i4"),
-])
+HEADER_DTYPE = np.dtype(
+    [
+        ("base_offset", ">i8"),
+        ("batch_length", ">i4"),
+        ("leader_epoch", ">i4"),
+        ("magic", "i1"),
+        ("crc", ">u4"),
+        ("attributes", ">i2"),
+        ("last_offset_delta", ">i4"),
+        ("base_timestamp", ">i8"),
+        ("max_timestamp", ">i8"),
+        ("producer_id", ">i8"),
+        ("producer_epoch", ">i2"),
+        ("base_sequence", ">i4"),
+        ("records_count", ">i4"),
+    ]
+)
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 
@@ -109,19 +120,19 @@ class BatchScan:
     ``None`` when it reached ``end`` exactly.
     """
 
-    position: np.ndarray        # int64, byte position of the batch in the file
-    size: np.ndarray            # int64, whole batch size (batchLength + 12)
-    base_offset: np.ndarray     # int64
-    last_offset: np.ndarray     # int64
-    records_count: np.ndarray   # int64
+    position: np.ndarray  # int64, byte position of the batch in the file
+    size: np.ndarray  # int64, whole batch size (batchLength + 12)
+    base_offset: np.ndarray  # int64
+    last_offset: np.ndarray  # int64
+    records_count: np.ndarray  # int64
     base_timestamp: np.ndarray  # int64
-    max_timestamp: np.ndarray   # int64
-    attributes: np.ndarray      # int64
-    producer_id: np.ndarray     # int64
+    max_timestamp: np.ndarray  # int64
+    attributes: np.ndarray  # int64
+    producer_id: np.ndarray  # int64
     producer_epoch: np.ndarray  # int64
-    base_sequence: np.ndarray   # int64
-    leader_epoch: np.ndarray    # int64
-    crc_valid: np.ndarray       # bool
+    base_sequence: np.ndarray  # int64
+    leader_epoch: np.ndarray  # int64
+    crc_valid: np.ndarray  # bool
     valid_bytes: int
     error: str | None = None
 
@@ -143,16 +154,29 @@ class BatchScan:
     def header(self, i: int) -> BatchHeader:
         """The header of batch ``i`` as a :class:`BatchHeader`."""
         return BatchHeader(
-            int(self.base_offset[i]), int(self.size[i] - LOG_OVERHEAD), int(self.leader_epoch[i]),
-            MAGIC, 0, int(self.attributes[i]), int(self.last_offset[i] - self.base_offset[i]),
-            int(self.base_timestamp[i]), int(self.max_timestamp[i]), int(self.producer_id[i]),
-            int(self.producer_epoch[i]), int(self.base_sequence[i]), int(self.records_count[i]),
-            int(self.position[i]))
+            int(self.base_offset[i]),
+            int(self.size[i] - LOG_OVERHEAD),
+            int(self.leader_epoch[i]),
+            MAGIC,
+            0,
+            int(self.attributes[i]),
+            int(self.last_offset[i] - self.base_offset[i]),
+            int(self.base_timestamp[i]),
+            int(self.max_timestamp[i]),
+            int(self.producer_id[i]),
+            int(self.producer_epoch[i]),
+            int(self.base_sequence[i]),
+            int(self.records_count[i]),
+            int(self.position[i]),
+        )
 
     def take(self, sel: slice | np.ndarray) -> BatchScan:
         """The batches selected by ``sel`` (valid_bytes/error kept)."""
-        fields = {f.name: getattr(self, f.name)[sel] for f in dataclasses.fields(self)
-                  if f.name not in ("valid_bytes", "error")}
+        fields = {
+            f.name: getattr(self, f.name)[sel]
+            for f in dataclasses.fields(self)
+            if f.name not in ("valid_bytes", "error")
+        }
         return BatchScan(**fields, valid_bytes=self.valid_bytes, error=self.error)
 
     @classmethod
@@ -169,15 +193,22 @@ def check_header(h: BatchHeader, remaining: int) -> str | None:
     if h.size > remaining:
         return f"batch of {h.size} bytes is truncated ({remaining} bytes remain)"
     if h.records_count < 0 or h.last_offset_delta < 0:
-        return (f"records count {h.records_count} / last offset delta {h.last_offset_delta} "
-                "is negative")
+        return (
+            f"records count {h.records_count} / last offset delta {h.last_offset_delta} is negative"
+        )
     return None
 
 
-def scan_batches(buf: bytes | memoryview, *, start: int = 0, end: int | None = None,
-                 verify_crc: bool = True, stop_on_crc_error: bool = True,
-                 max_batches: int | None = None, stop_after_offset: int | None = None,
-                 ) -> BatchScan:
+def scan_batches(
+    buf: bytes | memoryview,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    verify_crc: bool = True,
+    stop_on_crc_error: bool = True,
+    max_batches: int | None = None,
+    stop_after_offset: int | None = None,
+) -> BatchScan:
     """Walk the batch headers of ``buf[start:end]`` without decoding records.
 
     Args:
@@ -211,7 +242,7 @@ def scan_batches(buf: bytes | memoryview, *, start: int = 0, end: int | None = N
             break
         ok = True
         if verify_crc:
-            ok = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + h.size]) == h.crc
+            ok = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + h.size]) == h.crc
             if not ok and stop_on_crc_error:
                 error = f"position {pos}: CRC-32C mismatch (stored {h.crc:#010x})"
                 break
@@ -223,14 +254,25 @@ def scan_batches(buf: bytes | memoryview, *, start: int = 0, end: int | None = N
     return _from_rows(rows, pos, error, crcs)
 
 
-def _from_rows(rows: list, valid_bytes: int, error: str | None,
-               crcs: list[bool] | None = None) -> BatchScan:
+def _from_rows(
+    rows: list, valid_bytes: int, error: str | None, crcs: list[bool] | None = None
+) -> BatchScan:
     # 13 header fields + position per row
     a = np.array(rows, dtype=np.int64) if rows else np.zeros((0, 14), dtype=np.int64)
     return BatchScan(
-        position=a[:, 13], size=a[:, 1] + LOG_OVERHEAD, base_offset=a[:, 0],
-        last_offset=a[:, 0] + a[:, 6], records_count=a[:, 12], base_timestamp=a[:, 7],
-        max_timestamp=a[:, 8], attributes=a[:, 5], producer_id=a[:, 9],
-        producer_epoch=a[:, 10], base_sequence=a[:, 11], leader_epoch=a[:, 2],
+        position=a[:, 13],
+        size=a[:, 1] + LOG_OVERHEAD,
+        base_offset=a[:, 0],
+        last_offset=a[:, 0] + a[:, 6],
+        records_count=a[:, 12],
+        base_timestamp=a[:, 7],
+        max_timestamp=a[:, 8],
+        attributes=a[:, 5],
+        producer_id=a[:, 9],
+        producer_epoch=a[:, 10],
+        base_sequence=a[:, 11],
+        leader_epoch=a[:, 2],
         crc_valid=np.array(crcs if crcs is not None else [True] * len(rows), dtype=bool),
-        valid_bytes=valid_bytes, error=error)
+        valid_bytes=valid_bytes,
+        error=error,
+    )

@@ -22,10 +22,11 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if not pa.types.is_binary(keys.type):
         keys = keys.cast(pa.binary())
     n = len(keys)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + n + 1]
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + n + 1]
     data_buf = keys.buffers()[2]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(
-        0, np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
     starts = offsets[:-1].astype(np.int64)
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
     with np.errstate(over="ignore"):
@@ -34,8 +35,12 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         for i in range(int(blocks.max()) if n else 0):
             sel = np.nonzero(blocks > i)[0]
             p = starts[sel] + 4 * i
-            k = (data[p].astype(np.uint32) | (data[p + 1].astype(np.uint32) << 8)
-                 | (data[p + 2].astype(np.uint32) << 16) | (data[p + 3].astype(np.uint32) << 24))
+            k = (
+                data[p].astype(np.uint32)
+                | (data[p + 1].astype(np.uint32) << 8)
+                | (data[p + 2].astype(np.uint32) << 16)
+                | (data[p + 3].astype(np.uint32) << 24)
+            )
             k *= _M
             k ^= k >> np.uint32(24)
             k *= _M
@@ -56,8 +61,9 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return out
 
 
-def default_partition(keys: pa.Array | pa.ChunkedArray, num_partitions: int, *,
-                      null_start: int = 0) -> np.ndarray:
+def default_partition(
+    keys: pa.Array | pa.ChunkedArray, num_partitions: int, *, null_start: int = 0
+) -> np.ndarray:
     """Partition of each record, as Kafka's producer picks it for a keyed record.
 
     Keyed: ``(murmur2(key) & 0x7fffffff) % num_partitions``. Null keys are spread round

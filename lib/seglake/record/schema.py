@@ -20,32 +20,44 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute
 
-HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False),
-                         pa.field("value", pa.binary())])
+HEADER_TYPE = pa.struct(
+    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
+)
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE, nullable=False))
 
-RECORD_SCHEMA = pa.schema([
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("timestamp", pa.int64(), nullable=False),
-    pa.field("timestamp_type", pa.int32(), nullable=False),
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("headers", HEADERS_TYPE, nullable=False),
-    pa.field("producer_id", pa.int64(), nullable=False),
-    pa.field("transactional", pa.bool_(), nullable=False),
-])
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("timestamp_type", pa.int32(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE, nullable=False),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("transactional", pa.bool_(), nullable=False),
+    ]
+)
 
-KAFKA_SOURCE_SCHEMA = pa.schema([
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("timestampType", pa.int32()),
-    pa.field("headers", pa.list_(pa.field("element", pa.struct([
-        pa.field("key", pa.string()), pa.field("value", pa.binary())])))),
-])
+KAFKA_SOURCE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+        pa.field(
+            "headers",
+            pa.list_(
+                pa.field(
+                    "element",
+                    pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]),
+                )
+            ),
+        ),
+    ]
+)
 
 
 def empty_records() -> pa.Table:
@@ -58,13 +70,16 @@ def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
     n = records.num_rows
     ts = records.column("timestamp").cast(pa.int64())
     ts_us = pa.compute.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC"))
-    return pa.Table.from_arrays([
-        records.column("key"),
-        records.column("value"),
-        pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
-        pa.array([partition] * n, pa.int32()) if n else pa.array([], pa.int32()),
-        records.column("offset"),
-        ts_us,
-        records.column("timestamp_type"),
-        records.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type),
-    ], schema=KAFKA_SOURCE_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            records.column("key"),
+            records.column("value"),
+            pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
+            pa.array([partition] * n, pa.int32()) if n else pa.array([], pa.int32()),
+            records.column("offset"),
+            ts_us,
+            records.column("timestamp_type"),
+            records.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type),
+        ],
+        schema=KAFKA_SOURCE_SCHEMA,
+    )

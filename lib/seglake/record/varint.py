@@ -31,8 +31,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARLONG_BYTES
-                  ) -> tuple[int, int]:
+def decode_varint(
+    buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARLONG_BYTES
+) -> tuple[int, int]:
     """``(value, next_pos)`` of the zig-zag varint at ``buf[pos]``.
 
     Raises :class:`CorruptRecordError` if it runs past the buffer or ``max_bytes``.
@@ -42,8 +43,9 @@ def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARLON
     end = len(buf)
     for i in range(max_bytes):
         if pos + i >= end:
-            raise CorruptRecordError(f"varint runs past the end of the buffer ({end} bytes)",
-                                     position=pos)
+            raise CorruptRecordError(
+                f"varint runs past the end of the buffer ({end} bytes)", position=pos
+            )
         b = buf[pos + i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
@@ -67,8 +69,9 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def write_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                  sizes: np.ndarray | None = None) -> np.ndarray:
+def write_varints(
+    out: np.ndarray, positions: np.ndarray, values: np.ndarray, sizes: np.ndarray | None = None
+) -> np.ndarray:
     """Write the zig-zag varint of ``values[i]`` at ``out[positions[i]]`` (uint8 array).
 
     Returns the sizes written, so ``positions + sizes`` is where each varint ends.
@@ -85,8 +88,9 @@ def write_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray,
     return sizes
 
 
-def read_varints(buf: np.ndarray, positions: np.ndarray, max_bytes: int = MAX_VARLONG_BYTES
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def read_varints(
+    buf: np.ndarray, positions: np.ndarray, max_bytes: int = MAX_VARLONG_BYTES
+) -> tuple[np.ndarray, np.ndarray]:
     """Decode the zig-zag varint at each of ``positions`` in the uint8 array ``buf``.
 
     Returns ``(values int64, sizes int64)``. A varint that runs past ``buf`` or
@@ -104,16 +108,18 @@ def read_varints(buf: np.ndarray, positions: np.ndarray, max_bytes: int = MAX_VA
         over = pos >= end
         if over.any():
             bad = int(positions[active[over][0]])
-            raise CorruptRecordError(f"varint runs past the end of the buffer ({end} bytes)",
-                                     position=bad)
+            raise CorruptRecordError(
+                f"varint runs past the end of the buffer ({end} bytes)", position=bad
+            )
         b = buf[pos].astype(np.uint64)
         result[active] |= (b & np.uint64(0x7F)) << np.uint64(7 * k)
         done = b < 0x80
         sizes[active[done]] = k + 1
         active = active[~done]
     if len(active):
-        raise CorruptRecordError(f"varint longer than {max_bytes} bytes",
-                                 position=int(positions[active[0]]))
+        raise CorruptRecordError(
+            f"varint longer than {max_bytes} bytes", position=int(positions[active[0]])
+        )
     values = (result >> np.uint64(1)).view(np.int64) ^ -(result & np.uint64(1)).view(np.int64)
     return values, sizes
 

@@ -64,8 +64,16 @@ from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
 
-__all__ = ["OPTIONS", "Pushed", "ReadOptions", "SeglakeDataSource", "SeglakeReader",
-           "parse_options", "plan_read", "register"]
+__all__ = [
+    "OPTIONS",
+    "Pushed",
+    "ReadOptions",
+    "SeglakeDataSource",
+    "SeglakeReader",
+    "parse_options",
+    "plan_read",
+    "register",
+]
 
 
 # ------------------------------------------------------------------------------ filters
@@ -160,30 +168,46 @@ class Pushed:
 
     def nothing(self) -> bool:
         """Whether no record can pass."""
-        return (self.topics == frozenset() or self.partitions == frozenset()
-                or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp)))
+        return (
+            self.topics == frozenset()
+            or self.partitions == frozenset()
+            or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp))
+        )
 
     def admits(self, tp: TopicPartition) -> bool:
-        return ((self.topics is None or tp[0] in self.topics)
-                and (self.partitions is None or tp[1] in self.partitions)
-                and self.partition[0] <= tp[1] < self.partition[1])
+        return (
+            (self.topics is None or tp[0] in self.topics)
+            and (self.partitions is None or tp[1] in self.partitions)
+            and self.partition[0] <= tp[1] < self.partition[1]
+        )
 
 
 # ------------------------------------------------------------------------------ planning
-def _partition_log(cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table
-                   ) -> PartitionLog:
+def _partition_log(
+    cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table
+) -> PartitionLog:
     """A partition's log whose segments come from ``cache`` (plan_extract's too)."""
     fs, base = cache.resolve(root)
-    segs = [cache.segment(root, r["path"], size=r["size_bytes"], next_offset=r["next_offset"],
-                          max_timestamp=r["max_timestamp"], run_id=r["run_id"],
-                          load_indexes=False) for r in rows.to_pylist()]
+    segs = [
+        cache.segment(
+            root,
+            r["path"],
+            size=r["size_bytes"],
+            next_offset=r["next_offset"],
+            max_timestamp=r["max_timestamp"],
+            run_id=r["run_id"],
+            load_indexes=False,
+        )
+        for r in rows.to_pylist()
+    ]
     return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
 
 
 def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     """Catalog rows (sorted by topic, partition) split per topic-partition."""
-    keys = list(zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(),
-                    strict=True))
+    keys = list(
+        zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
+    )
     out: dict[TopicPartition, pa.Table] = {}
     start = 0
     for i in range(1, len(keys) + 1):
@@ -193,8 +217,7 @@ def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     return out
 
 
-def _select(opts: ReadOptions, catalog: Catalog, version: int
-            ) -> dict[TopicPartition, pa.Table]:
+def _select(opts: ReadOptions, catalog: Catalog, version: int) -> dict[TopicPartition, pa.Table]:
     """The subscribed partitions' catalog rows; unknown topics/partitions are errors."""
     wanted = opts.topics or (tuple(opts.assign) if opts.assign is not None else None)
     parts = _by_partition(catalog.segments(wanted, version=version))
@@ -205,20 +228,26 @@ def _select(opts: ReadOptions, catalog: Catalog, version: int
         want = {(t, p) for t, ps in opts.assign.items() for p in ps}
         missing = sorted(want - set(parts))
         if missing:
-            raise ConfigError(f"assign: no partition {_names(missing)} in the lake at "
-                              f"{opts.root} (catalog version {version}); it has "
-                              f"{_names(sorted(parts)) or 'none of these topics'}")
+            raise ConfigError(
+                f"assign: no partition {_names(missing)} in the lake at "
+                f"{opts.root} (catalog version {version}); it has "
+                f"{_names(sorted(parts)) or 'none of these topics'}"
+            )
         parts = {tp: r for tp, r in parts.items() if tp in want}
     elif wanted and set(wanted) - present:
         known = sorted(set(catalog.segments(version=version).column("topic").to_pylist()))
-        raise ConfigError(f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
-                          f"the lake at {opts.root} (catalog version {version}); topics: "
-                          f"{', '.join(known) or 'none'}")
+        raise ConfigError(
+            f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
+            f"the lake at {opts.root} (catalog version {version}); topics: "
+            f"{', '.join(known) or 'none'}"
+        )
     for bound in (opts.starting, opts.ending):
         for tp, name in bound.named().items():
             if tp not in parts:
-                raise ConfigError(f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
-                                  f"covers ({_names(sorted(parts)) or 'none'})")
+                raise ConfigError(
+                    f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
+                    f"covers ({_names(sorted(parts)) or 'none'})"
+                )
     return parts
 
 
@@ -227,8 +256,9 @@ def _names(tps: list[TopicPartition]) -> str:
     return shown + (f" and {len(tps) - 20} more" if len(tps) > 20 else "")
 
 
-def plan_read(opts: ReadOptions, pushed: Pushed | None = None, *,
-              cache: IndexCache | None = None) -> list[dict]:
+def plan_read(
+    opts: ReadOptions, pushed: Pushed | None = None, *, cache: IndexCache | None = None
+) -> list[dict]:
     """The splits (rows of extract's ``SPLIT_SCHEMA``) a read with these options and
     pushed filters covers; runs where Spark plans the read (no Spark needed)."""
     pushed = pushed or Pushed()
@@ -243,21 +273,33 @@ def plan_read(opts: ReadOptions, pushed: Pushed | None = None, *,
         if not pushed.admits(tp):
             continue
         log = _partition_log(cache, opts.root, tp, rows)
-        start, end = (b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
-                      for b in (opts.starting, opts.ending))
+        start, end = (
+            b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
+            for b in (opts.starting, opts.ending)
+        )
         if start > end:
-            raise ConfigError(f"{opts.starting.option(tp)} / {opts.ending.option(tp)}: "
-                              f"{tp[0]}-{tp[1]} would start at offset {start}, after its "
-                              f"ending offset {end}")
+            raise ConfigError(
+                f"{opts.starting.option(tp)} / {opts.ending.option(tp)}: "
+                f"{tp[0]}-{tp[1]} would start at offset {start}, after its "
+                f"ending offset {end}"
+            )
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: plan_extract prunes and seeks (filter mode)
             ranges[tp[0]][tp[1]] = (lo, hi)
     splits: list[dict] = []
     for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
-        plan = plan_extract(opts.root, topic, start=pushed.timestamp[0],
-                            end=pushed.timestamp[1], offset_ranges=bounds, mode="filter",
-                            isolation_level=opts.isolation_level, split_bytes=opts.split_bytes,
-                            version=version, cache=cache)
+        plan = plan_extract(
+            opts.root,
+            topic,
+            start=pushed.timestamp[0],
+            end=pushed.timestamp[1],
+            offset_ranges=bounds,
+            mode="filter",
+            isolation_level=opts.isolation_level,
+            split_bytes=opts.split_bytes,
+            version=version,
+            cache=cache,
+        )
         splits += plan.splits.to_pylist()
     return splits
 
@@ -286,9 +328,14 @@ class SeglakeReader(DataSourceReader):
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
-            t = read_split(get_cache(self.cache_bytes), self.opts.root, partition.value,
-                           isolation_level=self.opts.isolation_level)
+            t = read_split(
+                get_cache(self.cache_bytes),
+                self.opts.root,
+                partition.value,
+                isolation_level=self.opts.isolation_level,
+            )
         yield from t.select(self.opts.arrow_schema.names).to_batches()
+
 
 class SeglakeDataSource(DataSource):
     """``spark.read.format("seglake").load(root)``; see the module docstring."""
@@ -306,8 +353,10 @@ class SeglakeDataSource(DataSource):
         opts = parse_options(self.options)
         expected = from_arrow_schema(opts.arrow_schema)
         if schema.simpleString() != expected.simpleString():
-            raise ConfigError("seglake: the schema is the Kafka source's, "
-                              f"{expected.simpleString()}; got {schema.simpleString()}")
+            raise ConfigError(
+                "seglake: the schema is the Kafka source's, "
+                f"{expected.simpleString()}; got {schema.simpleString()}"
+            )
         return SeglakeReader(opts, self.bytes_accumulator)
 
 
@@ -322,6 +371,9 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     source = SeglakeDataSource
     if bytes_accumulator is not None:
-        source = type("CountingSeglakeDataSource", (SeglakeDataSource,),
-                      {"bytes_accumulator": bytes_accumulator})
+        source = type(
+            "CountingSeglakeDataSource",
+            (SeglakeDataSource,),
+            {"bytes_accumulator": bytes_accumulator},
+        )
     spark.dataSource.register(source)

@@ -64,21 +64,36 @@ DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
 BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 
-SPLIT_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-    pa.field("path", pa.string()), pa.field("size", pa.int64()),
-    pa.field("run_id", pa.string()),
-    pa.field("start_pos", pa.int64()), pa.field("end_pos", pa.int64()),
-    pa.field("extend", pa.bool_()),
-    pa.field("lo", pa.int64()), pa.field("hi", pa.int64()),
-    pa.field("ts_lo", pa.int64()), pa.field("ts_hi", pa.int64()),
-    pa.field("aborted_pid", pa.list_(pa.int64())),
-    pa.field("aborted_first", pa.list_(pa.int64())),
-    pa.field("aborted_last", pa.list_(pa.int64())),
-])
+SPLIT_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("path", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("run_id", pa.string()),
+        pa.field("start_pos", pa.int64()),
+        pa.field("end_pos", pa.int64()),
+        pa.field("extend", pa.bool_()),
+        pa.field("lo", pa.int64()),
+        pa.field("hi", pa.int64()),
+        pa.field("ts_lo", pa.int64()),
+        pa.field("ts_hi", pa.int64()),
+        pa.field("aborted_pid", pa.list_(pa.int64())),
+        pa.field("aborted_first", pa.list_(pa.int64())),
+        pa.field("aborted_last", pa.list_(pa.int64())),
+    ]
+)
 
-__all__ = ["ExtractPlan", "extract", "pack_splits", "parse_time", "plan_extract", "read_split",
-           "read_splits", "spark_schema"]
+__all__ = [
+    "ExtractPlan",
+    "extract",
+    "pack_splits",
+    "parse_time",
+    "plan_extract",
+    "read_split",
+    "read_splits",
+    "spark_schema",
+]
 
 
 def spark_schema(schema: pa.Schema):
@@ -105,26 +120,31 @@ def parse_time(value: str | int | None) -> int | None:
 
 
 # ------------------------------------------------------------------------ executor side
-def read_split(cache: IndexCache, root: str, split: dict, *,
-               isolation_level: str = "read_uncommitted") -> pa.Table:
+def read_split(
+    cache: IndexCache, root: str, split: dict, *, isolation_level: str = "read_uncommitted"
+) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
     return read_splits(cache, root, [split], isolation_level=isolation_level)
 
 
-def read_splits(cache: IndexCache, root: str, splits: list[dict], *,
-                isolation_level: str = "read_uncommitted") -> pa.Table:
+def read_splits(
+    cache: IndexCache, root: str, splits: list[dict], *, isolation_level: str = "read_uncommitted"
+) -> pa.Table:
     """Records of several splits: each read as :func:`read_split` does, the batches of
     all of them walked and decoded together (vectorised over all their batches)."""
     parts = [_split_batches(cache, root, s) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
-    unsure = [(w, np.flatnonzero(keep & (w.scan.max_timestamp >= s["ts_hi"])))
-              if s["ts_hi"] < NO_TS_HI else (w, np.zeros(0, np.int64))
-              for s, (w, keep, _) in zip(splits, parts, strict=True)]
+    unsure = [
+        (w, np.flatnonzero(keep & (w.scan.max_timestamp >= s["ts_hi"])))
+        if s["ts_hi"] < NO_TS_HI
+        else (w, np.zeros(0, np.int64))
+        for s, (w, keep, _) in zip(splits, parts, strict=True)
+    ]
     if any(len(u) for _, u in unsure):
         least, at = min_timestamps(unsure), 0
         for s, (_, u), (_, keep, _) in zip(splits, unsure, parts, strict=True):
-            keep[u[least[at:at + len(u)] >= s["ts_hi"]]] = False
+            keep[u[least[at : at + len(u)] >= s["ts_hi"]]] = False
             at += len(u)
     table, rows = decode_windows([(w, np.flatnonzero(keep), path) for w, keep, path in parts])
     out, at = [], 0
@@ -135,11 +155,11 @@ def read_splits(cache: IndexCache, root: str, splits: list[dict], *,
     return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
 
 
-def _split_batches(cache: IndexCache, root: str, split: dict
-                   ) -> tuple[Window, np.ndarray, str]:
+def _split_batches(cache: IndexCache, root: str, split: dict) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return."""
-    seg = cache.segment(root, split["path"], size=split["size"], run_id=split["run_id"],
-                        load_indexes=False)
+    seg = cache.segment(
+        root, split["path"], size=split["size"], run_id=split["run_id"], load_indexes=False
+    )
     w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     s = w.scan
     keep = (s.last_offset >= split["lo"]) & (s.base_offset < split["hi"]) & ~s.is_control
@@ -158,8 +178,10 @@ def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
         mask = pc.and_(mask, pc.and_(pc.greater_equal(ts, ts_lo), pc.less(ts, ts_hi)))
     if isolation_level == "read_committed" and split["aborted_pid"]:
         txn = TransactionIndex()
-        for p, f, last in sorted(zip(split["aborted_pid"], split["aborted_first"],
-                                     split["aborted_last"], strict=True), key=lambda x: x[2]):
+        for p, f, last in sorted(
+            zip(split["aborted_pid"], split["aborted_first"], split["aborted_last"], strict=True),
+            key=lambda x: x[2],
+        ):
             txn.append(AbortedTxn(p, f, last, last))
         aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
         tx = t.column("transactional").to_numpy(zero_copy_only=False)
@@ -175,10 +197,11 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
     extend = extend and end < size
     w = seg.window(start, end + HEADER_SIZE if extend else end)
     if w.scan.valid_bytes < min(end, size) - start:
-        raise CorruptIndexError(f"split [{start}, {end}) does not hold whole batches: "
-                                f"{w.scan.error}", path=seg.log_path)
+        raise CorruptIndexError(
+            f"split [{start}, {end}) does not hold whole batches: {w.scan.error}", path=seg.log_path
+        )
     if extend and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi - 1):
-        tail = w.data[end - start:]
+        tail = w.data[end - start :]
         if len(tail) >= HEADER_SIZE:
             more = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
             data = w.data[: end - start] + seg.window(end, end + more, verify_crc=False).data
@@ -201,19 +224,30 @@ class ExtractPlan:
     tail_bytes: int = 0  # planned bytes past the end time: timestamps read, little decoded
 
     def summary(self) -> str:
-        return (f"catalog version {self.catalog_version}: {self.segments} segment(s), "
-                f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned "
-                f"({self.tail_bytes} past the end time), {self.driver_bytes} bytes read by "
-                f"the driver to plan ({self.seconds:.2f} s)")
+        return (
+            f"catalog version {self.catalog_version}: {self.segments} segment(s), "
+            f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned "
+            f"({self.tail_bytes} past the end time), {self.driver_bytes} bytes read by "
+            f"the driver to plan ({self.seconds:.2f} s)"
+        )
 
 
-def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | None = None,
-                 end: int | str | None = None, start_offset: int | None = None,
-                 end_offset: int | None = None, mode: str = "offsets",
-                 isolation_level: str = "read_uncommitted",
-                 split_bytes: int = DEFAULT_SPLIT_BYTES, version: int | None = None,
-                 cache: IndexCache | None = None,
-                 offset_ranges: dict[int, tuple[int, int]] | None = None) -> ExtractPlan:
+def plan_extract(
+    root: str,
+    topic: str,
+    *,
+    partitions=None,
+    start: int | str | None = None,
+    end: int | str | None = None,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    mode: str = "offsets",
+    isolation_level: str = "read_uncommitted",
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    version: int | None = None,
+    cache: IndexCache | None = None,
+    offset_ranges: dict[int, tuple[int, int]] | None = None,
+) -> ExtractPlan:
     """The splits of an extraction (see the module docstring); runs on the driver.
 
     ``offset_ranges``: ``{partition: (start_offset, end_offset)}``, each partition's own
@@ -244,10 +278,18 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
         plog = PartitionLog.from_rows(fs, base, prow)
         # share opened segments with the cache (indexes read once per process)
         meta = prow.to_pylist()
-        plog.segments = [cache.segment(root, r["path"], size=r["size_bytes"],
-                                       next_offset=r["next_offset"],
-                                       max_timestamp=r["max_timestamp"], run_id=r["run_id"],
-                                       load_indexes=False) for r in meta]
+        plog.segments = [
+            cache.segment(
+                root,
+                r["path"],
+                size=r["size_bytes"],
+                next_offset=r["next_offset"],
+                max_timestamp=r["max_timestamp"],
+                run_id=r["run_id"],
+                load_indexes=False,
+            )
+            for r in meta
+        ]
         lso, leo = plog.log_start_offset, plog.log_end_offset
         lo, hi = lso, leo
         ts_lo, ts_hi = NO_TS_LO, NO_TS_HI
@@ -261,8 +303,9 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
         else:
             ts_lo = start if start is not None else NO_TS_LO
             ts_hi = end if end is not None else NO_TS_HI
-        first_offset, end_offsets = (offset_ranges[p] if offset_ranges is not None
-                                     else (start_offset, end_offset))
+        first_offset, end_offsets = (
+            offset_ranges[p] if offset_ranges is not None else (start_offset, end_offset)
+        )
         if first_offset is not None:
             lo = max(lo, first_offset)
         if end_offsets is not None:
@@ -273,8 +316,11 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
             continue
         chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
         for i, r in enumerate(meta):
-            if r["next_offset"] <= lo or r["base_offset"] >= hi or r["next_offset"] == r[
-                    "base_offset"]:
+            if (
+                r["next_offset"] <= lo
+                or r["base_offset"] >= hi
+                or r["next_offset"] == r["base_offset"]
+            ):
                 continue
             if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
                 continue
@@ -291,17 +337,33 @@ def plan_extract(root: str, topic: str, *, partitions=None, start: int | str | N
             aborted = _aborted(plog, chosen[0][0], lo, hi)
         for i, first, last in chosen:
             nsegs += 1
-            mine = _segment_splits(plog.segments[i], meta[i], topic, p, (lo, last, first),
-                                   (ts_lo, ts_hi), split_bytes, aborted)
+            mine = _segment_splits(
+                plog.segments[i],
+                meta[i],
+                topic,
+                p,
+                (lo, last, first),
+                (ts_lo, ts_hi),
+                split_bytes,
+                aborted,
+            )
             if meta[i]["max_timestamp"] >= ts_hi:
                 tail += _tail_bytes(plog.segments[i], ts_hi, mine)
             out += mine
     splits = pa.Table.from_pylist(out, schema=SPLIT_SCHEMA)
-    planned = int(pc.sum(pc.subtract(splits.column("end_pos"),
-                                     splits.column("start_pos"))).as_py() or 0)
-    return ExtractPlan(splits, version, nsegs, planned,
-                       lakefs.IO_STATS.snapshot()["bytes_read"] - before, ranges,
-                       time.time() - started, tail)
+    planned = int(
+        pc.sum(pc.subtract(splits.column("end_pos"), splits.column("start_pos"))).as_py() or 0
+    )
+    return ExtractPlan(
+        splits,
+        version,
+        nsegs,
+        planned,
+        lakefs.IO_STATS.snapshot()["bytes_read"] - before,
+        ranges,
+        time.time() - started,
+        tail,
+    )
 
 
 def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
@@ -312,8 +374,11 @@ def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
     k = int(np.searchsorted(ti.timestamps, ts_hi, side="left"))
     if k >= len(ti):
         return 0
-    at = seg.offset_index.lookup(int(ti.offsets[k]))[1] if int(ti.offsets[k]) > \
-        seg.base_offset else 0
+    at = (
+        seg.offset_index.lookup(int(ti.offsets[k]))[1]
+        if int(ti.offsets[k]) > seg.base_offset
+        else 0
+    )
     return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
 
 
@@ -342,9 +407,16 @@ def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):
     return pids, firsts, lasts
 
 
-def _segment_splits(seg: LogSegment, r: dict, topic: str, p: int,
-                    offsets: tuple[int, int, int], ts: tuple[int, int], split_bytes: int,
-                    aborted) -> list[dict]:
+def _segment_splits(
+    seg: LogSegment,
+    r: dict,
+    topic: str,
+    p: int,
+    offsets: tuple[int, int, int],
+    ts: tuple[int, int],
+    split_bytes: int,
+    aborted,
+) -> list[dict]:
     """Splits of one segment: ``offsets`` = (lo, hi, first offset to read)."""
     lo, hi, first = offsets
     size = int(r["size_bytes"])
@@ -374,19 +446,35 @@ def _segment_splits(seg: LogSegment, r: dict, topic: str, p: int,
         bounds.append(end)
     out = []
     for k in range(len(bounds) - 1):
-        out.append({
-            "topic": topic, "partition": p, "path": r["path"], "size": size,
-            "run_id": r["run_id"], "start_pos": bounds[k], "end_pos": bounds[k + 1],
-            "extend": bool(extend and k == len(bounds) - 2), "lo": lo, "hi": hi,
-            "ts_lo": ts[0], "ts_hi": ts[1], "aborted_pid": aborted[0],
-            "aborted_first": aborted[1], "aborted_last": aborted[2],
-        })
+        out.append(
+            {
+                "topic": topic,
+                "partition": p,
+                "path": r["path"],
+                "size": size,
+                "run_id": r["run_id"],
+                "start_pos": bounds[k],
+                "end_pos": bounds[k + 1],
+                "extend": bool(extend and k == len(bounds) - 2),
+                "lo": lo,
+                "hi": hi,
+                "ts_lo": ts[0],
+                "ts_hi": ts[1],
+                "aborted_pid": aborted[0],
+                "aborted_first": aborted[1],
+                "aborted_last": aborted[2],
+            }
+        )
     return out
 
 
-def pack_splits(splits: list[dict], parallelism: int, *,
-                max_bytes: int = DEFAULT_SPLIT_BYTES,
-                min_bytes: int = MIN_TASK_BYTES) -> list[list[dict]]:
+def pack_splits(
+    splits: list[dict],
+    parallelism: int,
+    *,
+    max_bytes: int = DEFAULT_SPLIT_BYTES,
+    min_bytes: int = MIN_TASK_BYTES,
+) -> list[list[dict]]:
     """Splits grouped into tasks, as Spark groups files into input partitions.
 
     Tasks of about ``total / parallelism`` bytes, at least ``min_bytes`` (a tiny window
@@ -406,16 +494,27 @@ def pack_splits(splits: list[dict], parallelism: int, *,
         tasks[k].append(splits[i])
         heapq.heappush(heap, (load + sizes[i], k))
     # within a task, file order: neighbouring splits of a segment share its cached state
-    return [sorted(t, key=lambda s: (s["partition"], s["path"], s["start_pos"]))
-            for t in tasks]
+    return [sorted(t, key=lambda s: (s["partition"], s["path"], s["start_pos"])) for t in tasks]
 
 
 # ------------------------------------------------------------------------------ Spark
-def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=None,
-            start_offset: int | None = None, end_offset: int | None = None,
-            mode: str = "offsets", isolation_level: str = "read_uncommitted",
-            split_bytes: int = DEFAULT_SPLIT_BYTES, cache_bytes: int | None = None,
-            plan: ExtractPlan | None = None, bytes_accumulator=None):
+def extract(
+    spark,
+    root: str,
+    topic: str,
+    *,
+    partitions=None,
+    start=None,
+    end=None,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    mode: str = "offsets",
+    isolation_level: str = "read_uncommitted",
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    cache_bytes: int | None = None,
+    plan: ExtractPlan | None = None,
+    bytes_accumulator=None,
+):
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
     Args:
@@ -438,9 +537,18 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
     """
     from seglake.config import LogConfig
 
-    plan = plan or plan_extract(root, topic, partitions=partitions, start=start, end=end,
-                                start_offset=start_offset, end_offset=end_offset, mode=mode,
-                                isolation_level=isolation_level, split_bytes=split_bytes)
+    plan = plan or plan_extract(
+        root,
+        topic,
+        partitions=partitions,
+        start=start,
+        end=end,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        mode=mode,
+        isolation_level=isolation_level,
+        split_bytes=split_bytes,
+    )
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     acc, level = bytes_accumulator, isolation_level
     splits = plan.splits.to_pylist()
@@ -458,4 +566,5 @@ def extract(spark, root: str, topic: str, *, partitions=None, start=None, end=No
                 yield from t.to_batches()
 
     return spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(
-        read, spark_schema(KAFKA_SOURCE_SCHEMA))
+        read, spark_schema(KAFKA_SOURCE_SCHEMA)
+    )

@@ -75,16 +75,21 @@ class IngestResult:
         if self.already_committed:
             return f"run {self.run_id} was already committed: nothing to do"
         seg = self.segments.to_pandas()
-        lines = [f"{'topic':<24}{'partitions':>11}{'segments':>10}{'records':>12}"
-                 f"{'bytes':>14}"]
+        lines = [f"{'topic':<24}{'partitions':>11}{'segments':>10}{'records':>12}{'bytes':>14}"]
         for topic, g in seg.groupby("topic"):
-            lines.append(f"{topic:<24}{g['partition'].nunique():>11}{len(g):>10}"
-                         f"{int(g['record_count'].sum()):>12,}{int(g['size_bytes'].sum()):>14,}")
+            lines.append(
+                f"{topic:<24}{g['partition'].nunique():>11}{len(g):>10}"
+                f"{int(g['record_count'].sum()):>12,}{int(g['size_bytes'].sum()):>14,}"
+            )
         mbs = self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-        lines.append(f"{'total':<24}{seg.groupby(['topic', 'partition']).ngroups:>11}"
-                     f"{len(seg):>10}{self.records:>12,}{self.bytes:>14,}")
-        lines.append(f"run {self.run_id}: {self.seconds:.1f} s, {mbs:.1f} MB/s, "
-                     f"catalog version {self.catalog_version}")
+        lines.append(
+            f"{'total':<24}{seg.groupby(['topic', 'partition']).ngroups:>11}"
+            f"{len(seg):>10}{self.records:>12,}{self.bytes:>14,}"
+        )
+        lines.append(
+            f"run {self.run_id}: {self.seconds:.1f} s, {mbs:.1f} MB/s, "
+            f"catalog version {self.catalog_version}"
+        )
         return "\n".join(lines)
 
 
@@ -93,10 +98,17 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None = None,
-           conf: LogConfig | Mapping[str, Any] | None = None, topic: str | None = None,
-           num_partitions: int | None = None, fail_after_records: int | None = None
-           ) -> IngestResult:
+def ingest(
+    spark: SparkSession,
+    df: DataFrame,
+    root: str,
+    *,
+    run_id: str | None = None,
+    conf: LogConfig | Mapping[str, Any] | None = None,
+    topic: str | None = None,
+    num_partitions: int | None = None,
+    fail_after_records: int | None = None,
+) -> IngestResult:
     """Write ``df`` (Spark Kafka source shape) into the lake at ``root``.
 
     Args:
@@ -118,8 +130,14 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
         publish_pending(root, run_id)
-        return IngestResult(run_id, False, True, SEGMENT_ROWS.empty_table(),
-                            time.time() - started, catalog.version())
+        return IngestResult(
+            run_id,
+            False,
+            True,
+            SEGMENT_ROWS.empty_table(),
+            time.time() - started,
+            catalog.version(),
+        )
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
@@ -128,12 +146,28 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
         if swept.published_runs or swept.removed_runs:
             log.warning("before run %s: %s", run_id, swept)
     try:
-        rows, has_offset = _write(spark, df, root, run_id, config, topic, num_partitions,
-                                  catalog, started, fail_after_records)
+        rows, has_offset = _write(
+            spark,
+            df,
+            root,
+            run_id,
+            config,
+            topic,
+            num_partitions,
+            catalog,
+            started,
+            fail_after_records,
+        )
         if rows.num_rows == 0:
             lakefs.delete_dir(fs, staging)
-            return IngestResult(run_id, False, False, rows, time.time() - started,
-                                catalog.version() if catalog.exists() else None)
+            return IngestResult(
+                run_id,
+                False,
+                False,
+                rows,
+                time.time() - started,
+                catalog.version() if catalog.exists() else None,
+            )
         _check_staged(fs, staging, rows, run_id)
         result = catalog.commit(rows, run_id, contiguous=not has_offset)
     except BaseException:
@@ -141,43 +175,82 @@ def ingest(spark: SparkSession, df: DataFrame, root: str, *, run_id: str | None 
         raise
     if result.already_committed:
         lakefs.delete_dir(fs, staging)
-        return IngestResult(run_id, False, True, SEGMENT_ROWS.empty_table(),
-                            time.time() - started, catalog.version())
+        return IngestResult(
+            run_id,
+            False,
+            True,
+            SEGMENT_ROWS.empty_table(),
+            time.time() - started,
+            catalog.version(),
+        )
     publish_pending(root, run_id, rows)
     return IngestResult(run_id, True, False, rows, time.time() - started, result.version)
 
 
-def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: LogConfig,
-           topic: str | None, num_partitions: int | None, catalog: Catalog, started: float,
-           fail_after_records: int | None) -> tuple[pa.Table, bool]:
+def _write(
+    spark: SparkSession,
+    df: DataFrame,
+    root: str,
+    run_id: str,
+    config: LogConfig,
+    topic: str | None,
+    num_partitions: int | None,
+    catalog: Catalog,
+    started: float,
+    fail_after_records: int | None,
+) -> tuple[pa.Table, bool]:
     if topic is not None:
         validate_topic(topic)
-    norm = normalize(df, topic=topic, log_append_time_ms=int(started * 1000),
-                     timestamp_type=config.timestamp_type)
+    norm = normalize(
+        df,
+        topic=topic,
+        log_append_time_ms=int(started * 1000),
+        timestamp_type=config.timestamp_type,
+    )
     leo = catalog.log_end_offsets() if catalog.exists() else {}
     has_offset = "offset" in norm.columns
-    n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo,
-                                                                 config)
+    n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo, config)
     plan = plan_ingest(_count(norm, n, has_offset), leo, config, has_offset=has_offset)
     if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset
     if plan.shuffle:
         by_ts = config.ingest_order == "timestamp" and not has_offset
         prepared = norm.mapInArrow(
-            tasks.prepare(plan.partitions, plan.task_starts, n, has_offset, by_ts,
-                          tasks.task_keys(plan.num_tasks)),
-            _with_fields(norm, ("partition", T.IntegerType()), ("offset", T.LongType()),
-                         ("_chunk", T.IntegerType()), ("_task", T.IntegerType())))
+            tasks.prepare(
+                plan.partitions,
+                plan.task_starts,
+                n,
+                has_offset,
+                by_ts,
+                tasks.task_keys(plan.num_tasks),
+            ),
+            _with_fields(
+                norm,
+                ("partition", T.IntegerType()),
+                ("offset", T.LongType()),
+                ("_chunk", T.IntegerType()),
+                ("_task", T.IntegerType()),
+            ),
+        )
         order = ["topic", "partition", "_chunk", *(["timestamp"] if by_ts else []), "offset"]
-        out = (prepared.repartition(plan.num_tasks, "_task").sortWithinPartitions(*order)
-               .mapInArrow(tasks.encoder(root, run_id, config, plan.log_end, by_ts,
-                                         fail_after_records), spark_schema(SEGMENT_ROWS)))
+        out = (
+            prepared.repartition(plan.num_tasks, "_task")
+            .sortWithinPartitions(*order)
+            .mapInArrow(
+                tasks.encoder(root, run_id, config, plan.log_end, by_ts, fail_after_records),
+                spark_schema(SEGMENT_ROWS),
+            )
+        )
     else:
         out = norm.mapInArrow(
             tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records),
-            spark_schema(SEGMENT_ROWS))
-    rows = out.toArrow().cast(SEGMENT_ROWS).sort_by(
-        [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
+            spark_schema(SEGMENT_ROWS),
+        )
+    rows = (
+        out.toArrow()
+        .cast(SEGMENT_ROWS)
+        .sort_by([("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
+    )
     _verify(rows, plan.partitions, has_offset)
     return rows, has_offset
 
@@ -185,19 +258,33 @@ def _write(spark: SparkSession, df: DataFrame, root: str, run_id: str, config: L
 def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> list[dict]:
     """The count pass: one row per (input task, topic, partition) with its count and offset
     range. Reads only the columns it needs; Python only to partition by key."""
-    cols = ["topic", "key", *(["partition"] if num_partitions is None else []),
-            *(["offset"] if has_offset else [])]
+    cols = [
+        "topic",
+        "key",
+        *(["partition"] if num_partitions is None else []),
+        *(["offset"] if has_offset else []),
+    ]
     pinned = [F.hash(*norm.columns).alias("_all")] if _pruning_changes_rows(norm) else []
     if num_partitions is None:
-        lo, hi = ((F.min("offset"), F.max("offset")) if has_offset
-                  else (F.lit(None).cast("long"), F.lit(None).cast("long")))
-        rows = (norm.select(*cols, *pinned)
-                .groupBy(F.spark_partition_id().alias("task"), "topic", "partition")
-                .agg(F.count(F.lit(1)).alias("count"), lo.alias("lo"), hi.alias("hi"),
-                     *(F.max("_all") for _ in pinned)))
+        lo, hi = (
+            (F.min("offset"), F.max("offset"))
+            if has_offset
+            else (F.lit(None).cast("long"), F.lit(None).cast("long"))
+        )
+        rows = (
+            norm.select(*cols, *pinned)
+            .groupBy(F.spark_partition_id().alias("task"), "topic", "partition")
+            .agg(
+                F.count(F.lit(1)).alias("count"),
+                lo.alias("lo"),
+                hi.alias("hi"),
+                *(F.max("_all") for _ in pinned),
+            )
+        )
         return [r.asDict() for r in rows.collect()]
-    counted = norm.select(*cols, *pinned).mapInArrow(tasks.count_groups(num_partitions),
-                                                     spark_schema(tasks.COUNT_ROWS))
+    counted = norm.select(*cols, *pinned).mapInArrow(
+        tasks.count_groups(num_partitions), spark_schema(tasks.COUNT_ROWS)
+    )
     return counted.toArrow().to_pylist()
 
 
@@ -213,27 +300,41 @@ def _check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
     person may have removed a running run's files): never commit rows without files."""
     from pyarrow.fs import FileSelector
 
-    have = {i.path.removeprefix(staging.rstrip("/") + "/")
-            for i in fs.get_file_info(FileSelector(staging, recursive=True,
-                                                   allow_not_found=True))}
-    want = [p[: -len(LOG_SUFFIX)] + s for p in rows.column("path").to_pylist()
-            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+    have = {
+        i.path.removeprefix(staging.rstrip("/") + "/")
+        for i in fs.get_file_info(FileSelector(staging, recursive=True, allow_not_found=True))
+    }
+    want = [
+        p[: -len(LOG_SUFFIX)] + s
+        for p in rows.column("path").to_pylist()
+        for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    ]
     missing = [w for w in want if w not in have]
     if missing:
-        raise SeglakeError(f"run {run_id}: {len(missing)} staged file(s) disappeared before "
-                           f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
-                           "was committed: rerun the run id")
+        raise SeglakeError(
+            f"run {run_id}: {len(missing)} staged file(s) disappeared before "
+            f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
+            "was committed: rerun the run id"
+        )
 
 
 def _with_fields(df: DataFrame, *fields: tuple[str, T.DataType]) -> T.StructType:
     """``df``'s schema with ``fields`` replaced or appended at the end, in order."""
     names = {n for n, _ in fields}
-    return T.StructType([*(f for f in df.schema.fields if f.name not in names),
-                         *(T.StructField(n, t, False) for n, t in fields)])
+    return T.StructType(
+        [
+            *(f for f in df.schema.fields if f.name not in names),
+            *(T.StructField(n, t, False) for n, t in fields),
+        ]
+    )
 
 
-def _num_partitions(topic: str | None, num_partitions: int | None,
-                    leo: Mapping[tuple[str, int], int], config: LogConfig) -> int:
+def _num_partitions(
+    topic: str | None,
+    num_partitions: int | None,
+    leo: Mapping[tuple[str, int], int],
+    config: LogConfig,
+) -> int:
     """Partitions for Kafka's default partitioner: the argument, else the topic's
     partitions in the catalog, else ``num.partitions``."""
     existing: dict[str, int] = {}
@@ -241,16 +342,18 @@ def _num_partitions(topic: str | None, num_partitions: int | None,
         existing[t] = max(existing.get(t, 0), p + 1)
     if num_partitions is None:
         counts = set(existing.values())
-        num_partitions = counts.pop() if len(counts) == 1 and topic in existing else (
-            existing.get(topic or "", 0) or config.num_partitions)
+        num_partitions = (
+            counts.pop()
+            if len(counts) == 1 and topic in existing
+            else (existing.get(topic or "", 0) or config.num_partitions)
+        )
     n = int(num_partitions)
     if n < 1:
         raise SeglakeError(f"--num-partitions must be >= 1, got {n}")
     return n
 
 
-def _verify(rows: pa.Table, plans: dict[tuple[str, int], PartitionPlan], has_offset: bool
-            ) -> None:
+def _verify(rows: pa.Table, plans: dict[tuple[str, int], PartitionPlan], has_offset: bool) -> None:
     """Before committing: every partition got exactly its records, in non-overlapping
     segments starting at or after its log end offset (assigned: exactly at it, gapless)."""
     seg = rows.to_pandas()
@@ -260,12 +363,19 @@ def _verify(rows: pa.Table, plans: dict[tuple[str, int], PartitionPlan], has_off
         if n != plan.count:
             raise SeglakeError(
                 f"{t}-{p}: wrote {n} records but counted {plan.count} in the input: the input "
-                "is not deterministic between the count pass and the write (persist it first)")
+                "is not deterministic between the count pass and the write (persist it first)"
+            )
         bases, nexts = g.base_offset.to_numpy(), g.next_offset.to_numpy()
         if len(g) and (bases[1:] < nexts[:-1]).any():
-            raise OffsetOrderError(f"{t}-{p}: segments overlap: bases {bases.tolist()}, "
-                                   f"next offsets {nexts.tolist()}")
-        if not has_offset and len(g) and (
-                bases[0] != plan.log_end_offset or (bases[1:] != nexts[:-1]).any()):
-            raise SeglakeError(f"{t}-{p}: assigned offsets are not contiguous from the log end "
-                               f"offset {plan.log_end_offset}: bases {bases.tolist()}")
+            raise OffsetOrderError(
+                f"{t}-{p}: segments overlap: bases {bases.tolist()}, next offsets {nexts.tolist()}"
+            )
+        if (
+            not has_offset
+            and len(g)
+            and (bases[0] != plan.log_end_offset or (bases[1:] != nexts[:-1]).any())
+        ):
+            raise SeglakeError(
+                f"{t}-{p}: assigned offsets are not contiguous from the log end "
+                f"offset {plan.log_end_offset}: bases {bases.tolist()}"
+            )

@@ -28,11 +28,11 @@ Key = tuple[str, int]
 class PartitionPlan:
     """How one topic-partition is written: its offsets and the chunks (tasks) it is cut in."""
 
-    first_offset: int      # first offset this run writes (assigned) or min given offset
+    first_offset: int  # first offset this run writes (assigned) or min given offset
     last_offset: int
     count: int
     chunks: int
-    chunk0: int            # global chunk id of this partition's first chunk
+    chunk0: int  # global chunk id of this partition's first chunk
     log_end_offset: int
 
 
@@ -54,8 +54,9 @@ class IngestPlan:
         return {k: p.log_end_offset for k, p in self.partitions.items()}
 
 
-def plan_ingest(counts: Iterable[Mapping], log_end: Mapping[Key, int], config: LogConfig,
-                *, has_offset: bool) -> IngestPlan:
+def plan_ingest(
+    counts: Iterable[Mapping], log_end: Mapping[Key, int], config: LogConfig, *, has_offset: bool
+) -> IngestPlan:
     """Check the counted input against the catalog and plan the write (see module doc)."""
     per_task = sorted(counts, key=lambda r: (r["topic"] or "", r["partition"] or 0, r["task"]))
     stats: dict[Key, list[int]] = {}
@@ -80,11 +81,13 @@ def plan_ingest(counts: Iterable[Mapping], log_end: Mapping[Key, int], config: L
             if lo < end:
                 raise OffsetOrderError(
                     f"{t}-{p}: input offset {lo} is below the partition's log end offset {end}"
-                    f" (offsets {lo}..{hi} in the input; the lake already holds up to {end - 1})")
+                    f" (offsets {lo}..{hi} in the input; the lake already holds up to {end - 1})"
+                )
             if hi - lo + 1 < n:
                 raise OffsetOrderError(
                     f"{t}-{p}: {n} records but offsets {lo}..{hi} span only {hi - lo + 1}: "
-                    "offsets repeat")
+                    "offsets repeat"
+                )
         else:
             lo, hi = end, end + n - 1
         by_ts = config.ingest_order == "timestamp" and not has_offset

@@ -33,16 +33,34 @@ from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 from seglake.testing_hooks import crash_point
 
-SEGMENT_ROWS = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("base_offset", pa.int64()),
-    ("next_offset", pa.int64()), ("record_count", pa.int64()), ("min_timestamp", pa.int64()),
-    ("max_timestamp", pa.int64()), ("size_bytes", pa.int64()), ("index_entries", pa.int32()),
-    ("time_index_entries", pa.int32()), ("codec", pa.string()), ("path", pa.string()),
-    ("run_id", pa.string()), ("tail_min_timestamps", TAIL_TYPE),
-])
-COUNT_ROWS = pa.schema([("task", pa.int32()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("count", pa.int64()),
-                        ("lo", pa.int64()), ("hi", pa.int64())])
+SEGMENT_ROWS = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("base_offset", pa.int64()),
+        ("next_offset", pa.int64()),
+        ("record_count", pa.int64()),
+        ("min_timestamp", pa.int64()),
+        ("max_timestamp", pa.int64()),
+        ("size_bytes", pa.int64()),
+        ("index_entries", pa.int32()),
+        ("time_index_entries", pa.int32()),
+        ("codec", pa.string()),
+        ("path", pa.string()),
+        ("run_id", pa.string()),
+        ("tail_min_timestamps", TAIL_TYPE),
+    ]
+)
+COUNT_ROWS = pa.schema(
+    [
+        ("task", pa.int32()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("count", pa.int64()),
+        ("lo", pa.int64()),
+        ("hi", pa.int64()),
+    ]
+)
 RECORD_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
 NULL_KEY_STRIDE = 7919  # task t's null keys start at partition (t * 7919) % n
 Key = tuple[str, int]
@@ -89,12 +107,17 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
             offsets = None
             if "offset" in b.schema.names:
                 if b.column("offset").null_count:
-                    raise SeglakeError(f"{b.column('offset').null_count} input rows have a "
-                                       "null offset: give every row an offset or none")
+                    raise SeglakeError(
+                        f"{b.column('offset').null_count} input rows have a "
+                        "null offset: give every row an offset or none"
+                    )
                 offsets = b.column("offset").to_numpy()
             for key, idx in group_rows(b.column("topic"), part(b)):
-                lo, hi = ((None, None) if offsets is None
-                          else (int(offsets[idx].min()), int(offsets[idx].max())))
+                lo, hi = (
+                    (None, None)
+                    if offsets is None
+                    else (int(offsets[idx].min()), int(offsets[idx].max()))
+                )
                 s = stats.setdefault(key, [0, lo, hi])
                 s[0] += len(idx)
                 if lo is not None:
@@ -102,9 +125,16 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
         if stats:
             cols = list(zip(*stats.values(), strict=True))
             yield pa.RecordBatch.from_pydict(
-                {"task": [task] * len(stats), "topic": [k[0] for k in stats],
-                 "partition": [k[1] for k in stats], "count": cols[0], "lo": cols[1],
-                 "hi": cols[2]}, schema=COUNT_ROWS)
+                {
+                    "task": [task] * len(stats),
+                    "topic": [k[0] for k in stats],
+                    "partition": [k[1] for k in stats],
+                    "count": cols[0],
+                    "lo": cols[1],
+                    "hi": cols[2],
+                },
+                schema=COUNT_ROWS,
+            )
 
     return count
 
@@ -147,8 +177,14 @@ class _Group:
 class _StagedWriters:
     """SegmentWriters of one task, one per staged partition directory, and their output."""
 
-    def __init__(self, root: str, run_id: str, config: LogConfig, tmp_suffix: str,
-                 fail_after_records: int | None) -> None:
+    def __init__(
+        self,
+        root: str,
+        run_id: str,
+        config: LogConfig,
+        tmp_suffix: str,
+        fail_after_records: int | None,
+    ) -> None:
         self.fs, base = lakefs.resolve(root)
         self.staging = lakefs.join(base, "_staging", run_id)
         self.run_id = run_id
@@ -160,16 +196,23 @@ class _StagedWriters:
 
     def open(self, key: Key, min_offset: int) -> SegmentWriter:
         pdir = partition_dir_name(*key)
-        return SegmentWriter(self.fs, lakefs.join(self.staging, pdir), config=self.config,
-                             min_offset=min_offset, tmp_suffix=self.tmp_suffix, label=pdir)
+        return SegmentWriter(
+            self.fs,
+            lakefs.join(self.staging, pdir),
+            config=self.config,
+            min_offset=min_offset,
+            tmp_suffix=self.tmp_suffix,
+            label=pdir,
+        )
 
     def append(self, key: Key, writer: SegmentWriter, records: pa.Table) -> None:
         self.infos.extend((*key, i) for i in writer.append(records))
         self.written += records.num_rows
         crash_point("write")
         if self.fail_after is not None and self.written >= self.fail_after:
-            raise RuntimeError(f"seglake test hook: task failed after {self.written} "
-                               "records (fail_after_records)")
+            raise RuntimeError(
+                f"seglake test hook: task failed after {self.written} records (fail_after_records)"
+            )
 
     def close(self, key: Key, writer: SegmentWriter) -> None:
         self.infos.extend((*key, i) for i in writer.close())
@@ -179,9 +222,14 @@ class _StagedWriters:
             yield segment_rows(self.infos, self.run_id, self.staging)
 
 
-def local_writer(root: str, run_id: str, config: LogConfig, num_partitions: int | None,
-                 task_starts: Mapping[tuple[int, str, int], int],
-                 fail_after_records: int | None) -> Callable[[Batches], Batches]:
+def local_writer(
+    root: str,
+    run_id: str,
+    config: LogConfig,
+    num_partitions: int | None,
+    task_starts: Mapping[tuple[int, str, int], int],
+    fail_after_records: int | None,
+) -> Callable[[Batches], Batches]:
     """mapInArrow without a shuffle: this task's records of each (topic, partition) get
     the offsets planned for (task, topic, partition) onwards, in input order, and are
     written as segments of their own. Memory: ``seglake.ingest.buffer.bytes`` of
@@ -204,10 +252,14 @@ def local_writer(root: str, run_id: str, config: LogConfig, num_partitions: int 
                     if start is None:
                         raise SeglakeError(
                             f"{key[0]}-{key[1]}: input task {task} has records the count pass "
-                            "did not see: the input is not deterministic (persist it first)")
+                            "did not see: the input is not deterministic (persist it first)"
+                        )
                     g = groups[key] = _Group(out.open(key, start), start)
-                recs = _records(b, None if len(split) == 1 else idx,
-                                np.arange(g.next_offset, g.next_offset + len(idx)))
+                recs = _records(
+                    b,
+                    None if len(split) == 1 else idx,
+                    np.arange(g.next_offset, g.next_offset + len(idx)),
+                )
                 g.next_offset += len(idx)
                 g.pending.append(recs)
                 g.pending_bytes += recs.nbytes
@@ -227,9 +279,14 @@ def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
         g.pending, g.pending_bytes = [], 0
 
 
-def prepare(plans: Mapping[Key, object], task_starts: Mapping[tuple[int, str, int], int],
-            num_partitions: int | None, has_offset: bool, by_timestamp: bool,
-            task_keys: np.ndarray) -> Callable[[Batches], Batches]:
+def prepare(
+    plans: Mapping[Key, object],
+    task_starts: Mapping[tuple[int, str, int], int],
+    num_partitions: int | None,
+    has_offset: bool,
+    by_timestamp: bool,
+    task_keys: np.ndarray,
+) -> Callable[[Batches], Batches]:
     """mapInArrow before the shuffle: ``partition`` (if not given), ``offset`` (given, or
     assigned in input order; by timestamp: an input-order tie breaker that the encoder
     replaces), ``_chunk`` (global id of the task that writes the row) and ``_task`` (a
@@ -244,8 +301,11 @@ def prepare(plans: Mapping[Key, object], task_starts: Mapping[tuple[int, str, in
             if b.num_rows == 0:
                 continue
             parts = part(b)
-            offsets = (b.column("offset").to_numpy() if has_offset
-                       else np.empty(b.num_rows, dtype=np.int64))
+            offsets = (
+                b.column("offset").to_numpy()
+                if has_offset
+                else np.empty(b.num_rows, dtype=np.int64)
+            )
             chunk = np.empty(b.num_rows, dtype=np.int32)
             for key, idx in group_rows(b.column("topic"), parts):
                 plan = plans[key]
@@ -262,16 +322,27 @@ def prepare(plans: Mapping[Key, object], task_starts: Mapping[tuple[int, str, in
             seq += b.num_rows
             keep = [n for n in b.schema.names if n not in ("offset", "partition")]
             yield pa.RecordBatch.from_arrays(
-                [*(b.column(n) for n in keep), pa.array(parts, pa.int32()), pa.array(offsets),
-                 pa.array(chunk), pa.array(task_keys[chunk])],
-                names=[*keep, "partition", "offset", "_chunk", "_task"])
+                [
+                    *(b.column(n) for n in keep),
+                    pa.array(parts, pa.int32()),
+                    pa.array(offsets),
+                    pa.array(chunk),
+                    pa.array(task_keys[chunk]),
+                ],
+                names=[*keep, "partition", "offset", "_chunk", "_task"],
+            )
 
     return run
 
 
-def encoder(root: str, run_id: str, config: LogConfig, log_end: Mapping[Key, int],
-            by_timestamp: bool, fail_after_records: int | None
-            ) -> Callable[[Batches], Batches]:
+def encoder(
+    root: str,
+    run_id: str,
+    config: LogConfig,
+    log_end: Mapping[Key, int],
+    by_timestamp: bool,
+    fail_after_records: int | None,
+) -> Callable[[Batches], Batches]:
     """mapInArrow after the shuffle: rows sorted by (topic, partition, _chunk, offset), or
     by (..., timestamp, offset) when offsets are assigned in timestamp order (one chunk
     per partition, numbered from its log end offset here); each run of equal ``_chunk``
@@ -315,8 +386,9 @@ def _chunk_runs(b: pa.RecordBatch) -> list[tuple[int, int]]:
     return list(itertools.pairwise([0, *cuts.tolist(), b.num_rows]))
 
 
-def segment_rows(infos: list[tuple[str, int, SegmentInfo]], run_id: str, staging: str
-                 ) -> pa.RecordBatch:
+def segment_rows(
+    infos: list[tuple[str, int, SegmentInfo]], run_id: str, staging: str
+) -> pa.RecordBatch:
     """One SEGMENT_ROWS row per closed segment; ``path`` relative to the staging dir."""
     prefix = staging.rstrip("/") + "/"
     cols: dict[str, list] = {f.name: [] for f in SEGMENT_ROWS}

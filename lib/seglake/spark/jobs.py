@@ -64,8 +64,15 @@ def run_ingest(spark: SparkSession, args) -> int:
 
     fmt = jobargs.format_from_path(args.input, args.input_format, jobargs.FORMATS)
     df = read_input(spark, args.input, fmt)
-    result = ingest(spark, df, args.root, run_id=args.run_id, conf=_config(args),
-                    topic=args.topic, num_partitions=args.num_partitions)
+    result = ingest(
+        spark,
+        df,
+        args.root,
+        run_id=args.run_id,
+        conf=_config(args),
+        topic=args.topic,
+        num_partitions=args.num_partitions,
+    )
     print(result.summary())
     return 0
 
@@ -107,15 +114,23 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
     spark.conf.set(conf, "TIMESTAMP_MICROS")
     try:
         df.write.mode("errorifexists").parquet(lakefs.join(path, sub))
-        files = [i for i in fs.get_file_info(pafs.FileSelector(lakefs.join(base, sub)))
-                 if i.is_file]
+        files = [
+            i for i in fs.get_file_info(pafs.FileSelector(lakefs.join(base, sub))) if i.is_file
+        ]
         actions = []
         for i in files:
             if i.base_name.endswith(".parquet"):
                 rows = pq.read_metadata(i.path, filesystem=fs).num_rows
-                actions.append(AddAction(f"{sub}/{i.base_name}", i.size, {},
-                                         i.mtime_ns // 1_000_000, True,
-                                         json.dumps({"numRecords": rows})))
+                actions.append(
+                    AddAction(
+                        f"{sub}/{i.base_name}",
+                        i.size,
+                        {},
+                        i.mtime_ns // 1_000_000,
+                        True,
+                        json.dumps({"numRecords": rows}),
+                    )
+                )
             else:  # _SUCCESS, .crc: not data
                 fs.delete_file(i.path)
         schema = DeltaSchema.from_arrow(to_arrow_schema(df.schema, timezone="UTC"))
@@ -148,24 +163,42 @@ def run_extract(spark: SparkSession, args) -> int:
 
     config = _config(args)
     started = time.time()
-    plan = plan_extract(args.root, args.topic, partitions=args.partitions, start=args.start,
-                        end=args.end, start_offset=args.start_offset,
-                        end_offset=args.end_offset, mode=args.mode,
-                        isolation_level=args.isolation_level)
+    plan = plan_extract(
+        args.root,
+        args.topic,
+        partitions=args.partitions,
+        start=args.start,
+        end=args.end,
+        start_offset=args.start_offset,
+        end_offset=args.end_offset,
+        mode=args.mode,
+        isolation_level=args.isolation_level,
+    )
     print(plan.summary())
     acc = _accumulator(spark)
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
-    df = extract(spark, args.root, args.topic, mode=args.mode,
-                 isolation_level=args.isolation_level, plan=plan,
-                 cache_bytes=config.index_cache_bytes, bytes_accumulator=acc)
+    df = extract(
+        spark,
+        args.root,
+        args.topic,
+        mode=args.mode,
+        isolation_level=args.isolation_level,
+        plan=plan,
+        cache_bytes=config.index_cache_bytes,
+        bytes_accumulator=acc,
+    )
     write_output(spark, df, args.output, args.output_format)
     # in local mode executors may share this process's counter: count it once
     task_bytes = acc.value if acc is not None else lakefs.IO_STATS.snapshot()["bytes_read"] - before
-    print(f"extracted {args.topic} ranges {sorted(plan.ranges.items())[:8]}"
-          f"{' ...' if len(plan.ranges) > 8 else ''}")
-    print(f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
-          f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
-          f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
+    print(
+        f"extracted {args.topic} ranges {sorted(plan.ranges.items())[:8]}"
+        f"{' ...' if len(plan.ranges) > 8 else ''}"
+    )
+    print(
+        f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
+        f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
+        f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
+    )
     return 0
 
 
@@ -177,14 +210,25 @@ def run_lookup(spark: SparkSession, args) -> int:
     fmt = jobargs.format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
     queries = read_input(spark, args.queries, fmt)
     accs = (_accumulator(spark), _accumulator(spark))
-    out = lookup(spark, args.root, queries, cache_bytes=config.index_cache_bytes,
-                 io_accumulators=None if None in accs else accs).cache()
+    out = lookup(
+        spark,
+        args.root,
+        queries,
+        cache_bytes=config.index_cache_bytes,
+        io_accumulators=None if None in accs else accs,
+    ).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
-    read = (f"read: {accs[0].value} index/log bytes from {accs[1].value} segment file(s) "
-            "opened by the tasks; " if None not in accs else "")
-    print(f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
-          f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
+    read = (
+        f"read: {accs[0].value} index/log bytes from {accs[1].value} segment file(s) "
+        "opened by the tasks; "
+        if None not in accs
+        else ""
+    )
+    print(
+        f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
+        f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
+    )
     return 0
 
 
@@ -223,16 +267,23 @@ def run_recover(spark: SparkSession, args) -> int:
         from seglake.lake.recovery import recover_partition_rows
 
         schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
-        return recover_partition_rows(root, pa.Table.from_pylist(rows, schema=schema),
-                                      dry_run=dry_run, interval=interval, force=force)
+        return recover_partition_rows(
+            root,
+            pa.Table.from_pylist(rows, schema=schema),
+            dry_run=dry_run,
+            interval=interval,
+            force=force,
+        )
 
-    results = (spark.sparkContext.parallelize(groups, max(1, len(groups))).map(task).collect()
-               if groups else [])
+    results = (
+        spark.sparkContext.parallelize(groups, max(1, len(groups))).map(task).collect()
+        if groups
+        else []
+    )
     reports = [r[0] for r in results]
     replace = [row for r in results for row in r[1]]
     remove = [key for r in results for key in r[2]]
-    print(apply_recovery_fix(root, reports, replace, remove, run_id=args.run_id,
-                             dry_run=dry_run))
+    print(apply_recovery_fix(root, reports, replace, remove, run_id=args.run_id, dry_run=dry_run))
     return 0
 
 
@@ -240,13 +291,24 @@ def run_retention(spark: SparkSession, args) -> int:
     from seglake.storage.retention import apply_retention, parse_log_start_offsets
 
     root = args.root
-    report = apply_retention(root, config=_config(args), now_ms=args.now_ms,
-                             log_start_offsets=parse_log_start_offsets(args.log_start_offset),
-                             topics=args.topics, run_id=args.run_id, dry_run=args.dry_run,
-                             delete_files=False)
-    keys = list(zip(report.deleted.column("topic").to_pylist(),
-                    report.deleted.column("partition").to_pylist(),
-                    report.deleted.column("base_offset").to_pylist(), strict=True))
+    report = apply_retention(
+        root,
+        config=_config(args),
+        now_ms=args.now_ms,
+        log_start_offsets=parse_log_start_offsets(args.log_start_offset),
+        topics=args.topics,
+        run_id=args.run_id,
+        dry_run=args.dry_run,
+        delete_files=False,
+    )
+    keys = list(
+        zip(
+            report.deleted.column("topic").to_pylist(),
+            report.deleted.column("partition").to_pylist(),
+            report.deleted.column("base_offset").to_pylist(),
+            strict=True,
+        )
+    )
     if keys and not args.dry_run:
         by_partition: dict[tuple[str, int], list] = {}
         for k in keys:
@@ -258,8 +320,11 @@ def run_retention(spark: SparkSession, args) -> int:
 
             return delete_segment_files(root, group)
 
-        report.files_deleted = [f for fs in spark.sparkContext.parallelize(
-            groups, len(groups)).map(task).collect() for f in fs]
+        report.files_deleted = [
+            f
+            for fs in spark.sparkContext.parallelize(groups, len(groups)).map(task).collect()
+            for f in fs
+        ]
     print(report)
     print(f"retention: {len(report.files_deleted)} file(s) deleted")
     return 0

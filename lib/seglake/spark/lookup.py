@@ -72,20 +72,33 @@ log = logging.getLogger(__name__)
 EARLIEST, LATEST, MAX_TS = -2, -1, -3
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
 
-LOOKUP_SCHEMA = pa.schema([
-    *KAFKA_SOURCE_SCHEMA,
-    pa.field("query_offset", pa.int64()),
-    pa.field("query_timestamp", pa.int64()),
-    pa.field("status", pa.string()),
-])
-QUERY_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-    pa.field("query_offset", pa.int64()), pa.field("query_timestamp", pa.int64()),
-])
+LOOKUP_SCHEMA = pa.schema(
+    [
+        *KAFKA_SOURCE_SCHEMA,
+        pa.field("query_offset", pa.int64()),
+        pa.field("query_timestamp", pa.int64()),
+        pa.field("status", pa.string()),
+    ]
+)
+QUERY_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("query_offset", pa.int64()),
+        pa.field("query_timestamp", pa.int64()),
+    ]
+)
 _KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
-__all__ = ["LOOKUP_SCHEMA", "QUERY_SCHEMA", "answer_queries", "lookup", "partition_arrays",
-           "read_offsets", "resolve_timestamps"]
+__all__ = [
+    "LOOKUP_SCHEMA",
+    "QUERY_SCHEMA",
+    "answer_queries",
+    "lookup",
+    "partition_arrays",
+    "read_offsets",
+    "resolve_timestamps",
+]
 
 
 # ------------------------------------------------------------------------- driver side
@@ -94,9 +107,18 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
     out: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     if not segments.num_rows:
         return out
-    cols = {c: segments.column(c).to_numpy(zero_copy_only=False)
-            for c in ("base_offset", "next_offset", "max_timestamp", "min_timestamp", "path",
-                      "size_bytes", "run_id")}
+    cols = {
+        c: segments.column(c).to_numpy(zero_copy_only=False)
+        for c in (
+            "base_offset",
+            "next_offset",
+            "max_timestamp",
+            "min_timestamp",
+            "path",
+            "size_bytes",
+            "run_id",
+        )
+    }
     for k, ix in _groups(segments.column("topic"), segments.column("partition")):
         ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
         a = {
@@ -144,14 +166,25 @@ def _normalize_queries(df):
             ts = F.col("timestamp").cast("bigint")
     else:
         ts = F.lit(None).cast("bigint")
-    return df.select(F.col("topic").cast("string").alias("topic"),
-                     F.col("partition").cast("int").alias("partition"),
-                     off.alias("query_offset"), ts.alias("query_timestamp"))
+    return df.select(
+        F.col("topic").cast("string").alias("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        off.alias("query_offset"),
+        ts.alias("query_timestamp"),
+    )
 
 
-def lookup(spark, root: str, queries_df, *, version: int | None = None,
-           cache_bytes: int | None = None, num_tasks: int | None = None,
-           chunk_rows: int = DEFAULT_CHUNK_ROWS, io_accumulators: tuple | None = None):
+def lookup(
+    spark,
+    root: str,
+    queries_df,
+    *,
+    version: int | None = None,
+    cache_bytes: int | None = None,
+    num_tasks: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    io_accumulators: tuple | None = None,
+):
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
     Args:
@@ -187,13 +220,15 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
                 pending.append(b.select(QUERY_SCHEMA.names))
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
                 with lakefs.IO_STATS.counting(*accs, keys=("bytes_read", "files_opened")):
-                    out = answer_queries(root, parts, cache, pa.Table.from_batches(
-                        pending, QUERY_SCHEMA))
+                    out = answer_queries(
+                        root, parts, cache, pa.Table.from_batches(pending, QUERY_SCHEMA)
+                    )
                 yield from out.to_batches()
                 pending = []
 
     q = _normalize_queries(queries_df)
     if num_tasks:
+
         def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             parts = bc.value
             for b in batches:
@@ -204,16 +239,20 @@ def lookup(spark, root: str, queries_df, *, version: int | None = None,
                     if k in parts:
                         seg[idx] = _segment_for(parts[k], off[idx], ts[idx])
                 yield pa.RecordBatch.from_arrays(
-                    [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA)
+                    [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
+                )
 
-        q = (q.mapInArrow(key, spark_schema(_KEYED_SCHEMA))
-             .repartition(num_tasks, "topic", "partition", "_seg")
-             .sortWithinPartitions("topic", "partition", "_seg"))
+        q = (
+            q.mapInArrow(key, spark_schema(_KEYED_SCHEMA))
+            .repartition(num_tasks, "topic", "partition", "_seg")
+            .sortWithinPartitions("topic", "partition", "_seg")
+        )
     return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
 
 
-def _groups(topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
-            ) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
+def _groups(
+    topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
+) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
     """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
     codes = pc.dictionary_encode(topics)
     if isinstance(codes, pa.ChunkedArray):
@@ -301,14 +340,15 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
         target[early] = log_start
         o_q = np.concatenate([idx[has_off[idx]], early])
         out = (target[o_q] < log_start) | (target[o_q] >= leo)
-        ans.status[o_q[out]] = np.where(has_off[o_q[out]], "offset_out_of_range",
-                                        "no_record_at_offset")
+        ans.status[o_q[out]] = np.where(
+            has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
+        )
         o_q = o_q[~out]
-        for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1,
-                               o_q):
+        for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1, o_q):
             uniq, which = np.unique(target[qi], return_inverse=True)
-            req = ans.request(cache, root, (k, a, s, qi),
-                              lambda seg, u=uniq: offset_request(seg, u))
+            req = ans.request(
+                cache, root, (k, a, s, qi), lambda seg, u=uniq: offset_request(seg, u)
+            )
             if req is not None:
                 reqs.append((req, which, (k, a, s, qi)))
                 by_off.append(qi)
@@ -316,13 +356,18 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
         top = int(np.argmax(a["max_timestamp"]))
         target[t_q[ts[t_q] == MAX_TS]] = int(a["max_timestamp"][top])
-        s_of = np.where(ts[t_q] == MAX_TS, top,
-                        np.searchsorted(a["running_max"], target[t_q], side="left"))
+        s_of = np.where(
+            ts[t_q] == MAX_TS, top, np.searchsorted(a["running_max"], target[t_q], side="left")
+        )
         none = (s_of >= len(a["base_offset"])) | (target[t_q] < 0)
         ans.status[t_q[none]] = "no_record_for_timestamp"
         for s, qi in _split_by(s_of[~none], t_q[~none]):
-            req = ans.request(cache, root, (k, a, s, qi), lambda seg, t=target[qi],
-                              lo=log_start: time_request(seg, t, lo))
+            req = ans.request(
+                cache,
+                root,
+                (k, a, s, qi),
+                lambda seg, t=target[qi], lo=log_start: time_request(seg, t, lo),
+            )
             if req is not None:
                 reqs.append((req, None, (k, a, s, qi)))
                 by_ts.append((qi, (k, a, s, log_start)))
@@ -354,8 +399,7 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
     return _assemble(q, ans)
 
 
-def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple
-             ) -> None:
+def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
     """Query ``i``'s answer by scanning from segment ``s`` on (rare: see scan_time)."""
     (topic, partition), a, s, log_start = where
     for j in range(s, len(a["base_offset"])):
@@ -372,10 +416,14 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
 
 
 def _open(cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int) -> LogSegment:
-    return cache.segment(root, str(a["path"][s]), size=int(a["size"][s]),
-                         next_offset=int(a["next_offset"][s]),
-                         max_timestamp=int(a["max_timestamp"][s]),
-                         run_id=a["run_id"][s] or None)
+    return cache.segment(
+        root,
+        str(a["path"][s]),
+        size=int(a["size"][s]),
+        next_offset=int(a["next_offset"][s]),
+        max_timestamp=int(a["max_timestamp"][s]),
+        run_id=a["run_id"][s] or None,
+    )
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:
@@ -384,9 +432,19 @@ def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:
     ts_us = pc.multiply(t.column("timestamp"), 1000).cast(pa.timestamp("us", tz="UTC"))
     offset = np.where(ans.row >= 0, t.column("offset").fill_null(-1).to_numpy(), ans.resolved)
     headers = t.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type)
-    return pa.Table.from_arrays([
-        t.column("key"), t.column("value"), q.column("topic"), q.column("partition"),
-        pa.array(offset, mask=offset < 0), ts_us, t.column("timestamp_type"), headers,
-        q.column("query_offset"), q.column("query_timestamp"),
-        pa.array(ans.status.tolist(), pa.string()),
-    ], schema=LOOKUP_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            t.column("key"),
+            t.column("value"),
+            q.column("topic"),
+            q.column("partition"),
+            pa.array(offset, mask=offset < 0),
+            ts_us,
+            t.column("timestamp_type"),
+            headers,
+            q.column("query_offset"),
+            q.column("query_timestamp"),
+            pa.array(ans.status.tolist(), pa.string()),
+        ],
+        schema=LOOKUP_SCHEMA,
+    )

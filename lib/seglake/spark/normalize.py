@@ -31,8 +31,12 @@ EXPECTED = {
     "headers": "array<struct<key:string,value:binary|string>>",
 }
 # nullable as files usually declare it; a null header key is rejected by the encoder
-HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType(), True),
-                                         T.StructField("value", T.BinaryType(), True)]), True)
+HEADERS_TYPE = T.ArrayType(
+    T.StructType(
+        [T.StructField("key", T.StringType(), True), T.StructField("value", T.BinaryType(), True)]
+    ),
+    True,
+)
 
 
 def _schema_error(df: DataFrame, problem: str) -> InputSchemaError:
@@ -54,8 +58,10 @@ def _check_types(df: DataFrame) -> dict[str, T.DataType]:
         "topic": isinstance(types.get("topic", T.StringType()), T.StringType),
         "partition": isinstance(types.get("partition", T.IntegerType()), _INTS),
         "offset": isinstance(types.get("offset", T.LongType()), (T.LongType, T.IntegerType)),
-        "timestamp": isinstance(types.get("timestamp", T.LongType()),
-                                (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)),
+        "timestamp": isinstance(
+            types.get("timestamp", T.LongType()),
+            (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType),
+        ),
         "timestampType": isinstance(types.get("timestampType", T.IntegerType()), _INTS),
         "headers": _headers_ok(types.get("headers")),
     }
@@ -72,16 +78,24 @@ def _headers_ok(dt: T.DataType | None) -> bool:
     if not isinstance(dt, T.ArrayType) or not isinstance(dt.elementType, T.StructType):
         return False
     fields = {f.name: f.dataType for f in dt.elementType.fields}
-    return (set(fields) == {"key", "value"} and isinstance(fields["key"], T.StringType)
-            and isinstance(fields["value"], _BINARYISH))
+    return (
+        set(fields) == {"key", "value"}
+        and isinstance(fields["key"], T.StringType)
+        and isinstance(fields["value"], _BINARYISH)
+    )
 
 
 def _binary(c: Column, dt: T.DataType) -> Column:
     return c.cast("binary") if isinstance(dt, T.StringType) else c
 
 
-def normalize(df: DataFrame, *, topic: str | None = None, log_append_time_ms: int,
-              timestamp_type: str = "CreateTime") -> DataFrame:
+def normalize(
+    df: DataFrame,
+    *,
+    topic: str | None = None,
+    log_append_time_ms: int,
+    timestamp_type: str = "CreateTime",
+) -> DataFrame:
     """Validate ``df`` and return seglake's internal columns (see module docstring).
 
     ``log_append_time_ms`` is the run's append time, used when the input has no
@@ -99,8 +113,11 @@ def normalize(df: DataFrame, *, topic: str | None = None, log_append_time_ms: in
         cols.append(F.col("partition").cast("int").alias("partition"))
     if "offset" in types:
         cols.append(F.col("offset").cast("long").alias("offset"))
-    cols.append((_binary(F.col("key"), types["key"]) if "key" in types
-                 else F.lit(None).cast("binary")).alias("key"))
+    cols.append(
+        (
+            _binary(F.col("key"), types["key"]) if "key" in types else F.lit(None).cast("binary")
+        ).alias("key")
+    )
     cols.append(_binary(F.col("value"), types["value"]).alias("value"))
     append_time = timestamp_type == "LogAppendTime" or "timestamp" not in types
     if append_time:
@@ -108,19 +125,25 @@ def normalize(df: DataFrame, *, topic: str | None = None, log_append_time_ms: in
         cols.append(F.lit(1).alias("timestamp_type"))
     else:
         ts = types["timestamp"]
-        ms = (F.unix_millis(F.col("timestamp").cast("timestamp"))
-              if isinstance(ts, (T.TimestampType, T.TimestampNTZType))
-              else F.col("timestamp").cast("long"))
+        ms = (
+            F.unix_millis(F.col("timestamp").cast("timestamp"))
+            if isinstance(ts, (T.TimestampType, T.TimestampNTZType))
+            else F.col("timestamp").cast("long")
+        )
         cols.append(ms.alias("timestamp"))
-        cols.append((F.col("timestampType").cast("int") if "timestampType" in types
-                     else F.lit(0)).alias("timestamp_type"))
+        cols.append(
+            (F.col("timestampType").cast("int") if "timestampType" in types else F.lit(0)).alias(
+                "timestamp_type"
+            )
+        )
     if "headers" in types:
         h = F.col("headers")
         if isinstance(types["headers"].elementType["value"].dataType, T.StringType):
-            h = F.transform(h, lambda x: F.struct(x["key"].alias("key"),
-                                                  x["value"].cast("binary").alias("value")))
-        cols.append(F.coalesce(h, F.array().cast(HEADERS_TYPE)).cast(HEADERS_TYPE)
-                    .alias("headers"))
+            h = F.transform(
+                h,
+                lambda x: F.struct(x["key"].alias("key"), x["value"].cast("binary").alias("value")),
+            )
+        cols.append(F.coalesce(h, F.array().cast(HEADERS_TYPE)).cast(HEADERS_TYPE).alias("headers"))
     else:
         cols.append(F.array().cast(HEADERS_TYPE).alias("headers"))
     return df.select(*cols)

@@ -23,8 +23,7 @@ from seglake.storage.log import LATEST_TIMESTAMP as LATEST
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import validate_partition, validate_topic
 
-__all__ = ["ALL", "OPTIONS", "Bound", "Range", "ReadOptions", "TopicPartition",
-           "parse_options"]
+__all__ = ["ALL", "OPTIONS", "Bound", "Range", "ReadOptions", "TopicPartition", "parse_options"]
 
 TopicPartition = tuple[str, int]
 Range = tuple[int, int]  # [lo, hi)
@@ -37,18 +36,18 @@ OPTIONS: dict[str, str] = {
     "startingOffsets": '`earliest` (default) or JSON `{"topic":{"0":23}}`, -2 = earliest',
     "endingOffsets": '`latest` (default) or JSON `{"topic":{"0":42}}`, -1 = latest',
     "startingTimestamp": "epoch ms (or ISO-8601) for every partition: its first offset "
-                         "with timestamp >= it",
+    "with timestamp >= it",
     "endingTimestamp": "epoch ms (or ISO-8601): first offset with timestamp >= it, "
-                       "else the log end",
+    "else the log end",
     "startingOffsetsByTimestamp": 'JSON `{"topic":{"0":1767225600000}}`',
     "endingOffsetsByTimestamp": 'JSON `{"topic":{"0":1767225660000}}`',
     "startingOffsetsByTimestampStrategy": "`error` (default) or `latest`: no record at or "
-                                          "after a starting timestamp",
+    "after a starting timestamp",
     "failOnDataLoss": "`true` (default): an offset outside a partition's log is an error; "
-                      "`false`: clamped to it",
+    "`false`: clamped to it",
     "includeHeaders": "`false` (default) or `true`: the `headers` column",
     "isolationLevel": "`read_uncommitted` (default) or `read_committed` (drops aborted "
-                      "transactions); also `kafka.isolation.level`",
+    "transactions); also `kafka.isolation.level`",
     "splitBytes": f"largest piece of a segment one task reads (default {DEFAULT_SPLIT_BYTES})",
     "versionAsOf": "catalog version to read (default: the newest)",
 }
@@ -96,15 +95,15 @@ def _json(name: str, value: str, example: str) -> dict:
     return parsed
 
 
-def _per_partition(name: str, value: str, convert: Callable[[Any], int]
-                   ) -> dict[TopicPartition, int]:
+def _per_partition(
+    name: str, value: str, convert: Callable[[Any], int]
+) -> dict[TopicPartition, int]:
     """``{"topic": {"0": v, ...}}`` -> ``{(topic, 0): convert(v)}``."""
     example = '{"topic":{"0":23}}'
     out: dict[TopicPartition, int] = {}
     for topic, parts in _json(name, value, example).items():
         if not isinstance(parts, dict):
-            raise ConfigError(f"{name}: {topic!r} maps to {parts!r}, not an object like "
-                              f"{example}")
+            raise ConfigError(f"{name}: {topic!r} maps to {parts!r}, not an object like {example}")
         topic = _topic(name, topic)
         for p, v in parts.items():
             out[(topic, _partition(name, topic, p))] = convert(v)  # names the option
@@ -136,12 +135,12 @@ class Bound:
     ``<side>Offsets`` (partitions a JSON option does not name take the next one's value).
     """
 
-    side: str                                  # "starting" or "ending"
-    default: int                               # EARLIEST or LATEST
+    side: str  # "starting" or "ending"
+    default: int  # EARLIEST or LATEST
     offsets: Mapping[TopicPartition, int]
     by_timestamp: Mapping[TopicPartition, int]
     timestamp: int | None = None
-    strict: bool = False                       # no record at/after the timestamp: error
+    strict: bool = False  # no record at/after the timestamp: error
 
     @classmethod
     def parse(cls, options: Mapping[str, str], side: str) -> Bound:
@@ -153,31 +152,43 @@ class Bound:
         raw = str(options.get(name, word[default])).strip()
         offsets: dict[TopicPartition, int] = {}
         if raw.lower() == word[refused]:
-            raise ConfigError(f"{name}: {raw!r} is not allowed in a batch read (as in "
-                              f"Kafka's source); use {word[default]!r} or JSON offsets")
+            raise ConfigError(
+                f"{name}: {raw!r} is not allowed in a batch read (as in "
+                f"Kafka's source); use {word[default]!r} or JSON offsets"
+            )
         if raw.lower() != word[default]:
             offsets = _per_partition(name, raw, lambda v: _int(name, v, minimum=-2))
             bad = {f"{t}-{p}": o for (t, p), o in offsets.items() if o == refused}
             if bad:
-                raise ConfigError(f"{name}: {refused} ({word[refused]}) is not allowed in a "
-                                  f"batch read (as in Kafka's source): {bad}")
+                raise ConfigError(
+                    f"{name}: {refused} ({word[refused]}) is not allowed in a "
+                    f"batch read (as in Kafka's source): {bad}"
+                )
         by_name = f"{side}OffsetsByTimestamp"
         by_ts = options.get(by_name)
         ts = options.get(f"{side}Timestamp")
         strategy = str(options.get("startingOffsetsByTimestampStrategy", "error")).lower()
         if strategy not in ("error", "latest"):
-            raise ConfigError(f"startingOffsetsByTimestampStrategy: {strategy!r} is not "
-                              "'error' or 'latest'")
-        return cls(side, default, offsets,
-                   _per_partition(by_name, by_ts, lambda v: _millis(by_name, v))
-                   if by_ts is not None else {},
-                   _millis(f"{side}Timestamp", ts) if ts is not None else None,
-                   strict=start and strategy == "error")
+            raise ConfigError(
+                f"startingOffsetsByTimestampStrategy: {strategy!r} is not 'error' or 'latest'"
+            )
+        return cls(
+            side,
+            default,
+            offsets,
+            _per_partition(by_name, by_ts, lambda v: _millis(by_name, v))
+            if by_ts is not None
+            else {},
+            _millis(f"{side}Timestamp", ts) if ts is not None else None,
+            strict=start and strategy == "error",
+        )
 
     def named(self) -> dict[TopicPartition, str]:
         """Partitions a JSON option names, with the option's name."""
-        return {**{tp: f"{self.side}Offsets" for tp in self.offsets},
-                **{tp: f"{self.side}OffsetsByTimestamp" for tp in self.by_timestamp}}
+        return {
+            **{tp: f"{self.side}Offsets" for tp in self.offsets},
+            **{tp: f"{self.side}OffsetsByTimestamp" for tp in self.by_timestamp},
+        }
 
     def option(self, tp: TopicPartition) -> str:
         """The option that decides ``tp``'s offset."""
@@ -185,8 +196,7 @@ class Bound:
             return f"{self.side}Timestamp"
         return self.named().get(tp, f"{self.side}Offsets")
 
-    def resolve(self, tp: TopicPartition, log: PartitionLog, *, fail_on_data_loss: bool
-                ) -> int:
+    def resolve(self, tp: TopicPartition, log: PartitionLog, *, fail_on_data_loss: bool) -> int:
         """``tp``'s offset for this end of the read."""
         lso, leo = log.log_start_offset, log.log_end_offset
         ts = self.timestamp if self.timestamp is not None else self.by_timestamp.get(tp)
@@ -198,7 +208,8 @@ class Bound:
                 raise ConfigError(
                     f"{self.option(tp)}: no record of {tp[0]}-{tp[1]} has a timestamp >= "
                     f"{ts} (largest {int(log.max_timestamps.max())}); "
-                    "startingOffsetsByTimestampStrategy=latest starts at the log end instead")
+                    "startingOffsetsByTimestampStrategy=latest starts at the log end instead"
+                )
             return leo
         offset = self.offsets.get(tp, self.default)
         if offset == EARLIEST:
@@ -207,8 +218,10 @@ class Bound:
             return leo
         if lso <= offset <= leo or not fail_on_data_loss:
             return min(max(offset, lso), leo)
-        raise ConfigError(f"{self.option(tp)}: offset {offset} of {tp[0]}-{tp[1]} is outside "
-                          f"its log [{lso}, {leo}] (failOnDataLoss=false clamps it)")
+        raise ConfigError(
+            f"{self.option(tp)}: offset {offset} of {tp[0]}-{tp[1]} is outside "
+            f"its log [{lso}, {leo}] (failOnDataLoss=false clamps it)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,17 +248,21 @@ class ReadOptions:
         return KAFKA_SOURCE_SCHEMA.remove(KAFKA_SOURCE_SCHEMA.get_field_index("headers"))
 
 
-def _topic_choice(options: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None,
-                                                       dict[str, tuple[int, ...]] | None]:
+def _topic_choice(
+    options: Mapping[str, str],
+) -> tuple[tuple[str, ...] | None, str | None, dict[str, tuple[int, ...]] | None]:
     given = [n for n in ("subscribe", "subscribePattern", "assign") if n in options]
     if len(given) > 1:
-        raise ConfigError(f"{' and '.join(given)}: give only one of subscribe, "
-                          "subscribePattern, assign (as in Kafka's source)")
+        raise ConfigError(
+            f"{' and '.join(given)}: give only one of subscribe, "
+            "subscribePattern, assign (as in Kafka's source)"
+        )
     topics = pattern = assign = None
     try:
         if "subscribe" in options:
-            topics = tuple(dict.fromkeys(validate_topic(t.strip())
-                                         for t in options["subscribe"].split(",")))
+            topics = tuple(
+                dict.fromkeys(validate_topic(t.strip()) for t in options["subscribe"].split(","))
+            )
         if "subscribePattern" in options:
             pattern = options["subscribePattern"]
             re.compile(pattern)
@@ -256,8 +273,9 @@ def _topic_choice(options: Mapping[str, str]) -> tuple[tuple[str, ...] | None, s
         assign = {}
         for t, ps in _json("assign", options["assign"], example).items():
             if not isinstance(ps, list) or not all(isinstance(p, int) for p in ps):
-                raise ConfigError(f"assign: {t!r} maps to {ps!r}, not a list of partition "
-                                  f"numbers like {example}")
+                raise ConfigError(
+                    f"assign: {t!r} maps to {ps!r}, not a list of partition numbers like {example}"
+                )
             topic = _topic("assign", t)
             assign[topic] = tuple(_partition("assign", topic, p) for p in ps)
     return topics, pattern, assign
@@ -273,27 +291,34 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         ConfigError: naming the option and the value that is wrong.
     """
     options = CaseInsensitiveDict(options)
-    unknown = sorted(k for k in options if k.lower() not in _KNOWN
-                     and not k.lower().startswith("kafka."))
+    unknown = sorted(
+        k for k in options if k.lower() not in _KNOWN and not k.lower().startswith("kafka.")
+    )
     if unknown:
-        raise ConfigError(f"seglake: unknown option(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(OPTIONS)}")
+        raise ConfigError(
+            f"seglake: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}"
+        )
     root = options.get("path")
     if not root:
         raise ConfigError('seglake: no lake root: spark.read.format("seglake").load(root)')
-    levels = {options[n].strip().lower() for n in ("isolationLevel", "kafka.isolation.level")
-              if n in options}
+    levels = {
+        options[n].strip().lower()
+        for n in ("isolationLevel", "kafka.isolation.level")
+        if n in options
+    }
     if len(levels) > 1:
         raise ConfigError(f"isolationLevel, kafka.isolation.level: {sorted(levels)} disagree")
     if not levels <= set(_LEVELS):
         raise ConfigError(f"isolationLevel: {levels.pop()!r} is not one of {list(_LEVELS)}")
     version = options.get("versionAsOf")
     return ReadOptions(
-        str(root), *_topic_choice(options), Bound.parse(options, "starting"),
+        str(root),
+        *_topic_choice(options),
+        Bound.parse(options, "starting"),
         Bound.parse(options, "ending"),
         include_headers=_bool(options, "includeHeaders", False),
         isolation_level=levels.pop() if levels else "read_uncommitted",
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        split_bytes=_int("splitBytes", options.get("splitBytes", DEFAULT_SPLIT_BYTES),
-                         minimum=1),
-        version=None if version is None else _int("versionAsOf", version, minimum=0))
+        split_bytes=_int("splitBytes", options.get("splitBytes", DEFAULT_SPLIT_BYTES), minimum=1),
+        version=None if version is None else _int("versionAsOf", version, minimum=0),
+    )

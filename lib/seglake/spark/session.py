@@ -22,8 +22,13 @@ DEFAULTS = {
 }
 
 
-def get_session(app_name: str = "seglake", *, master: str | None = None,
-                conf: dict[str, str] | None = None, quiet: bool = False) -> SparkSession:
+def get_session(
+    app_name: str = "seglake",
+    *,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    quiet: bool = False,
+) -> SparkSession:
     """The active session, or a new one with seglake's defaults.
 
     ``master`` defaults to ``local[*]`` unless spark-submit already set one. ``quiet``

@@ -57,9 +57,17 @@ class IndexCache:
             got = self._fs[root] = lakefs.resolve(root)
         return got
 
-    def segment(self, root: str, path: str, *, size: int, next_offset: int | None = None,
-                max_timestamp: int | None = None, run_id: str | None = None,
-                load_indexes: bool = True) -> LogSegment:
+    def segment(
+        self,
+        root: str,
+        path: str,
+        *,
+        size: int,
+        next_offset: int | None = None,
+        max_timestamp: int | None = None,
+        run_id: str | None = None,
+        load_indexes: bool = True,
+    ) -> LogSegment:
         """The segment at ``path`` (relative to ``root``), indexes loaded, from the cache."""
         key = (root, path, run_id, int(size))
         with self._lock:
@@ -71,9 +79,14 @@ class IndexCache:
             self.misses += 1
         fs, base = self.resolve(root)
         staged = lakefs.join(base, "_staging", run_id, path) if run_id else None
-        seg = LogSegment(fs, lakefs.safe_join(base, path), size=int(size),
-                         next_offset=next_offset, max_timestamp=max_timestamp,
-                         staged_path=staged)
+        seg = LogSegment(
+            fs,
+            lakefs.safe_join(base, path),
+            size=int(size),
+            next_offset=next_offset,
+            max_timestamp=max_timestamp,
+            staged_path=staged,
+        )
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
         if self.max_bytes <= 0:
@@ -93,8 +106,13 @@ class IndexCache:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits,
-                    "misses": self.misses, "evictions": self.evictions}
+            return {
+                "entries": len(self._entries),
+                "bytes": self.bytes,
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+            }
 
     def clear(self) -> None:
         with self._lock:

@@ -34,8 +34,14 @@ MAX_TIMESTAMP = -3
 class PartitionLog:
     """A topic-partition's log: segments in offset order."""
 
-    def __init__(self, fs: pafs.FileSystem, directory: str, segments: Sequence[LogSegment], *,
-                 log_start_offset: int | None = None) -> None:
+    def __init__(
+        self,
+        fs: pafs.FileSystem,
+        directory: str,
+        segments: Sequence[LogSegment],
+        *,
+        log_start_offset: int | None = None,
+    ) -> None:
         self.fs = fs
         self.directory = directory.rstrip("/")
         self.segments = sorted(segments, key=lambda s: s.base_offset)
@@ -48,8 +54,10 @@ class PartitionLog:
             self.topic, self.partition = name, -1
 
     def __repr__(self) -> str:
-        return (f"PartitionLog({self.directory!r}, segments={len(self.segments)}, "
-                f"offsets={self.log_start_offset}..{self.log_end_offset})")
+        return (
+            f"PartitionLog({self.directory!r}, segments={len(self.segments)}, "
+            f"offsets={self.log_start_offset}..{self.log_end_offset})"
+        )
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
@@ -66,24 +74,36 @@ class PartitionLog:
         for entry in fs.get_file_info(pafs.FileSelector(directory)):
             parsed = parse_segment_file_name(entry.base_name)
             if parsed and parsed[1] == LOG_SUFFIX:
-                segments.append(LogSegment(fs, entry.path, size=entry.size,
-                                           index_interval_bytes=index_interval_bytes))
+                segments.append(
+                    LogSegment(
+                        fs, entry.path, size=entry.size, index_interval_bytes=index_interval_bytes
+                    )
+                )
         return cls(fs, directory, segments)
 
     @classmethod
-    def from_rows(cls, fs: pafs.FileSystem, root: str, rows: pa.Table, *,
-                  log_start_offset: int | None = None) -> PartitionLog:
+    def from_rows(
+        cls, fs: pafs.FileSystem, root: str, rows: pa.Table, *, log_start_offset: int | None = None
+    ) -> PartitionLog:
         """From catalog rows of one partition (paths relative to ``root``)."""
         segments = []
         directory = root
         for r in rows.to_pylist():
             path = lakefs.safe_join(root, r["path"])
             directory = path.rsplit("/", 1)[0]
-            staged = lakefs.join(root, "_staging", r["run_id"], r["path"]) if r.get(
-                "run_id") else None
-            segments.append(LogSegment(fs, path, size=r["size_bytes"],
-                                       next_offset=r["next_offset"],
-                                       max_timestamp=r["max_timestamp"], staged_path=staged))
+            staged = (
+                lakefs.join(root, "_staging", r["run_id"], r["path"]) if r.get("run_id") else None
+            )
+            segments.append(
+                LogSegment(
+                    fs,
+                    path,
+                    size=r["size_bytes"],
+                    next_offset=r["next_offset"],
+                    max_timestamp=r["max_timestamp"],
+                    staged_path=staged,
+                )
+            )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)
 
     # -- offsets ----------------------------------------------------------------------
@@ -118,8 +138,7 @@ class PartitionLog:
         return i if i < len(self.segments) else None
 
     # -- reads ------------------------------------------------------------------------
-    def read(self, offset: int, max_records: int = 500, *, skip_control: bool = True
-             ) -> pa.Table:
+    def read(self, offset: int, max_records: int = 500, *, skip_control: bool = True) -> pa.Table:
         """Up to ``max_records`` records from ``offset`` on (across segments)."""
         offset = max(offset, self.log_start_offset)  # nothing below the log start is visible
         i = self.segment_index_for_offset(offset)
@@ -129,8 +148,9 @@ class PartitionLog:
         while i < len(self.segments) and need > 0:
             # offsets may have gaps (compaction, control records skipped): read growing
             # offset spans until ``max_records`` records or the end of the segment
-            bound = (int(self.base_offsets[i + 1]) if i + 1 < len(self.segments)
-                     else self.log_end_offset)
+            bound = (
+                int(self.base_offsets[i + 1]) if i + 1 < len(self.segments) else self.log_end_offset
+            )
             end = min(offset + span, bound)
             t = self.segments[i].read_records(offset, end, skip_control=skip_control)
             if t.num_rows > need:
@@ -145,8 +165,9 @@ class PartitionLog:
                 span *= 2
         return pa.concat_tables(parts) if parts else empty_records()
 
-    def read_range(self, start_offset: int, end_offset: int, *, skip_control: bool = True
-                   ) -> pa.Table:
+    def read_range(
+        self, start_offset: int, end_offset: int, *, skip_control: bool = True
+    ) -> pa.Table:
         """Records with ``start_offset <= offset < end_offset``."""
         lo = max(start_offset, self.log_start_offset)
         hi = min(end_offset, self.log_end_offset)
@@ -154,8 +175,10 @@ class PartitionLog:
             return empty_records()
         first = self.segment_index_for_offset(lo)
         last = self.segment_index_for_offset(hi - 1)
-        parts = [self.segments[i].read_records(lo, hi, skip_control=skip_control)
-                 for i in range(first or 0, (last if last is not None else -1) + 1)]
+        parts = [
+            self.segments[i].read_records(lo, hi, skip_control=skip_control)
+            for i in range(first or 0, (last if last is not None else -1) + 1)
+        ]
         return pa.concat_tables(parts) if parts else empty_records()
 
     def offsets_for_times(self, timestamp: int) -> TimestampOffset | None:
@@ -176,8 +199,7 @@ class PartitionLog:
             if maxes.max() < 0:
                 return None
             i = int(np.argmax(maxes))
-            return self.segments[i].find_offset_by_timestamp(int(maxes[i]),
-                                                             self.log_start_offset)
+            return self.segments[i].find_offset_by_timestamp(int(maxes[i]), self.log_start_offset)
         if timestamp < 0:
             raise ValueError(f"timestamp {timestamp}: expected >= 0 or -1/-2/-3")
         i = self.segment_index_for_timestamp(timestamp)
@@ -189,25 +211,34 @@ class PartitionLog:
         return None
 
     # -- appends (local directories) --------------------------------------------------
-    def append(self, records: pa.Table, *, config: LogConfig | None = None
-               ) -> list[SegmentInfo]:
+    def append(self, records: pa.Table, *, config: LogConfig | None = None) -> list[SegmentInfo]:
         """Append offset-ordered records (internal record schema) after the log end.
 
         Each call starts a new segment at the log end offset (as after a broker restart;
         committed segments are never rewritten) and rolls by the usual rules.
         """
-        writer = SegmentWriter(self.fs, self.directory, config=config or LogConfig(),
-                               min_offset=self.log_end_offset,
-                               tmp_suffix=".tmp" if lakefs.renames_atomically(self.fs) else None,
-                               label=f"{self.topic}-{self.partition}")
+        writer = SegmentWriter(
+            self.fs,
+            self.directory,
+            config=config or LogConfig(),
+            min_offset=self.log_end_offset,
+            tmp_suffix=".tmp" if lakefs.renames_atomically(self.fs) else None,
+            label=f"{self.topic}-{self.partition}",
+        )
         try:
             infos = writer.append(records) + writer.close()
         except BaseException:
             writer.abort()
             raise
         for info in infos:
-            self.segments.append(LogSegment(self.fs, info.log_path, size=info.size_bytes,
-                                            next_offset=info.next_offset,
-                                            max_timestamp=info.max_timestamp))
+            self.segments.append(
+                LogSegment(
+                    self.fs,
+                    info.log_path,
+                    size=info.size_bytes,
+                    next_offset=info.next_offset,
+                    max_timestamp=info.max_timestamp,
+                )
+            )
         self.base_offsets = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         return infos

@@ -39,10 +39,12 @@ def validate_topic(topic: object) -> str:
             raise InvalidTopicError("topic name is empty")
         if len(topic) > MAX_TOPIC_LENGTH:
             raise InvalidTopicError(
-                f"topic name is {len(topic)} characters, more than {MAX_TOPIC_LENGTH}")
+                f"topic name is {len(topic)} characters, more than {MAX_TOPIC_LENGTH}"
+            )
         bad = sorted({c for c in topic if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
         raise InvalidTopicError(
-            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]: {bad}")
+            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]: {bad}"
+        )
     return topic
 
 

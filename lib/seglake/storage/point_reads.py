@@ -35,8 +35,17 @@ from seglake.record.schema import empty_records
 from seglake.storage.segment import LogSegment, Window
 from seglake.storage.window_records import RecordWalk, walk_batches
 
-__all__ = ["READ_GAP", "Gather", "Request", "offset_request", "plan_requests",
-           "read_offsets", "resolve_timestamps", "scan_time", "time_request"]
+__all__ = [
+    "READ_GAP",
+    "Gather",
+    "Request",
+    "offset_request",
+    "plan_requests",
+    "read_offsets",
+    "resolve_timestamps",
+    "scan_time",
+    "time_request",
+]
 
 log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as before
 
@@ -81,8 +90,10 @@ class Gather:
         batch = walk.batch
         keys = (batch << 32) | np.clip(walk.offset - base[batch], 0, 2**32 - 1)
         g = ids[ok]
-        at = np.minimum(np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0,
-                                                                   2**32 - 1)), len(keys) - 1)
+        at = np.minimum(
+            np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0, 2**32 - 1)),
+            len(keys) - 1,
+        )
         hit = (batch[at] == g) & (walk.offset[at] == targets[ok])
         out[ok[hit]] = at[hit]
         return out
@@ -143,8 +154,9 @@ def _touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
     return [order[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _byte_ranges(seg: LogSegment, lo: np.ndarray, hi: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _byte_ranges(
+    seg: LogSegment, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: ``(floor, start,
     end)``, the offset index floor of ``lo`` (its offset, and its position: 0 when
     there is none) to the first entry after ``hi``."""
@@ -184,12 +196,14 @@ def time_request(seg: LogSegment, targets: np.ndarray, lo: int) -> Request:
     ti = seg.time_index
     n = len(ti)
     slot = np.searchsorted(ti.timestamps, targets, side="left") - 1
-    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0,
-                     seg.base_offset)
+    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0, seg.base_offset)
     first = np.maximum(first, max(lo, seg.base_offset))
     # no entry >= the target (an active segment's last batches): up to the end
-    last = (np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
-            if n else np.full(len(targets), _NO_OFFSET))
+    last = (
+        np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
+        if n
+        else np.full(len(targets), _NO_OFFSET)
+    )
     return Request(seg, first, np.maximum(last, first), np.asarray(targets, np.int64))
 
 
@@ -218,8 +232,9 @@ class _Chains:
         self.joined = b"".join(self.bufs)
         self.data = np.frombuffer(self.joined, dtype=np.uint8)
 
-    def headers(self, buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                  np.ndarray]:
+    def headers(
+        self, buf: np.ndarray, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(at, room, header)``: where file position ``pos`` of buffer ``buf`` is in
         the joined data, the bytes from there to the buffer's end, and the batch header
         there (garbage where ``room`` < a header)."""
@@ -227,8 +242,7 @@ class _Chains:
         room = np.asarray(self.data_at)[buf + 1] - at
         if not len(self.data):
             return at, room, np.zeros(len(at), dtype=HEADER_DTYPE)
-        idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(
-            HEADER_SIZE)
+        idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(HEADER_SIZE)
         raw = self.data[np.minimum(idx, len(self.data) - 1)]
         return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
 
@@ -245,9 +259,10 @@ def plan_requests(reqs: list[Request], gather: Gather) -> None:
             continue
         try:
             r.ids[careful] = (
-                _careful_offsets(r.seg, r.lo[careful], gather) if r.ts is None else
-                _careful_timestamps(r.seg, r.ts[careful], r.lo[careful], r.hi[careful],
-                                    gather))
+                _careful_offsets(r.seg, r.lo[careful], gather)
+                if r.ts is None
+                else _careful_timestamps(r.seg, r.ts[careful], r.lo[careful], r.hi[careful], gather)
+            )
         except (SeglakeError, OSError) as exc:
             r.error = exc
 
@@ -278,19 +293,30 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
                 continue
             buf = np.zeros(n, dtype=np.int64)
             for k, g in enumerate(_touching(start, end)):
-                buf[g] = chains.read(f, int(start[g].min()),
-                                     min(r.seg.size, int(end[g].max()) + HEADER_SIZE),
-                                     first=k == 0)
+                buf[g] = chains.read(
+                    f,
+                    int(start[g].min()),
+                    min(r.seg.size, int(end[g].max()) + HEADER_SIZE),
+                    first=k == 0,
+                )
         except (SeglakeError, OSError) as exc:
             r.error = exc
             continue
         handles.append(f)
         spans[j] = (total, total + n)
         total += n
-        for k, v in (("lo", r.lo), ("hi", r.hi), ("ts", r.ts if r.ts is not None else r.lo),
-                     ("is_ts", np.full(n, r.ts is not None)), ("start", start),
-                     ("floor", floor), ("buf", buf), ("req", np.full(n, j)),
-                     ("size", np.full(n, r.seg.size)), ("file", np.full(n, len(handles) - 1))):
+        for k, v in (
+            ("lo", r.lo),
+            ("hi", r.hi),
+            ("ts", r.ts if r.ts is not None else r.lo),
+            ("is_ts", np.full(n, r.ts is not None)),
+            ("start", start),
+            ("floor", floor),
+            ("buf", buf),
+            ("req", np.full(n, j)),
+            ("size", np.full(n, r.seg.size)),
+            ("file", np.full(n, len(handles) - 1)),
+        ):
             cols.setdefault(k, []).append(v)
     if not spans:
         return
@@ -315,8 +341,7 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
         good = whole & ~bad
         data = (h["attributes"] & CONTROL_BIT) == 0
         lo, is_ts = c["lo"][run], c["is_ts"][run]
-        hit = (last >= lo) & data & np.where(is_ts, h["max_timestamp"] >= c["ts"][run],
-                                             base <= lo)
+        hit = (last >= lo) & data & np.where(is_ts, h["max_timestamp"] >= c["ts"][run], base <= lo)
         done = np.where(is_ts, hit | (base > c["hi"][run]), last >= lo)
         fits = room >= bsize
         state[run[bad]] = -2
@@ -329,8 +354,9 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
         if need.any():
             more = run[need]
             length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
-            for fi, p, w in np.unique(np.stack([c["file"][more], pos[more], length]),
-                                      axis=1).T.tolist():
+            for fi, p, w in np.unique(
+                np.stack([c["file"][more], pos[more], length]), axis=1
+            ).T.tolist():
                 mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
                 try:
                     buf[mine] = chains.read(handles[fi], p, min(int(size[mine[0]]), p + w))
@@ -358,20 +384,39 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
 def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
     """The batches starting at ``at`` in ``data`` (whole, checked by the caller) as a
     scan, and whether each one's CRC-32C matches."""
-    h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(
-        HEADER_DTYPE).ravel()
+    h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(HEADER_DTYPE).ravel()
     size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
     view = memoryview(data)
-    crc_ok = np.array([crc32c(view[a + ATTRIBUTES_OFFSET:a + z]) == c for a, z, c in zip(
-        at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)], dtype=bool)
+    crc_ok = np.array(
+        [
+            crc32c(view[a + ATTRIBUTES_OFFSET : a + z]) == c
+            for a, z, c in zip(at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)
+        ],
+        dtype=bool,
+    )
     base = h["base_offset"].astype(np.int64)
-    i64 = {f: h[f].astype(np.int64) for f in ("records_count", "base_timestamp",
-                                               "max_timestamp", "attributes", "producer_id",
-                                               "producer_epoch", "base_sequence",
-                                               "leader_epoch")}
-    scan = BatchScan(position=at.astype(np.int64), size=size, base_offset=base,
-                     last_offset=base + h["last_offset_delta"], crc_valid=crc_ok,
-                     valid_bytes=len(data), **i64)
+    i64 = {
+        f: h[f].astype(np.int64)
+        for f in (
+            "records_count",
+            "base_timestamp",
+            "max_timestamp",
+            "attributes",
+            "producer_id",
+            "producer_epoch",
+            "base_sequence",
+            "leader_epoch",
+        )
+    }
+    scan = BatchScan(
+        position=at.astype(np.int64),
+        size=size,
+        base_offset=base,
+        last_offset=base + h["last_offset_delta"],
+        crc_valid=crc_ok,
+        valid_bytes=len(data),
+        **i64,
+    )
     return scan, crc_ok
 
 
@@ -383,15 +428,17 @@ def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: Gather) -> np
         b = np.searchsorted(w.scan.last_offset, sel, side="left")
         inside = b < len(w.scan)
         inside[inside] &= (w.scan.base_offset[b[inside]] <= sel[inside]) & ~(
-            w.scan.is_control[b[inside]])
+            w.scan.is_control[b[inside]]
+        )
         if inside.any():
             batches, which = np.unique(b[inside], return_inverse=True)
             out[qi[inside]] = gather.add(w, batches, seg.log_path)[which]
     return out
 
 
-def _careful_timestamps(seg: LogSegment, targets: np.ndarray, first: np.ndarray,
-                        last: np.ndarray, gather: Gather) -> np.ndarray:
+def _careful_timestamps(
+    seg: LogSegment, targets: np.ndarray, first: np.ndarray, last: np.ndarray, gather: Gather
+) -> np.ndarray:
     out = np.full(len(targets), -1, dtype=np.int64)
     for qi in _touching(*_byte_ranges(seg, first, last)[1:]):
         w = seg._span(int(first[qi].min()), int(last[qi].max()))
@@ -442,8 +489,9 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
     return table.take(pa.array(row[row >= 0]))
 
 
-def resolve_timestamps(seg: LogSegment, targets: np.ndarray, *, min_offset: int | None = None
-                       ) -> tuple[np.ndarray, pa.Table]:
+def resolve_timestamps(
+    seg: LogSegment, targets: np.ndarray, *, min_offset: int | None = None
+) -> tuple[np.ndarray, pa.Table]:
     """For each target timestamp (>= 0), the first record of ``seg`` with timestamp >= it.
 
     Returns ``(row, records)``: ``records`` holds the answers, ``row[i]`` the row of

@@ -128,11 +128,15 @@ class SegmentRecovery:
         return bool(self.truncated_bytes or self.rebuilt)
 
     def __str__(self) -> str:
-        parts = [f"{self.log_path}: {self.batches} valid batch(es), offsets "
-                 f"{self.base_offset}..{self.next_offset - 1}"]
+        parts = [
+            f"{self.log_path}: {self.batches} valid batch(es), offsets "
+            f"{self.base_offset}..{self.next_offset - 1}"
+        ]
         if self.truncated_bytes:
-            parts.append(f"truncated {self.truncated_bytes} of {self.original_bytes} bytes "
-                         f"at position {self.valid_bytes} ({self.error})")
+            parts.append(
+                f"truncated {self.truncated_bytes} of {self.original_bytes} bytes "
+                f"at position {self.valid_bytes} ({self.error})"
+            )
         for suffix, why in self.rebuilt.items():
             parts.append(f"{suffix} rebuilt ({why})")
         if not self.changed:
@@ -158,23 +162,33 @@ class PartitionRecovery:
 
     @property
     def changed(self) -> bool:
-        return bool(self.deleted_segments or self.removed_files or self.completed_swaps
-                    or any(s.changed for s in self.segments))
+        return bool(
+            self.deleted_segments
+            or self.removed_files
+            or self.completed_swaps
+            or any(s.changed for s in self.segments)
+        )
 
     def to_dict(self) -> dict:
         return {
-            "directory": self.directory, "dry_run": self.dry_run,
+            "directory": self.directory,
+            "dry_run": self.dry_run,
             "log_end_offset": self.log_end_offset,
-            "deleted_segments": self.deleted_segments, "removed_files": self.removed_files,
+            "deleted_segments": self.deleted_segments,
+            "removed_files": self.removed_files,
             "completed_swaps": self.completed_swaps,
-            "segments": [dict(dataclasses.asdict(s), truncated_bytes=s.truncated_bytes)
-                         for s in self.segments],
+            "segments": [
+                dict(dataclasses.asdict(s), truncated_bytes=s.truncated_bytes)
+                for s in self.segments
+            ],
         }
 
     def __str__(self) -> str:
         verb = "would " if self.dry_run else ""
-        lines = [f"{self.directory}: log end offset {self.log_end_offset}"
-                 + ("" if self.changed else ", nothing to do")]
+        lines = [
+            f"{self.directory}: log end offset {self.log_end_offset}"
+            + ("" if self.changed else ", nothing to do")
+        ]
         lines += [f"  {s}" for s in self.segments if s.changed]
         if self.deleted_segments:
             lines.append(f"  {verb}delete segments after a truncated one: {self.deleted_segments}")
@@ -186,6 +200,7 @@ class PartitionRecovery:
 
 
 # ---------------------------------------------------------------------------- helpers
+
 
 def _valid_prefix(scan: BatchScan, base_offset: int) -> tuple[int, str | None]:
     """Batches whose offsets go forward and fit a segment of ``base_offset``; beyond the
@@ -200,8 +215,10 @@ def _valid_prefix(scan: BatchScan, base_offset: int) -> tuple[int, str | None]:
         return len(scan), None
     i = int(hits[0])
     prev = int(last[i - 1]) if i else base_offset - 1
-    return i, (f"position {int(scan.position[i])}: batch offsets {int(base[i])}..{int(last[i])} "
-               f"do not follow {prev} in a segment of base offset {base_offset}")
+    return i, (
+        f"position {int(scan.position[i])}: batch offsets {int(base[i])}..{int(last[i])} "
+        f"do not follow {prev} in a segment of base offset {base_offset}"
+    )
 
 
 def _offset_index_problem(oi: OffsetIndex, scan: BatchScan) -> str | None:
@@ -215,26 +232,37 @@ def _offset_index_problem(oi: OffsetIndex, scan: BatchScan) -> str | None:
         return str(exc)
     if not len(oi):
         return None
-    pos = oi.positions.astype(np.int64) if hasattr(oi.positions, "astype") else np.asarray(
-        oi.positions, np.int64)
+    pos = (
+        oi.positions.astype(np.int64)
+        if hasattr(oi.positions, "astype")
+        else np.asarray(oi.positions, np.int64)
+    )
     offs = np.asarray(oi.offsets, np.int64)
     i = np.searchsorted(scan.position, pos)
-    hit = (i < len(scan)) & (scan.position[np.minimum(i, max(len(scan) - 1, 0))] == pos) \
-        if len(scan) else np.zeros(len(pos), bool)
+    hit = (
+        (i < len(scan)) & (scan.position[np.minimum(i, max(len(scan) - 1, 0))] == pos)
+        if len(scan)
+        else np.zeros(len(pos), bool)
+    )
     if not hit.all():
         k = int(np.argmin(hit))
-        return (f"entry {k} (offset {int(offs[k])}, position {int(pos[k])}) does not point "
-                "at the start of a batch")
+        return (
+            f"entry {k} (offset {int(offs[k])}, position {int(pos[k])}) does not point "
+            "at the start of a batch"
+        )
     below = scan.base_offset[i] > offs
     if below.any():
         k = int(np.argmax(below))
-        return (f"entry {k} (offset {int(offs[k])}) points at a batch starting at offset "
-                f"{int(scan.base_offset[i[k]])}")
+        return (
+            f"entry {k} (offset {int(offs[k])}) points at a batch starting at offset "
+            f"{int(scan.base_offset[i[k]])}"
+        )
     return None
 
 
-def _time_index_problem(ti: TimeIndex, scan: BatchScan, base_offset: int,
-                        next_offset: int) -> str | None:
+def _time_index_problem(
+    ti: TimeIndex, scan: BatchScan, base_offset: int, next_offset: int
+) -> str | None:
     """Why ``ti`` could skip a record (``None``: valid). An entry (t, o) is safe when no
     batch before the one holding o has a larger max timestamp than t."""
     try:
@@ -257,14 +285,21 @@ def _time_index_problem(ti: TimeIndex, scan: BatchScan, base_offset: int,
     bad = before > ts
     if bad.any():
         k = int(np.argmax(bad))
-        return (f"entry {k} ({int(ts[k])}, offset {int(offs[k])}) skips earlier batches with "
-                f"timestamp up to {int(before[k])}")
+        return (
+            f"entry {k} ({int(ts[k])}, offset {int(offs[k])}) skips earlier batches with "
+            f"timestamp up to {int(before[k])}"
+        )
     return None
 
 
-def _aborted_txns(buf: bytes, scan: BatchScan, state: dict[int, int],
-                  known: dict[tuple[int, int], int], base_offset: int,
-                  path: str) -> list[AbortedTxn]:
+def _aborted_txns(
+    buf: bytes,
+    scan: BatchScan,
+    state: dict[int, int],
+    known: dict[tuple[int, int], int],
+    base_offset: int,
+    path: str,
+) -> list[AbortedTxn]:
     """Kafka's producer-state walk: ``state`` maps producer id -> first offset of its open
     transaction (updated in place, so a partition's segments chain). An ABORT marker
     closes it into an :class:`AbortedTxn`; lastStableOffset = first offset of the earliest
@@ -278,12 +313,14 @@ def _aborted_txns(buf: bytes, scan: BatchScan, state: dict[int, int],
     if len(ctrl):
         try:
             recs = decode_batches(buf, scan.take(ctrl), skip_control=False, path=path)
-            for k, (key, value) in enumerate(zip(recs.column("key").to_pylist(),
-                                                 recs.column("value").to_pylist(), strict=True)):
+            for k, (key, value) in enumerate(
+                zip(recs.column("key").to_pylist(), recs.column("value").to_pylist(), strict=True)
+            ):
                 kinds[int(ctrl[k])] = parse_control_record(key, value).is_abort
         except CorruptRecordError as exc:
-            log.warning("%s: control records do not decode (%s); txnindex from markers "
-                        "that do", path, exc)
+            log.warning(
+                "%s: control records do not decode (%s); txnindex from markers that do", path, exc
+            )
     out: list[AbortedTxn] = []
     for b in txn.tolist():
         pid = int(scan.producer_id[b])
@@ -319,8 +356,9 @@ def _timestamps(buf: bytes, scan: BatchScan, path: str) -> tuple[int, list[dict]
         _, ts = record_times(buf, scan, skip_control=False, path=path)
     except CorruptRecordError:
         return int(scan.base_timestamp.min()), None
-    tail = tail_minima(scan.base_offset, scan.position,
-                       batch_minima(ts, scan.records_count), scan.valid_bytes)
+    tail = tail_minima(
+        scan.base_offset, scan.position, batch_minima(ts, scan.records_count), scan.valid_bytes
+    )
     return (int(ts.min()) if len(ts) else -1), tail
 
 
@@ -333,9 +371,16 @@ def _read_optional(fs: pafs.FileSystem, path: str) -> bytes | None:
 
 # ---------------------------------------------------------------------------- segment
 
-def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAULT_INTERVAL,
-                    dry_run: bool = False, force: bool = False,
-                    producer_state: dict[int, int] | None = None) -> SegmentRecovery:
+
+def recover_segment(
+    fs: pafs.FileSystem,
+    log_path: str,
+    *,
+    interval: int = DEFAULT_INTERVAL,
+    dry_run: bool = False,
+    force: bool = False,
+    producer_state: dict[int, int] | None = None,
+) -> SegmentRecovery:
     """Kafka's ``LogSegment.recover`` for one segment on ``fs``.
 
     Args:
@@ -399,8 +444,10 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
             else:
                 ti_final = ti_old
     # a rebuilt index identical to the file is not a change
-    for suffix, new, old in ((INDEX_SUFFIX, oi_new, oi_bytes), (TIME_INDEX_SUFFIX, ti_new,
-                                                                 ti_bytes)):
+    for suffix, new, old in (
+        (INDEX_SUFFIX, oi_new, oi_bytes),
+        (TIME_INDEX_SUFFIX, ti_new, ti_bytes),
+    ):
         if suffix in rebuilt and old is not None and new.to_bytes() == bytes(old):
             del rebuilt[suffix]
 
@@ -417,8 +464,9 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
             txn_old_ok = True
         except CorruptRecordError:
             pass
-    aborted = _aborted_txns(buf, scan, producer_state if producer_state is not None else {},
-                            known, base, log_path)
+    aborted = _aborted_txns(
+        buf, scan, producer_state if producer_state is not None else {}, known, base, log_path
+    )
     txn_new = TransactionIndex(base)
     for t in aborted:
         txn_new.append(t)
@@ -435,14 +483,24 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
 
     min_ts, tail = _timestamps(buf, scan, log_path)
     report = SegmentRecovery(
-        log_path=log_path, base_offset=base, original_bytes=original, valid_bytes=valid,
-        error=error, batches=len(scan), next_offset=next_offset,
+        log_path=log_path,
+        base_offset=base,
+        original_bytes=original,
+        valid_bytes=valid,
+        error=error,
+        batches=len(scan),
+        next_offset=next_offset,
         record_count=int(scan.records_count.sum()),
-        min_timestamp=min_ts, tail_min_timestamps=tail,
+        min_timestamp=min_ts,
+        tail_min_timestamps=tail,
         max_timestamp=int(scan.max_timestamp.max()) if len(scan) else -1,
-        index_entries=len(oi_final), time_index_entries=len(ti_final),
-        txn_index_entries=txn_entries, rebuilt=rebuilt, codec=_codec_name(scan),
-        dry_run=dry_run)
+        index_entries=len(oi_final),
+        time_index_entries=len(ti_final),
+        txn_index_entries=txn_entries,
+        rebuilt=rebuilt,
+        codec=_codec_name(scan),
+        dry_run=dry_run,
+    )
     if dry_run:
         return report
     # the log first: a crash before the indexes leaves them pointing past its end, which
@@ -465,6 +523,7 @@ def recover_segment(fs: pafs.FileSystem, log_path: str, *, interval: int = DEFAU
 
 # ---------------------------------------------------------------------------- partition
 
+
 def _strip_pending(name: str) -> tuple[str, str] | None:
     for suffix in PENDING_SUFFIXES:
         if name.endswith(suffix):
@@ -484,9 +543,16 @@ def delete_segment_files(fs: pafs.FileSystem, stem: str) -> list[str]:
     return gone
 
 
-def recover_dir(fs: pafs.FileSystem, directory: str, *, dry_run: bool, interval: int,
-                 force: bool, only: set[int] | None = None,
-                 defer_deletes: bool = False) -> PartitionRecovery:
+def recover_dir(
+    fs: pafs.FileSystem,
+    directory: str,
+    *,
+    dry_run: bool,
+    interval: int,
+    force: bool,
+    only: set[int] | None = None,
+    defer_deletes: bool = False,
+) -> PartitionRecovery:
     report = PartitionRecovery(directory=directory, dry_run=dry_run)
     names = lakefs.listdir(fs, directory)
     pending = [(n, *p) for n in names if (p := _strip_pending(n))]
@@ -496,8 +562,11 @@ def recover_dir(fs: pafs.FileSystem, directory: str, *, dry_run: bool, interval:
     for name, inner, suffix in pending:
         parsed = parse_segment_file_name(inner)
         path = lakefs.join(directory, name)
-        drop = suffix in (".deleted", ".cleaned") or parsed is None or (
-            min_cleaned is not None and parsed[0] >= min_cleaned)
+        drop = (
+            suffix in (".deleted", ".cleaned")
+            or parsed is None
+            or (min_cleaned is not None and parsed[0] >= min_cleaned)
+        )
         if suffix == ".swap" and not drop and parsed is not None:
             if parsed[1] == LOG_SUFFIX:
                 swaps.append((name, parsed[0]))
@@ -506,8 +575,7 @@ def recover_dir(fs: pafs.FileSystem, directory: str, *, dry_run: bool, interval:
             # Kafka deletes the base file's indexes either way; they are rebuilt
             stem = lakefs.join(directory, f"{parsed[0]:020d}")
             for s in INDEX_SUFFIXES:
-                if lakefs.exists(fs, stem + s) and not (only is not None and
-                                                        parsed[0] not in only):
+                if lakefs.exists(fs, stem + s) and not (only is not None and parsed[0] not in only):
                     report.removed_files.append(stem + s)
                     if not dry_run:
                         lakefs.delete_file(fs, stem + s)
@@ -531,8 +599,13 @@ def recover_dir(fs: pafs.FileSystem, directory: str, *, dry_run: bool, interval:
             lakefs.delete_file(fs, final)
             lakefs.move(fs, path, final)
     names = lakefs.listdir(fs, directory) if not dry_run else names
-    bases = sorted(p[0] for n in names if (p := parse_segment_file_name(n)) and p[1] == LOG_SUFFIX
-                   and p[0] not in report.deleted_segments)
+    bases = sorted(
+        p[0]
+        for n in names
+        if (p := parse_segment_file_name(n))
+        and p[1] == LOG_SUFFIX
+        and p[0] not in report.deleted_segments
+    )
     if only is not None:
         missing = sorted(only - set(bases) - set(report.deleted_segments))
         bases = sorted(set(bases) & only)
@@ -548,17 +621,23 @@ def recover_dir(fs: pafs.FileSystem, directory: str, *, dry_run: bool, interval:
             if not dry_run and not defer_deletes:
                 delete_segment_files(fs, stem)
             continue
-        rec = recover_segment(fs, stem + LOG_SUFFIX, interval=interval, dry_run=dry_run,
-                              force=force, producer_state=state)
+        rec = recover_segment(
+            fs,
+            stem + LOG_SUFFIX,
+            interval=interval,
+            dry_run=dry_run,
+            force=force,
+            producer_state=state,
+        )
         report.segments.append(rec)
         if rec.error:
             cut = b
     return report
 
 
-def recover_partition(directory: str, *, dry_run: bool = False,
-                      interval: int = DEFAULT_INTERVAL, force: bool = False
-                      ) -> PartitionRecovery:
+def recover_partition(
+    directory: str, *, dry_run: bool = False, interval: int = DEFAULT_INTERVAL, force: bool = False
+) -> PartitionRecovery:
     """Recover a partition directory as Kafka's ``LogLoader`` does after an unclean stop.
 
     Leftover ``.deleted``/``.cleaned`` files are removed, ``.swap`` files completed, every

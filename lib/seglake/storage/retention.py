@@ -59,8 +59,9 @@ def parse_log_start_offsets(specs: Iterable[str]) -> dict[Key, int]:
             key = (validate_topic(topic), validate_partition(int(part)))
             out[key] = int(off)
         except ValueError as exc:
-            raise ConfigError(f"log start offset {spec!r}: expected TOPIC:PARTITION:OFFSET "
-                              f"({exc})") from None
+            raise ConfigError(
+                f"log start offset {spec!r}: expected TOPIC:PARTITION:OFFSET ({exc})"
+            ) from None
         if out[key] < 0:
             raise ConfigError(f"log start offset {spec!r} is negative")
     return out
@@ -74,9 +75,14 @@ def _largest_timestamps(rows: pa.Table) -> np.ndarray:
     return ts
 
 
-def plan_retention(rows: pa.Table, *, now_ms: int, retention_ms: int = -1,
-                   retention_bytes: int = -1,
-                   log_start_offsets: Mapping[Key, int] | None = None) -> pa.Table:
+def plan_retention(
+    rows: pa.Table,
+    *,
+    now_ms: int,
+    retention_ms: int = -1,
+    retention_bytes: int = -1,
+    log_start_offsets: Mapping[Key, int] | None = None,
+) -> pa.Table:
     """Catalog rows of the segments retention deletes (with a ``reason`` column).
 
     Args:
@@ -87,8 +93,9 @@ def plan_retention(rows: pa.Table, *, now_ms: int, retention_ms: int = -1,
         log_start_offsets: ``{(topic, partition): offset}`` to delete below.
     """
     starts = dict(log_start_offsets or {})
-    rows = rows.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                         ("base_offset", "ascending")])
+    rows = rows.sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")]
+    )
     topic = rows.column("topic").to_pylist()
     part = rows.column("partition").to_pylist()
     base = rows.column("base_offset").to_numpy()
@@ -105,23 +112,27 @@ def plan_retention(rows: pa.Table, *, now_ms: int, retention_ms: int = -1,
         if retention_ms >= 0:
             while k < j - 1 and now_ms - int(largest[k]) > retention_ms:
                 take.append(k)
-                reasons.append(f"time: largest timestamp {int(largest[k])} older than "
-                               f"{now_ms} - {retention_ms}")
+                reasons.append(
+                    f"time: largest timestamp {int(largest[k])} older than "
+                    f"{now_ms} - {retention_ms}"
+                )
                 k += 1
         if retention_bytes >= 0:
             left = int(size[k:j].sum())
             while k < j - 1 and left - int(size[k]) >= retention_bytes:
                 left -= int(size[k])
                 take.append(k)
-                reasons.append(f"size: partition stays at {left} >= {retention_bytes} bytes "
-                               "without it")
+                reasons.append(
+                    f"size: partition stays at {left} >= {retention_bytes} bytes without it"
+                )
                 k += 1
         start = starts.get((topic[i], part[i]))
         if start is not None:
             while k < j - 1 and int(base[k + 1]) <= start:
                 take.append(k)
-                reasons.append(f"log start offset {start}: next segment starts at "
-                               f"{int(base[k + 1])}")
+                reasons.append(
+                    f"log start offset {start}: next segment starts at {int(base[k + 1])}"
+                )
                 k += 1
         i = j
     out = rows.take(pa.array(take, pa.int64()))
@@ -141,28 +152,42 @@ class RetentionReport:
     def __str__(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         lines = []
-        for r in self.deleted.select(["topic", "partition", "base_offset", "next_offset",
-                                      "size_bytes", "reason"]).to_pylist():
-            lines.append(f"  {r['topic']}-{r['partition']} segment {r['base_offset']} "
-                         f"(offsets ..{r['next_offset'] - 1}, {r['size_bytes']} bytes): "
-                         f"{r['reason']}")
-        head = (f"{self.root}: retention {verb} {self.deleted.num_rows} segment(s)"
-                + (f" (catalog version {self.catalog_version}, run {self.run_id})"
-                   if self.catalog_version is not None else "")
-                + (f"; finished {len(self.leftovers_finished)} interrupted delete(s)"
-                   if self.leftovers_finished else ""))
+        for r in self.deleted.select(
+            ["topic", "partition", "base_offset", "next_offset", "size_bytes", "reason"]
+        ).to_pylist():
+            lines.append(
+                f"  {r['topic']}-{r['partition']} segment {r['base_offset']} "
+                f"(offsets ..{r['next_offset'] - 1}, {r['size_bytes']} bytes): "
+                f"{r['reason']}"
+            )
+        head = (
+            f"{self.root}: retention {verb} {self.deleted.num_rows} segment(s)"
+            + (
+                f" (catalog version {self.catalog_version}, run {self.run_id})"
+                if self.catalog_version is not None
+                else ""
+            )
+            + (
+                f"; finished {len(self.leftovers_finished)} interrupted delete(s)"
+                if self.leftovers_finished
+                else ""
+            )
+        )
         return "\n".join([head, *lines])
 
 
-def finish_interrupted_deletes(root: str, rows: pa.Table, *, dry_run: bool = False
-                               ) -> list[str]:
+def finish_interrupted_deletes(root: str, rows: pa.Table, *, dry_run: bool = False) -> list[str]:
     """Remove ``.deleted`` files, and segment files without a row below their partition's
     log start offset (left by a crash between a retention commit and its deletes)."""
     fs, base = lakefs.resolve(root)
     done: list[str] = []
     starts: dict[Key, int] = {}
-    for t, p, b in zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(),
-                       rows.column("base_offset").to_pylist(), strict=True):
+    for t, p, b in zip(
+        rows.column("topic").to_pylist(),
+        rows.column("partition").to_pylist(),
+        rows.column("base_offset").to_pylist(),
+        strict=True,
+    ):
         starts[(t, p)] = min(b, starts.get((t, p), b))
     for (t, p), start in sorted(starts.items()):
         d = lakefs.safe_join(base, partition_dir_name(t, p))
@@ -183,12 +208,19 @@ def delete_segment_files(root: str, keys: Iterable[tuple[str, int, int]]) -> lis
     return delete_segments(root, keys)
 
 
-def apply_retention(root: str, *, retention_ms: int | None = None,
-                    retention_bytes: int | None = None, now_ms: int | None = None,
-                    log_start_offsets: Mapping[Key, int] | None = None,
-                    topics: Iterable[str] | None = None, config: LogConfig | None = None,
-                    run_id: str | None = None, dry_run: bool = False,
-                    delete_files: bool = True) -> RetentionReport:
+def apply_retention(
+    root: str,
+    *,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    now_ms: int | None = None,
+    log_start_offsets: Mapping[Key, int] | None = None,
+    topics: Iterable[str] | None = None,
+    config: LogConfig | None = None,
+    run_id: str | None = None,
+    dry_run: bool = False,
+    delete_files: bool = True,
+) -> RetentionReport:
     """Plan retention on the catalog, remove the rows in one commit, then the files.
 
     ``retention_ms``/``retention_bytes`` default to ``config`` (``LogConfig()``: 168 h,
@@ -204,17 +236,27 @@ def apply_retention(root: str, *, retention_ms: int | None = None,
     catalog = Catalog(root)
     rows = catalog.segments(list(topics) if topics is not None else None)
     leftovers = finish_interrupted_deletes(root, rows, dry_run=dry_run)
-    plan = plan_retention(rows, now_ms=now_ms, retention_ms=retention_ms,
-                          retention_bytes=retention_bytes, log_start_offsets=log_start_offsets)
+    plan = plan_retention(
+        rows,
+        now_ms=now_ms,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        log_start_offsets=log_start_offsets,
+    )
     report = RetentionReport(root, plan, [], leftovers, dry_run=dry_run)
     if dry_run or not plan.num_rows:
         return report
     run_id = run_id or f"retention-{uuid.uuid4().hex[:12]}"
-    keys = list(zip(plan.column("topic").to_pylist(), plan.column("partition").to_pylist(),
-                    plan.column("base_offset").to_pylist(), strict=True))
+    keys = list(
+        zip(
+            plan.column("topic").to_pylist(),
+            plan.column("partition").to_pylist(),
+            plan.column("base_offset").to_pylist(),
+            strict=True,
+        )
+    )
     result = catalog.remove(keys, run_id)
     report.catalog_version, report.run_id = result.version, run_id
     if delete_files:
         report.files_deleted = delete_segment_files(root, keys)
     return report
-

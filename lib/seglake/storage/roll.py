@@ -36,16 +36,25 @@ def roll_jitter(base_offset: int, config: LogConfig) -> int:
     return (base_offset * 2654435761) % (config.roll_jitter_ms + 1)
 
 
-def roll_reason(segment: ActiveSegment, *, batch_size: int, batch_last_offset: int,
-                batch_max_timestamp: int, config: LogConfig) -> str | None:
+def roll_reason(
+    segment: ActiveSegment,
+    *,
+    batch_size: int,
+    batch_last_offset: int,
+    batch_max_timestamp: int,
+    config: LogConfig,
+) -> str | None:
     """Why a batch must go to a new segment (``"size"``, ``"time"``, ``"index"``,
     ``"offset"``), or ``None`` to append it to ``segment``."""
     if segment.size == 0:
         return None
     if segment.size + batch_size > config.segment_bytes:
         return "size"
-    if (segment.rolling_timestamp is not None and batch_max_timestamp - segment.rolling_timestamp
-            > config.roll_ms - roll_jitter(segment.base_offset, config)):
+    if (
+        segment.rolling_timestamp is not None
+        and batch_max_timestamp - segment.rolling_timestamp
+        > config.roll_ms - roll_jitter(segment.base_offset, config)
+    ):
         return "time"
     if segment.index_full:
         return "index"

@@ -72,13 +72,19 @@ class Window:
         """File position just past the last whole batch."""
         return self.start + self.scan.valid_bytes
 
-    def decode(self, sel: slice | np.ndarray | None = None, *, skip_control: bool = True,
-               path: str | None = None) -> pa.Table:
+    def decode(
+        self,
+        sel: slice | np.ndarray | None = None,
+        *,
+        skip_control: bool = True,
+        path: str | None = None,
+    ) -> pa.Table:
         scan = self.scan if sel is None else self.scan.take(sel)
         return decode_batches(self.data, scan, skip_control=skip_control, path=path)
 
-    def record_times(self, sel: slice | np.ndarray | None = None, *,
-                     path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def record_times(
+        self, sel: slice | np.ndarray | None = None, *, path: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
         left out), checked as it checks them, with no key, value or header decoded."""
         scan = self.scan if sel is None else self.scan.take(sel)
@@ -99,14 +105,22 @@ class LogSegment:
             the staged copy switches back once the files have moved to ``log_path``.
     """
 
-    def __init__(self, fs: pafs.FileSystem, log_path: str, *, size: int | None = None,
-                 next_offset: int | None = None, max_timestamp: int | None = None,
-                 index_interval_bytes: int = DEFAULT_INTERVAL,
-                 staged_path: str | None = None) -> None:
+    def __init__(
+        self,
+        fs: pafs.FileSystem,
+        log_path: str,
+        *,
+        size: int | None = None,
+        next_offset: int | None = None,
+        max_timestamp: int | None = None,
+        index_interval_bytes: int = DEFAULT_INTERVAL,
+        staged_path: str | None = None,
+    ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
-            raise SegmentNotFoundError(f"{log_path}: not a segment .log file name "
-                                       "(20-digit base offset + .log)")
+            raise SegmentNotFoundError(
+                f"{log_path}: not a segment .log file name (20-digit base offset + .log)"
+            )
         self.fs = fs
         self.log_path = log_path
         self.base_offset = parsed[0]
@@ -181,11 +195,16 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         start = int(oi.positions[-1]) if len(oi) else 0
         w = self.window(start, self.size)
-        if start > 0 and self.index_source == "file" and (
-                not len(w.scan) or int(w.scan.base_offset[0]) > int(oi.offsets[-1])):
+        if (
+            start > 0
+            and self.index_source == "file"
+            and (not len(w.scan) or int(w.scan.base_offset[0]) > int(oi.offsets[-1]))
+        ):
             # the last entry does not point at the start of its batch: never guess the tail
-            self.rebuild_indexes(f"last offset index entry (offset {int(oi.offsets[-1])}, "
-                                 f"position {start}) does not point at a batch holding it")
+            self.rebuild_indexes(
+                f"last offset index entry (offset {int(oi.offsets[-1])}, "
+                f"position {start}) does not point at a batch holding it"
+            )
             self._derive_tail()
             return
         if len(w.scan):
@@ -213,24 +232,28 @@ class LogSegment:
         """Aborted transactions of this segment (``None`` without a ``.txnindex``)."""
         if self._txn_index is False:
             path = self.stem + TXN_INDEX_SUFFIX
-            self._txn_index = (TransactionIndex.from_bytes(lakefs.read_all(self.fs, path),
-                                                           path=path)
-                               if lakefs.exists(self.fs, path) else None)
+            self._txn_index = (
+                TransactionIndex.from_bytes(lakefs.read_all(self.fs, path), path=path)
+                if lakefs.exists(self.fs, path)
+                else None
+            )
         return self._txn_index  # type: ignore[return-value]
 
     def _load_indexes(self) -> None:
         ipath, tpath = self.stem + INDEX_SUFFIX, self.stem + TIME_INDEX_SUFFIX
         try:
-            oi = OffsetIndex.from_bytes(self._read_file(INDEX_SUFFIX), self.base_offset,
-                                        path=ipath)
-            ti = TimeIndex.from_bytes(self._read_file(TIME_INDEX_SUFFIX), self.base_offset,
-                                      path=tpath)
+            oi = OffsetIndex.from_bytes(self._read_file(INDEX_SUFFIX), self.base_offset, path=ipath)
+            ti = TimeIndex.from_bytes(
+                self._read_file(TIME_INDEX_SUFFIX), self.base_offset, path=tpath
+            )
             oi.sanity_check()
             ti.sanity_check()
             if len(oi) and int(oi.positions[-1]) >= self.size:
-                raise CorruptIndexError(f"last entry's position {int(oi.positions[-1])} is "
-                                        f"past the end of the log ({self.size} bytes)",
-                                        path=ipath)
+                raise CorruptIndexError(
+                    f"last entry's position {int(oi.positions[-1])} is "
+                    f"past the end of the log ({self.size} bytes)",
+                    path=ipath,
+                )
         except (SegmentNotFoundError, CorruptRecordError) as exc:
             self.rebuild_indexes(str(exc))
             return
@@ -241,7 +264,8 @@ class LogSegment:
         """Replace the in-memory indexes with ones rebuilt from a full scan of the log."""
         log.warning("%s: indexes rebuilt from a scan of the log: %s", self.log_path, why)
         self._offset_index, self._time_index = rebuild_indexes(
-            self.scan(), self.base_offset, self.index_interval_bytes)
+            self.scan(), self.base_offset, self.index_interval_bytes
+        )
         self.index_source = f"rebuilt: {why}"
 
     # -- byte access ------------------------------------------------------------------
@@ -270,16 +294,20 @@ class LogSegment:
         end = self._next_entry_position(hi)
         w = self.window(start, end + HEADER_SIZE if end < self.size else end)
         if self.index_source == "file" and not self._window_agrees(w, start, end):
-            self.rebuild_indexes(f"offset index entries around position {start} do not match "
-                                 "the batches of the log")
+            self.rebuild_indexes(
+                f"offset index entries around position {start} do not match the batches of the log"
+            )
             return self._span(lo, hi)
         if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
-            tail = w.data[end - start:]
+            tail = w.data[end - start :]
             if len(tail) >= HEADER_SIZE:
                 size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
                 rest = self.window(end, end + size)
-                w = Window(start, w.data[: end - start] + rest.data,
-                           scan_batches(w.data[: end - start] + rest.data))
+                w = Window(
+                    start,
+                    w.data[: end - start] + rest.data,
+                    scan_batches(w.data[: end - start] + rest.data),
+                )
         return w
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
@@ -302,16 +330,22 @@ class LogSegment:
     def _bad_start(self, w: Window, start: int) -> bool:
         """A window read from an offset index position does not start where the index
         said a batch starts: rebuild the index (and the caller starts over)."""
-        if start > 0 and self.index_source == "file" and not self._window_agrees(w, start,
-                                                                                  start):
-            self.rebuild_indexes(f"offset index entry at position {start} does not point at "
-                                 "the start of its batch")
+        if start > 0 and self.index_source == "file" and not self._window_agrees(w, start, start):
+            self.rebuild_indexes(
+                f"offset index entry at position {start} does not point at the start of its batch"
+            )
             return True
         return False
 
     # -- reads ------------------------------------------------------------------------
-    def read_records(self, start_offset: int | None = None, end_offset: int | None = None, *,
-                     max_records: int | None = None, skip_control: bool = True) -> pa.Table:
+    def read_records(
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        *,
+        max_records: int | None = None,
+        skip_control: bool = True,
+    ) -> pa.Table:
         """Records with ``start_offset <= offset < end_offset`` (internal record schema),
         at most ``max_records`` of them."""
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
@@ -322,8 +356,9 @@ class LogSegment:
             start = self._floor_position(lo)
             w = self.window(start, self.size)
             if self._bad_start(w, start):
-                return self.read_records(start_offset, end_offset, max_records=max_records,
-                                         skip_control=skip_control)
+                return self.read_records(
+                    start_offset, end_offset, max_records=max_records, skip_control=skip_control
+                )
         else:
             if hi < lo:
                 return decode_batches(b"", BatchScan.empty())
@@ -338,8 +373,14 @@ class LogSegment:
             mask = pc.and_(mask, pc.less_equal(off, hi))
         return table.filter(mask)
 
-    def read(self, start_offset: int, max_size: int, *, max_position: int | None = None,
-             min_one_message: bool = True) -> Window:
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        *,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> Window:
         """Kafka's ``LogSegment.read``: whole batches from the one holding ``start_offset``,
         at most ``max_size`` bytes (with ``min_one_message`` the first batch even if it is
         larger), not starting at or past ``max_position``."""
@@ -355,8 +396,9 @@ class LogSegment:
             return Window(first, b"", BatchScan.empty())
         return self.window(first, min(limit, first + budget))
 
-    def find_offset_by_timestamp(self, timestamp: int, start_offset: int | None = None
-                                 ) -> TimestampOffset | None:
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int | None = None
+    ) -> TimestampOffset | None:
         """First record (offset >= ``start_offset``) with timestamp >= ``timestamp``, or
         ``None``. Exact under non-monotonic CreateTime (strict time-index floor)."""
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
@@ -373,15 +415,19 @@ class LogSegment:
                 # a batch larger than the chunk (or a corrupt tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
                 if len(head) == HEADER_SIZE:
-                    w = self.window(pos, pos + int.from_bytes(head[8:12], "big", signed=True)
-                                    + LOG_OVERHEAD)
+                    w = self.window(
+                        pos, pos + int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
+                    )
             if pos == first and self._bad_start(w, first):
                 return self.find_offset_by_timestamp(timestamp, start_offset)
             if not len(w.scan):
                 return None
             # control batches hold no records to return (their markers are skipped)
-            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo)
-                              & ~w.scan.is_control)[0]
+            hits = np.nonzero(
+                (w.scan.max_timestamp >= timestamp)
+                & (w.scan.last_offset >= lo)
+                & ~w.scan.is_control
+            )[0]
             for b in hits:
                 # offsets and timestamps only (each batch checked whole, as decode does)
                 offs, ts = w.record_times(slice(int(b), int(b) + 1), path=self.log_path)

@@ -28,8 +28,15 @@ TAIL_POINTS = 64
 TAIL_STEP = 16 * 1024  # no closer than this: a smaller read gains nothing
 TAIL_TYPE = pa.list_(pa.struct([("offset", pa.int64()), ("min_timestamp", pa.int64())]))
 
-__all__ = ["TAIL_POINTS", "TAIL_STEP", "TAIL_TYPE", "batch_minima", "cutoff", "tail_minima",
-           "tail_step"]
+__all__ = [
+    "TAIL_POINTS",
+    "TAIL_STEP",
+    "TAIL_TYPE",
+    "batch_minima",
+    "cutoff",
+    "tail_minima",
+    "tail_step",
+]
 
 
 def tail_step(size: int, *, points: int = TAIL_POINTS, min_step: int = TAIL_STEP) -> int:
@@ -37,8 +44,15 @@ def tail_step(size: int, *, points: int = TAIL_POINTS, min_step: int = TAIL_STEP
     return max(-(-int(size) // points), min_step, 1)
 
 
-def tail_minima(first_offsets, positions, min_timestamps, size: int, *,
-                points: int = TAIL_POINTS, min_step: int = TAIL_STEP) -> list[dict]:
+def tail_minima(
+    first_offsets,
+    positions,
+    min_timestamps,
+    size: int,
+    *,
+    points: int = TAIL_POINTS,
+    min_step: int = TAIL_STEP,
+) -> list[dict]:
     """Checkpoints of one segment from its batches (in file order): their first offsets,
     byte positions and smallest record timestamps (an empty batch: ``int64`` max)."""
     first = np.asarray(first_offsets, dtype=np.int64)
@@ -47,14 +61,17 @@ def tail_minima(first_offsets, positions, min_timestamps, size: int, *,
     if not len(first):
         return []
     suffix = np.minimum.accumulate(low[::-1])[::-1]
-    grid = np.arange(0, max(int(size), 1), tail_step(size, points=points, min_step=min_step),
-                     dtype=np.int64)
+    grid = np.arange(
+        0, max(int(size), 1), tail_step(size, points=points, min_step=min_step), dtype=np.int64
+    )
     pick = np.unique(np.searchsorted(pos, grid, side="left"))
     pick = pick[pick < len(first)]
     ts = suffix[pick]
     keep = np.concatenate([[True], ts[1:] != ts[:-1]])
-    return [{"offset": o, "min_timestamp": t}
-            for o, t in zip(first[pick][keep].tolist(), ts[keep].tolist(), strict=True)]
+    return [
+        {"offset": o, "min_timestamp": t}
+        for o, t in zip(first[pick][keep].tolist(), ts[keep].tolist(), strict=True)
+    ]
 
 
 def batch_minima(timestamps: np.ndarray, counts: np.ndarray) -> np.ndarray:

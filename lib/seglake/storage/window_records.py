@@ -33,12 +33,14 @@ from seglake.storage.tail_minima import batch_minima
 __all__ = ["NO_TS_HI", "NO_TS_LO", "RecordWalk", "decode_windows", "min_timestamps", "walk_batches"]
 
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
-_SCAN_COLUMNS = [f.name for f in dataclasses.fields(BatchScan)
-                 if f.name not in ("valid_bytes", "error")]
+_SCAN_COLUMNS = [
+    f.name for f in dataclasses.fields(BatchScan) if f.name not in ("valid_bytes", "error")
+]
 
 
-def decode_windows(parts: list[tuple[Window, np.ndarray, str | None]]
-                   ) -> tuple[pa.Table, np.ndarray]:
+def decode_windows(
+    parts: list[tuple[Window, np.ndarray, str | None]],
+) -> tuple[pa.Table, np.ndarray]:
     """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call.
 
     The decoder walks the records of all batches together, one numpy step per record
@@ -51,16 +53,18 @@ def decode_windows(parts: list[tuple[Window, np.ndarray, str | None]]
     for w, sel, _ in parts:
         sub = w.scan.take(sel)
         view = memoryview(w.data)
-        pieces += [view[p:p + z] for p, z in zip(sub.position.tolist(), sub.size.tolist(),
-                                                 strict=True)]
+        pieces += [
+            view[p : p + z] for p, z in zip(sub.position.tolist(), sub.size.tolist(), strict=True)
+        ]
         sub.position = at + np.cumsum(sub.size) - sub.size
         at += int(sub.size.sum())
         scans.append(sub)
         rows.append(int(sub.records_count[~sub.is_control].sum()))
     if not at:
         return empty_records(), np.array(rows, dtype=np.int64)
-    merged = BatchScan(**{f: np.concatenate([getattr(s, f) for s in scans])
-                          for f in _SCAN_COLUMNS}, valid_bytes=at)
+    merged = BatchScan(
+        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in _SCAN_COLUMNS}, valid_bytes=at
+    )
     try:
         return decode_batches(b"".join(pieces), merged), np.array(rows, dtype=np.int64)
     except CorruptRecordError:
@@ -105,24 +109,35 @@ class RecordWalk:
         s = self.scan.take(self.batch[records])
         size = HEADER_SIZE + self.end[records] - self.start[records]
         head = np.zeros(len(records), dtype=HEADER_DTYPE)
-        for name, value in (("base_offset", s.base_offset), ("batch_length", size - LOG_OVERHEAD),
-                            ("leader_epoch", s.leader_epoch), ("magic", MAGIC),
-                            ("attributes", s.attributes & ~CODEC_MASK),
-                            ("last_offset_delta", s.last_offset - s.base_offset),
-                            ("base_timestamp", s.base_timestamp),
-                            ("max_timestamp", s.max_timestamp), ("producer_id", s.producer_id),
-                            ("producer_epoch", s.producer_epoch),
-                            ("base_sequence", s.base_sequence), ("records_count", 1)):
+        for name, value in (
+            ("base_offset", s.base_offset),
+            ("batch_length", size - LOG_OVERHEAD),
+            ("leader_epoch", s.leader_epoch),
+            ("magic", MAGIC),
+            ("attributes", s.attributes & ~CODEC_MASK),
+            ("last_offset_delta", s.last_offset - s.base_offset),
+            ("base_timestamp", s.base_timestamp),
+            ("max_timestamp", s.max_timestamp),
+            ("producer_id", s.producer_id),
+            ("producer_epoch", s.producer_epoch),
+            ("base_sequence", s.base_sequence),
+            ("records_count", 1),
+        ):
             head[name] = value
         heads, view = head.tobytes(), memoryview(self.data)
         pieces: list[bytes | memoryview] = []
-        for i, (a, z) in enumerate(zip(self.start[records].tolist(), self.end[records].tolist(),
-                                       strict=True)):
-            pieces += [heads[i * HEADER_SIZE:(i + 1) * HEADER_SIZE], view[a:z]]
-        one = dataclasses.replace(s, position=np.cumsum(size) - size, size=size,
-                                  attributes=s.attributes & ~CODEC_MASK,
-                                  records_count=np.ones(len(records), np.int64),
-                                  valid_bytes=int(size.sum()))
+        for i, (a, z) in enumerate(
+            zip(self.start[records].tolist(), self.end[records].tolist(), strict=True)
+        ):
+            pieces += [heads[i * HEADER_SIZE : (i + 1) * HEADER_SIZE], view[a:z]]
+        one = dataclasses.replace(
+            s,
+            position=np.cumsum(size) - size,
+            size=size,
+            attributes=s.attributes & ~CODEC_MASK,
+            records_count=np.ones(len(records), np.int64),
+            valid_bytes=int(size.sum()),
+        )
         return decode_batches(b"".join(pieces), one, path=path)
 
 
@@ -132,21 +147,33 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     record walk (:mod:`seglake.record.walk`, vectorised over all batches) and each
     record's timestamp and offset deltas. A batch that does not walk is set aside
     (``ok`` False) and the others walked again."""
-    scan = BatchScan(**{f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
-                        if parts else np.zeros(0, np.int64) for f in _SCAN_COLUMNS},
-                     valid_bytes=0)
+    scan = BatchScan(
+        **{
+            f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
+            if parts
+            else np.zeros(0, np.int64)
+            for f in _SCAN_COLUMNS
+        },
+        valid_bytes=0,
+    )
     inflater, ok = Inflater(), np.ones(len(scan), dtype=bool)
     sizes = np.zeros(len(scan), dtype=np.int64)
     i = 0
     for w, sel in parts:  # every records block, decompressed, back to back
         view = memoryview(w.data)
-        for pos, size, codec in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(),
-                                    w.scan.codec[sel].tolist(), strict=True):
-            block = view[pos + HEADER_SIZE:pos + size]
+        for pos, size, codec in zip(
+            w.scan.position[sel].tolist(),
+            w.scan.size[sel].tolist(),
+            w.scan.codec[sel].tolist(),
+            strict=True,
+        ):
+            block = view[pos + HEADER_SIZE : pos + size]
             try:
-                sizes[i] = (inflater.append(codec, block, min(inflate_budget(len(block)),
-                                                              MAX_BLOCK_OUTPUT))
-                            if codec else inflater.append_raw(block))
+                sizes[i] = (
+                    inflater.append(codec, block, min(inflate_budget(len(block)), MAX_BLOCK_OUTPUT))
+                    if codec
+                    else inflater.append_raw(block)
+                )
             except CorruptRecordError:
                 ok[i] = False
             i += 1
@@ -169,12 +196,21 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     b = ctx.rec_batch
     append_time = (scan.attributes[b] & TIMESTAMP_TYPE_BIT) != 0
     ts = np.where(append_time, scan.max_timestamp[b], scan.base_timestamp[b] + t_delta)
-    return RecordWalk(scan, ok, np.concatenate(([0], np.cumsum(counts))), data, rec_start,
-                      rec_end, scan.base_offset[b] + o_delta, ts)
+    return RecordWalk(
+        scan,
+        ok,
+        np.concatenate(([0], np.cumsum(counts))),
+        data,
+        rec_start,
+        rec_end,
+        scan.base_offset[b] + o_delta,
+        ts,
+    )
 
 
-def _deltas(data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
-            ) -> tuple[np.ndarray, np.ndarray]:
+def _deltas(
+    data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
+) -> tuple[np.ndarray, np.ndarray]:
     """Timestamp and offset deltas of the records (after their attributes byte); raises
     naming the batch (as :func:`seglake.record.walk.read_fields`) when one runs off."""
     values = []

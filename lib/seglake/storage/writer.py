@@ -90,9 +90,17 @@ class SegmentWriter:
         label: how errors name this partition (e.g. ``orders-3``).
     """
 
-    def __init__(self, fs: pafs.FileSystem, directory: str, *, config: LogConfig,
-                 min_offset: int = 0, tmp_suffix: str | None = None, label: str | None = None,
-                 on_close: Callable[[SegmentInfo], None] | None = None) -> None:
+    def __init__(
+        self,
+        fs: pafs.FileSystem,
+        directory: str,
+        *,
+        config: LogConfig,
+        min_offset: int = 0,
+        tmp_suffix: str | None = None,
+        label: str | None = None,
+        on_close: Callable[[SegmentInfo], None] | None = None,
+    ) -> None:
         self.fs = fs
         self.directory = directory.rstrip("/")
         self.config = config
@@ -113,9 +121,16 @@ class SegmentWriter:
         if records.num_rows == 0:
             return self._take_closed()
         self._check_first_offset(records)
-        table = records if self._pending is None else pa.concat_tables(
-            [self._pending, records.select(self._pending.column_names).cast(
-                self._pending.schema)])
+        table = (
+            records
+            if self._pending is None
+            else pa.concat_tables(
+                [
+                    self._pending,
+                    records.select(self._pending.column_names).cast(self._pending.schema),
+                ]
+            )
+        )
         self._pending = None
         runs = _timestamp_type_runs(table)
         for i, run in enumerate(runs):
@@ -150,12 +165,17 @@ class SegmentWriter:
         if first < self._next_offset:
             raise OffsetOrderError(
                 f"{self.label}: offset {first} goes backwards: offsets must be >= "
-                f"{self._next_offset} (the log end offset or the last offset written + 1)")
+                f"{self._next_offset} (the log end offset or the last offset written + 1)"
+            )
 
     def _encode_and_write(self, table: pa.Table, *, hold_back_last: bool) -> None:
-        batches = encode_batches(table, config=self.config,
-                                 timestamp_type=int(table.column("timestamp_type")[0].as_py())
-                                 if "timestamp_type" in table.column_names else 0)
+        batches = encode_batches(
+            table,
+            config=self.config,
+            timestamp_type=int(table.column("timestamp_type")[0].as_py())
+            if "timestamp_type" in table.column_names
+            else 0,
+        )
         n = len(batches)
         if hold_back_last and n:
             self._pending = table.slice(int(batches.record_start[n - 1]))
@@ -165,8 +185,7 @@ class SegmentWriter:
             self._next_offset = int(batches.last_offset[n - 1]) + 1
 
     def _write_batches(self, b: EncodedBatches, n: int) -> None:
-        data = memoryview(b.data) if not isinstance(b.data, np.ndarray) else memoryview(
-            b.data.data)
+        data = memoryview(b.data) if not isinstance(b.data, np.ndarray) else memoryview(b.data.data)
         run_start = 0  # first batch of the current contiguous write
         for i in range(n):
             size = int(b.size[i])
@@ -174,8 +193,13 @@ class SegmentWriter:
             max_ts = int(b.max_timestamp[i])
             seg = self._open
             if seg is not None:
-                reason = roll_reason(seg.state, batch_size=size, batch_last_offset=last,
-                                     batch_max_timestamp=max_ts, config=self.config)
+                reason = roll_reason(
+                    seg.state,
+                    batch_size=size,
+                    batch_last_offset=last,
+                    batch_max_timestamp=max_ts,
+                    config=self.config,
+                )
                 if reason:
                     self._write_run(data, b, run_start, i)
                     run_start = i
@@ -211,12 +235,15 @@ class SegmentWriter:
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
         stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
-        builder = IndexBuilder(base_offset,
-                               index_interval_bytes=self.config.index_interval_bytes,
-                               max_index_entries=self.config.max_index_entries,
-                               max_time_index_entries=self.config.max_time_index_entries)
-        self._open = _Open(ActiveSegment(base_offset), stream, log_path, builder,
-                           next_offset=base_offset)
+        builder = IndexBuilder(
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_entries=self.config.max_index_entries,
+            max_time_index_entries=self.config.max_time_index_entries,
+        )
+        self._open = _Open(
+            ActiveSegment(base_offset), stream, log_path, builder, next_offset=base_offset
+        )
         return self._open
 
     def _close_segment(self, reason: str | None) -> None:
@@ -226,9 +253,11 @@ class SegmentWriter:
         seg.stream.close()
         seg.builder.finish()
         base = seg.state.base_offset
-        files = {LOG_SUFFIX: None,
-                 INDEX_SUFFIX: seg.builder.offset_index.to_bytes(),
-                 TIME_INDEX_SUFFIX: seg.builder.time_index.to_bytes()}
+        files = {
+            LOG_SUFFIX: None,
+            INDEX_SUFFIX: seg.builder.offset_index.to_bytes(),
+            TIME_INDEX_SUFFIX: seg.builder.time_index.to_bytes(),
+        }
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:
@@ -237,13 +266,21 @@ class SegmentWriter:
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
         info = SegmentInfo(
-            base_offset=base, next_offset=seg.next_offset, record_count=seg.records,
-            min_timestamp=seg.min_ts, max_timestamp=seg.max_ts, size_bytes=seg.state.size,
+            base_offset=base,
+            next_offset=seg.next_offset,
+            record_count=seg.records,
+            min_timestamp=seg.min_ts,
+            max_timestamp=seg.max_ts,
+            size_bytes=seg.state.size,
             index_entries=len(seg.builder.offset_index),
             time_index_entries=len(seg.builder.time_index),
-            codec=NAMES[self.config.codec], log_path=seg.log_path, roll_reason=reason,
-            tail_min_timestamps=tail_minima(*np.array(seg.batches, np.int64).reshape(-1, 3).T,
-                                            seg.state.size))
+            codec=NAMES[self.config.codec],
+            log_path=seg.log_path,
+            roll_reason=reason,
+            tail_min_timestamps=tail_minima(
+                *np.array(seg.batches, np.int64).reshape(-1, 3).T, seg.state.size
+            ),
+        )
         self._closed.append(info)
         if self.on_close is not None:
             self.on_close(info)
