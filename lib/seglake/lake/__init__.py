@@ -1,7 +1,8 @@
 """The lake: partition directories of Kafka segments plus the Delta catalog that makes
 them visible (``record -> storage -> lake -> api -> spark -> jobs``).
 
-    catalog.py   the Delta catalog: read, commit with run-id guard, replace, remove
+    table.py     reading the Delta catalog: open, rows, log start/end offsets, history
+    catalog.py   Catalog: its changes (commit with run-id guard, replace, remove)
     rows.py      a catalog row: schema, normalisation, path and key checks
     checks.py    offset-order and log-end checks a change must pass before it commits
     staging.py   publishing a committed run's staged files, cleanup, open_partition

@@ -26,13 +26,10 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from seglake.errors import (
     CatalogError,
@@ -41,7 +38,6 @@ from seglake.errors import (
     SeglakeError,
 )
 from seglake.lake.checks import (
-    Key,
     check_commit,
     check_removal,
     check_replacement,
@@ -50,16 +46,14 @@ from seglake.lake.checks import (
 )
 from seglake.lake.rows import (
     MAX_LISTED,
-    SORT_KEYS,
     catalog_schema,
     key_set,
     keys_predicate,
     keys_table,
     listing,
     normalize_rows,
-    schema_spec,
 )
-from seglake.storage.naming import validate_partition, validate_topic
+from seglake.lake.table import CATALOG_DIR, CatalogTable, HistoryEntry, app_id
 from seglake.testing_hooks import crash_point
 
 __all__ = [
@@ -71,16 +65,7 @@ __all__ = [
     "catalog_schema",
 ]
 
-CATALOG_DIR = "_catalog"
-APP_ID_PREFIX = "seglake:"
 DEFAULT_MAX_ATTEMPTS = 20
-
-
-def app_id(run_id: str) -> str:
-    """Delta application-transaction id recording that ``run_id`` committed."""
-    if not isinstance(run_id, str) or not run_id.strip():
-        raise CatalogError(f"run id must be a non-empty string, got {run_id!r}")
-    return APP_ID_PREFIX + run_id
 
 
 @dataclass(frozen=True)
@@ -106,75 +91,15 @@ class CommitResult:
     attempts: int = 1
 
 
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One version of the catalog table.
-
-    Attributes:
-        version: Delta table version.
-        timestamp: commit time (UTC).
-        operation: Delta operation (``CREATE TABLE``, ``WRITE``, ``DELETE``, ...).
-        seglake_operation: ``commit``, ``remove`` or ``replace`` (``None`` if not seglake's).
-        run_id: run that made the change, if any.
-        metrics: Delta's operation metrics (rows and files added/removed, ...).
-    """
-
-    version: int
-    timestamp: dt.datetime
-    operation: str
-    seglake_operation: str | None
-    run_id: str | None
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
 _Plan = Callable[[pa.Table], tuple[Callable[[Any, Any], None], int, int]]
 
 
-def _table_location(
-    root: str,
-    storage_options: Mapping[str, str] | None,
-) -> tuple[str, dict[str, str]]:
-    """Delta table URI of ``<root>/_catalog`` and the storage options to open it with."""
-    root = os.fspath(root)
-    if not isinstance(root, str) or not root.strip():
-        raise CatalogError(f"lake root must be a non-empty path or URI, got {root!r}")
-    options: dict[str, str] = {}
-    if "://" not in root:
-        uri = os.path.join(os.path.abspath(root), CATALOG_DIR)
-    else:
-        parts = urlsplit(root)
-        query = dict(parse_qsl(parts.query))
-        if parts.scheme.lower() == "s3":
-            endpoint = os.environ.get("AWS_ENDPOINT_URL")
-            if "endpoint_override" in query:
-                endpoint = f"{query.get('scheme', 'https')}://{query['endpoint_override']}"
-                options["AWS_ENDPOINT_URL"] = endpoint
-            if endpoint and endpoint.startswith("http://"):
-                options["AWS_ALLOW_HTTP"] = "true"
-            if "region" in query:
-                options["AWS_REGION"] = query["region"]
-        base = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
-        uri = f"{base}/{CATALOG_DIR}"
-    options.update(storage_options or {})
-    return uri, options
-
-
-def _as_list(value: str | int | Iterable[Any] | None) -> list[Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, int, np.integer)):
-        return [value]
-    return list(value)
-
-
-class Catalog:
-    """The segment catalog of one lake.
+class Catalog(CatalogTable):
+    """The segment catalog of one lake: reads (:class:`CatalogTable`) and changes.
 
     Args:
         root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
-        storage_options: extra deltalake storage options (``AWS_ENDPOINT_URL``, ...).
-            For ``s3://`` roots, ``?endpoint_override=&scheme=&region=`` in the URI are
-            translated, and an ``http://`` endpoint turns on ``AWS_ALLOW_HTTP``.
+        storage_options: extra deltalake storage options (see :class:`CatalogTable`).
         max_attempts: how often a change is re-planned after losing the race for the next
             table version before giving up with :class:`ConcurrentRunError`.
     """
@@ -186,151 +111,10 @@ class Catalog:
         storage_options: Mapping[str, str] | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
-        self.root = os.fspath(root)
-        self.uri, self.storage_options = _table_location(self.root, storage_options)
+        super().__init__(root, storage_options=storage_options)
         if max_attempts < 1:
             raise CatalogError(f"max_attempts must be >= 1, got {max_attempts}")
         self.max_attempts = max_attempts
-
-    def __repr__(self) -> str:
-        return f"Catalog({self.uri!r})"
-
-    # ------------------------------------------------------------------ table access
-
-    def _open(self, version: int | None = None) -> Any:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError, TableNotFoundError
-
-        try:
-            return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
-        except TableNotFoundError as exc:
-            raise CatalogError(f"no catalog at {self.uri}: {exc}") from exc
-        except DeltaError as exc:
-            at = f" version {version}" if version is not None else ""
-            raise CatalogError(f"cannot open catalog {self.uri}{at}: {exc}") from exc
-
-    def exists(self) -> bool:
-        """Whether the catalog table exists."""
-        from deltalake import DeltaTable
-
-        return bool(DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options))
-
-    def create_if_missing(self) -> int:
-        """Create the empty catalog table unless it exists; return the table version."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
-        if not self.exists():
-            schema, partition_by = schema_spec()
-            try:
-                DeltaTable.create(
-                    self.uri,
-                    schema=schema,
-                    partition_by=list(partition_by),
-                    mode="ignore",
-                    name="seglake_catalog",
-                    description="seglake: one row per committed segment",
-                    storage_options=self.storage_options,
-                )
-            except DeltaError as exc:  # another process created it at the same moment
-                if not self.exists():
-                    raise CatalogError(f"cannot create catalog {self.uri}: {exc}") from exc
-        return self.version()
-
-    def version(self) -> int:
-        """Current table version."""
-        return int(self._open().version())
-
-    # ------------------------------------------------------------------ reads
-
-    @staticmethod
-    def _read(
-        table: Any, topics: list[str] | None = None, partitions: list[int] | None = None
-    ) -> pa.Table:
-        schema = catalog_schema()
-        if topics is not None and not topics:
-            return schema.empty_table()
-        expr = None
-        if topics is not None:
-            expr = pc.field("topic").isin([validate_topic(t) for t in topics])
-        if partitions is not None:
-            part_expr = pc.field("partition").isin(
-                pa.array([validate_partition(p) for p in partitions], pa.int32())
-            )
-            expr = part_expr if expr is None else expr & part_expr
-        # use_threads=False: threaded scans crashed at interpreter exit in tests
-        t = table.to_pyarrow_dataset().to_table(filter=expr, use_threads=False)
-        for f in schema:  # a column added since the table was made: unknown in old rows
-            if f.name not in t.schema.names and f.nullable:
-                t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
-        return t.select(schema.names).cast(schema).sort_by(SORT_KEYS)
-
-    def segments(
-        self,
-        topics: str | Iterable[str] | None = None,
-        partitions: int | Iterable[int] | None = None,
-        *,
-        version: int | None = None,
-    ) -> pa.Table:
-        """Catalog rows sorted by topic, partition, base offset.
-
-        Args:
-            topics: only these topics (``None``: all).
-            partitions: only these partition numbers (``None``: all).
-            version: read this table version (pin it for consistent reads across calls).
-
-        Raises:
-            CatalogError: no catalog, or no such version.
-        """
-        return self._read(self._open(version), _as_list(topics), _as_list(partitions))
-
-    def log_end_offsets(
-        self, topic: str | Iterable[str] | None = None, *, version: int | None = None
-    ) -> dict[Key, int]:
-        """``{(topic, partition): log end offset}`` (largest ``next_offset``)."""
-        return self._per_partition("next_offset", "max", topic, version)
-
-    def log_start_offsets(
-        self, topic: str | Iterable[str] | None = None, *, version: int | None = None
-    ) -> dict[Key, int]:
-        """``{(topic, partition): log start offset}`` (smallest ``base_offset``)."""
-        return self._per_partition("base_offset", "min", topic, version)
-
-    def _per_partition(
-        self, column: str, how: str, topic: str | Iterable[str] | None, version: int | None
-    ) -> dict[Key, int]:
-        agg = (
-            self.segments(topic, version=version)
-            .group_by(["topic", "partition"])
-            .aggregate([(column, how)])
-        )
-        keys = zip(
-            agg.column("topic").to_pylist(), agg.column("partition").to_pylist(), strict=True
-        )
-        return dict(zip(keys, agg.column(f"{column}_{how}").to_pylist(), strict=True))
-
-    def run_committed(self, run_id: str) -> bool:
-        """Whether ``run_id`` has committed a change (``False`` if there is no catalog)."""
-        aid = app_id(run_id)
-        if not self.exists():
-            return False
-        return self._open().transaction_version(aid) is not None
-
-    def history(self, *, limit: int | None = None) -> list[HistoryEntry]:
-        """Table versions, newest first, with the run id that made each change."""
-        entries = []
-        for h in self._open().history(limit):
-            entries.append(
-                HistoryEntry(
-                    version=int(h["version"]),
-                    timestamp=dt.datetime.fromtimestamp(h["timestamp"] / 1000, dt.UTC),
-                    operation=str(h.get("operation", "")),
-                    seglake_operation=h.get("seglake.operation"),
-                    run_id=h.get("seglake.run_id"),
-                    metrics=dict(h.get("operationMetrics") or {}),
-                )
-            )
-        return entries
 
     # ------------------------------------------------------------------ writes
 
