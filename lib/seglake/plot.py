@@ -1,14 +1,15 @@
 """Pictures of a lake with matplotlib (imported here only, when a picture is asked for;
 figures are built without pyplot and render with Agg).
 
-    plot_segments(lake, topic)    per partition, one bar per segment from its smallest to
+    plot_segments(topic, rows, v) per partition, one bar per segment from its smallest to
                                   its largest timestamp, labelled with offsets and size
-    plot_index(partition, base)   a segment's offset index (offset vs byte position, with
+    plot_index(name, log, base)   a segment's offset index (offset vs byte position, with
                                   every batch start) and time index (running max timestamp
                                   vs offset, over every record's timestamp)
-    plot_rate(lake, topic, "1min")  messages per time bucket, per partition and in total
+    plot_rate(topic, ts, "1min")  messages per time bucket, per partition and in total
 
-Each returns the :class:`matplotlib.figure.Figure` (save it with ``fig.savefig``).
+Each takes data (catalog rows, a :class:`PartitionLog`, timestamps), not the notebook API's
+objects, and returns the :class:`matplotlib.figure.Figure` (save it with ``fig.savefig``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seglake.api.render import size_text
+
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pandas as pd
     from matplotlib.figure import Figure
 
-    from seglake.api import Lake, Partition
+    from seglake.storage.log import PartitionLog
 
 _MAX_LABELS = 40  # segment labels drawn per figure; beyond that the bars speak alone
 
@@ -69,25 +75,16 @@ def _dates(ms: np.ndarray) -> np.ndarray:
     return np.asarray(ms, dtype="datetime64[ms]")
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def plot_segments(lake: Lake, topic: str) -> Figure:
+def plot_segments(topic: str, segs: pd.DataFrame, version: int) -> Figure:
     """One row per partition; each segment a bar over [min timestamp, max timestamp].
+
+    ``segs`` are the topic's catalog rows (at catalog ``version``, named in the title).
 
     Consecutive segments alternate between two lanes of the row, so the overlap that
     non-monotonic timestamps cause stays visible.
     """
     new_figure, colormaps, mdates = _mpl()
-    parts = lake.partitions(topic)
-    if not parts:
-        raise ValueError(f"topic {topic!r} has no partitions in {lake.root}")
-    segs = lake.segments(topic)
+    parts = sorted(int(p) for p in set(segs["partition"]))
     fig = new_figure(figsize=(11, 1.0 + 0.9 * len(parts)))
     ax = fig.subplots()
     cmap = colormaps["tab10"]
@@ -115,7 +112,7 @@ def plot_segments(lake: Lake, topic: str) -> Figure:
                 ax.text(
                     mdates.date2num(lo + width / 2),
                     y + 0.15,
-                    f"{r.base_offset}..{r.next_offset - 1}\n{_size(r.size_bytes)}",
+                    f"{r.base_offset}..{r.next_offset - 1}\n{size_text(int(r.size_bytes))}",
                     ha="center",
                     va="center",
                     fontsize=7,
@@ -128,13 +125,13 @@ def plot_segments(lake: Lake, topic: str) -> Figure:
     ax.set_xlabel("record timestamp (UTC); bar = segment's min..max timestamp")
     ax.set_title(
         f"{topic}: {len(segs)} segments in {len(parts)} partitions "
-        f"(labels: offsets first..last, .log size) - catalog version {lake.version}"
+        f"(labels: offsets first..last, .log size) - catalog version {version}"
     )
     ax.grid(axis="x", alpha=0.3)
     return fig
 
 
-def plot_index(partition: Partition, segment_base_offset: int | None = None) -> Figure:
+def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = None) -> Figure:
     """A segment's sparse indexes against its batches and records.
 
     Left: offset index entries (offset vs byte position) over the start of every batch.
@@ -142,16 +139,15 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
     timestamp, so out-of-order CreateTime shows as points below the staircase.
     """
     new_figure, _, _ = _mpl()
-    log = partition.log
     if not log.segments:
-        raise ValueError(f"{partition.topic}-{partition.partition} has no segments")
+        raise ValueError(f"{name} has no segments")
     if segment_base_offset is None:
         seg = log.segments[0]
     else:
         found = [s for s in log.segments if s.base_offset == segment_base_offset]
         if not found:
             raise ValueError(
-                f"{partition.topic}-{partition.partition}: no segment with base "
+                f"{name}: no segment with base "
                 f"offset {segment_base_offset} (have "
                 f"{[s.base_offset for s in log.segments][:10]})"
             )
@@ -199,7 +195,7 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
         ax.set_ylabel("offset")
         ax.grid(alpha=0.3)
     left.set_title(
-        f".index: {len(oi)} entries for {len(scan)} batches ({_size(seg.size)})", fontsize=10
+        f".index: {len(oi)} entries for {len(scan)} batches ({size_text(seg.size)})", fontsize=10
     )
     left.legend(loc="upper left", fontsize=8)
     gap = int(np.median(np.diff(oi.positions))) if len(oi) > 1 else seg.size
@@ -259,8 +255,7 @@ def plot_index(partition: Partition, segment_base_offset: int | None = None) -> 
         fontsize=9,
     )
     fig.suptitle(
-        f"{partition.topic}-{partition.partition} segment {seg.base_offset} "
-        f"(offsets {seg.base_offset}..{seg.next_offset - 1})"
+        f"{name} segment {seg.base_offset} (offsets {seg.base_offset}..{seg.next_offset - 1})"
     )
     return fig
 
@@ -269,25 +264,21 @@ def _iso(ms: int) -> str:
     return str(np.datetime64(int(ms), "ms")).replace("T", " ")
 
 
-def plot_rate(lake: Lake, topic: str, bucket: str = "1min") -> Figure:
+def plot_rate(
+    topic: str, timestamps: Mapping[int, np.ndarray], bucket: str = "1min", version: int = 0
+) -> Figure:
     """Messages per ``bucket`` (pandas frequency: "1s", "1min", "1h", ...) of ``topic``.
 
-    Counts every record's timestamp (each segment is read and decoded once), per
-    partition (up to 10 lines) and the total.
+    ``timestamps`` holds every record's timestamp per partition; drawn per partition (up
+    to 10 lines) and in total.
     """
     import pandas as pd
 
     new_figure, _, mdates = _mpl()
-    parts = lake.partitions(topic)
-    if not parts:
-        raise ValueError(f"topic {topic!r} has no partitions in {lake.root}")
+    parts = sorted(timestamps)
     counts = {}
     for p in parts:
-        log = lake.partition(topic, p).log
-        ts = np.concatenate(
-            [s.read_records().column("timestamp").to_numpy() for s in log.segments]
-            or [np.array([], np.int64)]
-        )
+        ts = timestamps[p]
         idx = pd.to_datetime(ts, unit="ms", utc=True).floor(bucket)
         counts[p] = pd.Series(1, index=idx).groupby(level=0).sum()
     df = pd.DataFrame(counts).fillna(0).sort_index()
@@ -323,7 +314,7 @@ def plot_rate(lake: Lake, topic: str, bucket: str = "1min") -> Figure:
     ax.set_xlabel("record timestamp (UTC)")
     ax.set_title(
         f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket "
-        f"(catalog version {lake.version})"
+        f"(catalog version {version})"
     )
     ax.legend(loc="center right", fontsize=8, ncols=2)
     ax.grid(alpha=0.3)

@@ -1,0 +1,222 @@
+"""A lake opened at one catalog version: ``seglake.open(root)``."""
+
+from __future__ import annotations
+
+import html
+import itertools
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake.api.partition import LRU, Partition
+from seglake.api.render import html_table, iso, size_text
+from seglake.errors import SegmentNotFoundError
+from seglake.lake.catalog import Catalog
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+DEFAULT_CACHE_BYTES = 64 << 20
+
+
+class Lake:
+    """A lake opened at one catalog version (see :func:`open`)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.root = os.fspath(root)
+        self.catalog = Catalog(self.root, storage_options=storage_options)
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._cache = LRU(cache_bytes)
+        self._load(version)
+
+    def _load(self, version: int | None) -> None:
+        self.version = self.catalog.version() if version is None else int(version)
+        self._rows = self.catalog.segments(version=self.version)
+        topics = self._rows.column("topic").to_numpy(zero_copy_only=False)
+        parts = self._rows.column("partition").to_numpy()
+        self._by_key: dict[tuple[str, int], pa.Table] = {}
+        if self._rows.num_rows:
+            # rows are sorted by (topic, partition, base_offset): slice runs of equal keys
+            change = np.nonzero((topics[1:] != topics[:-1]) | (parts[1:] != parts[:-1]))[0] + 1
+            bounds = [0, *change.tolist(), len(topics)]
+            for a, b in itertools.pairwise(bounds):
+                self._by_key[(str(topics[a]), int(parts[a]))] = self._rows.slice(a, b - a)
+
+    def refresh(self, version: int | None = None) -> Lake:
+        """Move to the catalog's newest version (or ``version``); returns ``self``.
+
+        Cached partitions whose catalog rows did not change keep their read indexes.
+        """
+        old = self._by_key
+        self._load(version)
+        for key in list(self._partitions):
+            new = self._by_key.get(key)
+            if new is None or not new.equals(old.get(key)):
+                del self._partitions[key]
+                self._cache.drop(*key)
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"Lake({self.root!r}, version={self.version}, topics={len(self.topics())}, "
+            f"segments={self._rows.num_rows})"
+        )
+
+    def topics(self) -> list[str]:
+        """Topics with at least one committed segment, sorted."""
+        return sorted({t for t, _ in self._by_key})
+
+    def partitions(self, topic: str) -> list[int]:
+        """Partition numbers of ``topic``, sorted."""
+        return sorted(p for t, p in self._by_key if t == topic)
+
+    def segments(self, topic: str | None = None) -> pd.DataFrame:
+        """Catalog rows (all, or of one topic) as a pandas DataFrame."""
+        t = self._rows
+        if topic is not None:
+            t = t.filter(pc.equal(t.column("topic"), topic))
+        return t.to_pandas()
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        """One partition (cached: its indexes are read once per lake version).
+
+        Raises:
+            SegmentNotFoundError: no committed segment of that topic-partition.
+        """
+        key = (topic, int(partition))
+        p = self._partitions.get(key)
+        if p is None:
+            rows = self._by_key.get(key)
+            if rows is None:
+                known = ", ".join(f"{t}-{q}" for t, q in sorted(self._by_key)[:10])
+                raise SegmentNotFoundError(
+                    f"{self.root}: no segments of {topic}-{partition} in catalog version "
+                    f"{self.version} (partitions: {known or 'none'})"
+                )
+            p = self._partitions[key] = Partition(self, topic, key[1], rows)
+        return p
+
+    def describe(self) -> pd.DataFrame:
+        """Per topic-partition: segments, offsets, records, bytes, time range, index entries."""
+        import pandas as pd
+
+        rows = [self.partition(t, p).summary() for t, p in sorted(self._by_key)]
+        df = pd.DataFrame(
+            rows,
+            columns=[
+                "topic",
+                "partition",
+                "segments",
+                "log_start_offset",
+                "log_end_offset",
+                "records",
+                "size_bytes",
+                "min_timestamp",
+                "max_timestamp",
+                "index_entries",
+                "time_index_entries",
+                "codec",
+            ],
+        )
+        for c in ("min_timestamp", "max_timestamp"):
+            df[c + "_utc"] = pd.to_datetime(df[c].where(df[c] >= 0), unit="ms", utc=True)
+        return df
+
+    def _repr_html_(self) -> str:
+        d = self.describe()
+        head = (
+            f"<b>seglake</b> {html.escape(self.root)} &nbsp; catalog version {self.version}"
+            f" &nbsp; {len(self.topics())} topics, {len(d)} partitions, "
+            f"{int(d['segments'].sum())} segments, {int(d['records'].sum())} records, "
+            f"{size_text(int(d['size_bytes'].sum()))}"
+        )
+        rows = [
+            [
+                r.topic,
+                r.partition,
+                r.segments,
+                r.log_start_offset,
+                r.log_end_offset,
+                r.records,
+                size_text(r.size_bytes),
+                iso(r.min_timestamp),
+                iso(r.max_timestamp),
+                r.index_entries,
+                r.codec,
+            ]
+            for r in d.itertuples()
+        ]
+        table = html_table(
+            [
+                "topic",
+                "partition",
+                "segments",
+                "log start offset",
+                "log end offset",
+                "records",
+                "size",
+                "min timestamp (UTC)",
+                "max timestamp (UTC)",
+                "index entries",
+                "codec",
+            ],
+            rows,
+            right={1, 2, 3, 4, 5, 6, 9},
+        )
+        return f"<div>{head}{table}</div>"
+
+    # -- pictures ---------------------------------------------------------------------
+    def plot_segments(self, topic: str) -> Figure:
+        """Segments of every partition of ``topic`` on a time axis; see :mod:`seglake.plot`."""
+        from seglake import plot
+
+        return plot.plot_segments(topic, self._topic_segments(topic), self.version)
+
+    def plot_rate(self, topic: str, bucket: str = "1min") -> Figure:
+        """Messages per ``bucket`` (a pandas frequency) of ``topic``, per partition."""
+        from seglake import plot
+
+        self._topic_segments(topic)  # a topic without partitions is an error
+        timestamps = {}
+        for p in self.partitions(topic):
+            segments = self.partition(topic, p).log.segments
+            timestamps[p] = np.concatenate(
+                [s.read_records().column("timestamp").to_numpy() for s in segments]
+                or [np.array([], np.int64)]
+            )
+        return plot.plot_rate(topic, timestamps, bucket, self.version)
+
+    def _topic_segments(self, topic: str) -> pd.DataFrame:
+        """Catalog rows of ``topic``; ValueError if it has no partition."""
+        if not self.partitions(topic):
+            raise ValueError(f"topic {topic!r} has no partitions in {self.root}")
+        return self.segments(topic)
+
+
+def open(
+    root: str | os.PathLike[str],
+    *,
+    version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+) -> Lake:
+    """Open the lake at ``root`` (path or URI) at catalog ``version`` (default: newest).
+
+    ``cache_bytes`` bounds the decoded records kept for repeated point lookups.
+
+    Raises:
+        CatalogError: no catalog at ``root`` (or no such version).
+    """
+    return Lake(root, version=version, storage_options=storage_options, cache_bytes=cache_bytes)

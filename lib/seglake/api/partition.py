@@ -1,0 +1,266 @@
+"""One topic-partition of a lake at the lake's pinned catalog version."""
+
+from __future__ import annotations
+
+import html
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake import fs as lakefs
+from seglake.api.render import As, html_table, iso, output, size_text
+from seglake.api.times import TimeLike, to_millis
+from seglake.record.schema import empty_records, to_kafka_source
+from seglake.storage.log import PartitionLog
+from seglake.storage.segment import TimestampOffset
+from seglake.storage.tail_minima import cutoff
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from seglake.api.lake import Lake
+
+
+class LRU:
+    """Decoded chunks by key, least recently used dropped beyond ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[Any, pa.Table] = OrderedDict()
+
+    def get(self, key: Any) -> pa.Table | None:
+        t = self._items.get(key)
+        if t is not None:
+            self._items.move_to_end(key)
+        return t
+
+    def put(self, key: Any, t: pa.Table) -> None:
+        if key in self._items:
+            return
+        self._items[key] = t
+        self.bytes += t.nbytes
+        while self.bytes > self.max_bytes and len(self._items) > 1:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= old.nbytes
+
+    def drop(self, topic: str, partition: int) -> None:
+        for key in [k for k in self._items if k[:2] == (topic, partition)]:
+            self.bytes -= self._items.pop(key).nbytes
+
+
+class Partition:
+    """One topic-partition of a lake at the lake's pinned catalog version.
+
+    Get one with :meth:`Lake.partition`; it keeps its :class:`PartitionLog` (and so every
+    index already read) for the lake's lifetime.
+    """
+
+    def __init__(self, lake: Lake, topic: str, partition: int, rows: pa.Table) -> None:
+        self.lake = lake
+        self.topic = topic
+        self.partition = partition
+        self.rows = rows
+        fs, base = lakefs.resolve(lake.root)
+        self.log = PartitionLog.from_rows(fs, base, rows)
+        self._min_ts = rows.column("min_timestamp").to_numpy()
+        self._bounds: dict[int, np.ndarray] = {}
+        self._max_ts = rows.column("max_timestamp").to_numpy()
+        self._tails = rows.column("tail_min_timestamps").to_pylist()
+
+    def __repr__(self) -> str:
+        return (
+            f"Partition({self.topic!r}, {self.partition}, segments={len(self.log.segments)}, "
+            f"offsets={self.log_start_offset}..{self.log_end_offset})"
+        )
+
+    @property
+    def log_start_offset(self) -> int:
+        """First offset (smallest base offset in the catalog)."""
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Last offset + 1."""
+        return self.log.log_end_offset
+
+    def segments(self) -> pd.DataFrame:
+        """This partition's catalog rows."""
+        return self.rows.to_pandas()
+
+    def read(self, offset: int, max_records: int = 10, *, as_: As = "pandas") -> Any:
+        """Up to ``max_records`` records from ``offset`` on (Kafka source columns).
+
+        Offsets below the log start read from the log start; at or past the log end, none.
+        Records are decoded one index interval (chunk) at a time and the decoded chunks
+        kept in the lake's LRU cache, so a repeated lookup near an offset decodes nothing.
+        """
+        if max_records < 0:
+            raise ValueError(f"max_records {max_records} < 0")
+        log = self.log
+        offset = max(int(offset), self.log_start_offset)
+        i = log.segment_index_for_offset(offset) if max_records else None
+        parts, need = [], max_records
+        while i is not None and i < len(log.segments) and need > 0:
+            bounds = self._chunk_bounds(i)
+            j = int(np.searchsorted(bounds, offset, side="right")) - 1
+            while j < len(bounds) - 1 and need > 0:
+                t = self._chunk(i, bounds, j)
+                offs = t.column("offset").to_numpy()
+                k = int(np.searchsorted(offs, offset, side="left"))
+                if k < len(offs):
+                    t = t.slice(k, need)
+                    parts.append(t)
+                    need -= t.num_rows
+                j += 1
+            i += 1
+            offset = 0
+        if not parts:
+            t = to_kafka_source(empty_records(), self.topic, self.partition)
+        elif len(parts) == 1:
+            t = parts[0]
+        else:
+            t = pa.concat_tables(parts)
+        return output(t, as_)
+
+    def _chunk_bounds(self, i: int) -> np.ndarray:
+        """Offsets splitting segment ``i`` into index intervals: segment base, each offset
+        index entry's offset + 1, the segment's next offset."""
+        b = self._bounds.get(i)
+        if b is None:
+            seg = self.log.segments[i]
+            inner = seg.offset_index.offsets + 1
+            inner = inner[(inner > seg.base_offset) & (inner < seg.next_offset)]
+            b = self._bounds[i] = np.unique(
+                np.concatenate([[seg.base_offset], inner, [seg.next_offset]]).astype(np.int64)
+            )
+        return b
+
+    def _chunk(self, i: int, bounds: np.ndarray, j: int) -> pa.Table:
+        """Decoded records (Kafka source columns) of chunk ``j`` of segment ``i``."""
+        seg = self.log.segments[i]
+        key = (self.topic, self.partition, seg.base_offset, j)
+        cache = self.lake._cache
+        t = cache.get(key)
+        if t is None:
+            recs = seg.read_records(int(bounds[j]), int(bounds[j + 1]))
+            t = to_kafka_source(recs, self.topic, self.partition)
+            cache.put(key, t)
+        return t
+
+    def offsets_for_times(self, ts: TimeLike) -> TimestampOffset | None:
+        """Kafka's offsetsForTimes for this partition.
+
+        Args:
+            ts: epoch ms, datetime, ISO string; or -2 earliest / -1 latest (``(-1, offset)``)
+                / -3 the first record with the largest timestamp.
+
+        Returns:
+            ``TimestampOffset(timestamp, offset)`` of the first record with timestamp >=
+            ``ts``, or ``None`` when there is none.
+        """
+        return self.log.offsets_for_times(to_millis(ts, allow_special=True))
+
+    def _candidates(self, start: int, end: int) -> np.ndarray:
+        """Segments that may hold a record with start <= timestamp < end (catalog min/max)."""
+        keep = (self._max_ts >= start) & (self._min_ts < end) & (self._max_ts >= 0)
+        return np.nonzero(keep)[0]
+
+    def range(self, start: TimeLike, end: TimeLike, *, as_: As = "pandas") -> Any:
+        """Records with ``start <= timestamp < end``, in offset order.
+
+        Exact under non-monotonic timestamps: segments are pruned with the catalog's
+        min/max timestamps; in a segment whose smallest timestamp is below ``start`` the
+        read starts at its first record with timestamp >= ``start`` (time index), and
+        every record after it is filtered, since a later record may carry any timestamp,
+        up to the first of the segment's tail minima >= ``end``
+        (:mod:`seglake.storage.tail_minima`).
+        """
+        lo, hi = to_millis(start), to_millis(end)
+        parts = []
+        if hi > lo:
+            for i in self._candidates(lo, hi):
+                seg = self.log.segments[i]
+                first = None
+                if self._min_ts[i] < lo:
+                    found = seg.find_offset_by_timestamp(lo, self.log_start_offset)
+                    if found is None:
+                        continue
+                    first = found.offset
+                t = seg.read_records(first, cutoff(self._tails[i], hi))
+                ts = t.column("timestamp")
+                parts.append(t.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi))))
+        recs = pa.concat_tables(parts) if parts else empty_records()
+        return output(to_kafka_source(recs, self.topic, self.partition), as_)
+
+    def summary(self) -> dict[str, Any]:
+        """One :meth:`Lake.describe` row."""
+        r = self.rows
+        mins = self._min_ts[self._min_ts >= 0]
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "segments": r.num_rows,
+            "log_start_offset": self.log_start_offset,
+            "log_end_offset": self.log_end_offset,
+            "records": int(pc.sum(r.column("record_count")).as_py() or 0),
+            "size_bytes": int(pc.sum(r.column("size_bytes")).as_py() or 0),
+            "min_timestamp": int(mins.min()) if len(mins) else -1,
+            "max_timestamp": int(self._max_ts.max()) if len(self._max_ts) else -1,
+            "index_entries": int(pc.sum(r.column("index_entries")).as_py() or 0),
+            "time_index_entries": int(pc.sum(r.column("time_index_entries")).as_py() or 0),
+            "codec": ",".join(sorted(set(r.column("codec").to_pylist()))),
+        }
+
+    def _repr_html_(self) -> str:
+        s = self.summary()
+        head = (
+            f"<b>{html.escape(self.topic)}-{self.partition}</b> &nbsp; offsets "
+            f"{s['log_start_offset']}..{s['log_end_offset']} &nbsp; {s['records']} records "
+            f"&nbsp; {size_text(s['size_bytes'])} &nbsp; {iso(s['min_timestamp'])} .. "
+            f"{iso(s['max_timestamp'])} UTC &nbsp; catalog version {self.lake.version}"
+        )
+        cols = [
+            self.rows.column(c).to_pylist()
+            for c in (
+                "base_offset",
+                "next_offset",
+                "record_count",
+                "min_timestamp",
+                "max_timestamp",
+                "size_bytes",
+                "index_entries",
+                "time_index_entries",
+                "codec",
+            )
+        ]
+        rows = [
+            [b, n, c, iso(lo), iso(hi), size_text(sz), ie, te, codec]
+            for b, n, c, lo, hi, sz, ie, te, codec in zip(*cols, strict=True)
+        ]
+        table = html_table(
+            [
+                "base offset",
+                "next offset",
+                "records",
+                "min timestamp (UTC)",
+                "max timestamp (UTC)",
+                "size",
+                "index entries",
+                "time index entries",
+                "codec",
+            ],
+            rows,
+            right={0, 1, 2, 5, 6, 7},
+        )
+        return f"<div>{head}{table}</div>"
+
+    def plot_index(self, segment_base_offset: int | None = None) -> Figure:
+        """Index entries of one segment (default: the first); see :mod:`seglake.plot`."""
+        from seglake import plot
+
+        return plot.plot_index(f"{self.topic}-{self.partition}", self.log, segment_base_offset)
