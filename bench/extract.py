@@ -148,7 +148,9 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     from seglake.lake.catalog import Catalog
     from seglake.record.schema import KAFKA_SOURCE_SCHEMA
     from seglake.sample import START_MS
-    from seglake.spark.extract import extract, plan_extract, spark_schema
+    from seglake.spark.extract import extract
+    from seglake.spark.extract_plan import plan_extract
+    from seglake.spark.session import spark_schema
 
     total = sum(Catalog(root).log_end_offsets(TOPIC).values())
     lo = START_MS + total // 2  # 1 message per ms: the middle window of n_window messages

@@ -35,7 +35,8 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.staging import STAGING
 from seglake.sample import generate
 from seglake.spark import ingest as ingest_module
-from seglake.spark.extract import extract, plan_extract
+from seglake.spark.extract import extract
+from seglake.spark.extract_plan import plan_extract
 from seglake.spark.ingest import IngestResult, ingest
 from seglake.testing_hooks import CRASH_AT, CRASH_ONCE
 from tests.lake_check import lake_records, same_records_as_input

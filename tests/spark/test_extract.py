@@ -20,14 +20,9 @@ from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.spark.extract import (
-    extract,
-    pack_splits,
-    parse_time,
-    plan_extract,
-    read_split,
-    read_splits,
-)
+from seglake.spark.extract import extract
+from seglake.spark.extract_plan import pack_splits, parse_time, plan_extract
+from seglake.spark.extract_read import read_split, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE

@@ -51,7 +51,8 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
-from seglake.spark.extract import plan_extract, read_split
+from seglake.spark.extract_plan import plan_extract
+from seglake.spark.extract_read import read_split
 from seglake.spark.read_options import (
     ALL,
     OPTIONS,

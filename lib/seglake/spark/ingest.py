@@ -42,10 +42,10 @@ from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.staging import cleanup, publish_pending
 from seglake.spark import ingest_tasks as tasks
-from seglake.spark.extract import spark_schema
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
+from seglake.spark.session import spark_schema
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, validate_topic
 
 log = logging.getLogger("seglake.ingest")

@@ -159,7 +159,8 @@ def _accumulator(spark: SparkSession):
 
 def run_extract(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
-    from seglake.spark.extract import extract, plan_extract
+    from seglake.spark.extract import extract
+    from seglake.spark.extract_plan import plan_extract
 
     config = _config(args)
     started = time.time()

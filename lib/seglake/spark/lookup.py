@@ -204,7 +204,7 @@ def lookup(
             (index and log files) and the files they opened.
     """
     from seglake.config import LogConfig
-    from seglake.spark.extract import spark_schema
+    from seglake.spark.session import spark_schema
 
     catalog = Catalog(root)
     version = catalog.version() if version is None else version

@@ -17,11 +17,12 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.spark.extract import DEFAULT_SPLIT_BYTES, NO_TS_HI, NO_TS_LO, parse_time
+from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
 from seglake.storage.log import EARLIEST_TIMESTAMP as EARLIEST
 from seglake.storage.log import LATEST_TIMESTAMP as LATEST
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import validate_partition, validate_topic
+from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 
 __all__ = ["ALL", "OPTIONS", "Bound", "Range", "ReadOptions", "TopicPartition", "parse_options"]
 

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -52,3 +53,10 @@ def get_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark ``StructType`` of an Arrow schema (no DDL for the JVM to parse)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)

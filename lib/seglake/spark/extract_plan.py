@@ -1,0 +1,355 @@
+"""Planning an extraction on the driver (no Spark): catalog (one pinned version) -> per
+partition ``[start, end)`` offsets -> splits (a segment, or a piece of a large one cut at
+offset-index positions) -> tasks (splits packed as Spark packs small files). See
+:mod:`seglake.spark.extract` for the whole path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import heapq
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake import fs as lakefs
+from seglake.errors import ConfigError
+from seglake.lake.catalog import Catalog
+from seglake.storage.index_cache import IndexCache, get_cache
+from seglake.storage.log import PartitionLog
+from seglake.storage.segment import LogSegment
+from seglake.storage.tail_minima import cutoff
+from seglake.storage.window_records import (
+    NO_TS_HI,
+    NO_TS_LO,
+)
+
+DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
+MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
+BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
+
+SPLIT_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("path", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("run_id", pa.string()),
+        pa.field("start_pos", pa.int64()),
+        pa.field("end_pos", pa.int64()),
+        pa.field("extend", pa.bool_()),
+        pa.field("lo", pa.int64()),
+        pa.field("hi", pa.int64()),
+        pa.field("ts_lo", pa.int64()),
+        pa.field("ts_hi", pa.int64()),
+        pa.field("aborted_pid", pa.list_(pa.int64())),
+        pa.field("aborted_first", pa.list_(pa.int64())),
+        pa.field("aborted_last", pa.list_(pa.int64())),
+    ]
+)
+
+
+def parse_time(value: str | int | None) -> int | None:
+    """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC); ``None`` passes."""
+    if value is None or isinstance(value, int):
+        return value
+    s = str(value).strip()
+    if s.lstrip("-").isdigit():
+        return int(s)
+    try:
+        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"time {value!r}: expected ISO-8601 or epoch milliseconds") from exc
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+@dataclasses.dataclass
+class ExtractPlan:
+    """What an extraction will read: the split rows, and the driver's own reads."""
+
+    splits: pa.Table
+    catalog_version: int
+    segments: int
+    planned_bytes: int
+    driver_bytes: int
+    ranges: dict[tuple[str, int], tuple[int, int]]
+    seconds: float
+    tail_bytes: int = 0  # planned bytes past the end time: timestamps read, little decoded
+
+    def summary(self) -> str:
+        return (
+            f"catalog version {self.catalog_version}: {self.segments} segment(s), "
+            f"{self.splits.num_rows} split(s), {self.planned_bytes} log bytes planned "
+            f"({self.tail_bytes} past the end time), {self.driver_bytes} bytes read by "
+            f"the driver to plan ({self.seconds:.2f} s)"
+        )
+
+
+def plan_extract(
+    root: str,
+    topic: str,
+    *,
+    partitions=None,
+    start: int | str | None = None,
+    end: int | str | None = None,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    mode: str = "offsets",
+    isolation_level: str = "read_uncommitted",
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    version: int | None = None,
+    cache: IndexCache | None = None,
+    offset_ranges: dict[int, tuple[int, int]] | None = None,
+) -> ExtractPlan:
+    """The splits of an extraction (see the module docstring); runs on the driver.
+
+    ``offset_ranges``: ``{partition: (start_offset, end_offset)}``, each partition's own
+    bounds in place of ``start_offset``/``end_offset`` (and only these partitions): one
+    catalog read for a read whose partitions start and end at different offsets.
+    """
+    if mode not in ("offsets", "filter"):
+        raise ConfigError(f"mode {mode!r}: expected 'offsets' or 'filter'")
+    if isolation_level not in ("read_uncommitted", "read_committed"):
+        raise ConfigError(f"isolation_level {isolation_level!r}")
+    start, end = parse_time(start), parse_time(end)
+    started = time.time()
+    before = lakefs.IO_STATS.snapshot()["bytes_read"]
+    cache = cache or get_cache()
+    catalog = Catalog(root)
+    version = catalog.version() if version is None else version
+    if isinstance(partitions, str):
+        partitions = [int(p) for p in partitions.split(",") if p.strip()]
+    if offset_ranges is not None:
+        partitions = sorted(offset_ranges)
+    rows = catalog.segments(topic, partitions, version=version)
+    fs, base = cache.resolve(root)
+    out: list[dict] = []
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    nsegs = tail = 0
+    for p in sorted(set(rows.column("partition").to_pylist())):
+        prow = rows.filter(pc.equal(rows.column("partition"), p))
+        plog = PartitionLog.from_rows(fs, base, prow)
+        # share opened segments with the cache (indexes read once per process)
+        meta = prow.to_pylist()
+        plog.segments = [
+            cache.segment(
+                root,
+                r["path"],
+                size=r["size_bytes"],
+                next_offset=r["next_offset"],
+                max_timestamp=r["max_timestamp"],
+                run_id=r["run_id"],
+                load_indexes=False,
+            )
+            for r in meta
+        ]
+        lso, leo = plog.log_start_offset, plog.log_end_offset
+        lo, hi = lso, leo
+        ts_lo, ts_hi = NO_TS_LO, NO_TS_HI
+        if mode == "offsets":
+            if start is not None:
+                f = plog.offsets_for_times(start)
+                lo = f.offset if f is not None else leo
+            if end is not None:
+                f = plog.offsets_for_times(end)
+                hi = f.offset if f is not None else leo
+        else:
+            ts_lo = start if start is not None else NO_TS_LO
+            ts_hi = end if end is not None else NO_TS_HI
+        first_offset, end_offsets = (
+            offset_ranges[p] if offset_ranges is not None else (start_offset, end_offset)
+        )
+        if first_offset is not None:
+            lo = max(lo, first_offset)
+        if end_offsets is not None:
+            hi = min(hi, end_offsets)
+        lo, hi = max(lo, lso), min(hi, leo)
+        ranges[(topic, p)] = (lo, hi)
+        if hi <= lo:
+            continue
+        chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
+        for i, r in enumerate(meta):
+            if (
+                r["next_offset"] <= lo
+                or r["base_offset"] >= hi
+                or r["next_offset"] == r["base_offset"]
+            ):
+                continue
+            if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
+                continue
+            first, last = lo, hi
+            if ts_lo > r["min_timestamp"]:
+                first = max(lo, _time_seek(plog.segments[i], ts_lo))
+            stop = cutoff(r["tail_min_timestamps"], ts_hi) if mode == "filter" else None
+            if stop is not None:  # no record from there on is older than the end
+                last = min(hi, stop)
+            if first < min(last, r["next_offset"]):
+                chosen.append((i, first, last))
+        aborted: tuple[list[int], list[int], list[int]] = ([], [], [])
+        if isolation_level == "read_committed" and chosen:
+            aborted = _aborted(plog, chosen[0][0], lo, hi)
+        for i, first, last in chosen:
+            nsegs += 1
+            mine = _segment_splits(
+                plog.segments[i],
+                meta[i],
+                topic,
+                p,
+                (lo, last, first),
+                (ts_lo, ts_hi),
+                split_bytes,
+                aborted,
+            )
+            if meta[i]["max_timestamp"] >= ts_hi:
+                tail += _tail_bytes(plog.segments[i], ts_hi, mine)
+            out += mine
+    splits = pa.Table.from_pylist(out, schema=SPLIT_SCHEMA)
+    planned = int(
+        pc.sum(pc.subtract(splits.column("end_pos"), splits.column("start_pos"))).as_py() or 0
+    )
+    return ExtractPlan(
+        splits,
+        version,
+        nsegs,
+        planned,
+        lakefs.IO_STATS.snapshot()["bytes_read"] - before,
+        ranges,
+        time.time() - started,
+        tail,
+    )
+
+
+def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
+    """Bytes of ``splits`` (of ``seg``) from the batch where the largest timestamp so far
+    reaches ``ts_hi`` (time index) on: there, batches are mostly dropped by their
+    timestamps alone."""
+    ti = seg.time_index
+    k = int(np.searchsorted(ti.timestamps, ts_hi, side="left"))
+    if k >= len(ti):
+        return 0
+    at = (
+        seg.offset_index.lookup(int(ti.offsets[k]))[1]
+        if int(ti.offsets[k]) > seg.base_offset
+        else 0
+    )
+    return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
+
+
+def _time_seek(seg: LogSegment, ts_lo: int) -> int:
+    """First offset of ``seg`` that may hold a timestamp >= ``ts_lo``: after the offset of
+    the time index's strict floor (every record up to it is older: the entry holds the
+    largest timestamp so far)."""
+    ts, off = seg.time_index.lookup_strict(ts_lo)
+    return int(off) + 1 if ts >= 0 else seg.base_offset
+
+
+def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):
+    """Aborted transactions overlapping [lo, hi): Kafka's collectAbortedTxns walk."""
+    pids, firsts, lasts = [], [], []
+    for seg in plog.segments[first:]:
+        idx = seg.txn_index
+        if idx is None:
+            continue
+        res = idx.search(lo, hi)
+        for a in res.aborted:
+            pids.append(a.producer_id)
+            firsts.append(a.first_offset)
+            lasts.append(a.last_offset)
+        if res.is_complete:
+            break
+    return pids, firsts, lasts
+
+
+def _segment_splits(
+    seg: LogSegment,
+    r: dict,
+    topic: str,
+    p: int,
+    offsets: tuple[int, int, int],
+    ts: tuple[int, int],
+    split_bytes: int,
+    aborted,
+) -> list[dict]:
+    """Splits of one segment: ``offsets`` = (lo, hi, first offset to read)."""
+    lo, hi, first = offsets
+    size = int(r["size_bytes"])
+    first_needs_index = first > r["base_offset"]
+    last_needs_index = hi < r["next_offset"]
+    if not first_needs_index and not last_needs_index and size <= split_bytes:
+        bounds = [0, size]
+        extend = False
+    else:
+        oi = seg.offset_index
+        start = int(oi.lookup(first)[1]) if first_needs_index else 0
+        if last_needs_index:
+            j = int(np.searchsorted(oi.offsets, hi - 1, side="right"))
+            end = int(oi.positions[j]) if j < len(oi) else size
+        else:
+            end = size
+        extend = last_needs_index and end < size
+        bounds = [start]
+        if end - start > split_bytes:
+            pos = oi.positions
+            cut = pos[(pos > start) & (pos < end)]
+            last = start
+            for c in cut.tolist():
+                if c - last >= split_bytes:
+                    bounds.append(c)
+                    last = c
+        bounds.append(end)
+    out = []
+    for k in range(len(bounds) - 1):
+        out.append(
+            {
+                "topic": topic,
+                "partition": p,
+                "path": r["path"],
+                "size": size,
+                "run_id": r["run_id"],
+                "start_pos": bounds[k],
+                "end_pos": bounds[k + 1],
+                "extend": bool(extend and k == len(bounds) - 2),
+                "lo": lo,
+                "hi": hi,
+                "ts_lo": ts[0],
+                "ts_hi": ts[1],
+                "aborted_pid": aborted[0],
+                "aborted_first": aborted[1],
+                "aborted_last": aborted[2],
+            }
+        )
+    return out
+
+
+def pack_splits(
+    splits: list[dict],
+    parallelism: int,
+    *,
+    max_bytes: int = DEFAULT_SPLIT_BYTES,
+    min_bytes: int = MIN_TASK_BYTES,
+) -> list[list[dict]]:
+    """Splits grouped into tasks, as Spark groups files into input partitions.
+
+    Tasks of about ``total / parallelism`` bytes, at least ``min_bytes`` (a tiny window
+    is one task, not one per partition) and at most ``max_bytes`` (a split larger than
+    that stays alone); largest splits first, each to the least loaded task.
+    """
+    if not splits:
+        return []
+    sizes = [s["end_pos"] - s["start_pos"] for s in splits]
+    total = sum(sizes)
+    target = min(max_bytes, max(min_bytes, -(-total // max(1, parallelism))))
+    n = max(1, min(len(splits), -(-total // target)))
+    heap = [(0, k) for k in range(n)]
+    tasks: list[list[dict]] = [[] for _ in range(n)]
+    for i in sorted(range(len(splits)), key=lambda i: -sizes[i]):
+        load, k = heapq.heappop(heap)
+        tasks[k].append(splits[i])
+        heapq.heappush(heap, (load + sizes[i], k))
+    # within a task, file order: neighbouring splits of a segment share its cached state
+    return [sorted(t, key=lambda s: (s["partition"], s["path"], s["start_pos"])) for t in tasks]

@@ -1,0 +1,116 @@
+"""Reading an extraction's splits on the executors (no Spark): one ranged read per
+split, the batches of all splits of a task walked and decoded together, then offsets,
+timestamps, control batches and aborted transactions filtered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake.errors import CorruptIndexError
+from seglake.record.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    scan_batches,
+)
+from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
+from seglake.storage.index_cache import IndexCache
+from seglake.storage.segment import LogSegment, Window
+from seglake.storage.txn_index import AbortedTxn, TransactionIndex
+from seglake.storage.window_records import (
+    NO_TS_HI,
+    NO_TS_LO,
+    decode_windows,
+    min_timestamps,
+)
+
+
+def read_split(
+    cache: IndexCache, root: str, split: dict, *, isolation_level: str = "read_uncommitted"
+) -> pa.Table:
+    """Records of one split (Kafka source schema): one ranged read of its bytes."""
+    return read_splits(cache, root, [split], isolation_level=isolation_level)
+
+
+def read_splits(
+    cache: IndexCache, root: str, splits: list[dict], *, isolation_level: str = "read_uncommitted"
+) -> pa.Table:
+    """Records of several splits: each read as :func:`read_split` does, the batches of
+    all of them walked and decoded together (vectorised over all their batches)."""
+    parts = [_split_batches(cache, root, s) for s in splits]
+    # a batch whose largest timestamp is >= end may hold nothing older than end: read
+    # its timestamps alone before decoding it (the tail of a segment, mostly)
+    unsure = [
+        (w, np.flatnonzero(keep & (w.scan.max_timestamp >= s["ts_hi"])))
+        if s["ts_hi"] < NO_TS_HI
+        else (w, np.zeros(0, np.int64))
+        for s, (w, keep, _) in zip(splits, parts, strict=True)
+    ]
+    if any(len(u) for _, u in unsure):
+        least, at = min_timestamps(unsure), 0
+        for s, (_, u), (_, keep, _) in zip(splits, unsure, parts, strict=True):
+            keep[u[least[at : at + len(u)] >= s["ts_hi"]]] = False
+            at += len(u)
+    table, rows = decode_windows([(w, np.flatnonzero(keep), path) for w, keep, path in parts])
+    out, at = [], 0
+    for split, n in zip(splits, rows.tolist(), strict=True):
+        if n:
+            out.append(_split_records(table.slice(at, n), split, isolation_level))
+        at += n
+    return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
+
+
+def _split_batches(cache: IndexCache, root: str, split: dict) -> tuple[Window, np.ndarray, str]:
+    """The window of a split and which of its batches may hold records to return."""
+    seg = cache.segment(
+        root, split["path"], size=split["size"], run_id=split["run_id"], load_indexes=False
+    )
+    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    s = w.scan
+    keep = (s.last_offset >= split["lo"]) & (s.base_offset < split["hi"]) & ~s.is_control
+    if split["ts_lo"] > NO_TS_LO:
+        keep &= s.max_timestamp >= split["ts_lo"]
+    return w, keep, seg.log_path
+
+
+def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
+    """Decoded records of a split's batches -> the split's rows (Kafka source schema)."""
+    lo, hi, ts_lo, ts_hi = split["lo"], split["hi"], split["ts_lo"], split["ts_hi"]
+    off = t.column("offset")
+    mask = pc.and_(pc.greater_equal(off, lo), pc.less(off, hi))
+    if ts_lo > NO_TS_LO or ts_hi < NO_TS_HI:
+        ts = t.column("timestamp")
+        mask = pc.and_(mask, pc.and_(pc.greater_equal(ts, ts_lo), pc.less(ts, ts_hi)))
+    if isolation_level == "read_committed" and split["aborted_pid"]:
+        txn = TransactionIndex()
+        for p, f, last in sorted(
+            zip(split["aborted_pid"], split["aborted_first"], split["aborted_last"], strict=True),
+            key=lambda x: x[2],
+        ):
+            txn.append(AbortedTxn(p, f, last, last))
+        aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
+        tx = t.column("transactional").to_numpy(zero_copy_only=False)
+        mask = pc.and_(mask, pa.array(~(aborted & tx)))
+    return to_kafka_source(t.filter(mask), split["topic"], split["partition"])
+
+
+def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:
+    """The whole batches of ``[start, end)`` (one ranged read); with ``extend``, also the
+    batch starting at ``end`` when it may hold offsets below ``hi`` (its header is read
+    with the range, the rest only if needed)."""
+    size = seg.size
+    extend = extend and end < size
+    w = seg.window(start, end + HEADER_SIZE if extend else end)
+    if w.scan.valid_bytes < min(end, size) - start:
+        raise CorruptIndexError(
+            f"split [{start}, {end}) does not hold whole batches: {w.scan.error}", path=seg.log_path
+        )
+    if extend and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi - 1):
+        tail = w.data[end - start :]
+        if len(tail) >= HEADER_SIZE:
+            more = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+            data = w.data[: end - start] + seg.window(end, end + more, verify_crc=False).data
+            w = Window(start, data, scan_batches(data))
+    return w
