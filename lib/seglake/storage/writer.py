@@ -27,7 +27,6 @@ import pyarrow.fs as pafs
 
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
-from seglake.lake.rows import segment_row
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.storage.index_builder import IndexBuilder
@@ -38,6 +37,7 @@ from seglake.storage.naming import (
     segment_file_name,
 )
 from seglake.storage.roll import ActiveSegment, roll_reason
+from seglake.storage.stats import segment_row
 from seglake.storage.tail_minima import tail_minima
 
 
