@@ -265,6 +265,7 @@ class SegmentWriter:
                     out.write(payload)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
+        firsts, positions, min_ts = np.array(seg.batches, np.int64).reshape(-1, 3).T
         info = SegmentInfo(
             base_offset=base,
             next_offset=seg.next_offset,
@@ -277,9 +278,7 @@ class SegmentWriter:
             codec=NAMES[self.config.codec],
             log_path=seg.log_path,
             roll_reason=reason,
-            tail_min_timestamps=tail_minima(
-                *np.array(seg.batches, np.int64).reshape(-1, 3).T, seg.state.size
-            ),
+            tail_min_timestamps=tail_minima(firsts, positions, min_ts, seg.state.size),
         )
         self._closed.append(info)
         if self.on_close is not None:
