@@ -140,13 +140,14 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
 
 
 def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarray]]:
-    """Row indices of each (topic, partition) of a batch, each in row order (vectorised)."""
+    """Row indices of each (topic, partition) of a batch, each in row order (vectorised);
+    null topics under ``None`` (only the count pass sees them: planning rejects them)."""
     n = len(parts)
     if n == 0:
         return []
     enc = pc.dictionary_encode(topics)
     codes = enc.indices.fill_null(-1).to_numpy().astype(np.int64)
-    names = enc.dictionary.to_pylist()
+    names = [*enc.dictionary.to_pylist(), None]  # code -1: a null topic
     key = (codes << 32) | (parts.astype(np.int64) & 0xFFFFFFFF)
     if (key == key[0]).all():
         return [((names[codes[0]], int(parts[0])), np.arange(n))]
@@ -154,8 +155,7 @@ def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarra
     cuts = np.nonzero(np.diff(key[order]))[0] + 1
     out = []
     for idx in np.split(order, cuts):
-        c = codes[idx[0]]
-        out.append(((names[c] if c >= 0 else None, int(parts[idx[0]])), idx))
+        out.append(((names[codes[idx[0]]], int(parts[idx[0]])), idx))
     return out
 
 
