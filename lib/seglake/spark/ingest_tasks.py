@@ -28,6 +28,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.record.partitioner import default_partition
+from seglake.spark.ingest_plan import PartitionPlan
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
@@ -102,7 +103,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     def count(batches: Batches) -> Batches:
         task = _task_id()[0]
         part = _Partitioner(num_partitions, task)
-        stats: dict[Key, list[int | None]] = {}
+        stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
         for b in batches:
             offsets = None
             if "offset" in b.schema.names:
@@ -280,7 +281,7 @@ def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
 
 
 def prepare(
-    plans: Mapping[Key, object],
+    plans: Mapping[Key, PartitionPlan],
     task_starts: Mapping[tuple[int, str, int], int],
     num_partitions: int | None,
     has_offset: bool,
@@ -351,7 +352,7 @@ def encoder(
     def encode(batches: Batches) -> Batches:
         out = _StagedWriters(root, run_id, config, _task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
-        key: Key | None = None
+        key: Key = ("", -1)  # set with writer
         chunk = None
         nxt = 0
         for b in batches:
@@ -369,6 +370,7 @@ def encoder(
                     nxt += rows.num_rows
                 else:
                     offsets = rows.column("offset").to_numpy()
+                assert writer is not None  # opened at the first run
                 out.append(key, writer, _records(rows, None, offsets))
         if writer is not None:
             out.close(key, writer)
