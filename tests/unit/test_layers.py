@@ -137,7 +137,7 @@ ALLOWED = {
     "storage": {"", "record", "storage", *SHARED},
     "lake": {"", "record", "storage", "lake", *SHARED},
 }
-FORBIDDEN = {"lake": {"api", "spark", "cli"}}
+FORBIDDEN = {"lake": {"api", "spark", "cli"}, "api": {"spark", "cli"}, "cli": {"spark"}}
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
@@ -150,11 +150,12 @@ def test_layer_imports_only_what_lies_below(layer: str) -> None:
     assert {m: i for m, i in wrong.items() if i} == {}
 
 
-def test_lake_imports_nothing_from_api_spark_cli() -> None:
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_import_of_a_layer_beside_or_above(layer: str) -> None:
     wrong = {
-        m: sorted(i for i in GRAPH[m] if _layer(i) in FORBIDDEN["lake"])
+        m: sorted(i for i in GRAPH[m] if _layer(i) in FORBIDDEN[layer])
         for m in MODULES
-        if _layer(m) == "lake"
+        if _layer(m) == layer
     }
     assert {m: i for m, i in wrong.items() if i} == {}
 
