@@ -21,13 +21,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m seglake.demo
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q tests
 
-# ruff check only: the tree was never run through `ruff format` as a whole, and reformatting
-# it at once would collide with work in progress (format the files you change instead).
+# ruff (lint and format) on the whole tree, mypy on lib/seglake (config: pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lib jobs tests bench
+	$(VENV)/bin/ruff format --check lib jobs tests bench
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/encode.py

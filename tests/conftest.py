@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import pytest
 from tests.s3_server import CREDENTIALS, S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "kafka-3.8-broker"
+# beside the repo; SEGLAKE_FIXTURES points elsewhere (a git worktree, another checkout)
+FIXTURES = Path(
+    os.environ.get("SEGLAKE_FIXTURES", ROOT.parent / "shared" / "fixtures" / "kafka-3.8-broker")
+)
 FIXTURE_PARTITIONS = (
     sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []
 )
@@ -27,7 +31,10 @@ def load_expected(partition: str) -> dict:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     if not FIXTURES.exists():
-        pytest.fail(f"broker fixtures not found at {FIXTURES} (shared/ must sit beside the repo)")
+        pytest.fail(
+            f"broker fixtures not found at {FIXTURES} (shared/ must sit beside the repo, "
+            "or set SEGLAKE_FIXTURES)"
+        )
     return FIXTURES
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _MAX_LABELS = 40  # segment labels drawn per figure; beyond that the bars speak alone
 
 
-def _mpl():  # type: ignore[no-untyped-def]
+def _mpl():
     """``(new_figure, colormaps, dates)``. Figures are made without pyplot: no global
     figure registry, no backend switch; ``savefig`` renders with Agg, and a notebook shows
     the returned figure once."""
@@ -39,7 +39,7 @@ def _mpl():  # type: ignore[no-untyped-def]
     import matplotlib.dates as mdates
     from matplotlib.figure import Figure
 
-    def new_figure(**kw):  # type: ignore[no-untyped-def]
+    def new_figure(**kw):
         return Figure(layout="constrained", **kw)
 
     _ipython_display_support(Figure)

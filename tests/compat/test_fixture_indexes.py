@@ -27,6 +27,11 @@ def segment_params(partitions: list[str]) -> list[tuple[str, str]]:
 ALL_SEGMENTS = segment_params(FIXTURE_PARTITIONS)
 
 
+def test_the_fixtures_are_there(fixtures_dir) -> None:
+    """Without the fixtures every parametrized test here would be skipped, not failed."""
+    assert ALL_SEGMENTS, f"no broker segments under {fixtures_dir}"
+
+
 @cache
 def log_of(partition: str, name: str) -> tuple[bytes, BatchScan]:
     buf = (FIXTURES / partition / f"{name}.log").read_bytes()

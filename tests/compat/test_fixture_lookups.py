@@ -14,6 +14,7 @@ from kafka.record.memory_records import MemoryRecords
 from seglake.cli.main import main
 from seglake.storage.log import PartitionLog
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
+from tests.record_rows import record_tuples as row_tuples
 
 BATCH_FIELDS = (
     "position",
@@ -64,20 +65,6 @@ def first_at_or_after(partition: str, t: int) -> tuple[int, int] | None:
         return (int(ts[i]), int(offs[i]))
     hits = np.flatnonzero(ts >= t)
     return (int(ts[hits[0]]), int(offs[hits[0]])) if len(hits) else None
-
-
-def row_tuples(table) -> list[tuple]:
-    d = table.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
-    return list(
-        zip(
-            d["offset"],
-            d["timestamp"],
-            d["key"],
-            d["value"],
-            [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
-            strict=True,
-        )
-    )
 
 
 def segment_names(partition: str) -> list[str]:

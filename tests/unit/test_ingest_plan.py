@@ -111,8 +111,12 @@ def test_bad_topics_and_nulls_are_rejected_before_writing():
 
 
 @settings(deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c.d"]), st.integers(0, 3)), max_size=60))
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c.d", None]), st.integers(0, 3)), max_size=60)
+)
 def test_group_rows_equals_a_brute_force_grouping(pairs):
+    """Null topics group under ``None`` (plan_ingest then names them), also when a batch
+    holds nothing else (that used to raise IndexError in the task)."""
     topics = pa.array([t for t, _ in pairs], pa.string())
     parts = np.array([p for _, p in pairs], dtype=np.int32)
     want: dict = {}

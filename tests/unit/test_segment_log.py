@@ -20,6 +20,7 @@ from seglake.record.decode import read_log
 from seglake.record.schema import HEADERS_TYPE
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
+from tests.record_rows import record_tuples as rows
 
 N = 300
 INTERVAL = 300
@@ -70,20 +71,6 @@ def copy_of(pristine: Path, tmp_path: Path) -> Path:
     d = tmp_path / "t-0"
     shutil.copytree(pristine, d)
     return d
-
-
-def rows(t: pa.Table) -> list[tuple]:
-    d = t.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
-    return list(
-        zip(
-            d["offset"],
-            d["timestamp"],
-            d["key"],
-            d["value"],
-            [tuple((h["key"], h["value"]) for h in hs) for hs in d["headers"]],
-            strict=True,
-        )
-    )
 
 
 ALL_ROWS = rows(RECORDS)

@@ -23,7 +23,6 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 from seglake.errors import CatalogError, InvalidTopicError, OffsetOrderError
 from seglake.fs import validate_relative
 from seglake.storage.naming import partition_dir_name, segment_file_name, validate_topic
+from seglake.storage.stats import STAT_COLUMNS, segment_row
 from seglake.storage.tail_minima import TAIL_TYPE
 
 __all__ = [
@@ -57,19 +57,6 @@ SORT_KEYS = [(c, "ascending") for c in KEY_COLUMNS]
 
 
 _FILLED_COLUMNS = ("run_id", "committed_at")
-# what a segment's files say of it: the row's columns besides its key, path and run
-STAT_COLUMNS = (
-    "next_offset",
-    "record_count",
-    "min_timestamp",
-    "max_timestamp",
-    "size_bytes",
-    "index_entries",
-    "time_index_entries",
-    "codec",
-    "tail_min_timestamps",
-)
-
 
 MAX_LISTED = 10
 
@@ -129,19 +116,6 @@ def schema_spec() -> tuple[pa.Schema, tuple[str, ...]]:
 def catalog_schema() -> pa.Schema:
     """The catalog's Arrow schema, loaded from ``schemas/catalog.json``."""
     return schema_spec()[0]
-
-
-def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict:
-    """The catalog row (no ``run_id``/``committed_at``) of a segment ``seg`` describes (a
-    writer's ``SegmentInfo``, a recovery's ``SegmentRecovery``: ``base_offset`` and the
-    :data:`STAT_COLUMNS` as attributes); ``path`` relative to the root."""
-    return dict(
-        topic=topic,
-        partition=partition,
-        base_offset=seg.base_offset,
-        path=path,
-        **{c: getattr(seg, c) for c in STAT_COLUMNS},
-    )
 
 
 def rows_table(rows: list[dict]) -> pa.Table:

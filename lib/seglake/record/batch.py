@@ -84,7 +84,7 @@ class BatchHeader(NamedTuple):
 
     @classmethod
     def unpack_from(cls, buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-        return cls(*HEADER.unpack_from(buf, pos), pos)
+        return cls(*HEADER.unpack_from(buf, pos), pos)  # type: ignore[call-arg]  # 13 fields
 
     @property
     def size(self) -> int:
@@ -200,7 +200,7 @@ def check_header(h: BatchHeader, remaining: int) -> str | None:
 
 
 def scan_batches(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     *,
     start: int = 0,
     end: int | None = None,
@@ -235,7 +235,7 @@ def scan_batches(
         if end - pos < HEADER_SIZE:
             error = f"position {pos}: {end - pos} bytes left, less than a batch header"
             break
-        h = BatchHeader(*unpack(view, pos), pos)
+        h = BatchHeader(*unpack(view, pos), pos)  # type: ignore[call-arg]  # 13 fields
         why = check_header(h, end - pos)
         if why:
             error = f"position {pos}: {why}"

@@ -40,7 +40,7 @@ MAX_BLOCK_OUTPUT = 1 << 30  # ... and one records block never beyond 1 GiB
 _INT32 = struct.Struct(">i")
 _FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is full
 _MIN_GUESS = 64 << 10
-_Into = Callable[[bytes | memoryview, np.ndarray], int]  # cramjam.<codec>.decompress_into
+_Into = Callable[..., int]  # cramjam.<codec>.decompress_into(bytes, ndarray output)
 _STREAMS: dict[int, _Into] = {
     GZIP: cramjam.gzip.decompress_into,
     LZ4: cramjam.lz4.decompress_into,
@@ -191,7 +191,7 @@ class Inflater:
         out = self._room(total)
         at = 0
         for i, (block, claim) in enumerate(zip(blocks, claims, strict=True)):
-            got = cramjam.snappy.decompress_raw_into(block, out[at : at + claim])
+            got = cramjam.snappy.decompress_raw_into(block, out[at : at + claim])  # type: ignore[arg-type]  # ndarray
             if got != claim:
                 raise CorruptRecordError(f"raw block {i} claims {claim} bytes, holds {got}")
             at += got

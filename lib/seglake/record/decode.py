@@ -262,7 +262,7 @@ def _record_blocks(
     max_block, budget = limits
     if budget is None:
         budget = inflate_budget(int((end - start)[packed].sum()))
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     out = Inflater()
     sizes = np.empty(len(start), dtype=np.int64)
     left = budget

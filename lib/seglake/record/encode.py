@@ -136,7 +136,7 @@ class EncodedBatches:
     def batch_bytes(self, i: int) -> memoryview:
         """The bytes of batch ``i`` (a view into ``data``)."""
         start = int(self.position[i])
-        return memoryview(self.data)[start : start + int(self.size[i])]
+        return memoryview(self.data)[start : start + int(self.size[i])]  # type: ignore[arg-type]  # ndarray
 
     def tobytes(self) -> bytes:
         return self.data.tobytes()
@@ -369,7 +369,7 @@ def encode_batches(
 
 def _batch_crcs(data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
     """CRC-32C of bytes [21, end) of every batch (one C call per batch)."""
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     starts = (position + ATTRIBUTES_OFFSET).tolist()
     ends = (position + size).tolist()
     return np.array([crc32c(view[a:b]) for a, b in zip(starts, ends, strict=True)], dtype=np.uint32)
@@ -384,14 +384,14 @@ def _compress_batches(
     level: int | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compress each batch's records block; new headers (batchLength, CRC) and layout."""
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     starts = (position + HEADER_SIZE).tolist()
     ends = (position + size).tolist()
     blocks = [compress(codec, view[a:b], level) for a, b in zip(starts, ends, strict=True)]
     new_size = np.array([len(b) for b in blocks], dtype=np.int64) + HEADER_SIZE
     hdr["batch_length"] = new_size - LOG_OVERHEAD
     raw = hdr.view(np.uint8).reshape(len(hdr), -1)
-    hdr["crc"] = [crc32c(b, crc32c(raw[i, ATTRIBUTES_OFFSET:])) for i, b in enumerate(blocks)]
+    hdr["crc"] = [crc32c(b, crc32c(raw[i, ATTRIBUTES_OFFSET:])) for i, b in enumerate(blocks)]  # type: ignore[arg-type]
     head = hdr.tobytes()
     parts: list[bytes] = []
     for i, block in enumerate(blocks):

@@ -8,6 +8,8 @@ bytes is multiplying by ``256 ** k``. No scatter per byte.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,6 +63,8 @@ def vsize(values: np.ndarray) -> np.ndarray:
 def varint_word(z: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:
     """Little-endian word (uint16/32/64 for ``width`` <= 2/4/8 bytes) whose
     low ``s[i]`` bytes are the varint of the zig-zagged ``z[i]``; higher bytes are 0."""
+    dt: Any  # U16, U32 or U64 (numpy stubs cannot mix their scalar types)
+    cont: np.ndarray
     if width <= 2:
         dt, cont = U16, _CONT32  # (cont unused below 4 bytes)
     else:

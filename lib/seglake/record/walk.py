@@ -27,6 +27,7 @@ a length that is not checked against the bytes first.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -149,7 +150,7 @@ def walk_records(
             pos,
             MAX_VARINT_BYTES,
             "record length",
-            lambda j, m, a=active, k=k: ctx.error(int(a[j]), f"record {k}: {m}"),
+            lambda j, m, a=active, k=k: ctx.error(int(a[j]), f"record {k}: {m}"),  # type: ignore[misc]  # lambda defaults
         )
         first = pos + sizes
         last = first + lens
@@ -174,10 +175,10 @@ def walk_records(
                 )
             keep = ~done
             active, pos, limit = active[keep], pos[keep], limit[keep]
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     for b, p, lim in zip(active.tolist(), pos.tolist(), limit.tolist(), strict=True):
         n = int(counts[b])
-        firsts, lasts = _walk_one(view, p, lim, k, n, lambda m, b=b: ctx.error(b, m))
+        firsts, lasts = _walk_one(view, p, lim, k, n, functools.partial(ctx.error, b))
         base = int(rec_base[b])
         body[base + k : base + n] = firsts
         rec_end[base + k : base + n] = lasts
@@ -246,10 +247,10 @@ def read_fields(
         length = varint(f"{name} length", MAX_VARINT_BYTES, follows)
         start = p
         p = p + np.maximum(length, 0)
-        ctx.check(length < -1, lambda i, n=name, v=length: f"{n} length {int(v[i])} is negative")
+        ctx.check(length < -1, lambda i, n=name, v=length: f"{n} length {int(v[i])} is negative")  # type: ignore[misc]  # lambda defaults
         ctx.check(
             p >= end,
-            lambda i, n=name, v=length, f=follows, s=start: (
+            lambda i, n=name, v=length, f=follows, s=start: (  # type: ignore[misc]  # lambda defaults
                 f"{n} length {int(v[i])} leaves no room for the {f} ({int(end[i] - s[i])} bytes "
                 f"remain in the record)"
             ),
@@ -344,28 +345,32 @@ def walk_headers(
                 else "the record ends before its next header",
             )
         active = active[~done]
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     for a in active.tolist():
         r = int(recs[a])
         b0 = int(base[a])
-        q, e = int(hp[a]), int(lim[a])
+        at, stop = int(hp[a]), int(lim[a])
         for h in range(j, int(cnt[a])):
 
-            def fail(m: str, r: int = r, h: int = h) -> CorruptRecordError:
+            def fail_one(m: str, r: int = r, h: int = h) -> CorruptRecordError:
                 return ctx.record_error(r, f"header {h}: {m}")
 
-            kl, q = _scalar_varint(view, q, e, "key length", fail)
-            if kl < 0 or q + kl >= e:
-                raise fail(f"key length {kl} is invalid ({e - q} bytes remain in the record)")
-            key_pos[b0 + h], key_len[b0 + h] = q, kl
-            q += kl
-            vl, q = _scalar_varint(view, q, e, "value length", fail)
-            if vl < -1 or q + max(vl, 0) > e:
-                raise fail(f"value length {vl} is invalid ({e - q} bytes remain in the record)")
-            val_pos[b0 + h], val_len[b0 + h] = q, vl
-            q += max(vl, 0)
-        if q != e:
-            raise ctx.record_error(r, f"{e - q} bytes follow the last header")
+            n_key, at = _scalar_varint(view, at, stop, "key length", fail_one)
+            if n_key < 0 or at + n_key >= stop:
+                raise fail_one(
+                    f"key length {n_key} is invalid ({stop - at} bytes remain in the record)"
+                )
+            key_pos[b0 + h], key_len[b0 + h] = at, n_key
+            at += n_key
+            n_val, at = _scalar_varint(view, at, stop, "value length", fail_one)
+            if n_val < -1 or at + max(n_val, 0) > stop:
+                raise fail_one(
+                    f"value length {n_val} is invalid ({stop - at} bytes remain in the record)"
+                )
+            val_pos[b0 + h], val_len[b0 + h] = at, n_val
+            at += max(n_val, 0)
+        if at != stop:
+            raise ctx.record_error(r, f"{stop - at} bytes follow the last header")
     return HeaderFields(recs, base, key_pos, key_len, val_pos, val_len)
 
 

@@ -370,7 +370,7 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
             bytes they read to (tests and benchmarks).
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    source = SeglakeDataSource
+    source: type = SeglakeDataSource
     if bytes_accumulator is not None:
         source = type(
             "CountingSeglakeDataSource",

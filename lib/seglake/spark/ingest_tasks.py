@@ -28,6 +28,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.record.partitioner import default_partition
+from seglake.spark.ingest_plan import PartitionPlan
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
@@ -102,7 +103,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     def count(batches: Batches) -> Batches:
         task = _task_id()[0]
         part = _Partitioner(num_partitions, task)
-        stats: dict[Key, list[int | None]] = {}
+        stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
         for b in batches:
             offsets = None
             if "offset" in b.schema.names:
@@ -140,13 +141,14 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
 
 
 def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarray]]:
-    """Row indices of each (topic, partition) of a batch, each in row order (vectorised)."""
+    """Row indices of each (topic, partition) of a batch, each in row order (vectorised);
+    null topics under ``None`` (only the count pass sees them: planning rejects them)."""
     n = len(parts)
     if n == 0:
         return []
     enc = pc.dictionary_encode(topics)
     codes = enc.indices.fill_null(-1).to_numpy().astype(np.int64)
-    names = enc.dictionary.to_pylist()
+    names = [*enc.dictionary.to_pylist(), None]  # code -1: a null topic
     key = (codes << 32) | (parts.astype(np.int64) & 0xFFFFFFFF)
     if (key == key[0]).all():
         return [((names[codes[0]], int(parts[0])), np.arange(n))]
@@ -154,8 +156,7 @@ def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarra
     cuts = np.nonzero(np.diff(key[order]))[0] + 1
     out = []
     for idx in np.split(order, cuts):
-        c = codes[idx[0]]
-        out.append(((names[c] if c >= 0 else None, int(parts[idx[0]])), idx))
+        out.append(((names[codes[idx[0]]], int(parts[idx[0]])), idx))
     return out
 
 
@@ -280,7 +281,7 @@ def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
 
 
 def prepare(
-    plans: Mapping[Key, object],
+    plans: Mapping[Key, PartitionPlan],
     task_starts: Mapping[tuple[int, str, int], int],
     num_partitions: int | None,
     has_offset: bool,
@@ -351,7 +352,7 @@ def encoder(
     def encode(batches: Batches) -> Batches:
         out = _StagedWriters(root, run_id, config, _task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
-        key: Key | None = None
+        key: Key = ("", -1)  # set with writer
         chunk = None
         nxt = 0
         for b in batches:
@@ -369,6 +370,7 @@ def encoder(
                     nxt += rows.num_rows
                 else:
                     offsets = rows.column("offset").to_numpy()
+                assert writer is not None  # opened at the first run
                 out.append(key, writer, _records(rows, None, offsets))
         if writer is not None:
             out.close(key, writer)

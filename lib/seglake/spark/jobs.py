@@ -135,7 +135,11 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
                 fs.delete_file(i.path)
         schema = DeltaSchema.from_arrow(to_arrow_schema(df.schema, timezone="UTC"))
         if DeltaTable.is_deltatable(path):
-            DeltaTable(path).create_write_transaction(actions, mode="append", schema=schema)
+            DeltaTable(path).create_write_transaction(
+                actions,  # type: ignore[arg-type]  # list invariance: adds only
+                mode="append",
+                schema=schema,
+            )
         else:
             create_table_with_add_actions(path, schema, actions, mode="append")
     except BaseException:

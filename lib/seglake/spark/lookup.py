@@ -131,7 +131,7 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "run_id": cols["run_id"][ix].astype(object),
         }
         a["running_max"] = np.maximum.accumulate(a["max_timestamp"])
-        out[k] = a
+        out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
     return out
 
 
@@ -372,11 +372,12 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
                 reqs.append((req, None, (k, a, s, qi)))
                 by_ts.append((qi, (k, a, s, log_start)))
     plan_requests([r for r, _, _ in reqs], gather)  # all segments' reads and chains at once
-    for r, which, where in reqs:
+    for r, pick, where in reqs:
         if r.error is not None:
             ans.fail(where, r.error)
         else:
-            ans.batch[where[3]] = r.ids if which is None else r.ids[which]
+            assert r.ids is not None  # set by plan_requests
+            ans.batch[where[3]] = r.ids if pick is None else r.ids[pick]
     bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
     failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
     ans.status[failed], ans.batch[failed] = "read_error", -1

@@ -138,7 +138,7 @@ def normalize(
         )
     if "headers" in types:
         h = F.col("headers")
-        if isinstance(types["headers"].elementType["value"].dataType, T.StringType):
+        if isinstance(types["headers"].elementType["value"].dataType, T.StringType):  # type: ignore[attr-defined]
             h = F.transform(
                 h,
                 lambda x: F.struct(x["key"].alias("key"), x["value"].cast("binary").alias("value")),

@@ -198,8 +198,10 @@ class PartitionLog:
             maxes = self.max_timestamps
             if maxes.max() < 0:
                 return None
-            i = int(np.argmax(maxes))
-            return self.segments[i].find_offset_by_timestamp(int(maxes[i]), self.log_start_offset)
+            top = int(np.argmax(maxes))
+            return self.segments[top].find_offset_by_timestamp(
+                int(maxes[top]), self.log_start_offset
+            )
         if timestamp < 0:
             raise ValueError(f"timestamp {timestamp}: expected >= 0 or -1/-2/-3")
         i = self.segment_index_for_timestamp(timestamp)

@@ -254,7 +254,9 @@ def plan_requests(reqs: list[Request], gather: Gather) -> None:
     with contextlib.ExitStack() as files:
         _locate(reqs, gather, files)
     for r in reqs:
-        careful = np.flatnonzero(r.ids == -2) if r.error is None else []
+        if r.error is not None or r.ids is None:
+            continue
+        careful = np.flatnonzero(r.ids == -2)
         if not len(careful):
             continue
         try:
@@ -305,7 +307,7 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
         handles.append(f)
         spans[j] = (total, total + n)
         total += n
-        for k, v in (
+        for key, v in (
             ("lo", r.lo),
             ("hi", r.hi),
             ("ts", r.ts if r.ts is not None else r.lo),
@@ -317,7 +319,7 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
             ("size", np.full(n, r.seg.size)),
             ("file", np.full(n, len(handles) - 1)),
         ):
-            cols.setdefault(k, []).append(v)
+            cols.setdefault(key, []).append(v)
     if not spans:
         return
     c = {k: np.concatenate(v) for k, v in cols.items()}
@@ -386,7 +388,7 @@ def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
     scan, and whether each one's CRC-32C matches."""
     h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(HEADER_DTYPE).ravel()
     size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     crc_ok = np.array(
         [
             crc32c(view[a + ATTRIBUTES_OFFSET : a + z]) == c
@@ -415,7 +417,7 @@ def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
         last_offset=base + h["last_offset_delta"],
         crc_valid=crc_ok,
         valid_bytes=len(data),
-        **i64,
+        **i64,  # type: ignore[arg-type]  # the int64 columns
     )
     return scan, crc_ok
 
@@ -484,6 +486,7 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
     plan_requests([req], gather)
     if req.error is not None:
         raise req.error
+    assert req.ids is not None  # set by plan_requests
     gather.walk()
     table, row = gather.decode(gather.offset_records(req.ids, targets))
     return table.take(pa.array(row[row >= 0]))
@@ -505,6 +508,7 @@ def resolve_timestamps(
     plan_requests([req], gather)
     if req.error is not None:
         raise req.error
+    assert req.ids is not None  # set by plan_requests
     gather.walk()
     table, answer = gather.decode(gather.timestamp_records(req.ids, targets, lo))
     tables, n = [table], table.num_rows

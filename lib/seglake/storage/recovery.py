@@ -457,10 +457,10 @@ def recover_segment(
     known: dict[tuple[int, int], int] = {}
     txn_old_ok = False
     if txn_bytes is not None:
-        old = TransactionIndex.from_bytes(txn_bytes, base, path=tpath)
+        txn_old = TransactionIndex.from_bytes(txn_bytes, base, path=tpath)
         try:
-            old.sanity_check()
-            known = {(t.producer_id, t.last_offset): t.first_offset for t in old}
+            txn_old.sanity_check()
+            known = {(t.producer_id, t.last_offset): t.first_offset for t in txn_old}
             txn_old_ok = True
         except CorruptRecordError:
             pass
@@ -555,7 +555,7 @@ def recover_dir(
 ) -> PartitionRecovery:
     report = PartitionRecovery(directory=directory, dry_run=dry_run)
     names = lakefs.listdir(fs, directory)
-    pending = [(n, *p) for n in names if (p := _strip_pending(n))]
+    pending = [(n, *pend) for n in names if (pend := _strip_pending(n))]
     cleaned = [parse_segment_file_name(inner) for _, inner, sfx in pending if sfx == ".cleaned"]
     min_cleaned = min((c[0] for c in cleaned if c), default=None)
     swaps: list[tuple[str, int]] = []

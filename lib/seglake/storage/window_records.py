@@ -63,7 +63,8 @@ def decode_windows(
     if not at:
         return empty_records(), np.array(rows, dtype=np.int64)
     merged = BatchScan(
-        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in _SCAN_COLUMNS}, valid_bytes=at
+        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in _SCAN_COLUMNS},  # type: ignore[arg-type]
+        valid_bytes=at,
     )
     try:
         return decode_batches(b"".join(pieces), merged), np.array(rows, dtype=np.int64)
@@ -124,7 +125,7 @@ class RecordWalk:
             ("records_count", 1),
         ):
             head[name] = value
-        heads, view = head.tobytes(), memoryview(self.data)
+        heads, view = head.tobytes(), memoryview(self.data)  # type: ignore[arg-type]  # ndarray
         pieces: list[bytes | memoryview] = []
         for i, (a, z) in enumerate(
             zip(self.start[records].tolist(), self.end[records].tolist(), strict=True)
@@ -148,7 +149,7 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     record's timestamp and offset deltas. A batch that does not walk is set aside
     (``ok`` False) and the others walked again."""
     scan = BatchScan(
-        **{
+        **{  # type: ignore[arg-type]  # the array columns
             f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
             if parts
             else np.zeros(0, np.int64)
@@ -180,19 +181,19 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     data, end = inflater.data, np.cumsum(sizes)
     while True:
         counts = np.where(ok, scan.records_count, 0)
-        block = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
+        begin = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
         # errors name the batch by its index here (ctx position)
         ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts)
         try:
-            ctx.index_records(block, end)
-            body, rec_end = walk_records(data, block, end, ctx)
+            ctx.index_records(begin, end)
+            body, rec_end = walk_records(data, begin, end, ctx)
             t_delta, o_delta = _deltas(data, body, rec_end, ctx)
             break
         except CorruptRecordError as exc:
             ok[exc.position] = False
     rec_start = np.empty_like(body)
     rec_start[1:] = rec_end[:-1]
-    rec_start[ctx.rec_base[counts > 0]] = block[counts > 0]  # a batch's first record
+    rec_start[ctx.rec_base[counts > 0]] = begin[counts > 0]  # a batch's first record
     b = ctx.rec_batch
     append_time = (scan.attributes[b] & TIMESTAMP_TYPE_BIT) != 0
     ts = np.where(append_time, scan.max_timestamp[b], scan.base_timestamp[b] + t_delta)

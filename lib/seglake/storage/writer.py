@@ -27,7 +27,6 @@ import pyarrow.fs as pafs
 
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
-from seglake.lake.rows import segment_row
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.storage.index_builder import IndexBuilder
@@ -38,6 +37,7 @@ from seglake.storage.naming import (
     segment_file_name,
 )
 from seglake.storage.roll import ActiveSegment, roll_reason
+from seglake.storage.stats import segment_row
 from seglake.storage.tail_minima import tail_minima
 
 
@@ -265,6 +265,7 @@ class SegmentWriter:
                     out.write(payload)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
+        firsts, positions, min_ts = np.array(seg.batches, np.int64).reshape(-1, 3).T
         info = SegmentInfo(
             base_offset=base,
             next_offset=seg.next_offset,
@@ -277,9 +278,7 @@ class SegmentWriter:
             codec=NAMES[self.config.codec],
             log_path=seg.log_path,
             roll_reason=reason,
-            tail_min_timestamps=tail_minima(
-                *np.array(seg.batches, np.int64).reshape(-1, 3).T, seg.state.size
-            ),
+            tail_min_timestamps=tail_minima(firsts, positions, min_ts, seg.state.size),
         )
         self._closed.append(info)
         if self.on_close is not None:

@@ -1,0 +1,171 @@
+"""The package layers, read from the source with ``ast`` (nothing is imported).
+
+Only module-level imports count (those run when the module is imported): imports inside
+functions are lazy on purpose, and those under ``if TYPE_CHECKING:`` never run. Layers,
+bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
+``errors``, ``config``, ``fs`` and ``testing_hooks`` are shared by all of them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[2] / "lib"
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(LIB).with_suffix("").parts).removesuffix(".__init__")
+
+
+MODULES = {_module_name(p): p for p in sorted((LIB / "seglake").rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _top_level_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Imports run when the module is imported: not in functions, not under TYPE_CHECKING."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                found += _top_level_imports(node.body)
+            found += _top_level_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                found += _top_level_imports(part)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            found += _top_level_imports(node.body)
+    return found
+
+
+def imports_of(module: str) -> set[str]:
+    """Everything ``module`` imports at module level (absolute names; for ``from x import
+    y``: ``x``, and ``x.y`` too when that is a module of ours)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _top_level_imports(ast.parse(path.read_text(), str(path)).body):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            parts = package.split(".")
+            parent = ".".join(parts[: len(parts) - node.level + 1])
+            base = f"{parent}.{base}" if base else parent
+        out.add(base)
+        out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES)
+    return out
+
+
+GRAPH = {m: {i for i in imports_of(m) if i in MODULES and i != m} for m in MODULES}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_parser_sees_imports() -> None:
+    """The checks below would pass vacuously if the parser missed imports."""
+    assert "seglake.storage.segment" in MODULES
+    assert {"seglake.record.batch", "seglake.errors"} <= GRAPH["seglake.storage.segment"]
+    assert "seglake.storage.index_buffer" in GRAPH["seglake.storage.index_file"]
+    assert "pyspark.sql" in imports_of("seglake.spark.session") or any(
+        i.startswith("pyspark") for i in imports_of("seglake.spark.session")
+    )
+    # lazy (in a function) and TYPE_CHECKING imports do not count
+    assert "seglake.api" not in GRAPH["seglake"]
+
+
+def test_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(GRAPH) == []
+
+
+SHARED = {"errors", "config", "fs", "testing_hooks"}
+ALLOWED = {
+    "record": {"", "record", "errors", "config"},
+    "storage": {"", "record", "storage", *SHARED},
+    "lake": {"", "record", "storage", "lake", *SHARED},
+}
+FORBIDDEN = {"lake": {"api", "spark", "cli"}, "api": {"spark", "cli"}, "cli": {"spark"}}
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_lies_below(layer: str) -> None:
+    wrong = {
+        m: sorted(i for i in GRAPH[m] if _layer(i) not in ALLOWED[layer])
+        for m in MODULES
+        if _layer(m) == layer
+    }
+    assert {m: i for m, i in wrong.items() if i} == {}
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_import_of_a_layer_beside_or_above(layer: str) -> None:
+    wrong = {
+        m: sorted(i for i in GRAPH[m] if _layer(i) in FORBIDDEN[layer])
+        for m in MODULES
+        if _layer(m) == layer
+    }
+    assert {m: i for m, i in wrong.items() if i} == {}
+
+
+def test_pyspark_only_in_spark() -> None:
+    """Below ``spark/`` nothing imports pyspark at module level (see test_no_pyspark.py for
+    the run-time check)."""
+    wrong = {
+        m: sorted(i for i in imports_of(m) if i.split(".")[0] in ("pyspark", "delta"))
+        for m in MODULES
+        if _layer(m) != "spark"
+    }
+    assert {m: i for m, i in wrong.items() if i} == {}
