@@ -142,7 +142,12 @@ def ingest(
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
     if catalog.exists():  # other runs that failed or died: finish or remove them
-        swept = cleanup(root, older_than_s=config.staging_grace_ms / 1000)
+        swept = cleanup(
+            root,
+            older_than_s=config.staging_grace_ms / 1000,
+            sweep_catalog=False,
+            delete_delay_s=config.file_delete_delay_ms / 1000,
+        )
         if swept.published_runs or swept.removed_runs:
             log.warning("before run %s: %s", run_id, swept)
     try:
