@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import CatalogError
 from seglake.lake.checks import Key
-from seglake.lake.rows import SORT_KEYS, catalog_schema, schema_spec
+from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.storage.naming import validate_partition, validate_topic
 
 CATALOG_DIR = "_catalog"
@@ -184,7 +184,9 @@ class CatalogTable:
         for f in schema:  # a column added since the table was made: unknown in old rows
             if f.name not in t.schema.names and f.nullable:
                 t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
-        return t.select(schema.names).cast(schema).sort_by(SORT_KEYS)
+        t = t.select(schema.names).cast(schema)
+        check_rows(t, reading=f"catalog {table.table_uri} version {table.version()}")
+        return t.sort_by(SORT_KEYS)
 
     def segments(
         self,
