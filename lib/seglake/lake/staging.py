@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect
 from seglake.storage.log import PartitionLog
@@ -60,6 +61,27 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
         moved = sum(pool.map(move, moves))
     lakefs.delete_dir(fs, staging)
     return moved
+
+
+def check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
+    """Every file the rows name is still staged (``seglake cleanup --older-than 0`` or a
+    person may have removed a running run's files): never commit rows without files."""
+    have = {
+        i.path.removeprefix(staging.rstrip("/") + "/")
+        for i in fs.get_file_info(pafs.FileSelector(staging, recursive=True, allow_not_found=True))
+    }
+    want = [
+        p[: -len(LOG_SUFFIX)] + s
+        for p in rows.column("path").to_pylist()
+        for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    ]
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SeglakeError(
+            f"run {run_id}: {len(missing)} staged file(s) disappeared before "
+            f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
+            "was committed: rerun the run id"
+        )
 
 
 @dataclasses.dataclass

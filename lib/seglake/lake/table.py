@@ -47,6 +47,7 @@ class HistoryEntry:
         seglake_operation: ``commit``, ``remove`` or ``replace`` (``None`` if not seglake's).
         run_id: run that made the change, if any.
         metrics: Delta's operation metrics (rows and files added/removed, ...).
+        metadata: the commit's ``seglake.*`` custom metadata (e.g. ``seglake.input``).
     """
 
     version: int
@@ -55,6 +56,7 @@ class HistoryEntry:
     seglake_operation: str | None
     run_id: str | None
     metrics: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _table_location(
@@ -251,6 +253,7 @@ class CatalogTable:
                     seglake_operation=h.get("seglake.operation"),
                     run_id=h.get("seglake.run_id"),
                     metrics=dict(h.get("operationMetrics") or {}),
+                    metadata={k: v for k, v in h.items() if k.startswith("seglake.")},
                 )
             )
         return entries
