@@ -75,10 +75,12 @@ def retire(
     """Record that catalog ``version`` removed the files at ``rel_paths`` (relative to
     ``root``; a ``.log`` stands for all the segment's files). They stay readable until
     :func:`collect` runs past the delay. Returns the manifest path (``None``: no paths)."""
+    fs, base = lakefs.resolve(root)
     paths = _expand(rel_paths)
+    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in paths]) if paths else []
+    paths = [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]
     if not paths:
         return None
-    fs, base = lakefs.resolve(root)
     manifest = {
         "version": int(version),
         "retired_at_ms": int(time.time() * 1000) if now_ms is None else int(now_ms),
