@@ -24,14 +24,16 @@ from tests.unit.test_recovery import N, logs, make_lake, pristine  # noqa: F401
 HOURS_AGO = time.time() - 3 * 3600
 
 
-def test_pinned_reader_within_the_delay_then_one_clear_error(
-    tmp_path: Path,
-    pristine: Path,  # noqa: F811
-) -> None:
+@pytest.fixture
+def opened(tmp_path: Path, pristine: Path) -> tuple[Path, list[Path], seglake.Lake]:  # noqa: F811
+    """A lake of one partition, its segment files, and the lake opened (version pinned)."""
     root = tmp_path / "lake"
     make_lake(root, pristine)
-    segs = logs(root / "t-0")
-    lake = seglake.open(str(root))
+    return root, logs(root / "t-0"), seglake.open(str(root))
+
+
+def test_pinned_reader_within_the_delay_then_one_clear_error(opened) -> None:
+    root, segs, lake = opened
     pinned = lake.version
     p = lake.partition("t", 0)
     tail = p.read(int(segs[3].stem), 5, as_="arrow")  # opens the partition, reads no old file
@@ -59,14 +61,9 @@ def test_pinned_reader_within_the_delay_then_one_clear_error(
     assert lake.partition("t", 0).read(int(segs[3].stem), 5, as_="arrow").equals(tail)
 
 
-def test_a_missing_file_of_the_current_version_stays_a_plain_error(
-    tmp_path: Path,
-    pristine: Path,  # noqa: F811
-) -> None:
-    root = tmp_path / "lake"
-    make_lake(root, pristine)
-    segs = logs(root / "t-0")
-    p = seglake.open(str(root)).partition("t", 0)
+def test_a_missing_file_of_the_current_version_stays_a_plain_error(opened) -> None:
+    _, segs, lake = opened
+    p = lake.partition("t", 0)
     segs[0].unlink()
     with pytest.raises(SegmentNotFoundError) as err:
         p.read(0, 5)
