@@ -168,6 +168,15 @@ SETTINGS: tuple[Setting, ...] = (
         0,
     ),
     Setting(
+        "file.delete.delay.ms",
+        "file_delete_delay_ms",
+        int,
+        3600 * 1000,
+        "files of segments a commit removed are deleted this long after it (readers pinned "
+        "to an older catalog version keep working until then)",
+        0,
+    ),
+    Setting(
         "seglake.ingest.buffer.bytes",
         "ingest_buffer_bytes",
         int,
@@ -210,6 +219,7 @@ class LogConfig:
     local_min_records: int = 10_000
     ingest_buffer_bytes: int = 64 * 1024 * 1024
     staging_grace_ms: int = 3600 * 1000
+    file_delete_delay_ms: int = 3600 * 1000
 
     def __post_init__(self) -> None:
         for s in SETTINGS:

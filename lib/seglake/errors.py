@@ -8,8 +8,10 @@ SeglakeError
 ├── CorruptRecordError     bytes of a .log that do not decode
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
 ├── SegmentNotFoundError   a path or segment that does not exist
+│   └── VersionSupersededError  a pinned catalog version whose files were deleted since
 └── CatalogError           the Delta catalog refused or lost a race
-    └── ConcurrentRunError another run committed to the same partitions first
+    ├── ConcurrentRunError another run committed to the same partitions first
+    └── RunReuseError      a committed run id reused for different input
 """
 
 from __future__ import annotations
@@ -62,9 +64,33 @@ class SegmentNotFoundError(SeglakeError, FileNotFoundError):
     """A lake, partition directory or segment file that does not exist."""
 
 
+class VersionSupersededError(SegmentNotFoundError):
+    """A reader pinned to catalog version ``version`` needs a segment file that a later
+    version (``superseded_by``, by ``operation``) removed and whose file was deleted after
+    ``file.delete.delay.ms``: refresh to the current version (``lake.refresh()``) or rerun.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        version: int,
+        superseded_by: int | None = None,
+        operation: str | None = None,
+    ):
+        super().__init__(message)
+        self.version = version
+        self.superseded_by = superseded_by
+        self.operation = operation
+
+
 class CatalogError(SeglakeError):
     """The catalog could not be read or written."""
 
 
 class ConcurrentRunError(CatalogError):
     """Another run committed segments for the same partitions first; nothing was published."""
+
+
+class RunReuseError(CatalogError):
+    """A run id that committed before is reused with different input (nothing written)."""

@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -47,6 +49,7 @@ TOPICS = ("c1", "c2")
 PARTITIONS = 2
 CONF = {"log.segment.bytes": "20000", "batch.size": "2048", "log.index.interval.bytes": "2048"}
 RUN = "crash-run"
+MARKER = "SEGLAKE_CRASH_TEST_RUN"  # env marker of one driver's processes
 # where the driver dies, and whether the run is committed (visible) when it does
 DRIVER_CRASHES = {
     "write": False,  # tasks have staged some segments, others are half written
@@ -110,9 +113,10 @@ def _run_driver(
             "spark.sql.shuffle.partitions": "2",
         },
     }
+    marker = f"{MARKER}={uuid.uuid4().hex}"  # inherited by the JVM and Python workers
     proc = subprocess.Popen(
         [sys.executable, str(RUNNER), json.dumps(spec)],
-        env={**os.environ, **env},
+        env={**os.environ, **env, MARKER: marker.split("=", 1)[1]},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -123,7 +127,34 @@ def _run_driver(
     finally:
         with suppress(ProcessLookupError):  # the JVM and workers, if the driver died alone
             os.killpg(proc.pid, signal.SIGKILL)
+    # pyspark.daemon runs in a process group of its own: the group kill misses it and its
+    # workers, which exit once they see their JVM gone. Nothing of the run may outlive it.
+    survivors = _wait_for_exit(marker)
+    assert not survivors, f"processes of the killed run outlived it: {survivors}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _marked(marker: str) -> dict[int, str]:
+    """``{pid: command line}`` of live processes whose environment holds ``marker``."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with suppress(OSError):
+                if marker.encode() in (d / "environ").read_bytes().split(b"\0"):
+                    found[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def _wait_for_exit(marker: str, patience_s: float = 120.0) -> dict[int, str]:
+    """Wait until no process carries ``marker``; SIGKILL (by pid) and return those that
+    are still there after ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while (left := _marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def _files(root: str, under: str = "") -> list[str]:

@@ -433,7 +433,7 @@ def test_rows_whose_staged_files_vanished_are_not_committed(tmp_path):
     import pyarrow.fs as pafs
 
     from seglake.errors import SeglakeError
-    from seglake.spark.ingest import _check_staged
+    from seglake.lake.staging import check_staged as _check_staged
 
     staging = tmp_path / "_staging" / "r1"
     (staging / "t-0").mkdir(parents=True)
@@ -448,3 +448,37 @@ def test_rows_whose_staged_files_vanished_are_not_committed(tmp_path):
         r"00000000000000000000\.timeindex",
     ):
         _check_staged(pafs.LocalFileSystem(), str(staging), rows, "r1")
+
+
+def test_reused_run_id_with_other_input_is_refused(spark, tmp_path, messages):
+    """Issue 16.3: reusing a run id for other input silently ingested nothing. The commit
+    records what the run covered; a reuse with other input fails, naming both."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from seglake.errors import RunReuseError
+
+    root = str(tmp_path / "lake")
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(messages.slice(0, 300), a)
+    pq.write_table(messages.slice(300, 300), b)
+    assert ingest(spark, spark.read.parquet(str(a)), root, run_id="daily").committed
+    version = Catalog(root).version()
+    assert ingest(spark, spark.read.parquet(str(a)), root, run_id="daily").already_committed
+    with pytest.raises(RunReuseError) as err:
+        ingest(spark, spark.read.parquet(str(b)), root, run_id="daily")
+    msg = str(err.value)
+    assert f"run id 'daily' committed catalog version {version} for 1 file(s)" in msg
+    assert "a.parquet" in msg and "b.parquet" in msg and "\n" not in msg
+    assert Catalog(root).version() == version
+    (record,) = [h for h in Catalog(root).history() if h.run_id == "daily"]
+    assert json.loads(record.metadata["seglake.input"])["records"] == 300
+    # in-memory input (no files): compared by its records, however the input is split
+    df = spark.createDataFrame(messages.slice(0, 200))
+    mem = ingest(spark, df, root, run_id="mem", num_partitions=2)
+    assert ingest(spark, df.repartition(3), root, run_id="mem", num_partitions=2).already_committed
+    other = spark.createDataFrame(messages.slice(200, 50))
+    with pytest.raises(RunReuseError, match=r"run id 'mem' .* 200 record\(s\) .* 50 record"):
+        ingest(spark, other, root, run_id="mem", num_partitions=2)
+    assert Catalog(root).version() == mem.catalog_version

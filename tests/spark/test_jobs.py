@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from seglake import fs as lakefs
+from seglake.cli.main import main as seglake_cli
 from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
@@ -70,6 +71,9 @@ def lake(request, template, tmp_path) -> str:
         template, dst, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=dst_fs
     )
     return root
+
+
+NO_DELAY = ("--conf", "file.delete.delay.ms=0")  # delete removed segments' files at once
 
 
 def _run_job(spark, job: str, argv: list[str]) -> int:
@@ -192,6 +196,9 @@ def test_retention_job_by_time_then_bytes(spark, lake):
         )
         == 0
     )
+    # rows gone at once; files kept for readers pinned to the old version (the delay)
+    assert _segments(lake) == kept and all(_exists(lake, r["path"]) for r in before)
+    assert seglake_cli(["cleanup", lake, "--older-than", "0"]) == 0
     _check_retained(lake, before, kept, records)
     limit = sum(r["size_bytes"] for r in kept) // 4
     kept_bytes = _kafka_retention(kept, now_ms=now, retention_bytes=limit)
@@ -209,6 +216,7 @@ def test_retention_job_by_time_then_bytes(spark, lake):
                 "log.retention.ms=-1",
                 "--conf",
                 f"log.retention.bytes={limit}",
+                *NO_DELAY,
             ],
         )
         == 0
@@ -219,7 +227,7 @@ def test_retention_job_by_time_then_bytes(spark, lake):
         _run_job(
             spark,
             "retention",
-            ["--root", lake, "--now-ms", str(10**15), "--conf", "log.retention.ms=0"],
+            ["--root", lake, "--now-ms", str(10**15), "--conf", "log.retention.ms=0", *NO_DELAY],
         )
         == 0
     )
@@ -235,12 +243,13 @@ def test_retention_job_by_time_then_bytes(spark, lake):
 _DRIVER = """
 import json, sys
 from seglake.lake.recovery import recover_lake
-from seglake.storage.retention import apply_retention
+from seglake.lake.retention import apply_retention
+from seglake.storage.retention import RetentionRules
 spec = json.loads(sys.argv[1])
 if spec["job"] == "recover":
     recover_lake(spec["root"], interval=spec["interval"])
 else:
-    apply_retention(spec["root"], now_ms=spec["now_ms"], retention_ms=0)
+    apply_retention(spec["root"], RetentionRules(retention_ms=0), now_ms=spec["now_ms"])
 """
 
 
@@ -286,5 +295,6 @@ def test_retention_killed_between_catalog_and_files(spark, lake):
     starts = {r["partition"]: r["base_offset"] for r in kept}
     visible = records[records["offset"] >= records["partition"].map(starts)]
     pd.testing.assert_frame_equal(lake_records(lake), visible.reset_index(drop=True))
-    assert _run_job(spark, "retention", ["--root", lake, "--now-ms", str(10**15)]) == 0
+    argv = ["--root", lake, "--now-ms", str(10**15), "--conf", "log.retention.ms=0"]
+    assert _run_job(spark, "retention", [*argv, *NO_DELAY]) == 0
     _check_retained(lake, before, kept, records)

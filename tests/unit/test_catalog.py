@@ -564,3 +564,26 @@ def test_catalog_on_s3(s3_root: str, racing_writes: Callable[[int], None]) -> No
     assert sum(isinstance(r, CommitResult) for r in results) == 1, results
     assert sum(isinstance(r, ConcurrentRunError) for r in results) == 1, results
     assert catalog.segments().num_rows == 2
+
+
+def test_rows_are_checked_on_read(catalog: Catalog) -> None:
+    """Issue 16.5: a row written past the checks (another writer, a hand edit) whose path
+    points into another partition's directory is refused on read, not read as that
+    partition's records."""
+    from deltalake import write_deltalake
+
+    from seglake.lake.rows import normalize_rows
+
+    catalog.commit(rows("orders", 0, [(0, 10)]), "r0")
+    good = normalize_rows(rows("orders", 1, [(0, 10)]), "evil", dt.datetime.now(dt.UTC))
+    path = good.schema.get_field_index("path")
+    bad = good.set_column(path, "path", pa.array(["orders-0/00000000000000000000.log"]))
+    write_deltalake(catalog.uri, bad, mode="append")  # no seglake checks on this path
+    with pytest.raises(CatalogError) as err:
+        catalog.segments()
+    msg = str(err.value)
+    assert "orders-1 segment 0 (path 'orders-0/00000000000000000000.log')" in msg
+    assert "is not 'orders-1/00000000000000000000.log'" in msg and "version 2" in msg
+    with pytest.raises(CatalogError, match="orders-1 segment 0"):
+        catalog.log_end_offsets()
+    assert catalog.segments(version=1).num_rows == 1  # the version before it reads

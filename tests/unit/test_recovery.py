@@ -306,7 +306,7 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     v = cat.version()
     dry = recover_lake(str(root), dry_run=True, interval=INTERVAL)
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2
-    rep = recover_lake(str(root), interval=INTERVAL)
+    rep = recover_lake(str(root), interval=INTERVAL, delete_delay_ms=0)
     assert cat.version() == v + 1  # one commit
     assert (rep.rows_replaced, rep.rows_removed) == (1, len(segs) - 2)
     rows = cat.segments("t", 0)

@@ -10,14 +10,17 @@ import pyarrow as pa
 import pytest
 
 from seglake.cli.main import main
+from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.lake import retention as retention_mod
 from seglake.lake.catalog import Catalog
+from seglake.lake.retention import apply_retention
 from seglake.lake.staging import open_partition
-from seglake.storage import retention as retention_mod
 from seglake.storage.retention import (
-    apply_retention,
+    RetentionRules,
     parse_log_start_offsets,
     plan_retention,
+    retention_rules,
 )
 from tests.unit.test_recovery import N, logs, make_lake, pristine  # noqa: F401
 
@@ -116,9 +119,10 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     cat = make_lake(root, pristine)
     segs = logs(root / "t-0")
     v = cat.version()
-    dry = apply_retention(str(root), retention_bytes=0, now_ms=0, dry_run=True)
+    by_size = RetentionRules(retention_bytes=0)
+    dry = apply_retention(str(root), by_size, now_ms=0, dry_run=True)
     assert dry.deleted.num_rows == len(segs) - 1 and cat.version() == v
-    rep = apply_retention(str(root), retention_bytes=0, retention_ms=-1)
+    rep = apply_retention(str(root), by_size, delete_delay_ms=0)
     assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
     assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
     assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
@@ -128,7 +132,8 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     assert log.log_start_offset == int(segs[-1].stem) and log.log_end_offset == N
     assert log.read(log.log_start_offset, 10 * N).num_rows == N - int(segs[-1].stem)
     # nothing more to delete: the newest stays
-    assert apply_retention(str(root), retention_bytes=0, retention_ms=0).deleted.num_rows == 0
+    everything = RetentionRules(retention_ms=0, retention_bytes=0)
+    assert apply_retention(str(root), everything).deleted.num_rows == 0
 
 
 def test_crash_between_catalog_and_files(
@@ -143,9 +148,9 @@ def test_crash_between_catalog_and_files(
     def crash(*a, **k):
         raise KeyboardInterrupt("killed after the commit")
 
-    monkeypatch.setattr(retention_mod, "delete_segment_files", crash)
+    monkeypatch.setattr(retention_mod, "retire", crash)
     with pytest.raises(KeyboardInterrupt):
-        apply_retention(str(root), log_start_offsets={("t", 0): int(segs[2].stem)}, retention_ms=-1)
+        apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
     monkeypatch.undo()
     # committed: readers see the new log start at once; the files are still there
     assert cat.segments("t", 0).column("base_offset").to_pylist() == [int(p.stem) for p in segs[2:]]
@@ -154,8 +159,12 @@ def test_crash_between_catalog_and_files(
     assert expected.column("offset").to_pylist()[0] == int(segs[2].stem)
     # one stray .deleted too (a crash mid-rename)
     (root / "t-0" / (segs[0].name + ".deleted")).write_bytes(b"x")
-    rep = apply_retention(str(root), retention_ms=-1)
+    nothing_more = RetentionRules(log_start_offsets={("t", 0): 0})
+    rep = apply_retention(str(root), nothing_more)  # retires the leftovers: kept a while
     assert rep.deleted.num_rows == 0 and len(rep.leftovers_finished) >= 7
+    assert logs(root / "t-0") == segs and not list((root / "t-0").glob("*.deleted"))
+    rep = apply_retention(str(root), nothing_more, delete_delay_ms=0)
+    assert rep.leftovers_finished == [] and len(rep.files_deleted) >= 6
     assert logs(root / "t-0") == segs[2:]
     assert not list((root / "t-0").glob("*.deleted"))
     after = open_partition(str(root), "t", 0).read(0, 10 * N)
@@ -166,10 +175,46 @@ def test_cli_retention(tmp_path: Path, pristine: Path, capsys) -> None:  # noqa:
     root = tmp_path / "lake"
     make_lake(root, pristine)
     assert main(["retention", str(root), "--retention-bytes", "0", "--dry-run"]) == 0
-    assert "would delete" in capsys.readouterr().out
+    assert "would remove" in capsys.readouterr().out
     assert (
         main(["retention", str(root), "--log-start-offset", "t:0:100000", "--retention-ms", "-1"])
         == 0
     )
     assert len(Catalog(str(root)).segments("t", 0)) == 1
     assert main(["retention", str(root), "--log-start-offset", "../x:0:1"]) == 2
+
+
+def test_only_the_rules_asked_for_apply(tmp_path: Path, pristine: Path, capsys) -> None:  # noqa: F811
+    """Issue 16.2: a retention run with only a log start offset removed every segment
+    but the newest of an old lake (the 7-day default applied behind its back)."""
+    root = tmp_path / "lake"
+    make_lake(root, pristine)  # timestamps of 2023: far older than 7 days
+    segs = logs(root / "t-0")
+    start = int(segs[2].stem)
+    assert main(["retention", str(root), "--log-start-offset", f"t:0:{start}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"retention rules: log start offset t-0:{start}" in out
+    assert "would remove 2 segment(s)" in out and f"log start offset {start}" in out
+    assert main(["retention", str(root), "--log-start-offset", f"t:0:{start}"]) == 0
+    bases_left = Catalog(str(root)).segments("t", 0).column("base_offset").to_pylist()
+    assert bases_left == [int(p.stem) for p in segs[2:]]
+    # no rule at all: one line, exit 2, nothing removed
+    assert main(["retention", str(root)]) == 2
+    assert "no rule given" in capsys.readouterr().err
+    # the broker defaults when asked for: 7 days, all but the newest
+    assert main(["retention", str(root), "--broker-defaults"]) == 0
+    assert "log.retention.ms=604800000" in capsys.readouterr().out
+    assert len(Catalog(str(root)).segments("t", 0)) == 1
+
+
+def test_retention_rules_resolution() -> None:
+    assert retention_rules().empty
+    assert str(retention_rules()) == "no rule"
+    r = retention_rules(overrides={"log.retention.hours": "2", "log.segment.bytes": "99999"})
+    assert (r.retention_ms, r.retention_bytes) == (7_200_000, -1)
+    r = retention_rules(retention_bytes=5, defaults=LogConfig(retention_ms=9))
+    assert (r.retention_ms, r.retention_bytes) == (9, 5)
+    r = retention_rules(overrides={"log.retention.ms": "1"}, defaults=LogConfig())
+    assert (r.retention_ms, r.retention_bytes) == (1, -1)
+    with pytest.raises(ConfigError):
+        retention_rules(retention_ms=-2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import html
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,6 +15,7 @@ import pyarrow.compute as pc
 from seglake import fs as lakefs
 from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
+from seglake.errors import SegmentNotFoundError
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
@@ -51,6 +54,30 @@ class LRU:
     def drop(self, topic: str, partition: int) -> None:
         for key in [k for k in self._items if k[:2] == (topic, partition)]:
             self.bytes -= self._items.pop(key).nbytes
+
+
+def _pinned(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A missing file met by a read of the pinned version: one
+    :class:`~seglake.errors.VersionSupersededError` if a later catalog version removed
+    the segment (and its file was deleted after ``file.delete.delay.ms``)."""
+
+    @functools.wraps(method)
+    def read(self: Partition, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SegmentNotFoundError as exc:
+            from seglake.lake.garbage import superseded_error
+
+            bases = self.rows.column("base_offset").to_pylist()
+            lake = self.lake
+            err = superseded_error(
+                lake.catalog, lake.version, self.topic, self.partition, bases, exc
+            )
+            if err is exc:
+                raise
+            raise err from exc
+
+    return read
 
 
 class Partition:
@@ -92,6 +119,7 @@ class Partition:
         """This partition's catalog rows."""
         return self.rows.to_pandas()
 
+    @_pinned
     def read(self, offset: int, max_records: int = 10, *, as_: As = "pandas") -> Any:
         """Up to ``max_records`` records from ``offset`` on (Kafka source columns).
 
@@ -152,6 +180,7 @@ class Partition:
             cache.put(key, t)
         return t
 
+    @_pinned
     def offsets_for_times(self, ts: TimeLike) -> TimestampOffset | None:
         """Kafka's offsetsForTimes for this partition.
 
@@ -170,6 +199,7 @@ class Partition:
         keep = (self._max_ts >= start) & (self._min_ts < end) & (self._max_ts >= 0)
         return np.nonzero(keep)[0]
 
+    @_pinned
     def range(self, start: TimeLike, end: TimeLike, *, as_: As = "pandas") -> Any:
         """Records with ``start <= timestamp < end``, in offset order.
 
@@ -259,6 +289,7 @@ class Partition:
         )
         return f"<div>{head}{table}</div>"
 
+    @_pinned
     def plot_index(self, segment_base_offset: int | None = None) -> Figure:
         """Index entries of one segment (default: the first); see :mod:`seglake.plot`."""
         from seglake import plot

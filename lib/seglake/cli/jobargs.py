@@ -113,19 +113,53 @@ def recover_parser() -> argparse.ArgumentParser:
 def retention_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="./spark-submit.sh retention",
-        description="Delete segments by log.retention.ms / log.retention.bytes / log start "
-        "offsets: catalog first (one commit), then files (one task per partition).",
+        description="Delete segments by exactly the rules given: catalog first (one commit), "
+        "then the files, once older than file.delete.delay.ms.",
     )
     p.add_argument("--root", required=True)
     p.add_argument("--topics", nargs="+", default=None)
-    p.add_argument(
-        "--log-start-offset", action="append", default=[], metavar="TOPIC:PARTITION:OFFSET"
-    )
-    p.add_argument("--now-ms", type=int, default=None)
-    p.add_argument("--dry-run", action="store_true")
+    retention_arguments(p)
     p.add_argument("--run-id", default=None)
     _common(p)
     return p
+
+
+def retention_arguments(p: argparse.ArgumentParser) -> None:
+    """The rule arguments shared by the retention job and ``seglake retention``."""
+    p.add_argument("--retention-ms", type=int, default=None, help="log.retention.ms (-1: off)")
+    p.add_argument(
+        "--retention-bytes", type=int, default=None, help="log.retention.bytes (-1: off)"
+    )
+    p.add_argument(
+        "--log-start-offset", action="append", default=[], metavar="TOPIC:PARTITION:OFFSET"
+    )
+    p.add_argument(
+        "--broker-defaults",
+        action="store_true",
+        help="also apply log.retention.ms/.bytes from --conf-file, else Kafka's defaults "
+        "(7 days, unlimited), where not given; without it only the rules given apply",
+    )
+    p.add_argument("--now-ms", type=int, default=None)
+    p.add_argument("--dry-run", action="store_true", help="print what would go, change nothing")
+
+
+def retention_from_args(args: argparse.Namespace):
+    """``(RetentionRules, LogConfig)`` of parsed retention arguments: exactly the rules
+    given (``--retention-*``, ``--log-start-offset``, ``--conf log.retention.*=``); the
+    broker defaults only with ``--broker-defaults``."""
+    from seglake.config import LogConfig, parse_overrides
+    from seglake.storage.retention import parse_log_start_offsets, retention_rules
+
+    overrides = parse_overrides(args.conf)
+    config = LogConfig.load(args.conf_file, overrides)
+    rules = retention_rules(
+        retention_ms=args.retention_ms,
+        retention_bytes=args.retention_bytes,
+        log_start_offsets=parse_log_start_offsets(args.log_start_offset),
+        overrides=overrides,
+        defaults=config if args.broker_defaults else None,
+    )
+    return rules, config
 
 
 def format_from_path(path: str, explicit: str | None, allowed: tuple[str, ...]) -> str:

@@ -10,6 +10,7 @@ import base64
 import json
 import sys
 
+from seglake.cli.jobargs import retention_arguments, retention_from_args
 from seglake.errors import SeglakeError
 
 
@@ -94,17 +95,13 @@ def _parser() -> argparse.ArgumentParser:
 
     rt = sub.add_parser(
         "retention",
-        help="delete segments by log.retention.ms/.bytes and "
-        "log start offsets (catalog first, then files)",
+        help="delete segments by exactly the rules given (log.retention.ms/.bytes, log start "
+        "offsets): catalog first, files once older than file.delete.delay.ms",
     )
     rt.add_argument("root", metavar="LAKE")
-    rt.add_argument("--retention-ms", type=int, default=None)
-    rt.add_argument("--retention-bytes", type=int, default=None)
-    rt.add_argument(
-        "--log-start-offset", action="append", default=[], metavar="TOPIC:PARTITION:OFFSET"
-    )
-    rt.add_argument("--now-ms", type=int, default=None)
-    rt.add_argument("--dry-run", action="store_true")
+    retention_arguments(rt)
+    rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
+    rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     return p
 
 
@@ -177,16 +174,16 @@ def run(argv: list[str] | None = None) -> int:
         print(register(args.root, args.broker_dir, topics=args.topics, run_id=args.run_id))
         return 0
     if args.command == "retention":
-        from seglake.storage.retention import apply_retention, parse_log_start_offsets
+        from seglake.lake.retention import apply_retention
 
+        rules, config = retention_from_args(args)
         print(
             apply_retention(
                 args.root,
-                retention_ms=args.retention_ms,
-                retention_bytes=args.retention_bytes,
+                rules,
                 now_ms=args.now_ms,
-                log_start_offsets=parse_log_start_offsets(args.log_start_offset),
                 dry_run=args.dry_run,
+                delete_delay_ms=config.file_delete_delay_ms,
             )
         )
         return 0

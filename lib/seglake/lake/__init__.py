@@ -7,6 +7,9 @@ them visible (``record -> storage -> lake -> api -> spark -> jobs``).
     checks.py    offset-order and log-end checks a change must pass before it commits
     staging.py   publishing a committed run's staged files, cleanup, open_partition
     recovery.py  a lake's recovery and its one catalog fix
+    retention.py retention rules applied to a lake: one commit, then retired files
+    garbage.py   retired files (file.delete.delay.ms), catalog orphans, superseded readers
+    runs.py      what a run id covered, and refusing its reuse for other input
     register.py  catalog rows for a broker's partition directories, registered in place
 
 ``from seglake.lake import open_partition`` works as a shortcut (loaded on first use, so

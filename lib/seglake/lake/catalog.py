@@ -119,7 +119,14 @@ class Catalog(CatalogTable):
     # ------------------------------------------------------------------ writes
 
     def _transact(
-        self, op: str, run_id: str, *, topics: list[str], expected_version: int | None, plan: _Plan
+        self,
+        op: str,
+        run_id: str,
+        *,
+        topics: list[str],
+        expected_version: int | None,
+        plan: _Plan,
+        metadata: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Plan against version V, commit as V + 1 or re-plan; see the module docstring."""
         from deltalake import CommitProperties, Transaction
@@ -162,6 +169,7 @@ class Catalog(CatalogTable):
                     "seglake.operation": op,
                     "seglake.rows_added": added,
                     "seglake.rows_removed": removed,
+                    **(metadata or {}),
                 },
             )
             try:
@@ -200,6 +208,7 @@ class Catalog(CatalogTable):
         *,
         expected_version: int | None = None,
         contiguous: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Publish the segments in ``rows`` in one Delta commit, once per run id.
 
@@ -213,6 +222,8 @@ class Catalog(CatalogTable):
             run_id: the run; rerunning a committed run id writes nothing.
             expected_version: fail unless the catalog is still at this version.
             contiguous: require new segments to continue the log without offset gaps.
+            metadata: ``seglake.*`` keys for the commit's custom metadata (what the run
+                covered, :mod:`seglake.lake.runs`); read back with :meth:`history`.
 
         Returns:
             ``CommitResult(committed=True, ...)``, or ``already_committed=True`` for a rerun.
@@ -252,6 +263,7 @@ class Catalog(CatalogTable):
             topics=sorted({k[0] for k in grouped}),
             expected_version=expected_version,
             plan=plan,
+            metadata=metadata,
         )
 
     def remove(

@@ -17,22 +17,18 @@ import pyarrow.compute
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.config import LogConfig
 from seglake.errors import SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
-from seglake.storage.naming import partition_dir_name
-from seglake.storage.recovery import (
-    DEFAULT_INTERVAL,
-    PartitionRecovery,
-    delete_segment_files,
-    recover_dir,
-)
+from seglake.storage.naming import partition_dir_name, segment_file_name
+from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
 
 __all__ = [
     "LakeRecovery",
     "apply_recovery_fix",
-    "delete_segments",
     "recover_lake",
     "recover_partition_rows",
 ]
@@ -131,16 +127,6 @@ def recover_partition_rows(
     return report, replace, remove
 
 
-def delete_segments(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str]:
-    """Delete the files of segments (``.deleted`` rename first, then remove)."""
-    fs, base = lakefs.resolve(root)
-    gone = []
-    for topic, part, b in keys:
-        stem = lakefs.safe_join(base, f"{partition_dir_name(topic, part)}/{b:020d}")
-        gone += delete_segment_files(fs, stem)
-    return gone
-
-
 def apply_recovery_fix(
     root: str,
     partitions: list[PartitionRecovery],
@@ -149,9 +135,11 @@ def apply_recovery_fix(
     *,
     run_id: str | None = None,
     dry_run: bool = False,
+    delete_delay_ms: int | None = None,
 ) -> LakeRecovery:
-    """The driver's half: one catalog commit for every partition's fix, then delete the
-    files of removed segments."""
+    """The driver's half: one catalog commit for every partition's fix, then retire the
+    files of removed segments and delete retired files older than ``delete_delay_ms``
+    (default ``file.delete.delay.ms``)."""
     report = LakeRecovery(
         root=root,
         partitions=partitions,
@@ -164,7 +152,15 @@ def apply_recovery_fix(
     run_id = run_id or f"recover-{uuid.uuid4().hex[:12]}"
     result = Catalog(root).replace_rows(rows_table(replace), run_id, remove=remove)
     report.catalog_version, report.run_id = result.version, run_id
-    delete_segments(root, remove)
+    retire(
+        root,
+        [f"{partition_dir_name(t, p)}/{segment_file_name(b)}" for t, p, b in remove],
+        version=result.version,
+        operation="recover",
+        run_id=run_id,
+    )
+    delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
+    collect(root, older_than_ms=delay)
     return report
 
 
@@ -176,6 +172,7 @@ def recover_lake(
     force: bool = False,
     topics: Iterable[str] | None = None,
     run_id: str | None = None,
+    delete_delay_ms: int | None = None,
 ) -> LakeRecovery:
     """Recover every catalogued partition of a lake and fix the catalog in one commit.
 
@@ -208,4 +205,12 @@ def recover_lake(
         partitions.append(rep)
         replace += rp
         remove += rm
-    return apply_recovery_fix(root, partitions, replace, remove, run_id=run_id, dry_run=dry_run)
+    return apply_recovery_fix(
+        root,
+        partitions,
+        replace,
+        remove,
+        run_id=run_id,
+        dry_run=dry_run,
+        delete_delay_ms=delete_delay_ms,
+    )

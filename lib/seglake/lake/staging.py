@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
+from seglake.lake.garbage import Collected, catalog_orphans, collect
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from seglake.testing_hooks import crash_point
@@ -61,11 +63,34 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
     return moved
 
 
+def check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
+    """Every file the rows name is still staged (``seglake cleanup --older-than 0`` or a
+    person may have removed a running run's files): never commit rows without files."""
+    have = {
+        i.path.removeprefix(staging.rstrip("/") + "/")
+        for i in fs.get_file_info(pafs.FileSelector(staging, recursive=True, allow_not_found=True))
+    }
+    want = [
+        p[: -len(LOG_SUFFIX)] + s
+        for p in rows.column("path").to_pylist()
+        for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    ]
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise SeglakeError(
+            f"run {run_id}: {len(missing)} staged file(s) disappeared before "
+            f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
+            "was committed: rerun the run id"
+        )
+
+
 @dataclasses.dataclass
 class CleanupReport:
     published_runs: list[str]
     removed_runs: list[str]
     kept_runs: list[str]
+    retired: Collected | None = None
+    catalog_orphans: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         return (
@@ -73,14 +98,32 @@ class CleanupReport:
             f"{self.published_runs}; removed {len(self.removed_runs)} uncommitted run(s) "
             f"{self.removed_runs}; kept {len(self.kept_runs)} younger than the grace "
             f"period {self.kept_runs}"
+            + (f"; retired files: {self.retired}" if self.retired is not None else "")
+            + (
+                f"; removed {len(self.catalog_orphans)} catalog file(s) no Delta log entry "
+                f"names {self.catalog_orphans[:5]}"
+                if self.catalog_orphans
+                else ""
+            )
         )
 
 
-def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> CleanupReport:
-    """Finish committed runs' moves and delete staged files of runs that never committed.
+def cleanup(
+    root: str,
+    *,
+    older_than_s: float = 0.0,
+    dry_run: bool = False,
+    sweep_catalog: bool = True,
+    delete_delay_s: float | None = None,
+) -> CleanupReport:
+    """Finish committed runs' moves, delete staged files of runs that never committed,
+    retired files (:mod:`seglake.lake.garbage`) and, with ``sweep_catalog``, parquet
+    files in ``_catalog/`` that the Delta log does not name (failed commits; never
+    younger than an hour).
 
-    ``older_than_s`` keeps staging directories modified more recently than that (a run
-    that may still be writing); ``seglake cleanup`` defaults to 0 (every uncommitted run).
+    ``older_than_s`` keeps staging directories modified, and files retired, more recently
+    than that (a run that may still be writing, a reader pinned to an older version);
+    ``delete_delay_s``, if given, is the retired files' own delay.
     """
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING)
@@ -110,6 +153,12 @@ def cleanup(root: str, *, older_than_s: float = 0.0, dry_run: bool = False) -> C
         report.removed_runs.append(run_id)
         if not dry_run:
             lakefs.delete_dir(fs, info.path)
+    delay = older_than_s if delete_delay_s is None else delete_delay_s
+    report.retired = collect(root, older_than_ms=int(delay * 1000), dry_run=dry_run)
+    if sweep_catalog:
+        report.catalog_orphans = catalog_orphans(
+            root, older_than_ms=int(older_than_s * 1000), dry_run=dry_run
+        )
     return report
 
 

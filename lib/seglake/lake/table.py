@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import CatalogError
 from seglake.lake.checks import Key
-from seglake.lake.rows import SORT_KEYS, catalog_schema, schema_spec
+from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.storage.naming import validate_partition, validate_topic
 
 CATALOG_DIR = "_catalog"
@@ -47,6 +47,7 @@ class HistoryEntry:
         seglake_operation: ``commit``, ``remove`` or ``replace`` (``None`` if not seglake's).
         run_id: run that made the change, if any.
         metrics: Delta's operation metrics (rows and files added/removed, ...).
+        metadata: the commit's ``seglake.*`` custom metadata (e.g. ``seglake.input``).
     """
 
     version: int
@@ -55,6 +56,7 @@ class HistoryEntry:
     seglake_operation: str | None
     run_id: str | None
     metrics: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _table_location(
@@ -184,7 +186,9 @@ class CatalogTable:
         for f in schema:  # a column added since the table was made: unknown in old rows
             if f.name not in t.schema.names and f.nullable:
                 t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
-        return t.select(schema.names).cast(schema).sort_by(SORT_KEYS)
+        t = t.select(schema.names).cast(schema)
+        check_rows(t, reading=f"catalog {table.table_uri} version {table.version()}")
+        return t.sort_by(SORT_KEYS)
 
     def segments(
         self,
@@ -249,6 +253,7 @@ class CatalogTable:
                     seglake_operation=h.get("seglake.operation"),
                     run_id=h.get("seglake.run_id"),
                     metrics=dict(h.get("operationMetrics") or {}),
+                    metadata={k: v for k, v in h.items() if k.startswith("seglake.")},
                 )
             )
         return entries

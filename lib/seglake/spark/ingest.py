@@ -25,6 +25,7 @@ id finishes any pending moves and changes nothing else.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -39,14 +40,16 @@ from pyspark.sql import types as T
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
+from seglake.lake import runs
 from seglake.lake.catalog import Catalog
-from seglake.lake.staging import cleanup, publish_pending
+from seglake.lake.runs import RunInput
+from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.spark import ingest_tasks as tasks
-from seglake.spark.ingest_plan import PartitionPlan, plan_ingest
+from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.spark.session import spark_schema
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, validate_topic
+from seglake.storage.naming import validate_topic
 
 log = logging.getLogger("seglake.ingest")
 
@@ -128,25 +131,26 @@ def ingest(
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
     run_id = run_id or new_run_id()
     catalog = Catalog(root)
+    files = stat_files(_input_paths(df))
     if catalog.run_committed(run_id):
+        recount = functools.partial(_recount, df, topic, num_partitions, catalog, config)
+        runs.check_reuse(catalog, run_id, runs.describe_input(files), counts=recount)
         publish_pending(root, run_id)
-        return IngestResult(
-            run_id,
-            False,
-            True,
-            SEGMENT_ROWS.empty_table(),
-            time.time() - started,
-            catalog.version(),
-        )
+        return _already_committed(run_id, started, catalog)
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
     if catalog.exists():  # other runs that failed or died: finish or remove them
-        swept = cleanup(root, older_than_s=config.staging_grace_ms / 1000)
+        swept = cleanup(
+            root,
+            older_than_s=config.staging_grace_ms / 1000,
+            sweep_catalog=False,
+            delete_delay_s=config.file_delete_delay_ms / 1000,
+        )
         if swept.published_runs or swept.removed_runs:
             log.warning("before run %s: %s", run_id, swept)
     try:
-        rows, has_offset = _write(
+        rows, has_offset, n = _write(
             spark,
             df,
             root,
@@ -168,23 +172,28 @@ def ingest(
                 time.time() - started,
                 catalog.version() if catalog.exists() else None,
             )
-        _check_staged(fs, staging, rows, run_id)
-        result = catalog.commit(rows, run_id, contiguous=not has_offset)
+        check_staged(fs, staging, rows, run_id)
+        covered = runs.describe_input(files, segment_counts(rows), num_partitions=n)
+        result = catalog.commit(
+            rows,
+            run_id,
+            contiguous=not has_offset,
+            metadata={runs.INPUT_KEY: covered.to_json()},
+        )
     except BaseException:
         lakefs.delete_dir(fs, staging)
         raise
     if result.already_committed:
         lakefs.delete_dir(fs, staging)
-        return IngestResult(
-            run_id,
-            False,
-            True,
-            SEGMENT_ROWS.empty_table(),
-            time.time() - started,
-            catalog.version(),
-        )
+        runs.check_reuse(catalog, run_id, covered)  # committed meanwhile: the same input?
+        return _already_committed(run_id, started, catalog)
     publish_pending(root, run_id, rows)
     return IngestResult(run_id, True, False, rows, time.time() - started, result.version)
+
+
+def _already_committed(run_id: str, started: float, catalog: Catalog) -> IngestResult:
+    empty = SEGMENT_ROWS.empty_table()
+    return IngestResult(run_id, False, True, empty, time.time() - started, catalog.version())
 
 
 def _write(
@@ -198,7 +207,7 @@ def _write(
     catalog: Catalog,
     started: float,
     fail_after_records: int | None,
-) -> tuple[pa.Table, bool]:
+) -> tuple[pa.Table, bool, int | None]:
     if topic is not None:
         validate_topic(topic)
     norm = normalize(
@@ -212,7 +221,7 @@ def _write(
     n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo, config)
     plan = plan_ingest(_count(norm, n, has_offset), leo, config, has_offset=has_offset)
     if not plan.partitions:
-        return SEGMENT_ROWS.empty_table(), has_offset
+        return SEGMENT_ROWS.empty_table(), has_offset, n
     if plan.shuffle:
         by_ts = config.ingest_order == "timestamp" and not has_offset
         prepared = norm.mapInArrow(
@@ -252,7 +261,36 @@ def _write(
         .sort_by([("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
     )
     _verify(rows, plan.partitions, has_offset)
-    return rows, has_offset
+    return rows, has_offset, n
+
+
+def _input_paths(df: DataFrame) -> list[str]:
+    try:
+        return list(df.inputFiles())
+    except Exception:  # a source without files
+        return []
+
+
+def _recount(
+    df: DataFrame,
+    topic: str | None,
+    num_partitions: int | None,
+    catalog: Catalog,
+    config: LogConfig,
+    stored: RunInput,
+) -> dict[tuple[str, int], int]:
+    """Records per (topic, partition) of ``df`` (a count pass), partitioned as the run
+    that committed was (``stored.num_partitions``), to compare a reused run id's input."""
+    norm = normalize(df, topic=topic, log_append_time_ms=0, timestamp_type=config.timestamp_type)
+    n = None
+    if "partition" not in norm.columns:
+        leo = catalog.log_end_offsets()
+        n = stored.num_partitions or _num_partitions(topic, num_partitions, leo, config)
+    counts: dict[tuple[str, int], int] = {}
+    for r in _count(norm, n, "offset" in norm.columns):
+        key = (r["topic"], int(r["partition"]))
+        counts[key] = counts.get(key, 0) + int(r["count"])
+    return counts
 
 
 def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> list[dict]:
@@ -293,29 +331,6 @@ def _pruning_changes_rows(df: DataFrame) -> bool:
     bytes first, so reading fewer columns would move rows to other tasks: the count pass
     must then keep every column (hashed) to see the rows where the write pass sees them."""
     return "RoundRobinPartitioning" in df._jdf.queryExecution().executedPlan().toString()
-
-
-def _check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
-    """Every file the rows name is still staged (``seglake cleanup --older-than 0`` or a
-    person may have removed a running run's files): never commit rows without files."""
-    from pyarrow.fs import FileSelector
-
-    have = {
-        i.path.removeprefix(staging.rstrip("/") + "/")
-        for i in fs.get_file_info(FileSelector(staging, recursive=True, allow_not_found=True))
-    }
-    want = [
-        p[: -len(LOG_SUFFIX)] + s
-        for p in rows.column("path").to_pylist()
-        for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-    ]
-    missing = [w for w in want if w not in have]
-    if missing:
-        raise SeglakeError(
-            f"run {run_id}: {len(missing)} staged file(s) disappeared before "
-            f"the commit (removed by a cleanup?), e.g. {missing[:3]}; nothing "
-            "was committed: rerun the run id"
-        )
 
 
 def _with_fields(df: DataFrame, *fields: tuple[str, T.DataType]) -> T.StructType:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
@@ -112,3 +113,31 @@ def _shuffle(per_task: list[Mapping], config: LogConfig, has_offset: bool) -> bo
         return False
     mean = sum(int(r["count"]) for r in per_task) / len(per_task)
     return mean < config.local_min_records
+
+
+def stat_files(paths: Iterable[str]) -> list[tuple[str, int, int]] | None:
+    """``(path, size, mtime ms)`` of each input file (``DataFrame.inputFiles()``), or
+    ``None`` when there are none (in-memory data) or one cannot be stat'ed."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    paths = sorted(paths)
+    if not paths:
+        return None
+    try:
+        resolved = [pafs.FileSystem.from_uri(p) for p in paths]
+        infos = [fs.get_file_info(path) for fs, path in resolved]
+    except (ValueError, OSError, pa.ArrowException):
+        return None
+    if any(i.type != pafs.FileType.File for i in infos):
+        return None
+    return [(p, i.size, i.mtime_ns // 1_000_000) for p, i in zip(paths, infos, strict=True)]
+
+
+def segment_counts(rows: Any) -> dict[tuple[str, int], int]:
+    """Records per (topic, partition) of a run's segment rows."""
+    agg = rows.group_by(["topic", "partition"]).aggregate([("record_count", "sum")])
+    return {
+        (t, int(p)): int(c)
+        for t, p, c in zip(*(agg.column(i).to_pylist() for i in range(3)), strict=True)
+    }

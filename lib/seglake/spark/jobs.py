@@ -288,50 +288,34 @@ def run_recover(spark: SparkSession, args) -> int:
     reports = [r[0] for r in results]
     replace = [row for r in results for row in r[1]]
     remove = [key for r in results for key in r[2]]
-    print(apply_recovery_fix(root, reports, replace, remove, run_id=args.run_id, dry_run=dry_run))
+    print(
+        apply_recovery_fix(
+            root,
+            reports,
+            replace,
+            remove,
+            run_id=args.run_id,
+            dry_run=dry_run,
+            delete_delay_ms=_config(args).file_delete_delay_ms,
+        )
+    )
     return 0
 
 
 def run_retention(spark: SparkSession, args) -> int:
-    from seglake.storage.retention import apply_retention, parse_log_start_offsets
+    from seglake.lake.retention import apply_retention
 
-    root = args.root
+    rules, config = jobargs.retention_from_args(args)
     report = apply_retention(
-        root,
-        config=_config(args),
+        args.root,
+        rules,
         now_ms=args.now_ms,
-        log_start_offsets=parse_log_start_offsets(args.log_start_offset),
         topics=args.topics,
         run_id=args.run_id,
         dry_run=args.dry_run,
-        delete_files=False,
+        delete_delay_ms=config.file_delete_delay_ms,
     )
-    keys = list(
-        zip(
-            report.deleted.column("topic").to_pylist(),
-            report.deleted.column("partition").to_pylist(),
-            report.deleted.column("base_offset").to_pylist(),
-            strict=True,
-        )
-    )
-    if keys and not args.dry_run:
-        by_partition: dict[tuple[str, int], list] = {}
-        for k in keys:
-            by_partition.setdefault(k[:2], []).append(k)
-        groups = list(by_partition.values())
-
-        def task(group):
-            from seglake.storage.retention import delete_segment_files
-
-            return delete_segment_files(root, group)
-
-        report.files_deleted = [
-            f
-            for fs in spark.sparkContext.parallelize(groups, len(groups)).map(task).collect()
-            for f in fs
-        ]
     print(report)
-    print(f"retention: {len(report.files_deleted)} file(s) deleted")
     return 0
 
 

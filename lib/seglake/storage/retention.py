@@ -1,5 +1,6 @@
-"""Retention: delete whole segments from the oldest, by Kafka's rules
-(``UnifiedLog.deleteOldSegments``), catalog first, then files.
+"""Retention rules: which whole segments to delete from the oldest, by Kafka's rules
+(``UnifiedLog.deleteOldSegments``), on catalog rows (no I/O here; applying them to a lake
+is :mod:`seglake.lake.retention`).
 
 Per partition, segments sorted by base offset, the newest never deleted by these rules;
 each rule deletes a prefix of what the previous ones left, so the result is a prefix:
@@ -9,41 +10,29 @@ each rule deletes a prefix of what the previous ones left, so the result is a pr
     size     log.retention.bytes >= 0: while total - segment size >= retention.bytes
     start    a log start offset L (deleteRecords): while the next segment's base <= L
 
-:func:`apply_retention` removes the rows in **one** catalog commit (readers stop seeing
-the segments at once), then renames each file to ``.deleted`` and removes it. A crash
-between the commit and the deletes leaves files without rows below the partition's log
-start offset (invisible: no row); the next run removes them, and leftover ``.deleted``
-files, before planning.
+Only the rules a job asks for apply (:func:`retention_rules`): Kafka's broker defaults
+(``log.retention.ms`` = 7 days) only when asked for, never behind a job's back.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-import uuid
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
-from seglake.storage.naming import (
-    parse_segment_file_name,
-    partition_dir_name,
-    validate_partition,
-    validate_topic,
-)
+from seglake.storage.naming import validate_partition, validate_topic
 
 __all__ = [
-    "RetentionReport",
-    "apply_retention",
-    "delete_segment_files",
-    "finish_interrupted_deletes",
+    "RetentionRules",
     "parse_log_start_offsets",
     "plan_retention",
+    "retention_rules",
 ]
 
 Key = tuple[str, int]
@@ -139,124 +128,74 @@ def plan_retention(
     return out.append_column("reason", pa.array(reasons, pa.string()))
 
 
-@dataclasses.dataclass
-class RetentionReport:
-    root: str
-    deleted: pa.Table
-    files_deleted: list[str]
-    leftovers_finished: list[str]
-    catalog_version: int | None = None
-    run_id: str | None = None
-    dry_run: bool = False
+@dataclasses.dataclass(frozen=True)
+class RetentionRules:
+    """The rules one retention run applies (-1 / empty: that rule is off)."""
+
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    log_start_offsets: Mapping[Key, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.retention_ms < 0 and self.retention_bytes < 0 and not self.log_start_offsets
 
     def __str__(self) -> str:
-        verb = "would delete" if self.dry_run else "deleted"
-        lines = []
-        for r in self.deleted.select(
-            ["topic", "partition", "base_offset", "next_offset", "size_bytes", "reason"]
-        ).to_pylist():
-            lines.append(
-                f"  {r['topic']}-{r['partition']} segment {r['base_offset']} "
-                f"(offsets ..{r['next_offset'] - 1}, {r['size_bytes']} bytes): "
-                f"{r['reason']}"
+        on = []
+        if self.retention_ms >= 0:
+            on.append(f"log.retention.ms={self.retention_ms}")
+        if self.retention_bytes >= 0:
+            on.append(f"log.retention.bytes={self.retention_bytes}")
+        if self.log_start_offsets:
+            on.append(
+                "log start offset "
+                + ", ".join(f"{t}-{p}:{o}" for (t, p), o in sorted(self.log_start_offsets.items()))
             )
-        head = (
-            f"{self.root}: retention {verb} {self.deleted.num_rows} segment(s)"
-            + (
-                f" (catalog version {self.catalog_version}, run {self.run_id})"
-                if self.catalog_version is not None
-                else ""
-            )
-            + (
-                f"; finished {len(self.leftovers_finished)} interrupted delete(s)"
-                if self.leftovers_finished
-                else ""
-            )
+        return "; ".join(on) if on else "no rule"
+
+    def plan(self, rows: pa.Table, now_ms: int) -> pa.Table:
+        """:func:`plan_retention` with these rules."""
+        return plan_retention(
+            rows,
+            now_ms=now_ms,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            log_start_offsets=self.log_start_offsets,
         )
-        return "\n".join([head, *lines])
 
 
-def finish_interrupted_deletes(root: str, rows: pa.Table, *, dry_run: bool = False) -> list[str]:
-    """Remove ``.deleted`` files, and segment files without a row below their partition's
-    log start offset (left by a crash between a retention commit and its deletes)."""
-    fs, base = lakefs.resolve(root)
-    done: list[str] = []
-    starts: dict[Key, int] = {}
-    for t, p, b in zip(
-        rows.column("topic").to_pylist(),
-        rows.column("partition").to_pylist(),
-        rows.column("base_offset").to_pylist(),
-        strict=True,
-    ):
-        starts[(t, p)] = min(b, starts.get((t, p), b))
-    for (t, p), start in sorted(starts.items()):
-        d = lakefs.safe_join(base, partition_dir_name(t, p))
-        for name in lakefs.listdir(fs, d, missing_ok=True):
-            parsed = parse_segment_file_name(name)
-            stale = name.endswith(".deleted") or (parsed is not None and parsed[0] < start)
-            if stale:
-                done.append(lakefs.join(d, name))
-                if not dry_run:
-                    lakefs.delete_file(fs, lakefs.join(d, name))
-    return done
+_RULE_KEYS = ("log.retention.ms", "log.retention.hours", "log.retention.minutes")
 
 
-def delete_segment_files(root: str, keys: Iterable[tuple[str, int, int]]) -> list[str]:
-    """Rename each file of the segments to ``.deleted``, then remove it (idempotent)."""
-    from seglake.lake.recovery import delete_segments
-
-    return delete_segments(root, keys)
-
-
-def apply_retention(
-    root: str,
+def retention_rules(
     *,
     retention_ms: int | None = None,
     retention_bytes: int | None = None,
-    now_ms: int | None = None,
     log_start_offsets: Mapping[Key, int] | None = None,
-    topics: Iterable[str] | None = None,
-    config: LogConfig | None = None,
-    run_id: str | None = None,
-    dry_run: bool = False,
-    delete_files: bool = True,
-) -> RetentionReport:
-    """Plan retention on the catalog, remove the rows in one commit, then the files.
-
-    ``retention_ms``/``retention_bytes`` default to ``config`` (``LogConfig()``: 168 h,
-    unlimited). ``delete_files=False`` leaves the file deletes to the caller (the Spark
-    job runs them in tasks); :func:`finish_interrupted_deletes` catches up either way.
-    """
-    from seglake.lake.catalog import Catalog
-
-    config = config or LogConfig()
-    retention_ms = config.retention_ms if retention_ms is None else retention_ms
-    retention_bytes = config.retention_bytes if retention_bytes is None else retention_bytes
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    catalog = Catalog(root)
-    rows = catalog.segments(list(topics) if topics is not None else None)
-    leftovers = finish_interrupted_deletes(root, rows, dry_run=dry_run)
-    plan = plan_retention(
-        rows,
-        now_ms=now_ms,
-        retention_ms=retention_ms,
-        retention_bytes=retention_bytes,
-        log_start_offsets=log_start_offsets,
+    overrides: Mapping[str, Any] | None = None,
+    defaults: LogConfig | None = None,
+) -> RetentionRules:
+    """Exactly the rules asked for: the arguments, else Kafka-named ``overrides`` (a job's
+    ``--conf log.retention.ms=...``, ``.hours``, ``.minutes``, ``log.retention.bytes``),
+    else ``defaults`` (a :class:`LogConfig`: the broker defaults, only when the caller
+    asks for them, e.g. ``--broker-defaults``). Anything not asked for is off."""
+    given = dict(overrides or {})
+    asked = LogConfig().with_overrides(given)  # parses and checks the values
+    if retention_ms is None and any(k in given for k in _RULE_KEYS):
+        retention_ms = asked.retention_ms
+    if retention_bytes is None and "log.retention.bytes" in given:
+        retention_bytes = asked.retention_bytes
+    if defaults is not None:
+        retention_ms = defaults.retention_ms if retention_ms is None else retention_ms
+        retention_bytes = defaults.retention_bytes if retention_bytes is None else retention_bytes
+    for name, value in (
+        ("log.retention.ms", retention_ms),
+        ("log.retention.bytes", retention_bytes),
+    ):
+        if value is not None and value < -1:
+            raise ConfigError(f"{name}={value} is below its minimum -1")
+    return RetentionRules(
+        -1 if retention_ms is None else int(retention_ms),
+        -1 if retention_bytes is None else int(retention_bytes),
+        dict(log_start_offsets or {}),
     )
-    report = RetentionReport(root, plan, [], leftovers, dry_run=dry_run)
-    if dry_run or not plan.num_rows:
-        return report
-    run_id = run_id or f"retention-{uuid.uuid4().hex[:12]}"
-    keys = list(
-        zip(
-            plan.column("topic").to_pylist(),
-            plan.column("partition").to_pylist(),
-            plan.column("base_offset").to_pylist(),
-            strict=True,
-        )
-    )
-    result = catalog.remove(keys, run_id)
-    report.catalog_version, report.run_id = result.version, run_id
-    if delete_files:
-        report.files_deleted = delete_segment_files(root, keys)
-    return report

@@ -1,0 +1,285 @@
+"""Retired files: segment files a catalog commit removed or replaced, kept for readers
+still pinned to an older catalog version, deleted once older than ``file.delete.delay.ms``
+(Kafka's delayed segment delete, with a lake's delay: see ``conf/seglake.properties``).
+
+    <root>/_retired/<version, 20 digits>-<12 hex>.json     one manifest per retirement
+        {"version": W, "retired_at_ms": T, "operation": "retention", "run_id": "...",
+         "paths": ["t-0/00000000000000000000.log", "t-0/00000000000000000000.index", ...]}
+
+:func:`retire` writes a manifest after the commit ``W`` that removed the rows (a ``.log``
+path retires its ``.index``/``.timeindex``/``.txnindex`` too). :func:`collect` deletes the
+files of manifests retired more than ``older_than_ms`` ago, then the manifest; it never
+deletes a path that a current catalog row names, nor a file modified after it was retired
+(a new segment that took the same name). A crash between a commit and its :func:`retire`
+leaves files without rows: retention finds them and retires them then.
+
+A reader pinned to a version older than ``W`` that still needs a deleted file gets one
+:class:`~seglake.errors.VersionSupersededError` (:func:`superseded_error`).
+
+:func:`catalog_orphans` finds the catalog's own garbage: parquet files under ``_catalog/``
+that no Delta log entry names (a commit that failed after writing its data file, e.g. on
+a full disk), as Delta's VACUUM does for files never committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.errors import SegmentNotFoundError, VersionSupersededError
+from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+
+__all__ = [
+    "CATALOG_ORPHAN_MIN_AGE_MS",
+    "RETIRED",
+    "Collected",
+    "catalog_orphans",
+    "collect",
+    "retire",
+    "retired_paths",
+    "superseded_error",
+]
+
+RETIRED = "_retired"
+_COMPANIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def _expand(rel_paths: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for p in rel_paths:
+        p = lakefs.validate_relative(p)
+        if p.endswith(LOG_SUFFIX):
+            out += [p[: -len(LOG_SUFFIX)] + s for s in _COMPANIONS]
+        else:
+            out.append(p)
+    return sorted(set(out))
+
+
+def retire(
+    root: str,
+    rel_paths: Iterable[str],
+    *,
+    version: int,
+    operation: str | None = None,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+) -> str | None:
+    """Record that catalog ``version`` removed the files at ``rel_paths`` (relative to
+    ``root``; a ``.log`` stands for all the segment's files). They stay readable until
+    :func:`collect` runs past the delay. Returns the manifest path (``None``: no paths)."""
+    fs, base = lakefs.resolve(root)
+    paths = _expand(rel_paths)
+    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in paths]) if paths else []
+    paths = [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]
+    if not paths:
+        return None
+    manifest = {
+        "version": int(version),
+        "retired_at_ms": int(time.time() * 1000) if now_ms is None else int(now_ms),
+        "operation": operation,
+        "run_id": run_id,
+        "paths": paths,
+    }
+    name = f"{int(version):020d}-{uuid.uuid4().hex[:12]}.json"
+    path = lakefs.join(base, RETIRED, name)
+    fs.create_dir(lakefs.join(base, RETIRED), recursive=True)
+    lakefs.write_bytes(fs, path, json.dumps(manifest).encode())
+    return path
+
+
+def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict]]:
+    out = []
+    for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED), missing_ok=True)):
+        if not name.endswith(".json"):
+            continue
+        path = lakefs.join(base, RETIRED, name)
+        try:
+            out.append((path, json.loads(lakefs.read_all(fs, path))))
+        except (SegmentNotFoundError, ValueError):  # half-written by a crash: unusable
+            out.append((path, {"retired_at_ms": 0, "paths": []}))
+    return out
+
+
+def retired_paths(root: str) -> set[str]:
+    """Every path some manifest retires (not collected yet)."""
+    fs, base = lakefs.resolve(root)
+    return {p for _, m in _manifests(fs, base) for p in m.get("paths", [])}
+
+
+@dataclasses.dataclass
+class Collected:
+    """What :func:`collect` deleted (or would), and what it kept."""
+
+    deleted: list[str]
+    kept_young: int
+    kept_in_use: list[str]
+
+    def __str__(self) -> str:
+        return (
+            f"deleted {len(self.deleted)} retired file(s); kept {self.kept_young} younger "
+            f"than the delay"
+            + (f" and {len(self.kept_in_use)} in use again" if self.kept_in_use else "")
+        )
+
+
+def collect(
+    root: str,
+    *,
+    older_than_ms: int,
+    dry_run: bool = False,
+    in_use: set[str] | None = None,
+    now_ms: int | None = None,
+) -> Collected:
+    """Delete the files retired more than ``older_than_ms`` ago, then their manifests.
+
+    ``in_use``: paths (relative, ``.log`` stands for the segment) that current catalog
+    rows name; default: read from the catalog. Those, and files modified after their
+    retirement, are kept (their manifest entry is dropped).
+    """
+    fs, base = lakefs.resolve(root)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    manifests = _manifests(fs, base)
+    due = [(p, m) for p, m in manifests if now - m["retired_at_ms"] >= older_than_ms]
+    young = sum(len(m["paths"]) for _, m in manifests) - sum(len(m["paths"]) for _, m in due)
+    report = Collected([], young, [])
+    if not due:
+        return report
+    if in_use is None:
+        from seglake.lake.catalog import Catalog
+
+        catalog = Catalog(root)
+        in_use = set(catalog.segments().column("path").to_pylist()) if catalog.exists() else set()
+    used = set(_expand(in_use))
+    wanted = sorted({p for _, m in due for p in m["paths"]})
+    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in wanted]) if wanted else []
+    retired_at = {p: m["retired_at_ms"] for _, m in due for p in m["paths"]}
+    doomed = []
+    for rel, info in zip(wanted, infos, strict=True):
+        if info.type != pafs.FileType.File:
+            continue
+        changed = info.mtime is not None and info.mtime.timestamp() * 1000 > retired_at[rel] + 1
+        if rel in used or changed:
+            report.kept_in_use.append(rel)
+        else:
+            doomed.append(rel)
+    report.deleted = doomed
+    if dry_run:
+        return report
+
+    def delete(rel: str) -> None:
+        lakefs.delete_file(fs, lakefs.safe_join(base, rel))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(delete, doomed))
+    for path, _ in due:
+        lakefs.delete_file(fs, path)
+    return report
+
+
+def superseded_error(
+    catalog, version: int, topic: str, partition: int, pinned_bases: Iterable[int], exc: Exception
+) -> Exception:
+    """The error for a reader pinned to catalog ``version`` that met ``exc`` (a missing
+    file) in ``topic``-``partition``: a :class:`VersionSupersededError` naming the version
+    that removed the segment, or ``exc`` itself when the catalog still has every segment
+    the reader pinned (a file missing for another reason)."""
+    if not isinstance(exc, SegmentNotFoundError) or isinstance(exc, VersionSupersededError):
+        return exc
+    current = catalog.version()
+    if current == version:
+        return exc
+    now = set(catalog.segments(topic, partition).column("base_offset").to_pylist())
+    gone = sorted(set(pinned_bases) - now)
+    if not gone:
+        return exc
+    by, op = None, None
+    candidates = sorted(
+        (h for h in catalog.history(limit=max(1, current - version)) if h.version > version),
+        key=lambda h: h.version,
+    )
+    for h in [h for h in candidates if h.seglake_operation != "commit"][:20]:
+        there = catalog.segments(topic, partition, version=h.version).column("base_offset")
+        if gone[0] not in set(there.to_pylist()):
+            by = h.version
+            op = " ".join(x for x in (h.seglake_operation or h.operation, h.run_id) if x)
+            break
+    since = f"since version {by} ({op})" if by is not None else f"after version {version}"
+    return VersionSupersededError(
+        f"{catalog.root}: catalog version {version} was superseded: segment(s) of "
+        f"{topic}-{partition} at base offset(s) {gone[:5]} are no longer in the catalog "
+        f"{since} and their files were deleted after file.delete.delay.ms ({exc}); "
+        "call lake.refresh() (or rerun the job) to read the current version",
+        version=version,
+        superseded_by=by,
+        operation=op,
+    )
+
+
+# a commit in flight has written its data file but not yet its log entry: never younger
+CATALOG_ORPHAN_MIN_AGE_MS = 3600 * 1000
+_DELTA_LOG = "_delta_log"
+
+
+def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
+    """Every data file path (relative to the table) an add or remove action of the Delta
+    log names: its JSON commits and its checkpoints."""
+    import pyarrow.parquet as pq
+
+    log_dir = lakefs.join(table, _DELTA_LOG)
+    paths: set[str] = set()
+    for name in lakefs.listdir(fs, log_dir, missing_ok=True):
+        path = lakefs.join(log_dir, name)
+        if name.endswith(".json") and name[:20].isdigit():
+            for line in lakefs.read_all(fs, path).splitlines():
+                action = json.loads(line) if line.strip() else {}
+                for kind in ("add", "remove"):
+                    if kind in action:
+                        paths.add(action[kind]["path"])
+        elif ".checkpoint" in name and name.endswith(".parquet"):
+            cols = pq.read_table(path, filesystem=fs, columns=["add", "remove"])
+            for kind in ("add", "remove"):
+                for a in cols.column(kind).to_pylist():
+                    if a is not None and a.get("path"):
+                        paths.add(a["path"])
+    return {urllib.parse.unquote(p) for p in paths}
+
+
+def catalog_orphans(
+    root: str, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
+) -> list[str]:
+    """Delete (or list) the parquet files under ``<root>/_catalog/`` that the Delta log
+    does not name and that are older than ``older_than_ms`` (at least
+    :data:`CATALOG_ORPHAN_MIN_AGE_MS`). Returns their paths relative to the table."""
+    from seglake.lake.table import CATALOG_DIR
+
+    fs, base = lakefs.resolve(root)
+    table = lakefs.join(base, CATALOG_DIR)
+    if not lakefs.exists(fs, lakefs.join(table, _DELTA_LOG)):
+        return []
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    age = max(older_than_ms, CATALOG_ORPHAN_MIN_AGE_MS)
+    selector = pafs.FileSelector(table, recursive=True)
+    files = {
+        i.path[len(table) + 1 :]: i
+        for i in fs.get_file_info(selector)
+        if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+    }
+    files = {rel: i for rel, i in files.items() if not rel.startswith(_DELTA_LOG + "/")}
+    logged = _logged_paths(fs, table)
+    orphans = sorted(
+        rel
+        for rel, i in files.items()
+        if rel not in logged and i.mtime is not None and now - i.mtime.timestamp() * 1000 >= age
+    )
+    if not dry_run:
+        for rel in orphans:
+            lakefs.delete_file(fs, lakefs.join(table, rel))
+    return orphans
