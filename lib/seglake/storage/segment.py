@@ -15,12 +15,27 @@ window between two index entries and the batches wanted.
 An index that is missing, fails its sanity check, or points where no matching batch
 starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a warning is
 logged), so a broken index never yields wrong records.
+
+Damaged bytes are never read as "not written yet" (:meth:`LogSegment._make_window`):
+
+    torn tail   the last batch runs past the end of the file or of ``size`` (in a lake
+                the catalog's committed ``size_bytes``) and its header has magic 2, or a
+                partial header, or zeros to the end: the records before it are the
+                segment's records (Kafka's recovery cuts there)
+    corruption  anything else that does not scan (CRC, magic, length, offsets going
+                backwards) with bytes after it inside ``size``: raises
+                :class:`CorruptRecordError` naming the file, position, offsets and why;
+                with ``on_corrupt="skip"`` a damaged batch whose length is plausible is
+                skipped instead (``skipped``, a :class:`CorruptBatchWarning` each), and
+                one whose length is garbage raises even then (the rest of the segment
+                cannot be found without trusting it)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -29,8 +44,22 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan, scan_batches
+from seglake.errors import (
+    ConfigError,
+    CorruptBatchWarning,
+    CorruptIndexError,
+    CorruptRecordError,
+    SegmentNotFoundError,
+)
+from seglake.record.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    BatchScan,
+    SkippedBatch,
+    scan_batches,
+)
 from seglake.record.decode import decode_batches, record_times
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -46,6 +75,14 @@ from seglake.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 4096
+ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
+
+
+def check_on_corrupt(value: str) -> str:
+    """``value`` if it is one of :data:`ON_CORRUPT`, else :class:`ConfigError`."""
+    if value not in ON_CORRUPT:
+        raise ConfigError(f"on_corrupt {value!r}: expected one of {', '.join(ON_CORRUPT)}")
+    return value
 
 
 class TimestampOffset(NamedTuple):
@@ -103,6 +140,7 @@ class LogSegment:
         staged_path: where the files are if ``log_path`` is missing (a committed run
             whose files were not moved out of staging yet). A segment that switched to
             the staged copy switches back once the files have moved to ``log_path``.
+        on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
     """
 
     def __init__(
@@ -115,6 +153,7 @@ class LogSegment:
         max_timestamp: int | None = None,
         index_interval_bytes: int = DEFAULT_INTERVAL,
         staged_path: str | None = None,
+        on_corrupt: str = "raise",
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
@@ -134,6 +173,8 @@ class LogSegment:
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
         self._other_path = staged_path  # the copy not in use: staged, or final after a switch
+        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
@@ -273,7 +314,60 @@ class LogSegment:
         """One ranged read of ``[start, end)`` and the whole batches in it."""
         end = min(end, self.size)
         data = self._read_range(start, end - start) if end > start else b""
-        return Window(start, data, scan_batches(data, verify_crc=verify_crc))
+        eof = end >= self.size or len(data) < end - start
+        return self._make_window(start, data, eof=eof, verify_crc=verify_crc)
+
+    def _make_window(
+        self, start: int, data: bytes, *, eof: bool, verify_crc: bool = True
+    ) -> Window:
+        """The whole batches of ``data`` (file bytes from ``start``; ``eof``: they reach
+        the end of the file or of ``size``): damaged ones raise or are skipped, a torn
+        tail ends them (module docstring)."""
+        scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
+        for b in scan.skipped:
+            self._skip(b, start)
+        if scan.error is not None:
+            self._check_stop(scan, start, data, eof)
+        return Window(start, data, scan)
+
+    def _skip(self, b: SkippedBatch, start: int) -> None:
+        """Note a skipped batch once: a log line and a :class:`CorruptBatchWarning`."""
+        at = start + b.position
+        if at in self.skipped:
+            return
+        self.skipped[at] = b._replace(position=at)
+        line = "skipped a damaged batch: " + b.describe(self.log_path, start)
+        log.warning("%s", line)
+        warnings.warn(line, CorruptBatchWarning, stacklevel=2)
+
+    def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: bool) -> None:
+        """The scan of ``data`` stopped early: a read cut short and a torn tail pass,
+        anything else raises :class:`CorruptRecordError`."""
+        at = start + scan.valid_bytes
+        rest = data[scan.valid_bytes :]
+        if scan.truncated:
+            if not eof:
+                return  # the read ended inside a batch: the caller reads on
+            if len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest):
+                return  # a torn tail: not written yet
+        if start > 0 and self.index_source == "file":
+            # read from an index position: the index may be wrong, not the log. A scan
+            # from 0 raises if the log is damaged; else the caller sees the index
+            # disagree and rebuilds it
+            self.window(0, self.size)
+            return
+        head = BatchHeader.unpack_from(rest) if len(rest) >= HEADER_SIZE else None
+        offsets = f" with offsets {head.base_offset}..{head.last_offset}" if head else ""
+        after = f" (after offset {int(scan.last_offset[-1])})" if len(scan) else ""
+        if scan.truncated:
+            what = f"{scan.why} and is not a torn tail (magic {rest[16]})"
+        else:
+            what = f"{scan.why}; {self.size - at - (head.size if head else 0)} bytes follow"
+            what += f" inside the size {self.size}" if head and at + head.size <= self.size else ""
+        if self.on_corrupt == "skip":
+            what += f"; cannot be skipped: its length is not plausible, bytes [{at}, "
+            what += f"{self.size}) are unreadable"
+        raise CorruptRecordError(f"batch{offsets}{after}: {what}", path=self.log_path, position=at)
 
     def scan(self) -> BatchScan:
         """Headers of every valid batch (one full read); stops at a corrupt tail."""
@@ -302,12 +396,9 @@ class LogSegment:
             tail = w.data[end - start :]
             if len(tail) >= HEADER_SIZE:
                 size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
-                rest = self.window(end, end + size)
-                w = Window(
-                    start,
-                    w.data[: end - start] + rest.data,
-                    scan_batches(w.data[: end - start] + rest.data),
-                )
+                rest = self.window(end, end + size, verify_crc=False)
+                eof = end + size >= self.size or len(rest.data) < size
+                w = self._make_window(start, w.data[: end - start] + rest.data, eof=eof)
         return w
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
@@ -411,8 +502,8 @@ class LogSegment:
             i = int(np.searchsorted(oi_positions, pos, side="right"))
             end = int(oi_positions[i]) if i < len(oi_positions) else self.size
             w = self.window(pos, end)
-            if not len(w.scan):
-                # a batch larger than the chunk (or a corrupt tail): read it whole
+            if w.end == pos:
+                # a batch larger than the chunk (or a torn tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
                 if len(head) == HEADER_SIZE:
                     w = self.window(
@@ -420,8 +511,8 @@ class LogSegment:
                     )
             if pos == first and self._bad_start(w, first):
                 return self.find_offset_by_timestamp(timestamp, start_offset)
-            if not len(w.scan):
-                return None
+            if w.end == pos:
+                return None  # a torn tail
             # control batches hold no records to return (their markers are skipped)
             hits = np.nonzero(
                 (w.scan.max_timestamp >= timestamp)

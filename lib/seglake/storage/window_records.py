@@ -19,6 +19,7 @@ from seglake.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    SCAN_COLUMNS,
     TIMESTAMP_TYPE_BIT,
     BatchScan,
 )
@@ -33,9 +34,6 @@ from seglake.storage.tail_minima import batch_minima
 __all__ = ["NO_TS_HI", "NO_TS_LO", "RecordWalk", "decode_windows", "min_timestamps", "walk_batches"]
 
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
-_SCAN_COLUMNS = [
-    f.name for f in dataclasses.fields(BatchScan) if f.name not in ("valid_bytes", "error")
-]
 
 
 def decode_windows(
@@ -63,7 +61,7 @@ def decode_windows(
     if not at:
         return empty_records(), np.array(rows, dtype=np.int64)
     merged = BatchScan(
-        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in _SCAN_COLUMNS},  # type: ignore[arg-type]
+        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in SCAN_COLUMNS},  # type: ignore[arg-type]
         valid_bytes=at,
     )
     try:
@@ -153,7 +151,7 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
             f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
             if parts
             else np.zeros(0, np.int64)
-            for f in _SCAN_COLUMNS
+            for f in SCAN_COLUMNS
         },
         valid_bytes=0,
     )
