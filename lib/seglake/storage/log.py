@@ -86,9 +86,12 @@ class PartitionLog:
                         entry.path,
                         size=entry.size,
                         index_interval_bytes=index_interval_bytes,
+                        may_tear=False,
                         on_corrupt=on_corrupt,
                     )
                 )
+        if segments:  # only the active (last) segment may end in a torn tail
+            max(segments, key=lambda s: s.base_offset).may_tear = True
         return cls(fs, directory, segments)
 
     @classmethod
@@ -120,6 +123,7 @@ class PartitionLog:
                     next_offset=r["next_offset"],
                     max_timestamp=r["max_timestamp"],
                     staged_path=staged,
+                    committed=True,
                     on_corrupt=on_corrupt,
                 )
             )

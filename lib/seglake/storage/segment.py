@@ -18,12 +18,14 @@ logged), so a broken index never yields wrong records.
 
 Damaged bytes are never read as "not written yet" (:meth:`LogSegment._make_window`):
 
-    torn tail   the last batch runs past the end of the file or of ``size`` (in a lake
-                the catalog's committed ``size_bytes``) and its header has magic 2, or a
-                partial header, or zeros to the end: the records before it are the
+    torn tail   the last batch runs past the end of the file (its header has magic 2),
+                or a partial header, or zeros to the end, and: in a lake (``committed``)
+                the file is shorter than the catalog's ``size_bytes``; in a broker
+                directory the segment is the partition's last (``may_tear``) and no
+                offset index entry lies past it. The records before it are the
                 segment's records (Kafka's recovery cuts there)
     corruption  anything else that does not scan (CRC, magic, length, offsets going
-                backwards) with bytes after it inside ``size``: raises
+                backwards, a batch running past a committed size): raises
                 :class:`CorruptRecordError` naming the file, position, offsets and why;
                 with ``on_corrupt="skip"`` a damaged batch whose length is plausible is
                 skipped instead (``skipped``, a :class:`CorruptBatchWarning` each), and
@@ -140,6 +142,8 @@ class LogSegment:
         staged_path: where the files are if ``log_path`` is missing (a committed run
             whose files were not moved out of staging yet). A segment that switched to
             the staged copy switches back once the files have moved to ``log_path``.
+        committed: ``size`` is a lake's committed size (module docstring: torn tail).
+        may_tear: a broker segment that may end in a torn tail (the partition's last).
         on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
     """
 
@@ -153,6 +157,8 @@ class LogSegment:
         max_timestamp: int | None = None,
         index_interval_bytes: int = DEFAULT_INTERVAL,
         staged_path: str | None = None,
+        committed: bool = False,
+        may_tear: bool = True,
         on_corrupt: str = "raise",
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
@@ -173,6 +179,7 @@ class LogSegment:
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
         self._other_path = staged_path  # the copy not in use: staged, or final after a switch
+        self.committed, self.may_tear = committed, may_tear
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
 
@@ -314,21 +321,37 @@ class LogSegment:
         """One ranged read of ``[start, end)`` and the whole batches in it."""
         end = min(end, self.size)
         data = self._read_range(start, end - start) if end > start else b""
-        eof = end >= self.size or len(data) < end - start
-        return self._make_window(start, data, eof=eof, verify_crc=verify_crc)
+        return self._make_window(start, data, self._eof(start, end, data), verify_crc=verify_crc)
+
+    def _eof(self, start: int, end: int, data: bytes) -> str | None:
+        """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
+        the file is shorter), ``"size"`` (at ``size``), else ``None`` (a cut read)."""
+        if len(data) < end - start:
+            return "file"
+        return "size" if end >= self.size else None
 
     def _make_window(
-        self, start: int, data: bytes, *, eof: bool, verify_crc: bool = True
+        self, start: int, data: bytes, eof: str | None, *, verify_crc: bool = True
     ) -> Window:
-        """The whole batches of ``data`` (file bytes from ``start``; ``eof``: they reach
-        the end of the file or of ``size``): damaged ones raise or are skipped, a torn
-        tail ends them (module docstring)."""
+        """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
+        see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
+        (module docstring)."""
         scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
         for b in scan.skipped:
             self._skip(b, start)
         if scan.error is not None:
             self._check_stop(scan, start, data, eof)
         return Window(start, data, scan)
+
+    def _torn(self, at: int, rest: bytes, eof: str) -> bool:
+        """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
+        tail (module docstring)."""
+        if not (len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest)):
+            return False
+        if self.committed:
+            return eof == "file"
+        oi = self._offset_index if self.index_source == "file" else None
+        return self.may_tear and not (oi is not None and len(oi) and oi.positions[-1] > at)
 
     def _skip(self, b: SkippedBatch, start: int) -> None:
         """Note a skipped batch once: a log line and a :class:`CorruptBatchWarning`."""
@@ -340,15 +363,15 @@ class LogSegment:
         log.warning("%s", line)
         warnings.warn(line, CorruptBatchWarning, stacklevel=2)
 
-    def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: bool) -> None:
+    def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: str | None) -> None:
         """The scan of ``data`` stopped early: a read cut short and a torn tail pass,
         anything else raises :class:`CorruptRecordError`."""
         at = start + scan.valid_bytes
         rest = data[scan.valid_bytes :]
         if scan.truncated:
-            if not eof:
+            if eof is None:
                 return  # the read ended inside a batch: the caller reads on
-            if len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest):
+            if self._torn(at, rest, eof):
                 return  # a torn tail: not written yet
         if start > 0 and self.index_source == "file":
             # read from an index position: the index may be wrong, not the log. A scan
@@ -397,8 +420,8 @@ class LogSegment:
             if len(tail) >= HEADER_SIZE:
                 size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
                 rest = self.window(end, end + size, verify_crc=False)
-                eof = end + size >= self.size or len(rest.data) < size
-                w = self._make_window(start, w.data[: end - start] + rest.data, eof=eof)
+                eof = self._eof(end, min(end + size, self.size), rest.data)
+                w = self._make_window(start, w.data[: end - start] + rest.data, eof)
         return w
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
