@@ -311,7 +311,8 @@ def scan_batches(
             if not ok and (stop_on_crc_error or skip_corrupt):
                 why = f"CRC-32C mismatch (stored {h.crc:#010x}, computed {computed:#010x})"
         if why is not None:
-            if skip_corrupt and not truncated and _plausible_end(view, pos + h.size, end):
+            plausible = h.batch_length >= HEADER_SIZE - LOG_OVERHEAD and not truncated
+            if skip_corrupt and plausible and _plausible_end(view, pos + h.size, end):
                 skipped.append(SkippedBatch(pos, h.size, h.base_offset, h.last_offset, why))
                 pos += h.size
                 continue

@@ -416,13 +416,20 @@ class LogSegment:
             )
             return self._span(lo, hi)
         if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
-            tail = w.data[end - start :]
-            if len(tail) >= HEADER_SIZE:
-                size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
-                rest = self.window(end, end + size, verify_crc=False)
-                eof = self._eof(end, min(end + size, self.size), rest.data)
-                w = self._make_window(start, w.data[: end - start] + rest.data, eof)
+            w = self.with_batch_at(w, end)
         return w
+
+    def with_batch_at(self, w: Window, end: int) -> Window:
+        """``w`` (read up to file position ``end`` plus the batch header there) with that
+        batch read whole too (one more ranged read), or ``w`` if its header is not in it."""
+        start = w.start
+        tail = w.data[end - start :]
+        if len(tail) < HEADER_SIZE:
+            return w
+        size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+        rest = self.window(end, end + size, verify_crc=False)
+        eof = self._eof(end, min(end + size, self.size), rest.data)
+        return self._make_window(start, w.data[: end - start] + rest.data, eof)
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
         """The index said batches start at ``start`` and ``end``: do they?"""
