@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 import seglake
 from seglake.cli.main import main as cli_main
 from seglake.config import LogConfig
-from seglake.errors import CorruptBatchWarning, CorruptRecordError
+from seglake.errors import CorruptBatchWarning, CorruptRecordError, TruncatedBatchError
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import rows_table
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.decode import decode_batch, decode_batches
 from seglake.storage.log import PartitionLog
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
@@ -120,6 +120,11 @@ def test_scan_tells_tail_from_corruption(lake: Path) -> None:
     s = scan_batches(bytes(bad), skip_corrupt=True)
     assert s.error is None and len(s) == len(scan) - 1
     assert [b.position for b in s.skipped] == [int(scan.position[3])]
+    with pytest.raises(TruncatedBatchError):
+        decode_batch(data[: int(scan.position[-1]) + 100], int(scan.position[-1]))
+    with pytest.raises(CorruptRecordError, match="CRC") as exc:
+        decode_batch(bytes(bad), int(scan.position[3]))
+    assert not isinstance(exc.value, TruncatedBatchError)
 
 
 @pytest.mark.parametrize("where", ["crc", "length"])

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import CorruptRecordError
+from seglake.errors import CorruptRecordError, TruncatedBatchError
 from seglake.record.batch import (
     CODEC_MASK,
     HEADER_SIZE,
@@ -97,11 +97,13 @@ def decode_batch(
 ) -> pa.Table:
     """Records of the single batch at byte ``position`` of ``buf``.
 
-    Raises :class:`CorruptRecordError` if no whole, valid batch starts there.
+    Raises :class:`CorruptRecordError` if no whole, valid batch starts there
+    (:class:`TruncatedBatchError` if it runs past the end of ``buf``).
     """
     scan = scan_batches(buf, start=position, max_batches=1, verify_crc=verify_crc)
     if not len(scan):
-        raise CorruptRecordError(f"no valid batch: {scan.error}", path=path, position=position)
+        error = TruncatedBatchError if scan.truncated else CorruptRecordError
+        raise error(f"no valid batch: {scan.why}", path=path, position=position)
     return decode_batches(buf, scan, skip_control=skip_control, path=path)
 
 
