@@ -16,28 +16,13 @@ An index that is missing, fails its sanity check, or points where no matching ba
 starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a warning is
 logged), so a broken index never yields wrong records.
 
-Damaged bytes are never read as "not written yet" (:meth:`LogSegment._make_window`):
-
-    torn tail   the last batch runs past the end of the file (its header has magic 2),
-                or a partial header, or zeros to the end, and: in a lake (``committed``)
-                the file is shorter than the catalog's ``size_bytes``; in a broker
-                directory the segment is the partition's last (``may_tear``) and no
-                offset index entry lies past it. The records before it are the
-                segment's records (Kafka's recovery cuts there)
-    corruption  anything else that does not scan (CRC, magic, length, offsets going
-                backwards, a batch running past a committed size): raises
-                :class:`CorruptRecordError` naming the file, position, offsets and why;
-                with ``on_corrupt="skip"`` a damaged batch whose length is plausible is
-                skipped instead (``skipped``, a :class:`CorruptBatchWarning` each), and
-                one whose length is garbage raises even then (the rest of the segment
-                cannot be found without trusting it)
+Damaged bytes are never read as "not written yet" (a torn tail is told from corruption,
+which raises or is skipped): :mod:`seglake.storage.segment_window`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -47,8 +32,6 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import (
-    ConfigError,
-    CorruptBatchWarning,
     CorruptIndexError,
     CorruptRecordError,
     SegmentNotFoundError,
@@ -56,13 +39,10 @@ from seglake.errors import (
 from seglake.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
-    MAGIC,
-    BatchHeader,
     BatchScan,
     SkippedBatch,
-    scan_batches,
 )
-from seglake.record.decode import decode_batches, record_times
+from seglake.record.decode import decode_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -72,19 +52,12 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 4096
-ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
-
-
-def check_on_corrupt(value: str) -> str:
-    """``value`` if it is one of :data:`ON_CORRUPT`, else :class:`ConfigError`."""
-    if value not in ON_CORRUPT:
-        raise ConfigError(f"on_corrupt {value!r}: expected one of {', '.join(ON_CORRUPT)}")
-    return value
 
 
 class TimestampOffset(NamedTuple):
@@ -92,45 +65,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-@dataclasses.dataclass
-class Window:
-    """Bytes of a ``.log`` starting at file position ``start``, and the whole batches in
-    them (``scan`` positions are relative to ``data``)."""
-
-    start: int
-    data: bytes
-    scan: BatchScan
-
-    @property
-    def positions(self) -> np.ndarray:
-        """File positions of the batches."""
-        return self.scan.position + self.start
-
-    @property
-    def end(self) -> int:
-        """File position just past the last whole batch."""
-        return self.start + self.scan.valid_bytes
-
-    def decode(
-        self,
-        sel: slice | np.ndarray | None = None,
-        *,
-        skip_control: bool = True,
-        path: str | None = None,
-    ) -> pa.Table:
-        scan = self.scan if sel is None else self.scan.take(sel)
-        return decode_batches(self.data, scan, skip_control=skip_control, path=path)
-
-    def record_times(
-        self, sel: slice | np.ndarray | None = None, *, path: str | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
-        left out), checked as it checks them, with no key, value or header decoded."""
-        scan = self.scan if sel is None else self.scan.take(sel)
-        return record_times(self.data, scan, path=path)
-
-
-class LogSegment:
+class LogSegment(WindowReads):
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -322,75 +257,6 @@ class LogSegment:
         end = min(end, self.size)
         data = self._read_range(start, end - start) if end > start else b""
         return self._make_window(start, data, self._eof(start, end, data), verify_crc=verify_crc)
-
-    def _eof(self, start: int, end: int, data: bytes) -> str | None:
-        """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
-        the file is shorter), ``"size"`` (at ``size``), else ``None`` (a cut read)."""
-        if len(data) < end - start:
-            return "file"
-        return "size" if end >= self.size else None
-
-    def _make_window(
-        self, start: int, data: bytes, eof: str | None, *, verify_crc: bool = True
-    ) -> Window:
-        """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
-        see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
-        (module docstring)."""
-        scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
-        for b in scan.skipped:
-            self._skip(b, start)
-        if scan.error is not None:
-            self._check_stop(scan, start, data, eof)
-        return Window(start, data, scan)
-
-    def _torn(self, at: int, rest: bytes, eof: str) -> bool:
-        """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
-        tail (module docstring)."""
-        if not (len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest)):
-            return False
-        if self.committed:
-            return eof == "file"
-        oi = self._offset_index if self.index_source == "file" else None
-        return self.may_tear and not (oi is not None and len(oi) and oi.positions[-1] > at)
-
-    def _skip(self, b: SkippedBatch, start: int) -> None:
-        """Note a skipped batch once: a log line and a :class:`CorruptBatchWarning`."""
-        at = start + b.position
-        if at in self.skipped:
-            return
-        self.skipped[at] = b._replace(position=at)
-        line = "skipped a damaged batch: " + b.describe(self.log_path, start)
-        log.warning("%s", line)
-        warnings.warn(line, CorruptBatchWarning, stacklevel=2)
-
-    def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: str | None) -> None:
-        """The scan of ``data`` stopped early: a read cut short and a torn tail pass,
-        anything else raises :class:`CorruptRecordError`."""
-        at = start + scan.valid_bytes
-        rest = data[scan.valid_bytes :]
-        if scan.truncated:
-            if eof is None:
-                return  # the read ended inside a batch: the caller reads on
-            if self._torn(at, rest, eof):
-                return  # a torn tail: not written yet
-        if start > 0 and self.index_source == "file":
-            # read from an index position: the index may be wrong, not the log. A scan
-            # from 0 raises if the log is damaged; else the caller sees the index
-            # disagree and rebuilds it
-            self.window(0, self.size)
-            return
-        head = BatchHeader.unpack_from(rest) if len(rest) >= HEADER_SIZE else None
-        offsets = f" with offsets {head.base_offset}..{head.last_offset}" if head else ""
-        after = f" (after offset {int(scan.last_offset[-1])})" if len(scan) else ""
-        if scan.truncated:
-            what = f"{scan.why} and is not a torn tail (magic {rest[16]})"
-        else:
-            what = f"{scan.why}; {self.size - at - (head.size if head else 0)} bytes follow"
-            what += f" inside the size {self.size}" if head and at + head.size <= self.size else ""
-        if self.on_corrupt == "skip":
-            what += f"; cannot be skipped: its length is not plausible, bytes [{at}, "
-            what += f"{self.size}) are unreadable"
-        raise CorruptRecordError(f"batch{offsets}{after}: {what}", path=self.log_path, position=at)
 
     def scan(self) -> BatchScan:
         """Headers of every valid batch (one full read); stops at a corrupt tail."""
