@@ -337,7 +337,7 @@ def _plausible_end(view: memoryview, at: int, end: int) -> bool:
         return False
     if end - at < HEADER_SIZE:
         return True
-    h = BatchHeader(*HEADER.unpack_from(view, at), at)
+    h = BatchHeader(*HEADER.unpack_from(view, at), at)  # type: ignore[call-arg]  # 13 fields
     return h.magic == MAGIC and h.batch_length >= HEADER_SIZE - LOG_OVERHEAD
 
 

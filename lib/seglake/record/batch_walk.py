@@ -87,7 +87,7 @@ def walk_batches(
         start, end = position + HEADER_SIZE, position + size  # no copy
     else:
         if views is None:
-            mv = memoryview(data)
+            mv = memoryview(data)  # type: ignore[arg-type]  # ndarray
             views = [
                 mv[a + HEADER_SIZE : a + z]
                 for a, z in zip(position.tolist(), size.tolist(), strict=True)

@@ -431,8 +431,9 @@ def answer_queries(
         ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
     if on_corrupt == "skip":
         _mark_skipped(ans, [(r, where) for r, which, where in reqs if which is not None], target)
-        for r, _, _ in reqs if skipped is not None else []:
-            skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
+        for r, _, _ in reqs:
+            if skipped is not None:
+                skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
     for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
         for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
             _scan_on(cache, root, ans, i, int(target[i]), where)

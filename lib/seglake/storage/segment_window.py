@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,9 @@ from seglake.record.batch import (
     scan_batches,
 )
 from seglake.record.decode import decode_batches, record_times
+
+if TYPE_CHECKING:
+    from seglake.storage.offset_index import OffsetIndex
 
 log = logging.getLogger("seglake.storage.segment")
 ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
@@ -91,6 +95,21 @@ class WindowReads:
     """:class:`~seglake.storage.segment.LogSegment`'s making of windows: it provides
     ``size``, ``log_path``, ``committed``, ``may_tear``, ``on_corrupt``, ``skipped``,
     ``index_source``, ``_offset_index`` and ``window``."""
+
+    log_path: str
+    committed: bool
+    may_tear: bool
+    on_corrupt: str
+    skipped: dict[int, SkippedBatch]
+    index_source: str
+    _offset_index: OffsetIndex | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def size(self) -> int: ...
+
+        def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window: ...
 
     def _eof(self, start: int, end: int, data: bytes) -> str | None:
         """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
