@@ -218,10 +218,11 @@ def test_torn_tail_of_a_broker_dir_still_reads(lake: Path) -> None:
     mid = logs(lake)[1]
     data = mid.read_bytes()
     scan = scan_batches(data)
-    mid.write_bytes(data[: int(scan.position[-1]) + 30])
-    with pytest.raises(CorruptRecordError) as exc:
-        PartitionLog.open(str(d)).read_range(0, N)
-    expect_named(exc, mid, int(scan.position[-1]))
+    for cut in (30, 10, 100):  # inside the header, a partial header, inside the batch
+        mid.write_bytes(data[: int(scan.position[-1]) + cut])
+        with pytest.raises(CorruptRecordError, match="not a torn tail") as exc:
+            PartitionLog.open(str(d)).read_range(0, N)
+        expect_named(exc, mid, int(scan.position[-1]))
 
 
 def test_cli_read_and_offset_for_time(lake: Path, capsys) -> None:

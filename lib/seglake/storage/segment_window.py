@@ -170,11 +170,15 @@ class WindowReads:
         head = BatchHeader.unpack_from(rest) if len(rest) >= HEADER_SIZE else None
         offsets = f" with offsets {head.base_offset}..{head.last_offset}" if head else ""
         after = f" (after offset {int(scan.last_offset[-1])})" if len(scan) else ""
+        batch_bytes = (
+            head.size if head is not None and HEADER_SIZE <= head.size <= self.size - at else 0
+        )
         if scan.truncated:
-            what = f"{scan.why} and is not a torn tail (magic {rest[16]})"
+            what = f"{scan.why}, not a torn tail"
+            what += f" (magic {rest[16]})" if head else " (a segment that is not the last)"
         else:
-            what = f"{scan.why}; {self.size - at - (head.size if head else 0)} bytes follow"
-            what += f" inside the size {self.size}" if head and at + head.size <= self.size else ""
+            what = f"{scan.why}; {self.size - at - batch_bytes} bytes follow"
+            what += f" inside the size {self.size}" if batch_bytes else ""
         if self.on_corrupt == "skip":
             what += f"; cannot be skipped: its length is not plausible, bytes [{at}, "
             what += f"{self.size}) are unreadable"
