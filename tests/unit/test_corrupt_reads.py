@@ -256,7 +256,7 @@ def test_cli_no_traceback(lake: Path) -> None:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_random_damage_never_silently_drops(pristine: Path, tmp_path_factory, data) -> None:
