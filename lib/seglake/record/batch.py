@@ -229,11 +229,6 @@ SCAN_COLUMNS = tuple(
 )
 
 
-def check_header(h: BatchHeader, remaining: int) -> str | None:
-    """Why the batch at ``h.position`` is structurally invalid, or ``None``."""
-    return batch_problem(h, remaining)[0]
-
-
 def batch_problem(h: BatchHeader, remaining: int) -> tuple[str | None, bool]:
     """``(why, truncated)``: why the batch at ``h.position`` is invalid (``None``: it is
     not) and whether that is only that it runs past the ``remaining`` bytes. A length
