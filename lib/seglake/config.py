@@ -129,6 +129,14 @@ SETTINGS: tuple[Setting, ...] = (
         0,
     ),
     Setting(
+        "seglake.read.corrupt",
+        "read_corrupt",
+        str,
+        "raise",
+        "a damaged batch (CRC, magic, length): raise (the job fails, exit 2) or skip it "
+        "(every other record is read; the job prints each batch skipped)",
+    ),
+    Setting(
         "seglake.ingest.task.max.records",
         "task_max_records",
         int,
@@ -213,6 +221,7 @@ class LogConfig:
     timestamp_type: str = "CreateTime"
     num_partitions: int = 1
     index_cache_bytes: int = 256 * 1024 * 1024
+    read_corrupt: str = "raise"
     task_max_records: int = 4_000_000
     ingest_order: str = "input"
     ingest_shuffle: str = "auto"
@@ -235,6 +244,8 @@ class LogConfig:
                 f"message.timestamp.type={self.timestamp_type!r}: expected "
                 "CreateTime or LogAppendTime"
             )
+        if self.read_corrupt not in ("raise", "skip"):
+            raise ConfigError(f"seglake.read.corrupt={self.read_corrupt!r}: expected raise or skip")
         if self.ingest_order not in ("input", "timestamp"):
             raise ConfigError(
                 f"seglake.ingest.order={self.ingest_order!r}: expected input or timestamp"

@@ -6,6 +6,7 @@ SeglakeError
 ├── InputSchemaError       input columns missing or of the wrong type
 ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
 ├── CorruptRecordError     bytes of a .log that do not decode
+│   └── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   └── VersionSupersededError  a pinned catalog version whose files were deleted since
@@ -54,6 +55,16 @@ class CorruptRecordError(SeglakeError):
         super().__init__(f"{': '.join(where)}: {message}" if where else message)
         self.path = path
         self.position = position
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """A batch, or its header, runs past the end of the bytes given: a torn tail when
+    those bytes end where the file ends (a broker's crash), else a read cut short."""
+
+
+class CorruptBatchWarning(UserWarning):
+    """A damaged batch was skipped (``on_corrupt="skip"``); the message names the file,
+    its position, its offsets and what is wrong."""
 
 
 class CorruptIndexError(CorruptRecordError):

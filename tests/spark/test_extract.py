@@ -226,7 +226,9 @@ def test_a_batch_claiming_too_many_records_is_set_aside_without_allocating():
     from tests.unit.test_decode import raw_batch, raw_record
 
     good = raw_record(0, 0, b"key", b"value")
-    data = raw_batch(good, 60_000_000) + raw_batch(good, 1, base_offset=1, base_ts=7)
+    data = raw_batch(good, 60_000_000, last_offset_delta=0) + raw_batch(
+        good, 1, base_offset=1, base_ts=7
+    )
     w = Window(0, data, scan_batches(data))
     tracemalloc.start()
     try:

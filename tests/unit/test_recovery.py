@@ -146,9 +146,9 @@ def test_bit_flip_truncates_and_deletes_later_segments(part: Path) -> None:
     data = bytearray(victim.read_bytes())
     scan = scan_batches(bytes(data))
     k = len(scan) // 2
+    full = records(part)  # read before the damage: reads now refuse a corrupt batch
     data[int(scan.position[k]) + 70] ^= 0x10  # inside the records: CRC catches it
     victim.write_bytes(bytes(data))
-    full = records(part)
     rep = recover_partition(str(part), interval=INTERVAL)
     assert rep.segments[1].error and "CRC" in rep.segments[1].error
     assert rep.segments[1].valid_bytes == int(scan.position[k])

@@ -16,6 +16,7 @@ from seglake.api.partition import LRU, Partition
 from seglake.api.render import html_table, iso, size_text
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.storage.segment import check_on_corrupt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +35,10 @@ class Lake:
         version: int | None = None,
         storage_options: Mapping[str, str] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        on_corrupt: str = "raise",
     ) -> None:
         self.root = os.fspath(root)
+        self.on_corrupt = check_on_corrupt(on_corrupt)
         self.catalog = Catalog(self.root, storage_options=storage_options)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._cache = LRU(cache_bytes)
@@ -211,12 +214,24 @@ def open(
     version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    on_corrupt: str = "raise",
 ) -> Lake:
     """Open the lake at ``root`` (path or URI) at catalog ``version`` (default: newest).
 
     ``cache_bytes`` bounds the decoded records kept for repeated point lookups.
+    ``on_corrupt``: a damaged batch (CRC mismatch, bad magic or length, offsets going
+    backwards) makes a read raise :class:`CorruptRecordError` naming the file, position
+    and offsets (``"raise"``, the default), or with ``"skip"`` is left out with a
+    :class:`~seglake.errors.CorruptBatchWarning` saying which (``Partition.skipped``
+    lists them); every other record is still returned.
 
     Raises:
         CatalogError: no catalog at ``root`` (or no such version).
     """
-    return Lake(root, version=version, storage_options=storage_options, cache_bytes=cache_bytes)
+    return Lake(
+        root,
+        version=version,
+        storage_options=storage_options,
+        cache_bytes=cache_bytes,
+        on_corrupt=on_corrupt,
+    )

@@ -16,6 +16,7 @@ from seglake import fs as lakefs
 from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.errors import SegmentNotFoundError
+from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
@@ -93,7 +94,7 @@ class Partition:
         self.partition = partition
         self.rows = rows
         fs, base = lakefs.resolve(lake.root)
-        self.log = PartitionLog.from_rows(fs, base, rows)
+        self.log = PartitionLog.from_rows(fs, base, rows, on_corrupt=lake.on_corrupt)
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
@@ -114,6 +115,11 @@ class Partition:
     def log_end_offset(self) -> int:
         """Last offset + 1."""
         return self.log.log_end_offset
+
+    @property
+    def skipped(self) -> list[tuple[str, SkippedBatch]]:
+        """``(file, batch)`` of each damaged batch skipped so far (``on_corrupt="skip"``)."""
+        return self.log.skipped
 
     def segments(self) -> pd.DataFrame:
         """This partition's catalog rows."""

@@ -140,7 +140,7 @@ def dump_log(
             if print_data:
                 line += f" key: {_text(key)} payload: {_text(value)}"
             out.write(line + "\n")
-    if scan.error is not None and len(data) < size and "truncated" in str(scan.error):
+    if scan.truncated and len(data) < size:
         if not as_json:  # the byte limit cut a batch: not corruption
             out.write(f"(first {len(data)} of {size} bytes)\n")
         return 0

@@ -49,12 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TIMESTAMP",
         help="epoch ms, or -2 earliest, -1 latest, -3 max timestamp",
     )
+    _skip_corrupt(o)
 
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
     r.add_argument("--offset", type=int, required=True)
     r.add_argument("--max-records", type=int, default=10)
     r.add_argument("--json", action="store_true", help="one JSON object per record")
+    _skip_corrupt(r)
 
     c = sub.add_parser(
         "cleanup", help="finish committed runs' moves; delete files of runs that never committed"
@@ -105,6 +107,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _skip_corrupt(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--skip-corrupt",
+        action="store_true",
+        help="skip damaged batches (CRC, magic, length) and name each on stderr, instead "
+        "of stopping with an error (exit 2); a torn tail is never an error",
+    )
+
+
+def _open_log(args: argparse.Namespace):
+    import warnings
+
+    from seglake.storage.log import PartitionLog
+
+    if args.skip_corrupt:  # reported by _report_skipped, one line each
+        warnings.simplefilter("ignore")
+    return PartitionLog.open(
+        args.partition_dir, on_corrupt="skip" if args.skip_corrupt else "raise"
+    )
+
+
+def _report_skipped(log) -> None:
+    for path, b in log.skipped:
+        print(f"seglake: warning: skipped a damaged batch: {b.describe(path)}", file=sys.stderr)
+
+
 def _record_json(r: dict) -> str:
     def b64(b: bytes | None) -> str | None:
         return None if b is None else base64.b64encode(b).decode("ascii")
@@ -136,9 +164,9 @@ def run(argv: list[str] | None = None) -> int:
             max_bytes=args.max_bytes,
         )
     if args.command == "offset-for-time":
-        from seglake.storage.log import PartitionLog
-
-        found = PartitionLog.open(args.partition_dir).offsets_for_times(args.timestamp)
+        log = _open_log(args)
+        found = log.offsets_for_times(args.timestamp)
+        _report_skipped(log)
         print(
             json.dumps(
                 {"offset": None}
@@ -148,9 +176,7 @@ def run(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.command == "read":
-        from seglake.storage.log import PartitionLog
-
-        log = PartitionLog.open(args.partition_dir)
+        log = _open_log(args)
         for r in log.read(args.offset, args.max_records).to_pylist():
             if args.json:
                 print(_record_json(r))
@@ -160,6 +186,7 @@ def run(argv: list[str] | None = None) -> int:
                     f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
                     f"value: {r['value']!r} headers: {headers}"
                 )
+        _report_skipped(log)
         return 0
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup

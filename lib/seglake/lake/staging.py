@@ -169,9 +169,11 @@ def open_partition(
     *,
     catalog: Catalog | None = None,
     rows: pa.Table | None = None,
+    on_corrupt: str = "raise",
 ) -> PartitionLog:
-    """The committed segments of one partition, as a :class:`PartitionLog`."""
+    """The committed segments of one partition, as a :class:`PartitionLog` (reads raise
+    at a damaged batch, or skip it with ``on_corrupt="skip"``)."""
     fs, base = lakefs.resolve(root)
     if rows is None:
         rows = (catalog or Catalog(root)).segments(topic, partition)
-    return PartitionLog.from_rows(fs, base, rows)
+    return PartitionLog.from_rows(fs, base, rows, on_corrupt=on_corrupt)

@@ -15,8 +15,17 @@ attributes: bits 0-2 codec, bit 3 timestampType (1 LogAppendTime), bit 4 transac
 bit 5 control, bit 6 hasDeleteHorizonMs.
 
 :func:`scan_batches` walks batch headers (never records) and stops, without raising, at
-the first batch that is truncated or invalid: ``valid_bytes`` is where a reader (or
-recovery) must stop, as Kafka's ``LogSegment.recover`` does.
+the first batch that is truncated or invalid: ``valid_bytes`` is where recovery must
+cut, as Kafka's ``LogSegment.recover`` does. It tells the two apart (``truncated``):
+
+    truncated  fewer than 61 bytes left, or the batch runs past ``end``: a torn tail if
+               ``end`` is where the file ends (``LogSegment`` decides), else a cut read
+    corrupt    batchLength below 49, magic != 2, negative counts, CRC mismatch, or offsets
+               not above the previous batch's: bytes that are there and wrong
+
+With ``skip_corrupt`` a corrupt batch whose length is plausible (it ends at ``end`` or
+where the next header has magic 2 and a valid length) is set aside (``skipped``) and
+the scan goes on; one whose length is garbage still stops it.
 """
 
 from __future__ import annotations
@@ -62,6 +71,25 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+
+class SkippedBatch(NamedTuple):
+    """A corrupt batch :func:`scan_batches` set aside (``skip_corrupt``); offsets are
+    what its header says (not covered by the CRC)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    why: str
+
+    def describe(self, path: str | None, start: int = 0) -> str:
+        """One line: file, position (``start`` + position), offsets, size, why."""
+        where = f"{path}: " if path else ""
+        return (
+            f"{where}position {start + self.position}: batch with offsets "
+            f"{self.base_offset}..{self.last_offset} ({self.size} bytes): {self.why}"
+        )
 
 
 class BatchHeader(NamedTuple):
@@ -117,7 +145,8 @@ class BatchScan:
 
     ``valid_bytes`` is the end of the last complete, valid batch (relative to the file
     start, i.e. including ``start``); ``error`` says why the scan stopped early, or is
-    ``None`` when it reached ``end`` exactly.
+    ``None`` when it reached ``end`` exactly; ``truncated`` whether it stopped because
+    the batch there runs past ``end`` (not because its bytes are wrong).
     """
 
     position: np.ndarray  # int64, byte position of the batch in the file
@@ -135,9 +164,16 @@ class BatchScan:
     crc_valid: np.ndarray  # bool
     valid_bytes: int
     error: str | None = None
+    truncated: bool = False  # the scan stopped at a batch running past ``end``
+    skipped: tuple[SkippedBatch, ...] = ()  # corrupt batches set aside (skip_corrupt)
 
     def __len__(self) -> int:
         return len(self.position)
+
+    @property
+    def why(self) -> str | None:
+        """``error`` without its ``position N:`` prefix."""
+        return None if self.error is None else self.error.split(": ", 1)[-1]
 
     @property
     def codec(self) -> np.ndarray:
@@ -172,31 +208,48 @@ class BatchScan:
 
     def take(self, sel: slice | np.ndarray) -> BatchScan:
         """The batches selected by ``sel`` (valid_bytes/error kept)."""
-        fields = {
-            f.name: getattr(self, f.name)[sel]
-            for f in dataclasses.fields(self)
-            if f.name not in ("valid_bytes", "error")
-        }
-        return BatchScan(**fields, valid_bytes=self.valid_bytes, error=self.error)
+        fields = {f: getattr(self, f)[sel] for f in SCAN_COLUMNS}
+        return BatchScan(
+            **fields,
+            valid_bytes=self.valid_bytes,
+            error=self.error,
+            truncated=self.truncated,
+            skipped=self.skipped,
+        )
 
     @classmethod
     def empty(cls, valid_bytes: int = 0, error: str | None = None) -> BatchScan:
         return _from_rows([], valid_bytes, error)
 
 
-def check_header(h: BatchHeader, remaining: int) -> str | None:
-    """Why the batch at ``h.position`` is structurally invalid, or ``None``."""
-    if h.magic != MAGIC:
-        return f"magic {h.magic} (expected {MAGIC})"
+SCAN_COLUMNS = tuple(
+    f.name
+    for f in dataclasses.fields(BatchScan)
+    if f.name not in ("valid_bytes", "error", "truncated", "skipped")
+)
+
+
+def batch_problem(h: BatchHeader, remaining: int) -> tuple[str | None, bool]:
+    """``(why, truncated)``: why the batch at ``h.position`` is invalid (``None``: it is
+    not) and whether that is only that it runs past the ``remaining`` bytes. A length
+    below the minimum is corruption; a plausible one running past the end is checked
+    before the magic, so a read cut inside a batch never calls it corrupt."""
     if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-        return f"batch length {h.batch_length} is below the minimum {HEADER_SIZE - LOG_OVERHEAD}"
+        return (
+            f"batch length {h.batch_length} is below the minimum {HEADER_SIZE - LOG_OVERHEAD}",
+            False,
+        )
     if h.size > remaining:
-        return f"batch of {h.size} bytes is truncated ({remaining} bytes remain)"
+        return f"batch of {h.size} bytes is truncated ({remaining} bytes remain)", True
+    if h.magic != MAGIC:
+        return f"magic {h.magic} (expected {MAGIC})", False
     if h.records_count < 0 or h.last_offset_delta < 0:
         return (
-            f"records count {h.records_count} / last offset delta {h.last_offset_delta} is negative"
+            f"records count {h.records_count} / last offset delta {h.last_offset_delta} "
+            "is negative",
+            False,
         )
-    return None
+    return None, False
 
 
 def scan_batches(
@@ -208,6 +261,7 @@ def scan_batches(
     stop_on_crc_error: bool = True,
     max_batches: int | None = None,
     stop_after_offset: int | None = None,
+    skip_corrupt: bool = False,
 ) -> BatchScan:
     """Walk the batch headers of ``buf[start:end]`` without decoding records.
 
@@ -219,39 +273,67 @@ def scan_batches(
             and go on (``seglake dump``).
         max_batches: stop after this many batches.
         stop_after_offset: stop after the first batch whose last offset >= this.
+        skip_corrupt: set a corrupt batch with a plausible length aside (``skipped``)
+            and go on (see the module docstring).
 
-    Never raises for bad bytes; see ``valid_bytes`` and ``error`` of the result.
+    Never raises for bad bytes; see ``valid_bytes``, ``error`` and ``truncated``.
     """
     view = memoryview(buf)
     end = len(view) if end is None else min(end, len(view))
     rows: list[tuple] = []
     crcs: list[bool] = []
+    skipped: list[SkippedBatch] = []
     pos = start
     error = None
+    truncated = False
+    prev_last = None
     unpack = HEADER.unpack_from
     while pos < end:
         if max_batches is not None and len(rows) >= max_batches:
             break
         if end - pos < HEADER_SIZE:
             error = f"position {pos}: {end - pos} bytes left, less than a batch header"
+            truncated = True
             break
         h = BatchHeader(*unpack(view, pos), pos)  # type: ignore[call-arg]  # 13 fields
-        why = check_header(h, end - pos)
-        if why:
+        why, truncated = batch_problem(h, end - pos)
+        ok = True
+        if why is None and prev_last is not None and h.base_offset <= prev_last:
+            why = f"batch offsets {h.base_offset}..{h.last_offset} do not follow {prev_last}"
+        if why is None and verify_crc:
+            computed = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + h.size])
+            ok = computed == h.crc
+            if not ok and (stop_on_crc_error or skip_corrupt):
+                why = f"CRC-32C mismatch (stored {h.crc:#010x}, computed {computed:#010x})"
+        if why is not None:
+            plausible = h.batch_length >= HEADER_SIZE - LOG_OVERHEAD and not truncated
+            if skip_corrupt and plausible and _plausible_end(view, pos + h.size, end):
+                skipped.append(SkippedBatch(pos, h.size, h.base_offset, h.last_offset, why))
+                pos += h.size
+                continue
             error = f"position {pos}: {why}"
             break
-        ok = True
-        if verify_crc:
-            ok = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + h.size]) == h.crc
-            if not ok and stop_on_crc_error:
-                error = f"position {pos}: CRC-32C mismatch (stored {h.crc:#010x})"
-                break
         rows.append(h)
         crcs.append(ok)
+        prev_last = h.last_offset
         pos += h.size
         if stop_after_offset is not None and h.last_offset >= stop_after_offset:
             break
-    return _from_rows(rows, pos, error, crcs)
+    scan = _from_rows(rows, pos, error, crcs)
+    scan.truncated, scan.skipped = truncated and error is not None, tuple(skipped)
+    return scan
+
+
+def _plausible_end(view: memoryview, at: int, end: int) -> bool:
+    """A batch ending at ``at`` has a plausible length: ``at`` is past the batch header
+    and is ``end``, or a batch header with magic 2 and a valid length starts there (or
+    too few bytes are left to tell: the caller's read ends there)."""
+    if at > end:
+        return False
+    if end - at < HEADER_SIZE:
+        return True
+    h = BatchHeader(*HEADER.unpack_from(view, at), at)  # type: ignore[call-arg]  # 13 fields
+    return h.magic == MAGIC and h.batch_length >= HEADER_SIZE - LOG_OVERHEAD
 
 
 def _from_rows(

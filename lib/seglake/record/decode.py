@@ -13,25 +13,13 @@ position, the record and the numbers; nothing is allocated from an unchecked len
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import CorruptRecordError
-from seglake.record.batch import (
-    CODEC_MASK,
-    HEADER_SIZE,
-    TIMESTAMP_TYPE_BIT,
-    BatchScan,
-    scan_batches,
-)
-from seglake.record.codecs import (
-    MAX_BLOCK_OUTPUT,
-    Inflater,
-    OutputLimitError,
-    inflate_budget,
-)
+from seglake.errors import CorruptRecordError, TruncatedBatchError
+from seglake.record.batch import BatchScan, scan_batches
+from seglake.record.batch_walk import Walked, walk_batches
+from seglake.record.codecs import MAX_BLOCK_OUTPUT
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
@@ -40,9 +28,7 @@ from seglake.record.walk import (
     MIN_RECORD_SIZE,
     BatchContext,
     HeaderFields,
-    read_fields,
     walk_headers,
-    walk_records,
 )
 
 # fast_varints (seglake.record.varint) and MIN_* (seglake.record.walk): re-exported
@@ -97,11 +83,13 @@ def decode_batch(
 ) -> pa.Table:
     """Records of the single batch at byte ``position`` of ``buf``.
 
-    Raises :class:`CorruptRecordError` if no whole, valid batch starts there.
+    Raises :class:`CorruptRecordError` if no whole, valid batch starts there
+    (:class:`TruncatedBatchError` if it runs past the end of ``buf``).
     """
     scan = scan_batches(buf, start=position, max_batches=1, verify_crc=verify_crc)
     if not len(scan):
-        raise CorruptRecordError(f"no valid batch: {scan.error}", path=path, position=position)
+        error = TruncatedBatchError if scan.truncated else CorruptRecordError
+        raise error(f"no valid batch: {scan.why}", path=path, position=position)
     return decode_batches(buf, scan, skip_control=skip_control, path=path)
 
 
@@ -169,122 +157,16 @@ def record_times(
     return r.offset, r.timestamp
 
 
-class _Walked(NamedTuple):
-    """Records of the batches ``sel`` of a scan, found and checked up to their headers."""
-
-    sel: np.ndarray
-    data: np.ndarray  # the records blocks (:func:`_record_blocks`)
-    ctx: BatchContext  # rec_batch: index into ``sel`` of each record's batch
-    rec_end: np.ndarray
-    fields: dict[str, np.ndarray]  # :func:`~seglake.record.walk.read_fields`
-    log_append: np.ndarray  # per batch of ``sel``
-    offset: np.ndarray
-    timestamp: np.ndarray
-
-
 def _walk(
     buf: bytes | bytearray | memoryview,
     scan: BatchScan,
     skip_control: bool,
     path: str | None,
     limits: tuple[int, int | None],
-) -> _Walked | None:
+) -> Walked | None:
     """Decompress, walk and check the records of ``scan``; ``None``: no batch selected."""
-    data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
-    if not len(sel):
-        return None
-    position = scan.position[sel]
-    end = position + scan.size[sel]
-    if int(position.min()) < 0 or int(end.max()) > len(data):
-        raise CorruptRecordError(
-            f"scan describes batches up to byte {int(end.max())}, the buffer has {len(data)}",
-            path=path,
-        )
-    counts = scan.records_count[sel]
-    ctx = BatchContext(path, position, scan.base_offset[sel], counts)
-    data, start, end = _record_blocks(
-        data,
-        position + HEADER_SIZE,
-        end,
-        scan.attributes[sel] & CODEC_MASK,
-        ctx,
-        limits,
-    )
-    ctx.index_records(start, end)  # one entry per record, once the counts are bounded
-    body, rec_end = walk_records(data, start, end, ctx)
-    rec_batch = ctx.rec_batch
-    f = read_fields(data, body, rec_end, ctx)
-
-    offset_delta = f["offset_delta"]
-    last_delta = (scan.last_offset[sel] - scan.base_offset[sel])[rec_batch]
-    ctx.check(
-        (offset_delta < 0) | (offset_delta > last_delta),
-        lambda i: (
-            f"offset delta {int(offset_delta[i])} is outside [0, lastOffsetDelta "
-            f"{int(last_delta[i])}]"
-        ),
-    )
-    same = rec_batch[1:] == rec_batch[:-1]
-    back = np.concatenate(([False], same & (offset_delta[1:] <= offset_delta[:-1])))
-    ctx.check(
-        back,
-        lambda i: f"offset delta {int(offset_delta[i])} does not follow {int(offset_delta[i - 1])}",
-    )
-
-    attrs = scan.attributes[sel]
-    log_append = (attrs & TIMESTAMP_TYPE_BIT) != 0
-    timestamp = scan.base_timestamp[sel][rec_batch] + f["timestamp_delta"]
-    if log_append.any():
-        lat = log_append[rec_batch]
-        timestamp[lat] = scan.max_timestamp[sel][rec_batch][lat]
-    offset = scan.base_offset[sel][rec_batch] + offset_delta
-    return _Walked(sel, data, ctx, rec_end, f, log_append, offset, timestamp)
-
-
-def _record_blocks(
-    data: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    codec: np.ndarray,
-    ctx: BatchContext,
-    limits: tuple[int, int | None],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(data, start, end)``: the records block of each batch is ``data[start:end]``.
-
-    Without compression that is the file buffer itself (no copy); otherwise the blocks,
-    decompressed where needed, are joined into one buffer. ``limits``: bytes one block,
-    and all blocks together (``None``: :func:`inflate_budget`), may decompress to.
-    """
-    packed = (codec != 0) & (end > start)
-    if not packed.any():
-        return data, start, end
-    max_block, budget = limits
-    if budget is None:
-        budget = inflate_budget(int((end - start)[packed].sum()))
-    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
-    out = Inflater()
-    sizes = np.empty(len(start), dtype=np.int64)
-    left = budget
-    for b, (a, z, c) in enumerate(zip(start.tolist(), end.tolist(), codec.tolist(), strict=True)):
-        if not (c and z > a):
-            sizes[b] = out.append_raw(view[a:z])
-            continue
-        limit = min(max_block, left)
-        try:
-            sizes[b] = out.append(c, view[a:z], limit)
-        except OutputLimitError as exc:
-            why = (
-                "max_batch_bytes"
-                if limit == max_block
-                else f"what is left of the {budget}-byte budget of this read"
-            )
-            raise ctx.error(b, f"records block: {exc} ({why})") from None
-        except CorruptRecordError as exc:
-            raise ctx.error(b, f"records block: {exc}") from None
-        left -= int(sizes[b])
-    new_end = np.cumsum(sizes)
-    return out.data, new_end - sizes, new_end
+    return walk_batches(buf, scan, sel, path, limits) if len(sel) else None
 
 
 def _headers(

@@ -224,9 +224,15 @@ def _length_message(k: int, length: int, remaining: int) -> str:
 
 
 def read_fields(
-    data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
+    data: np.ndarray,
+    body: np.ndarray,
+    end: np.ndarray,
+    ctx: BatchContext,
+    *,
+    deltas_only: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Timestamp/offset deltas, key/value positions and lengths, header counts."""
+    """Timestamp/offset deltas, key/value positions and lengths, header counts (only
+    the two deltas with ``deltas_only``)."""
     out: dict[str, np.ndarray] = {}
     p = body + 1  # attributes: unused
 
@@ -243,6 +249,8 @@ def read_fields(
 
     out["timestamp_delta"] = varint("timestamp delta", MAX_VARLONG_BYTES, "offset delta")
     out["offset_delta"] = varint("offset delta", MAX_VARINT_BYTES, "key length")
+    if deltas_only:
+        return out
     for name, follows in (("key", "value length"), ("value", "header count")):
         length = varint(f"{name} length", MAX_VARINT_BYTES, follows)
         start = p

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -75,6 +76,8 @@ __all__ = [
     "plan_read",
     "register",
 ]
+
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ filters
@@ -185,7 +188,7 @@ class Pushed:
 
 # ------------------------------------------------------------------------------ planning
 def _partition_log(
-    cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table
+    cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table, on_corrupt: str = "raise"
 ) -> PartitionLog:
     """A partition's log whose segments come from ``cache`` (plan_extract's too)."""
     fs, base = cache.resolve(root)
@@ -198,6 +201,7 @@ def _partition_log(
             max_timestamp=r["max_timestamp"],
             run_id=r["run_id"],
             load_indexes=False,
+            on_corrupt=on_corrupt,
         )
         for r in rows.to_pylist()
     ]
@@ -273,7 +277,7 @@ def plan_read(
     for tp, rows in parts.items():
         if not pushed.admits(tp):
             continue
-        log = _partition_log(cache, opts.root, tp, rows)
+        log = _partition_log(cache, opts.root, tp, rows, opts.on_corrupt)
         start, end = (
             b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
             for b in (opts.starting, opts.ending)
@@ -298,6 +302,7 @@ def plan_read(
             mode="filter",
             isolation_level=opts.isolation_level,
             split_bytes=opts.split_bytes,
+            on_corrupt=opts.on_corrupt,
             version=version,
             cache=cache,
         )
@@ -328,13 +333,18 @@ class SeglakeReader(DataSourceReader):
         """The split's records as Arrow batches (nothing for Spark's placeholder)."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
+        skipped: list[str] = []
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
             t = read_split(
                 get_cache(self.cache_bytes),
                 self.opts.root,
                 partition.value,
                 isolation_level=self.opts.isolation_level,
+                on_corrupt=self.opts.on_corrupt,
+                skipped=skipped,
             )
+        for line in skipped:  # ignoreCorruptBatches: the task's log names each one
+            log.warning("seglake: skipped a damaged batch: %s", line)
         yield from t.select(self.opts.arrow_schema.names).to_batches()
 
 

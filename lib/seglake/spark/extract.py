@@ -65,6 +65,8 @@ def extract(
     cache_bytes: int | None = None,
     plan: ExtractPlan | None = None,
     bytes_accumulator=None,
+    on_corrupt: str = "raise",
+    skipped_accumulator=None,
 ):
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
@@ -85,6 +87,11 @@ def extract(
         cache_bytes: ``seglake.index.cache.bytes`` of the executors' cache.
         plan: a plan from :func:`plan_extract` (else made here).
         bytes_accumulator: a Spark accumulator that receives the log bytes tasks read.
+        on_corrupt: a damaged batch fails the task with
+            :class:`~seglake.errors.CorruptRecordError` (``"raise"``), or is skipped
+            (``"skip"``: every other record is returned).
+        skipped_accumulator: a list accumulator (:func:`~seglake.spark.session.
+            list_accumulator`) that receives one line per batch skipped.
     """
     from seglake.config import LogConfig
 
@@ -99,6 +106,7 @@ def extract(
         mode=mode,
         isolation_level=isolation_level,
         split_bytes=split_bytes,
+        on_corrupt=on_corrupt,
     )
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     acc, level = bytes_accumulator, isolation_level
@@ -112,8 +120,18 @@ def extract(
         mine = payload if isinstance(payload, list) else payload.value
         for b in batches:
             for task in b.column(0).to_pylist():
+                skipped: list[str] = []
                 with lakefs.IO_STATS.counting(acc):
-                    t = read_splits(cache, root, mine[task], isolation_level=level)
+                    t = read_splits(
+                        cache,
+                        root,
+                        mine[task],
+                        isolation_level=level,
+                        on_corrupt=on_corrupt,
+                        skipped=skipped,
+                    )
+                if skipped and skipped_accumulator is not None:
+                    skipped_accumulator.add(skipped)
                 yield from t.to_batches()
 
     return spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(

@@ -105,8 +105,11 @@ def plan_extract(
     version: int | None = None,
     cache: IndexCache | None = None,
     offset_ranges: dict[int, tuple[int, int]] | None = None,
+    on_corrupt: str = "raise",
 ) -> ExtractPlan:
     """The splits of an extraction (see the module docstring); runs on the driver.
+    ``on_corrupt``: the offsetsForTimes lookups of a time range raise at a damaged
+    batch, or skip it (``"skip"``, see :class:`~seglake.storage.segment.LogSegment`).
 
     ``offset_ranges``: ``{partition: (start_offset, end_offset)}``, each partition's own
     bounds in place of ``start_offset``/``end_offset`` (and only these partitions): one
@@ -133,7 +136,7 @@ def plan_extract(
     nsegs = tail = 0
     for p in sorted(set(rows.column("partition").to_pylist())):
         prow = rows.filter(pc.equal(rows.column("partition"), p))
-        plog = PartitionLog.from_rows(fs, base, prow)
+        plog = PartitionLog.from_rows(fs, base, prow, on_corrupt=on_corrupt)
         # share opened segments with the cache (indexes read once per process)
         meta = prow.to_pylist()
         plog.segments = [
@@ -145,6 +148,7 @@ def plan_extract(
                 max_timestamp=r["max_timestamp"],
                 run_id=r["run_id"],
                 load_indexes=False,
+                on_corrupt=on_corrupt,
             )
             for r in meta
         ]

@@ -10,11 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import CorruptIndexError
-from seglake.record.batch import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    scan_batches,
-)
+from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import LogSegment, Window
@@ -28,18 +24,41 @@ from seglake.storage.window_records import (
 
 
 def read_split(
-    cache: IndexCache, root: str, split: dict, *, isolation_level: str = "read_uncommitted"
+    cache: IndexCache,
+    root: str,
+    split: dict,
+    *,
+    isolation_level: str = "read_uncommitted",
+    on_corrupt: str = "raise",
+    skipped: list[str] | None = None,
 ) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
-    return read_splits(cache, root, [split], isolation_level=isolation_level)
+    return read_splits(
+        cache,
+        root,
+        [split],
+        isolation_level=isolation_level,
+        on_corrupt=on_corrupt,
+        skipped=skipped,
+    )
 
 
 def read_splits(
-    cache: IndexCache, root: str, splits: list[dict], *, isolation_level: str = "read_uncommitted"
+    cache: IndexCache,
+    root: str,
+    splits: list[dict],
+    *,
+    isolation_level: str = "read_uncommitted",
+    on_corrupt: str = "raise",
+    skipped: list[str] | None = None,
 ) -> pa.Table:
     """Records of several splits: each read as :func:`read_split` does, the batches of
-    all of them walked and decoded together (vectorised over all their batches)."""
-    parts = [_split_batches(cache, root, s) for s in splits]
+    all of them walked and decoded together (vectorised over all their batches).
+
+    A damaged batch raises :class:`~seglake.errors.CorruptRecordError` (file, position,
+    offsets), or with ``on_corrupt="skip"`` is left out and described in ``skipped``
+    (one line each)."""
+    parts = [_split_batches(cache, root, s, on_corrupt, skipped) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
@@ -62,12 +81,26 @@ def read_splits(
     return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
 
 
-def _split_batches(cache: IndexCache, root: str, split: dict) -> tuple[Window, np.ndarray, str]:
-    """The window of a split and which of its batches may hold records to return."""
+def _split_batches(
+    cache: IndexCache, root: str, split: dict, on_corrupt: str, skipped: list[str] | None
+) -> tuple[Window, np.ndarray, str]:
+    """The window of a split and which of its batches may hold records to return (the
+    damaged batches skipped in it described in ``skipped``)."""
     seg = cache.segment(
-        root, split["path"], size=split["size"], run_id=split["run_id"], load_indexes=False
+        root,
+        split["path"],
+        size=split["size"],
+        run_id=split["run_id"],
+        load_indexes=False,
+        on_corrupt=on_corrupt,
     )
     w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    if skipped is not None:
+        skipped += [
+            b.describe(seg.log_path)
+            for at, b in sorted(seg.skipped.items())
+            if w.start <= at < w.end
+        ]
     s = w.scan
     keep = (s.last_offset >= split["lo"]) & (s.base_offset < split["hi"]) & ~s.is_control
     if split["ts_lo"] > NO_TS_LO:
@@ -108,9 +141,5 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
             f"split [{start}, {end}) does not hold whole batches: {w.scan.error}", path=seg.log_path
         )
     if extend and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi - 1):
-        tail = w.data[end - start :]
-        if len(tail) >= HEADER_SIZE:
-            more = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
-            data = w.data[: end - start] + seg.window(end, end + more, verify_crc=False).data
-            w = Window(start, data, scan_batches(data))
+        w = seg.with_batch_at(w, end)
     return w

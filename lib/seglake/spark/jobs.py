@@ -1,11 +1,13 @@
 """The spark-submit jobs: parse arguments, build the session, call the library, print.
 
-Errors of seglake's own (bad input, bad config, lost races) print one line and exit 2.
+Errors of seglake's own (bad input, bad config, lost races, damaged batches) print one
+line and exit 2, also when a task raised them (:func:`task_error`: not a Py4J traceback).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -15,7 +17,26 @@ from pyspark.sql import DataFrame, SparkSession
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
 from seglake.errors import SeglakeError
-from seglake.spark.session import get_session
+from seglake.spark.session import get_session, list_accumulator
+
+# how a task's exception reaches the driver: its traceback's last line, in the message
+_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def task_error(exc: BaseException) -> str | None:
+    """``"Name: message"`` of the seglake error a Spark task raised (the last one named
+    in ``exc``'s text), or ``None`` if it is not one."""
+    found = _TASK_ERROR.findall(str(exc))
+    return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
+
+
+def _print_skipped(acc) -> None:
+    """The damaged batches tasks skipped (``seglake.read.corrupt=skip``): count, each."""
+    lines = sorted(set(acc.value)) if acc is not None else []
+    if lines:
+        print(f"skipped {len(lines)} damaged batch(es) (seglake.read.corrupt=skip):")
+        for line in lines:
+            print(f"  {line}")
 
 
 def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
@@ -178,9 +199,10 @@ def run_extract(spark: SparkSession, args) -> int:
         end_offset=args.end_offset,
         mode=args.mode,
         isolation_level=args.isolation_level,
+        on_corrupt=config.read_corrupt,
     )
     print(plan.summary())
-    acc = _accumulator(spark)
+    acc, skipped = _accumulator(spark), list_accumulator(spark)
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
     df = extract(
         spark,
@@ -191,6 +213,8 @@ def run_extract(spark: SparkSession, args) -> int:
         plan=plan,
         cache_bytes=config.index_cache_bytes,
         bytes_accumulator=acc,
+        on_corrupt=config.read_corrupt,
+        skipped_accumulator=skipped,
     )
     write_output(spark, df, args.output, args.output_format)
     # in local mode executors may share this process's counter: count it once
@@ -204,6 +228,7 @@ def run_extract(spark: SparkSession, args) -> int:
         f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
         f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
     )
+    _print_skipped(skipped)
     return 0
 
 
@@ -215,12 +240,15 @@ def run_lookup(spark: SparkSession, args) -> int:
     fmt = jobargs.format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
     queries = read_input(spark, args.queries, fmt)
     accs = (_accumulator(spark), _accumulator(spark))
+    skipped = list_accumulator(spark)
     out = lookup(
         spark,
         args.root,
         queries,
         cache_bytes=config.index_cache_bytes,
         io_accumulators=None if None in accs else accs,
+        on_corrupt=config.read_corrupt,
+        skipped_accumulator=skipped,
     ).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
@@ -234,6 +262,7 @@ def run_lookup(spark: SparkSession, args) -> int:
         f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
         f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
     )
+    _print_skipped(skipped)
     return 0
 
 
@@ -341,6 +370,12 @@ def main(job: str, argv: list[str]) -> int:
         code = runner(spark, args)
     except SeglakeError as exc:
         print(f"seglake {job}: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a task's error arrives wrapped (Py4J / PythonException)
+        why = task_error(exc)
+        if why is None:
+            raise
+        print(f"seglake {job}: error: {why}", file=sys.stderr)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code

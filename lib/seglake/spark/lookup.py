@@ -29,11 +29,15 @@ Every query gets exactly one output row: the Kafka source columns of the record 
     ok                       record returned
     offset_out_of_range      offset < log start offset or >= log end offset
     no_record_at_offset      inside the log, but no data record there (control/compacted)
+    corrupt_batch            the offset lies in a damaged batch that was skipped
+                             (``on_corrupt="skip"``; by default a damaged batch raises
+                             CorruptRecordError and the job fails with one line, exit 2)
     no_record_for_timestamp  no record with timestamp >= target
     log_end_offset           timestamp -1 (latest): ``offset`` is the log end offset
     unknown_partition        no committed segment for (topic, partition)
     invalid_query            neither/both of offset and timestamp, or a timestamp < -3
-    read_error               the segment could not be read (logged on the executor)
+    read_error               the segment could not be read (logged on the executor);
+                             never for a damaged batch
 
 :func:`answer_queries` is what the executors run; it needs no Spark (tests count its
 bytes in the driver process). The segment reads are :mod:`seglake.storage.point_reads`
@@ -51,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.errors import SeglakeError
+from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache, get_cache
@@ -184,6 +188,8 @@ def lookup(
     num_tasks: int | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     io_accumulators: tuple | None = None,
+    on_corrupt: str = "raise",
+    skipped_accumulator=None,
 ):
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
@@ -202,6 +208,9 @@ def lookup(
         chunk_rows: queries a task answers together (one decode call).
         io_accumulators: two Spark accumulators that receive the bytes the tasks read
             (index and log files) and the files they opened.
+        on_corrupt: a damaged batch fails the task with CorruptRecordError (``"raise"``)
+            or is skipped (``"skip"``: status ``corrupt_batch`` for offsets in it).
+        skipped_accumulator: a list accumulator that receives one line per batch skipped.
     """
     from seglake.config import LogConfig
     from seglake.spark.session import spark_schema
@@ -219,10 +228,18 @@ def lookup(
             if b is not None and b.num_rows:
                 pending.append(b.select(QUERY_SCHEMA.names))
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
+                skipped: list[str] = []
                 with lakefs.IO_STATS.counting(*accs, keys=("bytes_read", "files_opened")):
                     out = answer_queries(
-                        root, parts, cache, pa.Table.from_batches(pending, QUERY_SCHEMA)
+                        root,
+                        parts,
+                        cache,
+                        pa.Table.from_batches(pending, QUERY_SCHEMA),
+                        on_corrupt=on_corrupt,
+                        skipped=skipped,
                     )
+                if skipped and skipped_accumulator is not None:
+                    skipped_accumulator.add(skipped)
                 yield from out.to_batches()
                 pending = []
 
@@ -283,7 +300,8 @@ def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray
 class _Answers:
     """Per query: status, the record found (a row of the gathered or scanned records)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, on_corrupt: str = "raise") -> None:
+        self.on_corrupt = on_corrupt
         self.status = np.full(n, "ok", dtype=object)
         self.resolved = np.full(n, -1, dtype=np.int64)  # offsets of log_end_offset answers
         self.batch = np.full(n, -1, dtype=np.int64)  # batch (in gather) with the answer
@@ -300,26 +318,41 @@ class _Answers:
         """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
         _, a, s, _ = where
         try:
-            return make(_open(cache, root, a, s))
+            return make(_open(cache, root, a, s, self.on_corrupt))
         except (SeglakeError, OSError) as exc:  # never fail the job on one segment
             self.fail(where, exc)
             return None
 
     def fail(self, where: tuple, exc: Exception) -> None:
+        """``read_error`` for the queries of ``where``; a damaged batch raises (unless
+        skipped: the reads did not raise then)."""
+        if isinstance(exc, CorruptRecordError):
+            raise exc
         (topic, partition), a, s, qi = where
         log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
         self.status[qi] = "read_error"
 
 
-def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa.Table:
+def answer_queries(
+    root: str,
+    parts: dict,
+    cache: IndexCache,
+    q: pa.Table,
+    *,
+    on_corrupt: str = "raise",
+    skipped: list[str] | None = None,
+) -> pa.Table:
     """One :data:`LOOKUP_SCHEMA` row per query of ``q`` (:data:`QUERY_SCHEMA`), in order;
-    ``parts`` is the broadcast of :func:`partition_arrays`. What the executors run."""
+    ``parts`` is the broadcast of :func:`partition_arrays`. What the executors run.
+
+    A damaged batch raises :class:`CorruptRecordError`; with ``on_corrupt="skip"`` it is
+    skipped: offsets in it get ``corrupt_batch``, and ``skipped`` one line per batch."""
     q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
     off = q_off.fill_null(-1).to_numpy().astype(np.int64)
     has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
     ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
     has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
-    ans, gather = _Answers(q.num_rows), Gather()
+    ans, gather = _Answers(q.num_rows, on_corrupt), Gather()
     by_off: list[np.ndarray] = []  # queries answered by an offset: (query, target) pairs
     by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
@@ -380,6 +413,8 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
             ans.batch[where[3]] = r.ids if pick is None else r.ids[pick]
     bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
     failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
+    if len(failed) and on_corrupt == "raise":
+        gather.raise_error(int(ans.batch[failed[0]]))
     ans.status[failed], ans.batch[failed] = "read_error", -1
     record = np.full(q.num_rows, -1, dtype=np.int64)
     if by_off:
@@ -394,6 +429,11 @@ def answer_queries(root: str, parts: dict, cache: IndexCache, q: pa.Table) -> pa
         qi = np.concatenate(by_off)
         qi = qi[ans.status[qi] != "read_error"]
         ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
+    if on_corrupt == "skip":
+        _mark_skipped(ans, [(r, where) for r, which, where in reqs if which is not None], target)
+        for r, _, _ in reqs:
+            if skipped is not None:
+                skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
     for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
         for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
             _scan_on(cache, root, ans, i, int(target[i]), where)
@@ -405,8 +445,10 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
     (topic, partition), a, s, log_start = where
     for j in range(s, len(a["base_offset"])):
         try:
-            found = scan_time(_open(cache, root, a, j), t, log_start)
+            found = scan_time(_open(cache, root, a, j, ans.on_corrupt), t, log_start)
         except (SeglakeError, OSError) as exc:
+            if isinstance(exc, CorruptRecordError):
+                raise
             log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][j], exc)
             ans.status[i] = "read_error"
             return
@@ -416,7 +458,22 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
     ans.status[i] = "no_record_for_timestamp"
 
 
-def _open(cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int) -> LogSegment:
+def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.ndarray) -> None:
+    """``corrupt_batch`` for offset queries answered "no record" whose offset lies in a
+    batch their segment skipped."""
+    for r, (_, _, _, qi) in reqs:
+        if not r.seg.skipped:
+            continue
+        none = qi[ans.status[qi] == "no_record_at_offset"]
+        for b in r.seg.skipped.values():
+            ans.status[none[(target[none] >= b.base_offset) & (target[none] <= b.last_offset)]] = (
+                "corrupt_batch"
+            )
+
+
+def _open(
+    cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int, on_corrupt: str = "raise"
+) -> LogSegment:
     return cache.segment(
         root,
         str(a["path"][s]),
@@ -424,6 +481,7 @@ def _open(cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int) -> Log
         next_offset=int(a["next_offset"][s]),
         max_timestamp=int(a["max_timestamp"][s]),
         run_id=a["run_id"][s] or None,
+        on_corrupt=on_corrupt,
     )
 
 

@@ -47,6 +47,10 @@ OPTIONS: dict[str, str] = {
     "failOnDataLoss": "`true` (default): an offset outside a partition's log is an error; "
     "`false`: clamped to it",
     "includeHeaders": "`false` (default) or `true`: the `headers` column",
+    "ignoreCorruptBatches": "`false` (default): a damaged batch (CRC, magic, length) fails "
+    "the read with CorruptRecordError naming file, position and offsets; `true`: skip it "
+    "(every other record is read; each skipped batch is logged by its task), as Spark's "
+    "ignoreCorruptFiles does for files",
     "isolationLevel": "`read_uncommitted` (default) or `read_committed` (drops aborted "
     "transactions); also `kafka.isolation.level`",
     "splitBytes": f"largest piece of a segment one task reads (default {DEFAULT_SPLIT_BYTES})",
@@ -240,6 +244,7 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     split_bytes: int = DEFAULT_SPLIT_BYTES
     version: int | None = None
+    on_corrupt: str = "raise"
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -322,4 +327,5 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         split_bytes=_int("splitBytes", options.get("splitBytes", DEFAULT_SPLIT_BYTES), minimum=1),
         version=None if version is None else _int("versionAsOf", version, minimum=0),
+        on_corrupt="skip" if _bool(options, "ignoreCorruptBatches", False) else "raise",
     )

@@ -60,3 +60,22 @@ def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+def list_accumulator(spark: SparkSession):
+    """A Spark accumulator of lines (tasks ``add`` lists; the driver reads ``value``),
+    or ``None`` where accumulators are not available (e.g. Spark Connect)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class _Lines(AccumulatorParam):
+        def zero(self, value: list) -> list:
+            return []
+
+        def addInPlace(self, a: list, b: list) -> list:
+            a.extend(b)
+            return a
+
+    try:
+        return spark.sparkContext.accumulator([], _Lines())
+    except Exception:  # no SparkContext here
+        return None

@@ -67,9 +67,11 @@ class IndexCache:
         max_timestamp: int | None = None,
         run_id: str | None = None,
         load_indexes: bool = True,
+        on_corrupt: str = "raise",
     ) -> LogSegment:
-        """The segment at ``path`` (relative to ``root``), indexes loaded, from the cache."""
-        key = (root, path, run_id, int(size))
+        """The segment at ``path`` (relative to ``root``, a lake's: ``size`` committed),
+        indexes loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s."""
+        key = (root, path, run_id, int(size), on_corrupt)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -86,6 +88,8 @@ class IndexCache:
             next_offset=next_offset,
             max_timestamp=max_timestamp,
             staged_path=staged,
+            committed=True,
+            on_corrupt=on_corrupt,
         )
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
+from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records
 from seglake.storage.naming import LOG_SUFFIX, parse_partition_dir, parse_segment_file_name
 from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset
@@ -61,10 +62,15 @@ class PartitionLog:
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str, *, index_interval_bytes: int = DEFAULT_INTERVAL) -> PartitionLog:
+    def open(
+        cls, path: str, *, index_interval_bytes: int = DEFAULT_INTERVAL, on_corrupt: str = "raise"
+    ) -> PartitionLog:
         """A partition directory as a broker (or seglake) left it.
 
-        ``.deleted``/``.cleaned``/``.swap`` files are skipped, as a reader must.
+        ``.deleted``/``.cleaned``/``.swap`` files are skipped, as a reader must. A torn
+        tail (the last batch of a file cut short) ends its segment; any other damage
+        raises :class:`CorruptRecordError`, or with ``on_corrupt="skip"`` the damaged
+        batch is skipped and reported (:attr:`skipped`).
         """
         fs, directory = lakefs.resolve(path)
         info = fs.get_file_info(directory)
@@ -76,16 +82,31 @@ class PartitionLog:
             if parsed and parsed[1] == LOG_SUFFIX:
                 segments.append(
                     LogSegment(
-                        fs, entry.path, size=entry.size, index_interval_bytes=index_interval_bytes
+                        fs,
+                        entry.path,
+                        size=entry.size,
+                        index_interval_bytes=index_interval_bytes,
+                        may_tear=False,
+                        on_corrupt=on_corrupt,
                     )
                 )
+        if segments:  # only the active (last) segment may end in a torn tail
+            max(segments, key=lambda s: s.base_offset).may_tear = True
         return cls(fs, directory, segments)
 
     @classmethod
     def from_rows(
-        cls, fs: pafs.FileSystem, root: str, rows: pa.Table, *, log_start_offset: int | None = None
+        cls,
+        fs: pafs.FileSystem,
+        root: str,
+        rows: pa.Table,
+        *,
+        log_start_offset: int | None = None,
+        on_corrupt: str = "raise",
     ) -> PartitionLog:
-        """From catalog rows of one partition (paths relative to ``root``)."""
+        """From catalog rows of one partition (paths relative to ``root``). Their
+        ``size_bytes`` are committed sizes: a batch that does not scan inside one is
+        corruption, never a tail."""
         segments = []
         directory = root
         for r in rows.to_pylist():
@@ -102,9 +123,16 @@ class PartitionLog:
                     next_offset=r["next_offset"],
                     max_timestamp=r["max_timestamp"],
                     staged_path=staged,
+                    committed=True,
+                    on_corrupt=on_corrupt,
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)
+
+    @property
+    def skipped(self) -> list[tuple[str, SkippedBatch]]:
+        """``(file, batch)`` of every damaged batch skipped so far (``on_corrupt="skip"``)."""
+        return [(s.log_path, b) for s in self.segments for _, b in sorted(s.skipped.items())]
 
     # -- offsets ----------------------------------------------------------------------
     @property

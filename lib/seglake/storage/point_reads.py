@@ -74,6 +74,15 @@ class Gather:
         self.first.append(self.first[-1] + len(sel))
         return np.arange(self.first[-2], self.first[-1])
 
+    def raise_error(self, gid: int) -> None:
+        """Raise the :class:`CorruptRecordError` of batch ``gid`` (one that does not walk):
+        it is decoded the usual way, which names its file, position and the problem."""
+        part = int(np.searchsorted(self.first, gid, side="right")) - 1
+        w, sel, path = self.parts[part]
+        k = gid - self.first[part]
+        w.decode(sel[k : k + 1], path=path)
+        raise CorruptRecordError("the records of this batch do not walk", path=path)
+
     def walk(self) -> np.ndarray:
         """Walk the batches' records; returns which batches do not walk (corrupt)."""
         self.records = walk_batches([(w, sel) for w, sel, _ in self.parts])

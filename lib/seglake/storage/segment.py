@@ -15,11 +15,13 @@ window between two index entries and the batches wanted.
 An index that is missing, fails its sanity check, or points where no matching batch
 starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a warning is
 logged), so a broken index never yields wrong records.
+
+Damaged bytes are never read as "not written yet" (a torn tail is told from corruption,
+which raises or is skipped): :mod:`seglake.storage.segment_window`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import NamedTuple
 
@@ -29,9 +31,18 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan, scan_batches
-from seglake.record.decode import decode_batches, record_times
+from seglake.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    SegmentNotFoundError,
+)
+from seglake.record.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchScan,
+    SkippedBatch,
+)
+from seglake.record.decode import decode_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -41,6 +52,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
@@ -53,45 +65,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-@dataclasses.dataclass
-class Window:
-    """Bytes of a ``.log`` starting at file position ``start``, and the whole batches in
-    them (``scan`` positions are relative to ``data``)."""
-
-    start: int
-    data: bytes
-    scan: BatchScan
-
-    @property
-    def positions(self) -> np.ndarray:
-        """File positions of the batches."""
-        return self.scan.position + self.start
-
-    @property
-    def end(self) -> int:
-        """File position just past the last whole batch."""
-        return self.start + self.scan.valid_bytes
-
-    def decode(
-        self,
-        sel: slice | np.ndarray | None = None,
-        *,
-        skip_control: bool = True,
-        path: str | None = None,
-    ) -> pa.Table:
-        scan = self.scan if sel is None else self.scan.take(sel)
-        return decode_batches(self.data, scan, skip_control=skip_control, path=path)
-
-    def record_times(
-        self, sel: slice | np.ndarray | None = None, *, path: str | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
-        left out), checked as it checks them, with no key, value or header decoded."""
-        scan = self.scan if sel is None else self.scan.take(sel)
-        return record_times(self.data, scan, path=path)
-
-
-class LogSegment:
+class LogSegment(WindowReads):
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -103,6 +77,9 @@ class LogSegment:
         staged_path: where the files are if ``log_path`` is missing (a committed run
             whose files were not moved out of staging yet). A segment that switched to
             the staged copy switches back once the files have moved to ``log_path``.
+        committed: ``size`` is a lake's committed size (module docstring: torn tail).
+        may_tear: a broker segment that may end in a torn tail (the partition's last).
+        on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
     """
 
     def __init__(
@@ -115,6 +92,9 @@ class LogSegment:
         max_timestamp: int | None = None,
         index_interval_bytes: int = DEFAULT_INTERVAL,
         staged_path: str | None = None,
+        committed: bool = False,
+        may_tear: bool = True,
+        on_corrupt: str = "raise",
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
@@ -134,6 +114,9 @@ class LogSegment:
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
         self._other_path = staged_path  # the copy not in use: staged, or final after a switch
+        self.committed, self.may_tear = committed, may_tear
+        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
@@ -273,7 +256,7 @@ class LogSegment:
         """One ranged read of ``[start, end)`` and the whole batches in it."""
         end = min(end, self.size)
         data = self._read_range(start, end - start) if end > start else b""
-        return Window(start, data, scan_batches(data, verify_crc=verify_crc))
+        return self._make_window(start, data, self._eof(start, end, data), verify_crc=verify_crc)
 
     def scan(self) -> BatchScan:
         """Headers of every valid batch (one full read); stops at a corrupt tail."""
@@ -299,16 +282,20 @@ class LogSegment:
             )
             return self._span(lo, hi)
         if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
-            tail = w.data[end - start :]
-            if len(tail) >= HEADER_SIZE:
-                size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
-                rest = self.window(end, end + size)
-                w = Window(
-                    start,
-                    w.data[: end - start] + rest.data,
-                    scan_batches(w.data[: end - start] + rest.data),
-                )
+            w = self.with_batch_at(w, end)
         return w
+
+    def with_batch_at(self, w: Window, end: int) -> Window:
+        """``w`` (read up to file position ``end`` plus the batch header there) with that
+        batch read whole too (one more ranged read), or ``w`` if its header is not in it."""
+        start = w.start
+        tail = w.data[end - start :]
+        if len(tail) < HEADER_SIZE:
+            return w
+        size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+        rest = self.window(end, end + size, verify_crc=False)
+        eof = self._eof(end, min(end + size, self.size), rest.data)
+        return self._make_window(start, w.data[: end - start] + rest.data, eof)
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
         """The index said batches start at ``start`` and ``end``: do they?"""
@@ -411,8 +398,8 @@ class LogSegment:
             i = int(np.searchsorted(oi_positions, pos, side="right"))
             end = int(oi_positions[i]) if i < len(oi_positions) else self.size
             w = self.window(pos, end)
-            if not len(w.scan):
-                # a batch larger than the chunk (or a corrupt tail): read it whole
+            if w.end == pos:
+                # a batch larger than the chunk (or a torn tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
                 if len(head) == HEADER_SIZE:
                     w = self.window(
@@ -420,8 +407,8 @@ class LogSegment:
                     )
             if pos == first and self._bad_start(w, first):
                 return self.find_offset_by_timestamp(timestamp, start_offset)
-            if not len(w.scan):
-                return None
+            if w.end == pos:
+                return None  # a torn tail
             # control batches hold no records to return (their markers are skipped)
             hits = np.nonzero(
                 (w.scan.max_timestamp >= timestamp)

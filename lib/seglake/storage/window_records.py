@@ -19,23 +19,19 @@ from seglake.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
-    TIMESTAMP_TYPE_BIT,
+    SCAN_COLUMNS,
     BatchScan,
 )
-from seglake.record.codecs import MAX_BLOCK_OUTPUT, Inflater, inflate_budget
+from seglake.record.batch_walk import walk_batches as _walk
+from seglake.record.codecs import MAX_BLOCK_OUTPUT
 from seglake.record.decode import decode_batches
 from seglake.record.schema import empty_records
-from seglake.record.varint import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, fast_varints
-from seglake.record.walk import BatchContext, walk_records
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import batch_minima
 
 __all__ = ["NO_TS_HI", "NO_TS_LO", "RecordWalk", "decode_windows", "min_timestamps", "walk_batches"]
 
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
-_SCAN_COLUMNS = [
-    f.name for f in dataclasses.fields(BatchScan) if f.name not in ("valid_bytes", "error")
-]
 
 
 def decode_windows(
@@ -63,7 +59,7 @@ def decode_windows(
     if not at:
         return empty_records(), np.array(rows, dtype=np.int64)
     merged = BatchScan(
-        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in _SCAN_COLUMNS},  # type: ignore[arg-type]
+        **{f: np.concatenate([getattr(s, f) for s in scans]) for f in SCAN_COLUMNS},  # type: ignore[arg-type]
         valid_bytes=at,
     )
     try:
@@ -144,87 +140,38 @@ class RecordWalk:
 
 def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     """:class:`RecordWalk` of the batches ``sel`` of each ``(window, sel)``, parts one
-    after the other: records blocks decompressed into one buffer, then the decoder's own
-    record walk (:mod:`seglake.record.walk`, vectorised over all batches) and each
-    record's timestamp and offset deltas. A batch that does not walk is set aside
-    (``ok`` False) and the others walked again."""
+    after the other: the decoder's walk (:func:`seglake.record.batch_walk.walk_batches`,
+    vectorised over all batches) with its timestamp and offset deltas only. A batch that
+    does not walk is set aside (``ok`` False) and the others walked again."""
     scan = BatchScan(
         **{  # type: ignore[arg-type]  # the array columns
             f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
             if parts
             else np.zeros(0, np.int64)
-            for f in _SCAN_COLUMNS
+            for f in SCAN_COLUMNS
         },
         valid_bytes=0,
     )
-    inflater, ok = Inflater(), np.ones(len(scan), dtype=bool)
-    sizes = np.zeros(len(scan), dtype=np.int64)
-    i = 0
-    for w, sel in parts:  # every records block, decompressed, back to back
-        view = memoryview(w.data)
-        for pos, size, codec in zip(
-            w.scan.position[sel].tolist(),
-            w.scan.size[sel].tolist(),
-            w.scan.codec[sel].tolist(),
-            strict=True,
-        ):
-            block = view[pos + HEADER_SIZE : pos + size]
-            try:
-                sizes[i] = (
-                    inflater.append(codec, block, min(inflate_budget(len(block)), MAX_BLOCK_OUTPUT))
-                    if codec
-                    else inflater.append_raw(block)
-                )
-            except CorruptRecordError:
-                ok[i] = False
-            i += 1
-    data, end = inflater.data, np.cumsum(sizes)
-    while True:
-        counts = np.where(ok, scan.records_count, 0)
-        begin = np.where(ok, end - sizes, end)  # a batch set aside: an empty block
-        # errors name the batch by its index here (ctx position)
-        ctx = BatchContext(None, np.arange(len(ok)), scan.base_offset, counts)
-        try:
-            ctx.index_records(begin, end)
-            body, rec_end = walk_records(data, begin, end, ctx)
-            t_delta, o_delta = _deltas(data, body, rec_end, ctx)
-            break
-        except CorruptRecordError as exc:
-            ok[exc.position] = False
-    rec_start = np.empty_like(body)
-    rec_start[1:] = rec_end[:-1]
-    rec_start[ctx.rec_base[counts > 0]] = begin[counts > 0]  # a batch's first record
-    b = ctx.rec_batch
-    append_time = (scan.attributes[b] & TIMESTAMP_TYPE_BIT) != 0
-    ts = np.where(append_time, scan.max_timestamp[b], scan.base_timestamp[b] + t_delta)
+    views = [
+        memoryview(w.data)[p : p + z]
+        for w, sel in parts
+        for p, z in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(), strict=True)
+    ]
+    r = _walk(views, scan, np.arange(len(scan)), None, (MAX_BLOCK_OUTPUT, None), set_aside=True)
+    counts = r.ctx.counts
+    rec_start = np.empty_like(r.body)
+    rec_start[1:] = r.rec_end[:-1]
+    rec_start[r.ctx.rec_base[counts > 0]] = r.start[counts > 0]  # a batch's first record
     return RecordWalk(
         scan,
-        ok,
+        r.ok,
         np.concatenate(([0], np.cumsum(counts))),
-        data,
+        r.data,
         rec_start,
-        rec_end,
-        scan.base_offset[b] + o_delta,
-        ts,
+        r.rec_end,
+        r.offset,
+        r.timestamp,
     )
-
-
-def _deltas(
-    data: np.ndarray, body: np.ndarray, end: np.ndarray, ctx: BatchContext
-) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamp and offset deltas of the records (after their attributes byte); raises
-    naming the batch (as :func:`seglake.record.walk.read_fields`) when one runs off."""
-    values = []
-    at = body + 1
-    for max_bytes in (MAX_VARLONG_BYTES, MAX_VARINT_BYTES):
-        try:
-            v, width = fast_varints(data, at, max_bytes)
-        except CorruptRecordError as exc:
-            raise ctx.record_error(int(np.argmax(at == exc.position)), str(exc)) from None
-        values.append(v)
-        at = at + width
-        ctx.check(at >= end, lambda i: "the record ends inside its timestamp/offset delta")
-    return values[0], values[1]
 
 
 def min_timestamps(parts: list[tuple[Window, np.ndarray]]) -> np.ndarray:

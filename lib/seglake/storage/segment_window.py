@@ -1,0 +1,185 @@
+"""Windows of a ``.log`` (:class:`Window`: bytes read from a file position and the
+whole batches in them) and how :class:`~seglake.storage.segment.LogSegment` makes them
+(:class:`WindowReads`). Damaged bytes are never read as "not written yet"
+(:meth:`WindowReads._make_window`):
+
+    torn tail   the last batch runs past the end of the file (its header has magic 2),
+                or a partial header, or zeros to the end, and: in a lake (``committed``)
+                the file is shorter than the catalog's ``size_bytes``; in a broker
+                directory the segment is the partition's last (``may_tear``) and no
+                offset index entry lies past it. The records before it are the
+                segment's records (Kafka's recovery cuts there)
+    corruption  anything else that does not scan (CRC, magic, length, offsets going
+                backwards, a batch running past a committed size): raises
+                :class:`CorruptRecordError` naming the file, position, offsets and why;
+                with ``on_corrupt="skip"`` a damaged batch whose length is plausible is
+                skipped instead (``skipped``, a :class:`CorruptBatchWarning` each), and
+                one whose length is garbage raises even then (the rest of the segment
+                cannot be found without trusting it)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.errors import ConfigError, CorruptBatchWarning, CorruptRecordError
+from seglake.record.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    BatchScan,
+    SkippedBatch,
+    scan_batches,
+)
+from seglake.record.decode import decode_batches, record_times
+
+if TYPE_CHECKING:
+    from seglake.storage.offset_index import OffsetIndex
+
+log = logging.getLogger("seglake.storage.segment")
+ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
+
+
+def check_on_corrupt(value: str) -> str:
+    """``value`` if it is one of :data:`ON_CORRUPT`, else :class:`ConfigError`."""
+    if value not in ON_CORRUPT:
+        raise ConfigError(f"on_corrupt {value!r}: expected one of {', '.join(ON_CORRUPT)}")
+    return value
+
+
+@dataclasses.dataclass
+class Window:
+    """Bytes of a ``.log`` starting at file position ``start``, and the whole batches in
+    them (``scan`` positions are relative to ``data``)."""
+
+    start: int
+    data: bytes
+    scan: BatchScan
+
+    @property
+    def positions(self) -> np.ndarray:
+        """File positions of the batches."""
+        return self.scan.position + self.start
+
+    @property
+    def end(self) -> int:
+        """File position just past the last whole batch."""
+        return self.start + self.scan.valid_bytes
+
+    def decode(
+        self,
+        sel: slice | np.ndarray | None = None,
+        *,
+        skip_control: bool = True,
+        path: str | None = None,
+    ) -> pa.Table:
+        scan = self.scan if sel is None else self.scan.take(sel)
+        return decode_batches(self.data, scan, skip_control=skip_control, path=path)
+
+    def record_times(
+        self, sel: slice | np.ndarray | None = None, *, path: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
+        left out), checked as it checks them, with no key, value or header decoded."""
+        scan = self.scan if sel is None else self.scan.take(sel)
+        return record_times(self.data, scan, path=path)
+
+
+class WindowReads:
+    """:class:`~seglake.storage.segment.LogSegment`'s making of windows: it provides
+    ``size``, ``log_path``, ``committed``, ``may_tear``, ``on_corrupt``, ``skipped``,
+    ``index_source``, ``_offset_index`` and ``window``."""
+
+    log_path: str
+    committed: bool
+    may_tear: bool
+    on_corrupt: str
+    skipped: dict[int, SkippedBatch]
+    index_source: str
+    _offset_index: OffsetIndex | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def size(self) -> int: ...
+
+        def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window: ...
+
+    def _eof(self, start: int, end: int, data: bytes) -> str | None:
+        """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
+        the file is shorter), ``"size"`` (at ``size``), else ``None`` (a cut read)."""
+        if len(data) < end - start:
+            return "file"
+        return "size" if end >= self.size else None
+
+    def _make_window(
+        self, start: int, data: bytes, eof: str | None, *, verify_crc: bool = True
+    ) -> Window:
+        """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
+        see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
+        (module docstring)."""
+        scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
+        for b in scan.skipped:
+            self._skip(b, start)
+        if scan.error is not None:
+            self._check_stop(scan, start, data, eof)
+        return Window(start, data, scan)
+
+    def _torn(self, at: int, rest: bytes, eof: str) -> bool:
+        """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
+        tail (module docstring)."""
+        if not (len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest)):
+            return False
+        if self.committed:
+            return eof == "file"
+        oi = self._offset_index if self.index_source == "file" else None
+        return self.may_tear and not (oi is not None and len(oi) and oi.positions[-1] > at)
+
+    def _skip(self, b: SkippedBatch, start: int) -> None:
+        """Note a skipped batch once: a log line and a :class:`CorruptBatchWarning`."""
+        at = start + b.position
+        if at in self.skipped:
+            return
+        self.skipped[at] = b._replace(position=at)
+        line = "skipped a damaged batch: " + b.describe(self.log_path, start)
+        log.warning("%s", line)
+        warnings.warn(line, CorruptBatchWarning, stacklevel=2)
+
+    def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: str | None) -> None:
+        """The scan of ``data`` stopped early: a read cut short and a torn tail pass,
+        anything else raises :class:`CorruptRecordError`."""
+        at = start + scan.valid_bytes
+        rest = data[scan.valid_bytes :]
+        if scan.truncated:
+            if eof is None:
+                return  # the read ended inside a batch: the caller reads on
+            if self._torn(at, rest, eof):
+                return  # a torn tail: not written yet
+        if start > 0 and self.index_source == "file":
+            # read from an index position: the index may be wrong, not the log. A scan
+            # from 0 raises if the log is damaged; else the caller sees the index
+            # disagree and rebuilds it
+            self.window(0, self.size)
+            return
+        head = BatchHeader.unpack_from(rest) if len(rest) >= HEADER_SIZE else None
+        offsets = f" with offsets {head.base_offset}..{head.last_offset}" if head else ""
+        after = f" (after offset {int(scan.last_offset[-1])})" if len(scan) else ""
+        batch_bytes = (
+            head.size if head is not None and HEADER_SIZE <= head.size <= self.size - at else 0
+        )
+        if scan.truncated:
+            what = f"{scan.why}, not a torn tail"
+            what += f" (magic {rest[16]})" if head else " (a segment that is not the last)"
+        else:
+            what = f"{scan.why}; {self.size - at - batch_bytes} bytes follow"
+            what += f" inside the size {self.size}" if batch_bytes else ""
+        if self.on_corrupt == "skip":
+            what += f"; cannot be skipped: its length is not plausible, bytes [{at}, "
+            what += f"{self.size}) are unreadable"
+        raise CorruptRecordError(f"batch{offsets}{after}: {what}", path=self.log_path, position=at)
