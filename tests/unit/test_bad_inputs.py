@@ -1,0 +1,72 @@
+"""Issue 16 items 6-9 on the Spark-free side: bad inputs and edge values get one error
+line and exit 2 (or a message where Kafka answers "nothing"), never a traceback, an
+overflow or a silently partial answer."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from seglake.cli.main import main
+from seglake.config import LogConfig
+from seglake.storage.log import PartitionLog
+from tests.unit.test_cli import one_error_line  # noqa: F401  (used below)
+
+
+def _log(tmp_path: Path, n: int = 30, name: str = "t-0", ts0: int = 1_000_000) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(n), pa.int64()),
+            "timestamp": pa.array(ts0 + np.arange(n) * 10, pa.int64()),
+            "value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+        }
+    )
+    PartitionLog.open(str(d)).append(recs, config=LogConfig(batch_size=100))
+    return d
+
+
+# -- item 9: dump of an index lists every entry and flags the bad ones -------------------
+@pytest.mark.parametrize("as_json", [False, True])
+def test_dump_time_index_with_decreasing_timestamps_lists_all(capsys, tmp_path, as_json) -> None:
+    path = tmp_path / "00000000000000000100.timeindex"
+    entries = [(1_000 + 10 * i, i) for i in range(68)]
+    entries[1] = (5, 1)  # goes back: entry 1 and entry 2 break the order
+    path.write_bytes(b"".join(struct.pack(">qi", t, o) for t, o in entries) + bytes(12 * 5))
+    assert main(["dump", *(["--json"] if as_json else []), str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    listed = (
+        [json.loads(x) for x in out] if as_json else [x for x in out if x.startswith("timestamp")]
+    )
+    assert len(listed) == 68
+    if as_json:
+        assert [(e["timestamp"], e["offset"] - 100) for e in listed] == entries
+        assert [i for i, e in enumerate(listed) if "error" in e] == [1]
+    else:
+        assert listed[0] == "timestamp: 1000 offset: 100"
+        assert [i for i, x in enumerate(listed) if "INVALID" in x] == [1]
+        assert out[-1].startswith("Found 1 invalid entry of 68")
+
+
+def test_dump_offset_index_out_of_order_entry_flagged(capsys, tmp_path) -> None:
+    path = tmp_path / "00000000000000000000.index"
+    entries = [(1, 0), (5, 300), (3, 100), (9, 900)]
+    path.write_bytes(b"".join(struct.pack(">ii", o, p) for o, p in entries))
+    assert main(["dump", "--json", str(path)]) == 1
+    listed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(e["offset"], e["position"]) for e in listed] == entries
+    assert [i for i, e in enumerate(listed) if "error" in e] == [2]
+
+
+def test_dump_good_indexes_unchanged(capsys, tmp_path) -> None:
+    d = _log(tmp_path)
+    for f in sorted(d.glob("*index")):
+        assert main(["dump", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "INVALID" not in out and "offset: " in out and "timestamp: " in out
