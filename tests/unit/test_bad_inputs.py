@@ -15,7 +15,7 @@ import pytest
 from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.storage.log import PartitionLog
-from tests.unit.test_cli import one_error_line  # noqa: F401  (used below)
+from tests.unit.test_cli import one_error_line
 
 
 def _log(tmp_path: Path, n: int = 30, name: str = "t-0", ts0: int = 1_000_000) -> Path:
@@ -70,3 +70,47 @@ def test_dump_good_indexes_unchanged(capsys, tmp_path) -> None:
         assert main(["dump", str(f)]) == 0
     out = capsys.readouterr().out
     assert "INVALID" not in out and "offset: " in out and "timestamp: " in out
+
+
+# -- item 7: the CLI's reads never answer "nothing" for a directory that is not a log ----
+@pytest.mark.parametrize("files", [[], ["0.log", "orders.log", "00000000000000000000.lg"]])
+@pytest.mark.parametrize("command", [["read", "--offset", "0"], ["offset-for-time", "DIR", "0"]])
+def test_reads_of_a_directory_without_segments_are_an_error(capsys, tmp_path, files, command):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    for f in files:
+        (d / f).write_bytes(b"x")
+    argv = [command[0], str(d), *command[1:]] if command[0] == "read" else [command[0], str(d), "0"]
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert str(d) in line and "no segment" in line
+    assert all(f in line for f in files)
+
+
+def test_read_at_and_past_the_log_end(capsys, tmp_path) -> None:
+    d = _log(tmp_path, n=30)
+    assert main(["read", str(d), "--offset", "31"]) == 2
+    line = one_error_line(capsys)
+    assert "offset 31 is out of range" in line and "0..29" in line
+    assert main(["read", str(d), "--offset", "30"]) == 0
+    got = capsys.readouterr()
+    assert got.out == "" and "offset 30 is the log end offset" in got.err
+    assert main(["read", str(d), "--offset", "29", "--json"]) == 0
+    assert [json.loads(x)["offset"] for x in capsys.readouterr().out.splitlines()] == [29]
+
+
+def test_offset_for_time_takes_iso_times(capsys, tmp_path) -> None:
+    d = _log(tmp_path, n=30, ts0=1_767_225_600_000)
+    assert main(["offset-for-time", str(d), "2026-01-01T00:00:00.015Z"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"offset": 2, "timestamp": 1_767_225_600_020}
+    assert main(["offset-for-time", str(d), "yesterday"]) == 2
+    assert "yesterday" in one_error_line(capsys)
+
+
+def test_cleanup_of_a_path_that_is_not_a_lake(capsys, tmp_path) -> None:
+    _log(tmp_path)
+    for path in (tmp_path, tmp_path / "missing"):
+        assert main(["cleanup", str(path)]) == 2
+        assert "not a lake" in one_error_line(capsys)
+    (tmp_path / "_staging").mkdir()  # a first run that died before its commit
+    assert main(["cleanup", str(tmp_path)]) == 0
