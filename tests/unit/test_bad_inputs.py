@@ -4,17 +4,24 @@ overflow or a silently partial answer."""
 
 from __future__ import annotations
 
+import errno
 import json
 import struct
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 
+from seglake import fs as lakefs
 from seglake.cli.main import main
 from seglake.config import LogConfig
+from seglake.errors import InvalidTopicError, NoSpaceError
+from seglake.spark.ingest_plan import plan_ingest
 from seglake.storage.log import PartitionLog
+from seglake.storage.naming import partition_dir_name
+from seglake.storage.writer import SegmentWriter
 from tests.unit.test_cli import one_error_line
 
 
@@ -114,3 +121,84 @@ def test_cleanup_of_a_path_that_is_not_a_lake(capsys, tmp_path) -> None:
         assert "not a lake" in one_error_line(capsys)
     (tmp_path / "_staging").mkdir()  # a first run that died before its commit
     assert main(["cleanup", str(tmp_path)]) == 0
+
+
+# -- item 6: a full disk and over-long directory names -----------------------------------
+class _FullDisk:
+    """A local file system whose disk fills after ``budget`` written bytes."""
+
+    def __init__(self, budget: int) -> None:
+        self.local, self.budget, self.opened = pafs.LocalFileSystem(), budget, []
+
+    def __getattr__(self, name):
+        return getattr(self.local, name)
+
+    def open_output_stream(self, path, *args, **kwargs):
+        self.opened.append(path)
+        stream, disk = self.local.open_output_stream(path, *args, **kwargs), self
+
+        class Stream:
+            def write(self, data) -> int:
+                if len(data) > disk.budget:
+                    raise OSError(errno.ENOSPC, "Error writing bytes to file: No space left")
+                disk.budget -= len(data)
+                return stream.write(data)
+
+            def close(self) -> None:
+                stream.close()
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc) -> None:
+                stream.close()
+
+        return Stream()
+
+
+@pytest.mark.parametrize("budget", [0, 3000, 5000])
+def test_writer_on_a_full_disk_names_the_file(tmp_path, budget) -> None:
+    disk = _FullDisk(budget)
+    w = SegmentWriter(disk, str(tmp_path / "t-0"), config=LogConfig(segment_bytes=2000))
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(200), pa.int64()),
+            "timestamp": pa.array(np.arange(200), pa.int64()),
+            "value": pa.array([bytes(40)] * 200, pa.binary()),
+        }
+    )
+    with pytest.raises(NoSpaceError) as err:
+        w.append(recs)
+        w.close()
+    msg = str(err.value)
+    assert "no space left" in msg and "\n" not in msg
+    assert msg.split(":")[0] in [p.rsplit(".tmp", 1)[0] for p in disk.opened]
+
+
+def test_write_bytes_on_a_full_disk(tmp_path) -> None:
+    with pytest.raises(NoSpaceError, match=r"x\.bin: no space left"):
+        lakefs.write_bytes(_FullDisk(3), str(tmp_path / "x.bin"), b"abcdef")
+    assert [p.name for p in tmp_path.iterdir()] == []  # the temporary file is gone
+
+
+def test_partition_directory_must_fit_name_max() -> None:
+    topic = "a" * 249
+    assert partition_dir_name(topic, 99999) == f"{topic}-99999"  # 255 characters
+    with pytest.raises(InvalidTopicError, match=r"256 characters.*partitions up to 99999"):
+        partition_dir_name(topic, 100000)
+    with pytest.raises(InvalidTopicError, match="more than the 255"):
+        plan_ingest(
+            [
+                {
+                    "task": 0,
+                    "topic": "b" * 245,
+                    "partition": 2**31 - 1,
+                    "count": 1,
+                    "lo": None,
+                    "hi": None,
+                }
+            ],
+            {},
+            LogConfig(),
+            has_offset=False,
+        )

@@ -7,7 +7,6 @@ offset-index positions) -> tasks (splits packed as Spark packs small files). See
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import heapq
 import time
 
@@ -16,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
+from seglake.api.times import to_millis
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.storage.index_cache import IndexCache, get_cache
@@ -53,19 +53,9 @@ SPLIT_SCHEMA = pa.schema(
 
 
 def parse_time(value: str | int | None) -> int | None:
-    """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC); ``None`` passes."""
-    if value is None or isinstance(value, int):
-        return value
-    s = str(value).strip()
-    if s.lstrip("-").isdigit():
-        return int(s)
-    try:
-        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(f"time {value!r}: expected ISO-8601 or epoch milliseconds") from exc
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
+    """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC), or -1/-2/-3 (latest,
+    earliest, max timestamp); ``None`` passes. :func:`seglake.api.times.to_millis`."""
+    return None if value is None else to_millis(value, allow_special=True)
 
 
 @dataclasses.dataclass

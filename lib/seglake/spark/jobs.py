@@ -14,8 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
-from seglake.errors import SeglakeError
-from seglake.spark.session import get_session
+from seglake.spark.session import get_session, task_error
 
 
 def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
@@ -339,8 +338,11 @@ def main(job: str, argv: list[str]) -> int:
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
-    except SeglakeError as exc:
-        print(f"seglake {job}: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # a SeglakeError, also one raised in a task: one line
+        err = task_error(exc)
+        if err is None:
+            raise
+        print(f"seglake {job}: error: {err}", file=sys.stderr)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+
+from seglake import errors
+from seglake.errors import SeglakeError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
@@ -60,3 +64,21 @@ def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def task_error(exc: BaseException) -> SeglakeError | None:
+    """The :class:`SeglakeError` a Python worker raised, rebuilt from the Spark exception
+    that carries its traceback text (``PythonException``, ``Py4JJavaError``); ``exc``
+    itself if it is one; ``None`` for other failures. Jobs print it as one line."""
+    if isinstance(exc, SeglakeError):
+        return exc
+    found = _TASK_ERROR.search(str(exc))
+    if found is None:
+        return None
+    cls = getattr(errors, found.group(1), None)
+    if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
+        cls = SeglakeError
+    return cls(found.group(2).strip())

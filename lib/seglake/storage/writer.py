@@ -16,17 +16,19 @@ them. Memory is bounded by one Arrow chunk plus one batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import OffsetOrderError
+from seglake.errors import NoSpaceError, OffsetOrderError
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.storage.index_builder import IndexBuilder
@@ -224,7 +226,20 @@ class SegmentWriter:
         if stop > start and self._open is not None:
             lo = int(b.position[start])
             hi = int(b.position[stop - 1] + b.size[stop - 1])
-            self._open.stream.write(data[lo:hi])
+            with self._writing(self._open.log_path):
+                self._open.stream.write(data[lo:hi])
+
+    @contextlib.contextmanager
+    def _writing(self, path: str) -> Iterator[None]:
+        """A full disk: the error names the file; the open stream is closed (its file
+        stays as staged garbage for the run's cleanup)."""
+        try:
+            with lakefs.writing(path):
+                yield
+        except NoSpaceError:
+            with contextlib.suppress(OSError):
+                self.abort()
+            raise
 
     def _path(self, base_offset: int, suffix: str) -> str:
         return f"{self.directory}/{segment_file_name(base_offset, suffix)}"
@@ -234,7 +249,8 @@ class SegmentWriter:
             self.fs.create_dir(self.directory, recursive=True)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
-        stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
+        with self._writing(log_path):
+            stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
         builder = IndexBuilder(
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
@@ -250,7 +266,8 @@ class SegmentWriter:
         seg, self._open = self._open, None
         if seg is None:
             return
-        seg.stream.close()
+        with self._writing(seg.log_path):
+            seg.stream.close()
         seg.builder.finish()
         base = seg.state.base_offset
         files = {
@@ -261,7 +278,10 @@ class SegmentWriter:
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:
-                with self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out:
+                with (
+                    self._writing(path),
+                    self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out,
+                ):
                     out.write(payload)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
