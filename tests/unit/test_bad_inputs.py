@@ -14,10 +14,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+import seglake
 from seglake import fs as lakefs
+from seglake.api.render import iso
 from seglake.cli.main import main
 from seglake.config import LogConfig
-from seglake.errors import InvalidTopicError, NoSpaceError
+from seglake.errors import InputSchemaError, InvalidTopicError, NoSpaceError
+from seglake.lake.register import register
+from seglake.record.schema import MAX_TIMESTAMP_MS
 from seglake.spark.ingest_plan import plan_ingest
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
@@ -202,3 +206,65 @@ def test_partition_directory_must_fit_name_max() -> None:
             LogConfig(),
             has_offset=False,
         )
+
+
+# -- item 8: edge timestamps ------------------------------------------------------------
+Y2300, Y10000, FAR = 10_413_792_000_000, 253_402_300_800_000, 2**62
+
+
+@pytest.mark.parametrize("bad", [-1, -7, MAX_TIMESTAMP_MS + 1, 2**63 - 1])
+def test_writer_refuses_what_kafka_refuses(tmp_path, bad) -> None:
+    recs = pa.table(
+        {
+            "offset": pa.array([0, 1], pa.int64()),
+            "timestamp": pa.array([5, bad], pa.int64()),
+            "value": pa.array([b"a", b"b"]),
+        }
+    )
+    (tmp_path / "t-0").mkdir()
+    with pytest.raises(InputSchemaError, match=rf"t-0: row 1: timestamp {bad} is out of range"):
+        PartitionLog.open(str(tmp_path / "t-0")).append(recs, config=LogConfig())
+    assert not list((tmp_path / "t-0").glob("*.log"))
+
+
+@pytest.fixture
+def far_lake(tmp_path, monkeypatch) -> str:
+    """A lake registered from a broker directory whose records are in 1970, 2300, 10000
+    and (as a broker may write, past what a microsecond timestamp holds) 146140482."""
+    monkeypatch.setattr(SegmentWriter, "_check_timestamps", lambda self, records: None)
+    d = tmp_path / "broker" / "far-0"
+    d.mkdir(parents=True)
+    recs = pa.table(
+        {
+            "offset": pa.array(range(4), pa.int64()),
+            "timestamp": pa.array([1_000, Y2300, Y10000, FAR], pa.int64()),
+            "value": pa.array([b"a"] * 4),
+        }
+    )
+    # one batch per record, one index entry per batch: each record is a chunk of its own
+    PartitionLog.open(str(d)).append(recs, config=LogConfig(batch_size=1, index_interval_bytes=1))
+    register(str(tmp_path / "lake"), str(tmp_path / "broker"))
+    return str(tmp_path / "lake")
+
+
+def test_far_future_timestamps_are_shown_without_overflow(far_lake) -> None:
+    lake = seglake.open(far_lake)
+    d = lake.describe()
+    assert d.max_timestamp_utc.dtype.unit == "ms"
+    assert int(d.max_timestamp_utc[0].asm8.view("i8")) == FAR  # ms, exactly
+    html = lake._repr_html_() + lake.partition("far", 0)._repr_html_()
+    assert "146140482-04-24 15:36:27.904" in html and "1970-01-01 00:00:01.000" in html
+    assert [iso(t) for t in (Y2300, Y10000)] == [
+        "2300-01-01 00:00:00.000",
+        "10000-01-01 00:00:00.000",
+    ]
+    p = lake.partition("far", 0)
+    got = p.read(0, 3, as_="arrow").column("timestamp").cast(pa.int64()).to_pylist()
+    assert got == [1_000_000, Y2300 * 1000, Y10000 * 1000]  # microseconds, Kafka source
+    frame = p.read(0, 3)
+    assert str(frame.timestamp[2]) == "10000-01-01 00:00:00+00:00"
+    assert p.range(Y2300, Y10000 + 1).offset.tolist() == [1, 2]
+    # past year 294247 no microsecond timestamp holds it: a clear error, never a
+    # wrapped-around 1970 time (the lake's ingest refuses such records)
+    with pytest.raises(InputSchemaError, match=r"far-0 offset 3: timestamp 4611686018427387904"):
+        p.read(3, 1)

@@ -28,9 +28,10 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import NoSpaceError, OffsetOrderError
+from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
+from seglake.record.encode_input import check_timestamps, int64_column
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -123,6 +124,7 @@ class SegmentWriter:
         if records.num_rows == 0:
             return self._take_closed()
         self._check_first_offset(records)
+        self._check_timestamps(records)
         table = (
             records
             if self._pending is None
@@ -162,6 +164,13 @@ class SegmentWriter:
         return self._next_offset
 
     # -- internals --------------------------------------------------------------------
+    def _check_timestamps(self, records: pa.Table) -> None:
+        """Refuse what Kafka's producer refuses: timestamps below 0 (-1 means "none")."""
+        try:
+            check_timestamps(int64_column(records, "timestamp"))
+        except InputSchemaError as exc:
+            raise InputSchemaError(f"{self.label}: {exc}") from None
+
     def _check_first_offset(self, records: pa.Table) -> None:
         first = records.column("offset")[0].as_py()
         if first < self._next_offset:
