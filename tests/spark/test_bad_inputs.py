@@ -118,8 +118,9 @@ def test_lookup_takes_iso_timestamps_like_extract(spark, lake, tmp_path):
         (["--topic", "t", "--start-offset", "9", "--end-offset", "3"], "start offset 9 is after"),
         (["--topic", "nope"], "topic 'nope' is not in the lake"),
         (["--topic", "t", "--partitions", "1,7"], "topic 't' has no partition [7]"),
+        (["--topic", "t", "--partitions", "0,x"], "expected numbers like 0,3"),
     ],
-    ids=["start-after-end", "offsets-reversed", "no-topic", "no-partition"],
+    ids=["start-after-end", "offsets-reversed", "no-topic", "no-partition", "bad-partitions"],
 )
 def test_extract_refuses_what_would_be_an_empty_answer(capsys, lake, tmp_path, args, message):
     assert main("extract", ["--root", lake, *args, "--output", str(tmp_path / "o")]) == 2

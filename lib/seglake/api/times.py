@@ -30,14 +30,14 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
             an unparsable value.
     """
     if isinstance(ts, (bool, np.bool_)):
-        raise ConfigError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
+        raise ConfigError(f"time {ts!r}: expected ms, datetime or ISO string")
     if isinstance(ts, (int, np.integer)):
         ms = int(ts)
         if ms < 0 and not (
             allow_special and ms in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP)
         ):
             raise ConfigError(
-                f"timestamp {ms}: expected epoch ms >= 0"
+                f"time {ms}: expected epoch ms >= 0"
                 + (" or -1 (latest), -2 (earliest), -3 (max)" if allow_special else "")
             )
         return ms
@@ -50,7 +50,7 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
         try:
             parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ConfigError(f"timestamp {ts!r}: not epoch ms or an ISO-8601 time") from exc
+            raise ConfigError(f"time {ts!r}: not epoch ms or an ISO-8601 time") from exc
         return to_millis(parsed)
     if isinstance(ts, dt.datetime):  # pandas.Timestamp too
         if ts.tzinfo is None:
@@ -60,4 +60,4 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
         return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
     if isinstance(ts, dt.date):
         return to_millis(dt.datetime(ts.year, ts.month, ts.day))
-    raise ConfigError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
+    raise ConfigError(f"time {ts!r}: expected ms, datetime or ISO string")

@@ -55,8 +55,11 @@ SPLIT_SCHEMA = pa.schema(
 
 def parse_time(value: str | int | None) -> int | None:
     """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC), or -1/-2/-3 (latest,
-    earliest, max timestamp); ``None`` passes. :func:`seglake.api.times.to_millis`."""
-    return None if value is None else to_millis(value, allow_special=True)
+    earliest, max timestamp): :func:`seglake.api.times.to_millis`. ``None`` and ints
+    (already ms, also the data source's open-range sentinels) pass unchanged."""
+    if value is None or isinstance(value, (int, np.integer)):
+        return None if value is None else int(value)
+    return to_millis(value, allow_special=True)
 
 
 def _check_bounds(start: int | None, end: int | None, lo: int | None, hi: int | None) -> None:
@@ -147,7 +150,10 @@ def plan_extract(
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
     if isinstance(partitions, str):
-        partitions = [int(p) for p in partitions.split(",") if p.strip()]
+        try:
+            partitions = [int(p) for p in partitions.split(",") if p.strip()]
+        except ValueError:
+            raise ConfigError(f"partitions {partitions!r}: expected numbers like 0,3") from None
     if offset_ranges is not None:
         partitions = sorted(offset_ranges)
     rows = catalog.segments(topic, partitions, version=version)
