@@ -45,7 +45,7 @@ def normalize_queries(df):
         if isinstance(dt, (TimestampType, TimestampNTZType)):
             ts = (F.unix_micros(F.col("timestamp").cast("timestamp")) / 1000).cast("bigint")
         elif isinstance(dt, StringType):  # epoch ms or ISO-8601, as extract takes them
-            ts = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))
+            ts = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
         else:
             ts = F.col("timestamp").cast("bigint")
     else:
