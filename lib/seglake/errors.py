@@ -10,6 +10,7 @@ SeglakeError
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   └── VersionSupersededError  a pinned catalog version whose files were deleted since
+├── NoSpaceError           a write failed: no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
     ├── ConcurrentRunError another run committed to the same partitions first
     └── RunReuseError      a committed run id reused for different input
@@ -93,6 +94,10 @@ class VersionSupersededError(SegmentNotFoundError):
         self.version = version
         self.superseded_by = superseded_by
         self.operation = operation
+
+
+class NoSpaceError(SeglakeError):
+    """Writing a file failed with ENOSPC/EDQUOT; the message names the file."""
 
 
 class CatalogError(SeglakeError):

@@ -16,6 +16,7 @@ that a lookup reads an index interval and one batch, not a whole segment.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import threading
@@ -26,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
-from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
+from seglake.errors import ConfigError, InvalidTopicError, NoSpaceError, SegmentNotFoundError
 
 __all__ = [
     "IO_STATS",
@@ -266,6 +267,21 @@ def renames_atomically(fs: pafs.FileSystem) -> bool:
     return fs.type_name in _ATOMIC_RENAME
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+    """Turn a full disk (ENOSPC, EDQUOT) while writing ``path`` into a
+    :class:`NoSpaceError` naming it; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE and "No space left" not in str(exc):
+            raise
+        raise NoSpaceError(f"{path}: no space left on the device while writing it") from exc
+
+
 def write_bytes(fs: pafs.FileSystem, path: str, data: bytes | bytearray | memoryview) -> None:
     """Write a whole file so that readers see either nothing or all of ``data``.
 
@@ -273,7 +289,7 @@ def write_bytes(fs: pafs.FileSystem, path: str, data: bytes | bytearray | memory
     the same directory first; on object stores a single PUT is already atomic.
     """
     if not renames_atomically(fs):
-        with fs.open_output_stream(path) as out:
+        with writing(path), fs.open_output_stream(path) as out:
             out.write(data)
         return
     parent = _parent(path)
@@ -281,7 +297,7 @@ def write_bytes(fs: pafs.FileSystem, path: str, data: bytes | bytearray | memory
         fs.create_dir(parent, recursive=True)
     tmp = join(parent, f".{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
     try:
-        with fs.open_output_stream(tmp) as out:
+        with writing(path), fs.open_output_stream(tmp) as out:
             out.write(data)
         fs.move(tmp, path)
     except BaseException:

@@ -133,8 +133,9 @@ class Lake:
                 "codec",
             ],
         )
-        for c in ("min_timestamp", "max_timestamp"):
-            df[c + "_utc"] = pd.to_datetime(df[c].where(df[c] >= 0), unit="ms", utc=True)
+        for c in ("min_timestamp", "max_timestamp"):  # ms precision: no overflow after 2262
+            ms = pa.array(df[c].to_numpy(), pa.int64(), mask=df[c].to_numpy() < 0)
+            df[c + "_utc"] = ms.cast(pa.timestamp("ms", tz="UTC")).to_pandas()
         return df
 
     def _repr_html_(self) -> str:

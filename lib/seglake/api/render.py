@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 
 As = Literal["pandas", "arrow"]
@@ -13,10 +13,11 @@ _MAX_HTML_ROWS = 50
 
 
 def iso(ms: int | None) -> str:
+    """``2026-01-01 00:00:00.000`` (UTC, ms) for any epoch ms >= 0, also past year 9999
+    (``10000-01-01 ...``, where ``datetime`` stops); "" for none (< 0)."""
     if ms is None or ms < 0:
         return ""
-    t = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}"
+    return str(np.datetime_as_string(np.datetime64(int(ms), "ms"))).replace("T", " ")
 
 
 def size_text(n: int) -> str:

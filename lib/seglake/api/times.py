@@ -1,4 +1,9 @@
-"""Times as users give them (epoch ms, ``datetime``, ISO-8601 strings) -> epoch ms."""
+"""Times as users give them (epoch ms, ``datetime``, ISO-8601 strings) -> epoch ms.
+
+:func:`to_millis` is the one rule for "epoch ms or ISO-8601": the notebook API, the
+extract job and data source (``parse_time``), the lookup job's string timestamps and
+``seglake offset-for-time`` all use it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from seglake.errors import ConfigError
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 TimeLike = int | str | dt.datetime | dt.date | np.datetime64 | Any
@@ -20,17 +26,18 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
     times are UTC.
 
     Raises:
-        ValueError: negative ms (other than -1/-2/-3 when allowed), or an unparsable value.
+        ConfigError (a ValueError): negative ms (other than -1/-2/-3 when allowed), or
+            an unparsable value.
     """
     if isinstance(ts, (bool, np.bool_)):
-        raise ValueError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
+        raise ConfigError(f"time {ts!r}: expected ms, datetime or ISO string")
     if isinstance(ts, (int, np.integer)):
         ms = int(ts)
         if ms < 0 and not (
             allow_special and ms in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP)
         ):
-            raise ValueError(
-                f"timestamp {ms}: expected epoch ms >= 0"
+            raise ConfigError(
+                f"time {ms}: expected epoch ms >= 0"
                 + (" or -1 (latest), -2 (earliest), -3 (max)" if allow_special else "")
             )
         return ms
@@ -43,7 +50,7 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
         try:
             parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValueError(f"timestamp {ts!r}: not epoch ms or an ISO-8601 time") from exc
+            raise ConfigError(f"time {ts!r}: not epoch ms or an ISO-8601 time") from exc
         return to_millis(parsed)
     if isinstance(ts, dt.datetime):  # pandas.Timestamp too
         if ts.tzinfo is None:
@@ -53,4 +60,4 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
         return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
     if isinstance(ts, dt.date):
         return to_millis(dt.datetime(ts.year, ts.month, ts.day))
-    raise ValueError(f"timestamp {ts!r}: expected ms, datetime or ISO string")
+    raise ConfigError(f"time {ts!r}: expected ms, datetime or ISO string")

@@ -235,21 +235,53 @@ def dump_index(
         if not problems:
             out.write(f"{path}: all {len(index)} entries agree with the log.\n")
         return 1 if problems else 0
-    if isinstance(index, OffsetIndex):
-        for off, pos in zip(index.offsets.tolist(), index.positions.tolist(), strict=True):
-            out.write(
-                json.dumps({"offset": off, "position": pos}) + "\n"
-                if as_json
-                else f"offset: {off} position: {pos}\n"
-            )
+    return _list_entries(path, cls, data, base, out, as_json=as_json)
+
+
+def _file_entries(cls: type[OffsetIndex | TimeIndex], buf: bytes) -> np.ndarray:
+    """Every entry of a whole index file, valid or not, up to the last slot that is not
+    all zero (the preallocated rest), as ``kafka-dump-log`` lists them."""
+    total = len(buf) // cls.ENTRY_SIZE
+    raw = np.frombuffer(buf, dtype=cls.DTYPE, count=total)
+    used = np.flatnonzero(raw.view(np.uint8).reshape(total, cls.ENTRY_SIZE).any(axis=1))
+    return raw[: int(used[-1]) + 1 if len(used) else 0]
+
+
+def _list_entries(
+    path: str,
+    cls: type[OffsetIndex | TimeIndex],
+    data: bytes,
+    base: int,
+    out: IO[str],
+    *,
+    as_json: bool,
+) -> int:
+    """Every entry of the file, as kafka-dump-log lists them (not only the valid prefix a
+    reader uses), the ones breaking the order rules flagged; 1 if any is."""
+    raw = _file_entries(cls, data)
+    ok = cls.entries_ok(raw)
+    rel = raw["relative_offset"].astype(np.int64) + base
+    if cls is OffsetIndex:
+        names, columns = ("offset", "position"), (rel, raw["position"].astype(np.int64))
     else:
-        for ts, off in zip(index.timestamps.tolist(), index.offsets.tolist(), strict=True):
-            out.write(
-                json.dumps({"timestamp": ts, "offset": off}) + "\n"
-                if as_json
-                else f"timestamp: {ts} offset: {off}\n"
-            )
-    return 0
+        names, columns = ("timestamp", "offset"), (raw["timestamp"].astype(np.int64), rel)
+    first, second = columns
+    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
+        obj: dict[str, Any] = {names[0]: a, names[1]: b}
+        if not ok[i]:
+            obj["error"] = cls.entry_problem(raw, i)
+        if as_json:
+            out.write(json.dumps(obj) + "\n")
+        else:
+            flag = f" INVALID: {obj['error']}" if "error" in obj else ""
+            out.write(f"{names[0]}: {a} {names[1]}: {b}{flag}\n")
+    bad = int((~ok).sum())
+    if bad and not as_json:
+        out.write(
+            f"Found {bad} invalid entr{'y' if bad == 1 else 'ies'} of {len(raw)} in {path} "
+            f"(readers use the first {int(np.argmin(ok))})\n"
+        )
+    return 1 if bad else 0
 
 
 def dump(

@@ -11,7 +11,7 @@ import json
 import sys
 
 from seglake.cli.jobargs import retention_arguments, retention_from_args
-from seglake.errors import SeglakeError
+from seglake.errors import SeglakeError, SegmentNotFoundError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,9 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("partition_dir", metavar="PARTITION_DIR")
     o.add_argument(
         "timestamp",
-        type=int,
         metavar="TIMESTAMP",
-        help="epoch ms, or -2 earliest, -1 latest, -3 max timestamp",
+        help="epoch ms or ISO-8601, or -2 earliest, -1 latest, -3 max timestamp",
     )
     _skip_corrupt(o)
 
@@ -119,13 +118,9 @@ def _skip_corrupt(p: argparse.ArgumentParser) -> None:
 def _open_log(args: argparse.Namespace):
     import warnings
 
-    from seglake.storage.log import PartitionLog
-
     if args.skip_corrupt:  # reported by _report_skipped, one line each
         warnings.simplefilter("ignore")
-    return PartitionLog.open(
-        args.partition_dir, on_corrupt="skip" if args.skip_corrupt else "raise"
-    )
+    return _open_partition(args.partition_dir, on_corrupt="skip" if args.skip_corrupt else "raise")
 
 
 def _report_skipped(log) -> None:
@@ -164,8 +159,11 @@ def run(argv: list[str] | None = None) -> int:
             max_bytes=args.max_bytes,
         )
     if args.command == "offset-for-time":
+        from seglake.api.times import to_millis
+
+        ts = to_millis(args.timestamp, allow_special=True)
         log = _open_log(args)
-        found = log.offsets_for_times(args.timestamp)
+        found = log.offsets_for_times(ts)
         _report_skipped(log)
         print(
             json.dumps(
@@ -177,6 +175,9 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "read":
         log = _open_log(args)
+        if args.offset >= log.log_end_offset:
+            _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
+            return 0
         for r in log.read(args.offset, args.max_records).to_pylist():
             if args.json:
                 print(_record_json(r))
@@ -191,6 +192,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup
 
+        _check_lake(args.root)
         print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
         return 0
     if args.command == "recover":
@@ -215,6 +217,47 @@ def run(argv: list[str] | None = None) -> int:
         )
         return 0
     raise AssertionError(args.command)  # argparse only allows the commands above
+
+
+def _open_partition(path: str, *, on_corrupt: str = "raise"):
+    """The partition directory's log; an error if it holds no segment (``.log`` named by
+    a 20-digit base offset): an empty answer would look like an empty partition."""
+    import pyarrow.fs as pafs
+
+    from seglake import fs as lakefs
+    from seglake.storage.log import PartitionLog
+
+    log = PartitionLog.open(path, on_corrupt=on_corrupt)
+    if not log.segments:
+        fs, d = lakefs.resolve(path)
+        names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(d)))
+        others = f"; other files: {names[:5]}{' ...' if len(names) > 5 else ''}" if names else ""
+        raise SegmentNotFoundError(
+            f"{path}: no segment in this directory (no <20-digit base offset>.log file){others}"
+        )
+    return log
+
+
+def _past_end(path: str, offset: int, start: int, end: int) -> None:
+    """Kafka answers a fetch at the log end offset with nothing, beyond it with
+    OFFSET_OUT_OF_RANGE."""
+    if offset > end:
+        raise SegmentNotFoundError(
+            f"{path}: offset {offset} is out of range: the log holds offsets {start}..{end - 1} "
+            f"(log end offset {end})"
+        )
+    print(f"seglake: offset {offset} is the log end offset: no records yet", file=sys.stderr)
+
+
+def _check_lake(root: str) -> None:
+    """``cleanup`` only on a lake: a path with a catalog or a staging directory."""
+    from seglake import fs as lakefs
+    from seglake.lake.staging import STAGING
+    from seglake.lake.table import CATALOG_DIR
+
+    fs, base = lakefs.resolve(root)
+    if not any(lakefs.exists(fs, lakefs.join(base, d)) for d in (CATALOG_DIR, STAGING)):
+        raise SegmentNotFoundError(f"{root}: not a lake (no {CATALOG_DIR}/ or {STAGING}/ in it)")
 
 
 def _recover(args: argparse.Namespace) -> int:

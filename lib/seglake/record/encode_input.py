@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import InputSchemaError, OffsetOrderError
+from seglake.record.schema import MAX_TIMESTAMP_MS
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import data_of, from_numpy, join_binary, varint_array, vsize_z
 
@@ -24,6 +25,7 @@ __all__ = [
     "bytes_column",
     "cast_binary",
     "check_offsets",
+    "check_timestamps",
     "headers_column",
     "int64_column",
     "prepare_headers",
@@ -216,4 +218,21 @@ def check_offsets(off: np.ndarray) -> None:
         raise OffsetOrderError(
             f"row {i}: offset {int(off[i])} is not greater than offset {int(off[i - 1])} of "
             f"row {i - 1}; offsets must be strictly increasing"
+        )
+
+
+def check_timestamps(ts: np.ndarray) -> None:
+    """Kafka's producer refuses negative timestamps (``ProducerRecord``), and -1 is a
+    batch's "no timestamp": a negative one would read back as missing. Past
+    ``MAX_TIMESTAMP_MS`` (year 294247) no reader's microsecond timestamp holds it."""
+    bad = np.flatnonzero((ts < 0) | (ts > MAX_TIMESTAMP_MS))
+    if len(bad):
+        i = int(bad[0])
+        why = (
+            "Kafka refuses timestamps before 1970-01-01 (epoch ms < 0)"
+            if ts[i] < 0
+            else f"past {MAX_TIMESTAMP_MS} (year 294247) a Kafka source timestamp overflows"
+        )
+        raise InputSchemaError(
+            f"row {i}: timestamp {int(ts[i])} is out of range ({len(bad)} such row(s)): {why}"
         )

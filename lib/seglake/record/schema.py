@@ -20,6 +20,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute
 
+from seglake.errors import InputSchemaError
+
+# the last epoch ms a microsecond timestamp (Spark's, the Kafka source's column) holds:
+# +294247-01-10T04:00:54.775Z. Kafka takes any timestamp >= 0; ingest refuses later ones.
+MAX_TIMESTAMP_MS = (2**63 - 1) // 1000
 HEADER_TYPE = pa.struct(
     [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
 )
@@ -69,7 +74,15 @@ def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
     """Internal record table -> Spark Kafka source columns for one topic-partition."""
     n = records.num_rows
     ts = records.column("timestamp").cast(pa.int64())
-    ts_us = pa.compute.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC"))
+    try:  # checked: a timestamp past year 294247 must not wrap around silently
+        ts_us = pa.compute.multiply_checked(ts, 1000).cast(pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid:
+        i = int(pa.compute.index(pa.compute.greater(ts, MAX_TIMESTAMP_MS), True).as_py())
+        raise InputSchemaError(
+            f"{topic}-{partition} offset {records.column('offset')[i].as_py()}: timestamp "
+            f"{ts[i].as_py()} ms is past {MAX_TIMESTAMP_MS} (year 294247), the last time a "
+            "microsecond timestamp (the Kafka source's column) holds"
+        ) from None
     return pa.Table.from_arrays(
         [
             records.column("key"),

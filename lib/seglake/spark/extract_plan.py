@@ -7,7 +7,6 @@ offset-index positions) -> tasks (splits packed as Spark packs small files). See
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import heapq
 import time
 
@@ -16,7 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.errors import ConfigError
+from seglake.api.render import iso
+from seglake.api.times import to_millis
+from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
@@ -53,19 +54,44 @@ SPLIT_SCHEMA = pa.schema(
 
 
 def parse_time(value: str | int | None) -> int | None:
-    """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC); ``None`` passes."""
-    if value is None or isinstance(value, int):
-        return value
-    s = str(value).strip()
-    if s.lstrip("-").isdigit():
-        return int(s)
-    try:
-        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(f"time {value!r}: expected ISO-8601 or epoch milliseconds") from exc
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
+    """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC), or -1/-2/-3 (latest,
+    earliest, max timestamp): :func:`seglake.api.times.to_millis`. ``None`` and ints
+    (already ms, also the data source's open-range sentinels) pass unchanged."""
+    if value is None or isinstance(value, (int, np.integer)):
+        return None if value is None else int(value)
+    return to_millis(value, allow_special=True)
+
+
+def _check_bounds(start: int | None, end: int | None, lo: int | None, hi: int | None) -> None:
+    """A range that ends before it starts is a mistake (Kafka's source refuses it), not
+    an empty answer. ``start == end`` is an empty range, as in Kafka."""
+    if start is not None and end is not None and 0 <= end < start:
+        raise ConfigError(f"start time {start} ({iso(start)}) is after end time {end} ({iso(end)})")
+    if lo is not None and hi is not None and hi < lo:
+        raise ConfigError(f"start offset {lo} is after end offset {hi}")
+
+
+def _check_partitions(
+    catalog: Catalog, version: int, topic: str, partitions, rows: pa.Table
+) -> None:
+    """The topic, and each partition asked for, must be in the lake: a name that is not
+    would otherwise read as an empty result."""
+    found = set(rows.column("partition").to_pylist())
+    wanted = set(found if partitions is None else partitions)
+    if found and wanted <= found:
+        return
+    known = catalog.log_end_offsets(version=version)
+    topics = sorted({t for t, _ in known})
+    if topic not in topics:
+        raise SegmentNotFoundError(
+            f"topic {topic!r} is not in the lake {catalog.root} (catalog version {version}; "
+            f"topics: {topics[:10]}{' ...' if len(topics) > 10 else ''})"
+        )
+    have = sorted(p for t, p in known if t == topic)
+    raise SegmentNotFoundError(
+        f"topic {topic!r} has no partition {sorted(wanted - found)} in the lake "
+        f"(partitions: {have[:20]}{' ...' if len(have) > 20 else ''})"
+    )
 
 
 @dataclasses.dataclass
@@ -120,16 +146,21 @@ def plan_extract(
     if isolation_level not in ("read_uncommitted", "read_committed"):
         raise ConfigError(f"isolation_level {isolation_level!r}")
     start, end = parse_time(start), parse_time(end)
+    _check_bounds(start, end, start_offset, end_offset)
     started = time.time()
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
     cache = cache or get_cache()
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
     if isinstance(partitions, str):
-        partitions = [int(p) for p in partitions.split(",") if p.strip()]
+        try:
+            partitions = [int(p) for p in partitions.split(",") if p.strip()]
+        except ValueError:
+            raise ConfigError(f"partitions {partitions!r}: expected numbers like 0,3") from None
     if offset_ranges is not None:
         partitions = sorted(offset_ranges)
     rows = catalog.segments(topic, partitions, version=version)
+    _check_partitions(catalog, version, topic, partitions, rows)
     fs, base = cache.resolve(root)
     out: list[dict] = []
     ranges: dict[tuple[str, int], tuple[int, int]] = {}

@@ -48,7 +48,7 @@ from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
-from seglake.spark.session import spark_schema
+from seglake.spark.session import spark_schema, task_error
 from seglake.storage.naming import validate_topic
 
 log = logging.getLogger("seglake.ingest")
@@ -180,8 +180,11 @@ def ingest(
             contiguous=not has_offset,
             metadata={runs.INPUT_KEY: covered.to_json()},
         )
-    except BaseException:
+    except BaseException as exc:
         lakefs.delete_dir(fs, staging)
+        err = task_error(exc) if isinstance(exc, Exception) else None
+        if err is not None and err is not exc:  # a task's own error, not Spark's wrapper
+            raise err from exc
         raise
     if result.already_committed:
         lakefs.delete_dir(fs, staging)

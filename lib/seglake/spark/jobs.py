@@ -7,7 +7,6 @@ line and exit 2, also when a task raised them (:func:`task_error`: not a Py4J tr
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -16,18 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
-from seglake.errors import SeglakeError
-from seglake.spark.session import get_session, list_accumulator
-
-# how a task's exception reaches the driver: its traceback's last line, in the message
-_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
-
-
-def task_error(exc: BaseException) -> str | None:
-    """``"Name: message"`` of the seglake error a Spark task raised (the last one named
-    in ``exc``'s text), or ``None`` if it is not one."""
-    found = _TASK_ERROR.findall(str(exc))
-    return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
+from seglake.spark.session import get_session, list_accumulator, task_error
 
 
 def _print_skipped(acc) -> None:
@@ -368,14 +356,11 @@ def main(job: str, argv: list[str]) -> int:
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
-    except SeglakeError as exc:
-        print(f"seglake {job}: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a task's error arrives wrapped (Py4J / PythonException)
-        why = task_error(exc)
-        if why is None:
+    except Exception as exc:  # a SeglakeError, also one raised in a task: one line
+        err = task_error(exc)
+        if err is None:
             raise
-        print(f"seglake {job}: error: {why}", file=sys.stderr)
+        print(f"seglake {job}: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code

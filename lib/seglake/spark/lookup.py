@@ -35,7 +35,8 @@ Every query gets exactly one output row: the Kafka source columns of the record 
     no_record_for_timestamp  no record with timestamp >= target
     log_end_offset           timestamp -1 (latest): ``offset`` is the log end offset
     unknown_partition        no committed segment for (topic, partition)
-    invalid_query            neither/both of offset and timestamp, or a timestamp < -3
+    invalid_query            neither/both of offset and timestamp, a timestamp < -3, or a
+                             string that is neither epoch ms nor ISO-8601
     read_error               the segment could not be read (logged on the executor);
                              never for a damaged batch
 
@@ -58,6 +59,7 @@ from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
+from seglake.spark.lookup_queries import normalize_queries
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.point_reads import (
     Gather,
@@ -155,29 +157,6 @@ def _segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> n
     return seg
 
 
-def _normalize_queries(df):
-    """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampNTZType, TimestampType
-
-    cols = set(df.columns)
-    off = F.col("offset").cast("bigint") if "offset" in cols else F.lit(None).cast("bigint")
-    if "timestamp" in cols:
-        dt = df.schema["timestamp"].dataType
-        if isinstance(dt, (TimestampType, TimestampNTZType)):
-            ts = (F.unix_micros(F.col("timestamp").cast("timestamp")) / 1000).cast("bigint")
-        else:
-            ts = F.col("timestamp").cast("bigint")
-    else:
-        ts = F.lit(None).cast("bigint")
-    return df.select(
-        F.col("topic").cast("string").alias("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        off.alias("query_offset"),
-        ts.alias("query_timestamp"),
-    )
-
-
 def lookup(
     spark,
     root: str,
@@ -197,7 +176,8 @@ def lookup(
         spark: the session.
         root: lake root.
         queries_df: columns ``topic``, ``partition`` and ``offset`` and/or ``timestamp``
-            (epoch ms, or a Spark timestamp; -2 earliest, -1 latest, -3 max timestamp).
+            (epoch ms, a Spark timestamp, or strings: epoch ms or ISO-8601; -2 earliest, -1
+            latest, -3 max timestamp).
             Per row exactly one of offset/timestamp is non-null.
         version: catalog version to read (default: the current one, pinned).
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
@@ -243,7 +223,7 @@ def lookup(
                 yield from out.to_batches()
                 pending = []
 
-    q = _normalize_queries(queries_df)
+    q = normalize_queries(queries_df)
     if num_tasks:
 
         def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+
+from seglake import errors
+from seglake.errors import SeglakeError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
@@ -79,3 +83,22 @@ def list_accumulator(spark: SparkSession):
         return spark.sparkContext.accumulator([], _Lines())
     except Exception:  # no SparkContext here
         return None
+
+
+_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def task_error(exc: BaseException) -> SeglakeError | None:
+    """The :class:`SeglakeError` a Python worker raised, rebuilt from the Spark exception
+    that carries its traceback text (``PythonException``, ``Py4JJavaError``); ``exc``
+    itself if it is one; ``None`` for other failures. Jobs print it as one line."""
+    if isinstance(exc, SeglakeError):
+        return exc
+    found = _TASK_ERROR.findall(str(exc))  # the last one named: the error the task raised
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
+        cls = SeglakeError
+    return cls(message.strip())

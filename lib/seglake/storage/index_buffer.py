@@ -68,7 +68,8 @@ class IndexBuffer:
     """The read side of an index: its buffer, the entries in use, columns, validation.
 
     Subclasses set :attr:`ENTRY_SIZE`, :attr:`DTYPE` (the big-endian on-disk entry) and
-    :attr:`NAME`, and implement :meth:`_first_invalid` (the order rules, vectorised).
+    :attr:`NAME`, and implement :meth:`entries_ok` / :meth:`entry_problem` (the order
+    rules, vectorised).
     """
 
     ENTRY_SIZE: ClassVar[int]
@@ -138,8 +139,19 @@ class IndexBuffer:
 
     @classmethod
     def _first_invalid(cls, raw: np.ndarray) -> tuple[int, str] | None:
-        """``(slot, why)`` of the first entry that breaks the order rules, or ``None``
-        (vectorised over the big-endian entries ``raw``)."""
+        """``(slot, why)`` of the first entry that breaks the order rules, or ``None``."""
+        bad = np.flatnonzero(~cls.entries_ok(raw))
+        return None if not len(bad) else (int(bad[0]), cls.entry_problem(raw, int(bad[0])))
+
+    @classmethod
+    def entries_ok(cls, raw: np.ndarray) -> np.ndarray:
+        """Per entry of the big-endian entries ``raw``: whether it keeps the order rules
+        against the entry before it (vectorised)."""
+        raise NotImplementedError
+
+    @classmethod
+    def entry_problem(cls, raw: np.ndarray, i: int) -> str:
+        """Why entry ``i`` of ``raw`` breaks the rules (``entries_ok(raw)[i]`` is False)."""
         raise NotImplementedError
 
     @property

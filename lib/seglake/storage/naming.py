@@ -6,7 +6,9 @@
       *.deleted / *.cleaned / *.swap           mid-operation files: readers skip them
 
 Topic names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``.
-Validating them is also what keeps a name like ``../x`` from leaving the lake.
+Validating them is also what keeps a name like ``../x`` from leaving the lake. The
+directory ``<topic>-<partition>`` must also fit ``NAME_MAX`` (255): checked before
+ingest writes a file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ TXN_INDEX_SUFFIX = ".txnindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
+NAME_MAX = 255  # longest file or directory name (ext4, xfs, APFS, NTFS)
 
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
@@ -66,8 +69,17 @@ def validate_partition(partition: object) -> int:
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
-    """``orders-3`` for topic ``orders``, partition 3 (both validated)."""
-    return f"{validate_topic(topic)}-{validate_partition(partition)}"
+    """``orders-3`` for topic ``orders``, partition 3 (both validated, and the name short
+    enough for a file system: at most ``NAME_MAX`` characters)."""
+    name = f"{validate_topic(topic)}-{validate_partition(partition)}"
+    if len(name) > NAME_MAX:
+        raise InvalidTopicError(
+            f"partition directory {topic[:16]}...-{partition} would be {len(name)} characters "
+            f"(topic {len(topic)} + '-{partition}'), more than the {NAME_MAX} a file system "
+            f"allows: a {len(topic)}-character topic can have partitions up to "
+            f"{10 ** (NAME_MAX - len(topic) - 1) - 1}"
+        )
+    return name
 
 
 def parse_partition_dir(name: str) -> tuple[str, int]:

@@ -90,24 +90,24 @@ class OffsetIndex(AbstractIndex):
         return self._key_at(self._n - 1)
 
     @classmethod
-    def _first_invalid(cls, raw: np.ndarray) -> tuple[int, str] | None:
+    def entries_ok(cls, raw: np.ndarray) -> np.ndarray:
         rel = raw["relative_offset"].astype(np.int64)
         pos = raw["position"].astype(np.int64)
         ok = (rel >= 0) & (pos >= 0)
         ok[1:] &= (rel[1:] > rel[:-1]) & (pos[1:] > pos[:-1])
-        bad = np.flatnonzero(~ok)
-        if not len(bad):
-            return None
-        i = int(bad[0])
+        return ok
+
+    @classmethod
+    def entry_problem(cls, raw: np.ndarray, i: int) -> str:
+        rel = raw["relative_offset"].astype(np.int64)
+        pos = raw["position"].astype(np.int64)
         entry = f"entry (relative offset {rel[i]}, position {pos[i]})"
         if rel[i] < 0 or pos[i] < 0:
-            why = f"{entry} is negative"
-        else:
-            why = (
-                f"{entry} is not above the previous entry (relative offset {rel[i - 1]}, "
-                f"position {pos[i - 1]}); entries must increase strictly in both fields"
-            )
-        return i, why
+            return f"{entry} is negative"
+        return (
+            f"{entry} is not above the previous entry (relative offset {rel[i - 1]}, "
+            f"position {pos[i - 1]}); entries must increase strictly in both fields"
+        )
 
     # ---------------------------------------------------------------------------- reading
     @property

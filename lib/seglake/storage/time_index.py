@@ -97,25 +97,25 @@ class TimeIndex(AbstractIndex):
         return self.last_entry.offset
 
     @classmethod
-    def _first_invalid(cls, raw: np.ndarray) -> tuple[int, str] | None:
+    def entries_ok(cls, raw: np.ndarray) -> np.ndarray:
         ts = raw["timestamp"].astype(np.int64)
         rel = raw["relative_offset"].astype(np.int64)
         ok = (ts >= 0) & (rel >= 0)
         ok[1:] &= (ts[1:] > ts[:-1]) & (rel[1:] >= rel[:-1])
-        bad = np.flatnonzero(~ok)
-        if not len(bad):
-            return None
-        i = int(bad[0])
+        return ok
+
+    @classmethod
+    def entry_problem(cls, raw: np.ndarray, i: int) -> str:
+        ts = raw["timestamp"].astype(np.int64)
+        rel = raw["relative_offset"].astype(np.int64)
         entry = f"entry (timestamp {ts[i]}, relative offset {rel[i]})"
         if ts[i] < 0 or rel[i] < 0:
-            why = f"{entry} is negative"
-        else:
-            why = (
-                f"{entry} does not follow the previous entry (timestamp {ts[i - 1]}, "
-                f"relative offset {rel[i - 1]}); timestamps must increase strictly and "
-                "offsets must not decrease"
-            )
-        return i, why
+            return f"{entry} is negative"
+        return (
+            f"{entry} does not follow the previous entry (timestamp {ts[i - 1]}, "
+            f"relative offset {rel[i - 1]}); timestamps must increase strictly and "
+            "offsets must not decrease"
+        )
 
     # ------------------------------------------------------------------------- properties
     @property

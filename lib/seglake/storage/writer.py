@@ -16,19 +16,22 @@ them. Memory is bounded by one Arrow chunk plus one batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import OffsetOrderError
+from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
+from seglake.record.encode_input import check_timestamps, int64_column
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -121,6 +124,7 @@ class SegmentWriter:
         if records.num_rows == 0:
             return self._take_closed()
         self._check_first_offset(records)
+        self._check_timestamps(records)
         table = (
             records
             if self._pending is None
@@ -160,6 +164,13 @@ class SegmentWriter:
         return self._next_offset
 
     # -- internals --------------------------------------------------------------------
+    def _check_timestamps(self, records: pa.Table) -> None:
+        """Refuse what Kafka's producer refuses: timestamps below 0 (-1 means "none")."""
+        try:
+            check_timestamps(int64_column(records, "timestamp"))
+        except InputSchemaError as exc:
+            raise InputSchemaError(f"{self.label}: {exc}") from None
+
     def _check_first_offset(self, records: pa.Table) -> None:
         first = records.column("offset")[0].as_py()
         if first < self._next_offset:
@@ -224,7 +235,20 @@ class SegmentWriter:
         if stop > start and self._open is not None:
             lo = int(b.position[start])
             hi = int(b.position[stop - 1] + b.size[stop - 1])
-            self._open.stream.write(data[lo:hi])
+            with self._writing(self._open.log_path):
+                self._open.stream.write(data[lo:hi])
+
+    @contextlib.contextmanager
+    def _writing(self, path: str) -> Iterator[None]:
+        """A full disk: the error names the file; the open stream is closed (its file
+        stays as staged garbage for the run's cleanup)."""
+        try:
+            with lakefs.writing(path):
+                yield
+        except NoSpaceError:
+            with contextlib.suppress(OSError):
+                self.abort()
+            raise
 
     def _path(self, base_offset: int, suffix: str) -> str:
         return f"{self.directory}/{segment_file_name(base_offset, suffix)}"
@@ -234,7 +258,8 @@ class SegmentWriter:
             self.fs.create_dir(self.directory, recursive=True)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
-        stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
+        with self._writing(log_path):
+            stream = self.fs.open_output_stream(log_path + (self.tmp_suffix or ""))
         builder = IndexBuilder(
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
@@ -250,7 +275,8 @@ class SegmentWriter:
         seg, self._open = self._open, None
         if seg is None:
             return
-        seg.stream.close()
+        with self._writing(seg.log_path):
+            seg.stream.close()
         seg.builder.finish()
         base = seg.state.base_offset
         files = {
@@ -261,7 +287,10 @@ class SegmentWriter:
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:
-                with self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out:
+                with (
+                    self._writing(path),
+                    self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out,
+                ):
                     out.write(payload)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)

@@ -1,0 +1,58 @@
+"""The lookup job's queries: any DataFrame with ``topic``, ``partition`` and ``offset``
+and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms).
+
+``timestamp`` may be epoch ms, a Spark timestamp, or strings (epoch ms or ISO-8601,
+through :func:`seglake.api.times.to_millis`, the rule extract and the notebook API use).
+"""
+
+from __future__ import annotations
+
+from seglake.errors import InputSchemaError
+
+
+def _string_millis(texts):
+    """pandas Series of strings -> nullable int64 ms (:func:`to_millis`, -1/-2/-3 kept);
+    a string that is no time -> null, so its query is ``invalid_query``."""
+    import pandas as pd
+
+    from seglake.api.times import to_millis
+
+    def one(text):
+        try:
+            return None if text is None else to_millis(text, allow_special=True)
+        except ValueError:
+            return None
+
+    return pd.Series([one(t) for t in texts], dtype="Int64")
+
+
+def normalize_queries(df):
+    """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+
+    cols = set(df.columns)
+    missing = [c for c in ("topic", "partition") if c not in cols]
+    if missing or not cols & {"offset", "timestamp"}:
+        raise InputSchemaError(
+            f"queries: no {' or '.join(repr(c) for c in missing) or 'offset or timestamp'} "
+            f"column (given: {sorted(cols)}{'; an empty file?' if not cols else ''}); "
+            "expected topic, partition and offset and/or timestamp"
+        )
+    off = F.col("offset").cast("bigint") if "offset" in cols else F.lit(None).cast("bigint")
+    if "timestamp" in cols:
+        dt = df.schema["timestamp"].dataType
+        if isinstance(dt, (TimestampType, TimestampNTZType)):
+            ts = (F.unix_micros(F.col("timestamp").cast("timestamp")) / 1000).cast("bigint")
+        elif isinstance(dt, StringType):  # epoch ms or ISO-8601, as extract takes them
+            ts = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
+        else:
+            ts = F.col("timestamp").cast("bigint")
+    else:
+        ts = F.lit(None).cast("bigint")
+    return df.select(
+        F.col("topic").cast("string").alias("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        off.alias("query_offset"),
+        ts.alias("query_timestamp"),
+    )
