@@ -215,6 +215,13 @@ def test_offsets_for_times(lake, truth, topic, p):
         part.offsets_for_times("yesterday")
 
 
+def test_range_refuses_start_after_end(lake):
+    part = lake.partition(*LAYOUT[0][:2])
+    with pytest.raises(ValueError, match=r"start .* is after end"):
+        part.range(T0 + 2_000, T0 + 1_000)
+    assert len(part.range(T0 + 1_000, T0 + 1_000)) == 0  # equal: the empty range
+
+
 @pytest.mark.parametrize("topic,p", [(t, p) for t, p, _, _ in LAYOUT])
 def test_range_exact(lake, truth, topic, p):
     part = lake.partition(topic, p)

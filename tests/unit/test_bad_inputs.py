@@ -29,12 +29,14 @@ from seglake.storage.writer import SegmentWriter
 from tests.unit.test_cli import one_error_line
 
 
-def _log(tmp_path: Path, n: int = 30, name: str = "t-0", ts0: int = 1_000_000) -> Path:
+def _log(
+    tmp_path: Path, n: int = 30, name: str = "t-0", ts0: int = 1_000_000, first: int = 0
+) -> Path:
     d = tmp_path / name
     d.mkdir()
     recs = pa.table(
         {
-            "offset": pa.array(np.arange(n), pa.int64()),
+            "offset": pa.array(first + np.arange(n), pa.int64()),
             "timestamp": pa.array(ts0 + np.arange(n) * 10, pa.int64()),
             "value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
         }
@@ -108,6 +110,14 @@ def test_read_at_and_past_the_log_end(capsys, tmp_path) -> None:
     assert got.out == "" and "offset 30 is the log end offset" in got.err
     assert main(["read", str(d), "--offset", "29", "--json"]) == 0
     assert [json.loads(x)["offset"] for x in capsys.readouterr().out.splitlines()] == [29]
+
+
+def test_read_below_the_log_start_says_where_it_starts(capsys, tmp_path) -> None:
+    d = _log(tmp_path, n=30, first=100)
+    assert main(["read", str(d), "--offset", "7", "--max-records", "2", "--json"]) == 0
+    got = capsys.readouterr()
+    assert [json.loads(x)["offset"] for x in got.out.splitlines()] == [100, 101]
+    assert "offset 7 is below the log start offset 100" in got.err
 
 
 def test_offset_for_time_takes_iso_times(capsys, tmp_path) -> None:

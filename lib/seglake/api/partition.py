@@ -215,8 +215,14 @@ class Partition:
         every record after it is filtered, since a later record may carry any timestamp,
         up to the first of the segment's tail minima >= ``end``
         (:mod:`seglake.storage.tail_minima`).
+
+        Raises:
+            ValueError: ``start`` after ``end`` (as Kafka's source refuses it; an equal
+                pair is the empty range).
         """
         lo, hi = to_millis(start), to_millis(end)
+        if lo > hi:
+            raise ValueError(f"range: start {start!r} ({lo} ms) is after end {end!r} ({hi} ms)")
         parts = []
         if hi > lo:
             for i in self._candidates(lo, hi):

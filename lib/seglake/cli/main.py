@@ -178,6 +178,13 @@ def run(argv: list[str] | None = None) -> int:
         if args.offset >= log.log_end_offset:
             _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
             return 0
+        if args.offset < log.log_start_offset:  # Kafka: out of range; auto.offset.reset=earliest
+            print(
+                f"seglake: offset {args.offset} is below the log start offset "
+                f"{log.log_start_offset} (deleted or never written): reading from "
+                f"{log.log_start_offset}",
+                file=sys.stderr,
+            )
         for r in log.read(args.offset, args.max_records).to_pylist():
             if args.json:
                 print(_record_json(r))
