@@ -82,7 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--force", action="store_true", help="rebuild valid indexes too (Kafka always rebuilds)"
     )
-    rc.add_argument("--index-interval-bytes", type=int, default=4096)
+    rc.add_argument(
+        "--index-interval-bytes",
+        type=int,
+        default=4096,
+        help="for rebuilt indexes (a lake uses each segment's recorded value first)",
+    )
+    rc.add_argument(
+        "--kafka-truncate",
+        action="store_true",
+        help="lake: Kafka's rule, truncate at a damaged batch and delete the later segments "
+        "(default: cut out only the damaged batch; a partition directory always uses Kafka's)",
+    )
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
     rg = sub.add_parser(
@@ -276,7 +287,11 @@ def _recover(args: argparse.Namespace) -> int:
     fs, path = lakefs.resolve(args.target)
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
         rep = recover_lake(
-            args.target, dry_run=args.dry_run, force=args.force, interval=args.index_interval_bytes
+            args.target,
+            dry_run=args.dry_run,
+            force=args.force,
+            interval=args.index_interval_bytes,
+            kafka_truncate=args.kafka_truncate,
         )
         if args.json:
             for p in rep.partitions:

@@ -21,7 +21,13 @@ Per partition directory (:func:`recover_partition`), first as Kafka's
 
 then every segment is recovered in offset order; the segments after the first one that
 had to be truncated are deleted (the log must stay contiguous; Kafka: they were not
-flushed). Log end offset = last valid offset + 1.
+flushed). Log end offset = last valid offset + 1. That is the rule for a broker's
+partition directory, where a replica refills what was cut.
+
+A lake has no replica: its recovery (``keep_valid``, :mod:`seglake.lake.recovery`) keeps
+the later segments and rewrites a damaged segment without its damaged batches
+(:mod:`seglake.storage.damaged_batches`), so only their offsets are lost (a gap, as
+after compaction); Kafka's rule stays available there (``--kafka-truncate``).
 
 Per lake (:func:`recover_lake`): each catalog partition is recovered (only the segments
 the catalog lists), and the catalog is fixed in **one** commit: truncated segments get
@@ -39,6 +45,8 @@ the filesystem renames).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
@@ -97,7 +105,17 @@ def recover_dir(
     force: bool,
     only: set[int] | None = None,
     defer_deletes: bool = False,
+    keep_valid: bool = False,
+    intervals: Mapping[int, int] | None = None,
 ) -> PartitionRecovery:
+    """Recover the partition directory ``directory`` on ``fs`` (see the module docstring).
+
+    ``only``: recover just these segments (a lake's catalogued ones; any missing is
+    reported deleted); ``defer_deletes``: leave whole-segment deletions to the caller.
+    ``keep_valid`` (the lake's rule): skip damaged batches (:mod:`.damaged_batches`) and
+    keep the segments after a damaged one, leaving offset gaps, instead of Kafka's cut.
+    ``intervals``: ``log.index.interval.bytes`` per base offset (default ``interval``).
+    """
     report = PartitionRecovery(directory=directory, dry_run=dry_run)
     names = lakefs.listdir(fs, directory)
     pending = [(n, *pend) for n in names if (pend := _strip_pending(n))]
@@ -160,7 +178,7 @@ def recover_dir(
     cut: int | None = None  # base offset of the first truncated (or missing) segment
     for b in sorted(set(bases) | set(missing)):
         stem = lakefs.join(directory, f"{b:020d}")
-        if cut is not None or b in missing:
+        if (cut is not None and not keep_valid) or b in missing:
             cut = b if cut is None else cut
             report.deleted_segments.append(b)
             if not dry_run and not defer_deletes:
@@ -169,10 +187,11 @@ def recover_dir(
         rec = recover_segment(
             fs,
             stem + LOG_SUFFIX,
-            interval=interval,
+            interval=(intervals or {}).get(b, interval),
             dry_run=dry_run,
             force=force,
             producer_state=state,
+            skip_damaged=keep_valid,
         )
         report.segments.append(rec)
         if rec.error:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from seglake.storage.damaged_batches import DroppedBytes
+
 __all__ = ["PartitionRecovery", "SegmentRecovery"]
 
 
@@ -25,6 +27,7 @@ class SegmentRecovery:
         rebuilt: ``{suffix: reason}`` of index files rewritten (or to be rewritten).
         codec: ``none``/``gzip``/... of the data batches, ``mixed`` if several.
         dry_run: nothing was written.
+        dropped: damaged stretches left out of the rewritten ``.log`` (``skip_damaged``).
     """
 
     log_path: str
@@ -44,6 +47,8 @@ class SegmentRecovery:
     codec: str
     dry_run: bool = False
     tail_min_timestamps: list[dict] | None = None  # seglake.storage.tail_minima
+    dropped: list[DroppedBytes] = dataclasses.field(default_factory=list)
+    index_interval_bytes: int | None = None  # log.index.interval.bytes of a rebuild
 
     @property
     def size_bytes(self) -> int:
@@ -63,7 +68,9 @@ class SegmentRecovery:
             f"{self.log_path}: {self.batches} valid batch(es), offsets "
             f"{self.base_offset}..{self.next_offset - 1}"
         ]
-        if self.truncated_bytes:
+        if self.dropped:
+            parts += [str(d) for d in self.dropped]
+        elif self.truncated_bytes:
             parts.append(
                 f"truncated {self.truncated_bytes} of {self.original_bytes} bytes "
                 f"at position {self.valid_bytes} ({self.error})"
@@ -85,6 +92,9 @@ class PartitionRecovery:
     removed_files: list[str] = dataclasses.field(default_factory=list)
     completed_swaps: list[str] = dataclasses.field(default_factory=list)
     dry_run: bool = False
+    # offsets that were in the log and are no longer readable: {file, position,
+    # first_offset, last_offset, reason} (filled in by the lake, which knows the old rows)
+    lost: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def log_end_offset(self) -> int | None:
@@ -108,6 +118,7 @@ class PartitionRecovery:
             "deleted_segments": self.deleted_segments,
             "removed_files": self.removed_files,
             "completed_swaps": self.completed_swaps,
+            "lost": self.lost,
             "segments": [
                 dict(dataclasses.asdict(s), truncated_bytes=s.truncated_bytes)
                 for s in self.segments
@@ -121,6 +132,12 @@ class PartitionRecovery:
             + ("" if self.changed else ", nothing to do")
         ]
         lines += [f"  {s}" for s in self.segments if s.changed]
+        lines += [
+            f"  {'would lose' if self.dry_run else 'lost'} offsets "
+            f"{x['first_offset']}..{x['last_offset']} "
+            f"({x['file']} position {x['position']}: {x['reason']})"
+            for x in self.lost
+        ]
         if self.deleted_segments:
             lines.append(f"  {verb}delete segments after a truncated one: {self.deleted_segments}")
         if self.completed_swaps:

@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SegmentNotFoundError
 from seglake.record.batch import scan_batches
+from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -52,6 +53,7 @@ def recover_segment(
     dry_run: bool = False,
     force: bool = False,
     producer_state: dict[int, int] | None = None,
+    skip_damaged: bool = False,
 ) -> SegmentRecovery:
     """Kafka's ``LogSegment.recover`` for one segment on ``fs``.
 
@@ -63,6 +65,9 @@ def recover_segment(
             does; by default valid indexes, e.g. a broker's, are kept byte for byte).
         producer_state: open transactions ``{producer id: first offset}`` carried from
             the previous segment (updated in place).
+        skip_damaged: keep the valid batches after a damaged one (the lake's rule,
+            :mod:`seglake.storage.damaged_batches`): the ``.log`` is rewritten without the
+            damaged bytes, their offsets become a gap. Default: Kafka's truncation.
 
     Returns:
         A :class:`SegmentRecovery`; never raises for bad bytes.
@@ -82,6 +87,10 @@ def recover_segment(
         cut = int(scan.position[keep])
         scan = scan.take(slice(0, keep))
         scan.valid_bytes, error = cut, why
+    dropped: list[DroppedBytes] = []
+    if skip_damaged and error:
+        buf, dropped = drop_damaged(buf, scan, error, base)
+        scan = scan_batches(buf)  # the rewritten log: every batch valid
     valid = scan.valid_bytes
     if valid < original:
         buf = buf[:valid]
@@ -95,7 +104,10 @@ def recover_segment(
     if force:
         rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = "forced"
     elif error:
-        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = "log truncated"
+        why_rebuilt = (
+            "log rewritten" if any(d.last_offset is not None for d in dropped) else "log truncated"
+        )
+        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = why_rebuilt
     else:
         if oi_bytes is None:
             rebuilt[INDEX_SUFFIX] = "missing"
@@ -172,6 +184,8 @@ def recover_segment(
         rebuilt=rebuilt,
         codec=codec_name(scan),
         dry_run=dry_run,
+        dropped=dropped,
+        index_interval_bytes=interval,
     )
     if dry_run:
         return report
