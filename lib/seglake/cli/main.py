@@ -1,4 +1,5 @@
-"""The ``seglake`` command: dump, offset-for-time, read, cleanup, recover, register, retention.
+"""The ``seglake`` command: dump, consume, offset-for-time, read, cleanup, recover, register,
+retention.
 
 Errors of seglake's own print one line naming the file, position and numbers, exit 2.
 """
@@ -6,10 +7,11 @@ Errors of seglake's own print one line naming the file, position and numbers, ex
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 
+from seglake.cli.consume import add_parser as add_consume_parser
+from seglake.cli.consume import record_dict, run_consume
 from seglake.cli.jobargs import retention_arguments, retention_from_args
 from seglake.errors import SeglakeError, SegmentNotFoundError
 
@@ -38,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-bytes", type=int, default=None, help="read at most this many bytes of each .log"
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    add_consume_parser(sub)
 
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
@@ -140,19 +144,7 @@ def _report_skipped(log) -> None:
 
 
 def _record_json(r: dict) -> str:
-    def b64(b: bytes | None) -> str | None:
-        return None if b is None else base64.b64encode(b).decode("ascii")
-
-    return json.dumps(
-        {
-            "offset": r["offset"],
-            "timestamp": r["timestamp"],
-            "timestamp_type": r["timestamp_type"],
-            "key": b64(r["key"]),
-            "value": b64(r["value"]),
-            "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
-        }
-    )
+    return json.dumps(record_dict(r))
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -169,6 +161,8 @@ def run(argv: list[str] | None = None) -> int:
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
         )
+    if args.command == "consume":
+        return run_consume(args)
     if args.command == "offset-for-time":
         from seglake.api.times import to_millis
 
