@@ -14,18 +14,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from kafka.record.default_records import DefaultRecordBatch
 
 from seglake.cli.consume import Formatter as SeglakeFormatter
 from seglake.cli.consume import consume, partition_logs
 from seglake.cli.main import main
 from seglake.config import LogConfig
-from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
 from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import recover_partition
 from tests.conftest import FIXTURES, ROOT
-from tests.unit.test_decode import control_batch, raw_batch, raw_record
+from tests.unit.test_decode import control_batch, kafka_python_rows, raw_batch, raw_record
 from tests.unit.test_recovery import make_lake, pristine  # noqa: F401
 
 ALL = [
@@ -39,26 +37,7 @@ ALL = [
 
 def oracle(d: Path) -> list[dict]:
     """Every data record of the ``.log`` files of ``d``, decoded by kafka-python."""
-    rows = []
-    for f in sorted(d.glob("*.log")):
-        buf = f.read_bytes()
-        scan = scan_batches(buf)
-        for i in range(len(scan)):
-            batch = DefaultRecordBatch(buf[scan.position[i] : scan.position[i] + scan.size[i]])
-            if batch.is_control_batch:
-                continue
-            for r in batch:
-                rows.append(
-                    dict(
-                        offset=r.offset,
-                        ts=r.timestamp,
-                        tstype=r.timestamp_type,
-                        key=r.key,
-                        value=r.value,
-                        headers=list(r.headers),
-                    )
-                )
-    return rows
+    return [r for f in sorted(d.glob("*.log")) for r in kafka_python_rows(f.read_bytes())]
 
 
 def kafka_line(r: dict, partition: int, props: dict[str, str]) -> bytes:
@@ -74,14 +53,17 @@ def kafka_line(r: dict, partition: int, props: dict[str, str]) -> bytes:
     null = props.get("null.literal", "null").encode()
     fields = []
     if on["timestamp"]:
-        fields.append(("CreateTime" if r["tstype"] == 0 else "LogAppendTime").encode())
-        fields[-1] += b":" + str(r["ts"]).encode()
+        fields.append(("CreateTime" if r["timestamp_type"] == 0 else "LogAppendTime").encode())
+        fields[-1] += b":" + str(r["timestamp"]).encode()
     if on["partition"]:
         fields.append(b"Partition:" + str(partition).encode())
     if on["offset"]:
         fields.append(b"Offset:" + str(r["offset"]).encode())
     if on["headers"]:
-        hs = [k.encode() + b":" + (null if v is None else v) for k, v in r["headers"]]
+        hs = [
+            k.encode() + b":" + (null if v is None else v)
+            for k, v in ((h["key"], h["value"]) for h in r["headers"])
+        ]
         fields.append(b",".join(hs) if hs else b"NO_HEADERS")
     if on["key"]:
         fields.append(null if r["key"] is None else r["key"])
@@ -144,14 +126,14 @@ def test_lake_all_partitions_offsets_times_and_limits(
     assert out.count(b"\n") == 9 and err == "Processed a total of 9 messages\n"
     # --offset latest: nothing; --from-timestamp / --to-timestamp: offsetsForTimes of each
     assert run_cli(capsysbinary, str(root), "--topic", "t", "--offset", "latest")[1] == b""
-    ts = sorted(r["ts"] for r in want)
+    ts = sorted(r["timestamp"] for r in want)
     lo, hi = ts[40], ts[90]
     _, out, _ = run_cli(
         capsysbinary, str(root), "--topic", "t", "--partition", "0",
         "--from-timestamp", str(lo), "--to-timestamp", str(hi), *props,
     )  # fmt: skip
-    first = min(r["offset"] for r in want if r["ts"] >= lo)
-    end = min(r["offset"] for r in want if r["ts"] >= hi)
+    first = min(r["offset"] for r in want if r["timestamp"] >= lo)
+    end = min(r["offset"] for r in want if r["timestamp"] >= hi)
     assert out == b"".join(line(r, 0) for r in want if first <= r["offset"] < end)
     iso = np.datetime64(lo, "ms").astype(str) + "Z"
     _, out2, _ = run_cli(
