@@ -190,12 +190,18 @@ def recover_segment(
     if dry_run:
         return report
     # the log first: a crash before the indexes leaves them pointing past its end, which
-    # the next recovery (and every reader) detects
+    # the next recovery (and every reader) detects. A rewrite moves the batches after a
+    # dropped stretch back, so their old entries could point at later batches: the
+    # indexes go first (a reader rebuilds missing ones in memory)
+    rewritten = any(d.last_offset is not None for d in dropped)
+    if rewritten:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            lakefs.delete_file(fs, stem + suffix)
     if valid < original:
         lakefs.write_bytes(fs, log_path, buf)
-    if INDEX_SUFFIX in rebuilt:
+    if INDEX_SUFFIX in rebuilt or rewritten:
         lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi_new.to_bytes())
-    if TIME_INDEX_SUFFIX in rebuilt:
+    if TIME_INDEX_SUFFIX in rebuilt or rewritten:
         lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti_new.to_bytes())
     if TXN_INDEX_SUFFIX in rebuilt:
         if len(aborted):
