@@ -274,11 +274,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         print(f"seglake consume: error: {message}", file=sys.stderr)
         sys.exit(2)
 
-    c.error = error  # type: ignore[method-assign]
+    c.error = error
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    from seglake.api import to_millis
+    from seglake.api.times import to_millis
 
     offset = args.offset if args.offset is not None else "earliest"
     if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():

@@ -119,6 +119,9 @@ def drop_damaged(
         if stop == len(nxt) and nxt.error is None:
             kept.append(buf[q:])
             break
-        pos = int(nxt.position[stop]) if stop < len(nxt) else nxt.valid_bytes
-        error = nxt.error if stop == len(nxt) else f"position {pos}: batch offsets go backwards"
+        if stop < len(nxt):
+            pos = int(nxt.position[stop])
+            error = f"position {pos}: batch offsets go backwards"
+        else:  # nxt.error is set: the scan stopped before the end
+            pos, error = nxt.valid_bytes, nxt.error or f"position {nxt.valid_bytes}: invalid"
     return b"".join(kept), dropped
