@@ -19,6 +19,7 @@ from seglake.cli.consume import Formatter as SeglakeFormatter
 from seglake.cli.consume import consume, partition_logs
 from seglake.cli.main import main
 from seglake.config import LogConfig
+from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
 from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import recover_partition
@@ -276,3 +277,25 @@ def test_shell_head(big: Path, tmp_path: Path) -> None:
         ["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, env=env, timeout=120
     )
     assert res.returncode == 0 and res.stdout.startswith(b"0000000x") and res.stderr == b""
+
+
+def test_damaged_batch_is_an_error_or_skipped_and_named(tmp_path: Path, capsysbinary) -> None:
+    """A flipped bit in a middle batch: one line and exit 2, or with --skip-corrupt every
+    other record and one warning naming the batch."""
+    d = tmp_path / "first-0"
+    shutil.copytree(FIXTURES / "first-0", d)
+    log = next(d.glob("*.log"))
+    buf = bytearray(log.read_bytes())
+    scan = scan_batches(bytes(buf))
+    k = len(scan) // 2
+    buf[int(scan.position[k]) + int(scan.size[k]) - 1] ^= 0x01  # in its records: CRC
+    log.write_bytes(bytes(buf))
+    lo, hi = int(scan.base_offset[k]), int(scan.last_offset[k])
+    want = [r for r in oracle(FIXTURES / "first-0") if not lo <= r["offset"] <= hi]
+    rc, out, err = run_cli(capsysbinary, str(d), "--topic", "first")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "CRC" in err, err
+    rc, out, err = run_cli(capsysbinary, str(d), "--topic", "first", "--skip-corrupt")
+    assert rc == 0 and out == b"".join(kafka_line(r, 0, {}) for r in want)
+    lines = err.splitlines()
+    assert len(lines) == 2 and "skipped a damaged batch" in lines[0] and str(log) in lines[0]
+    assert lines[1] == f"Processed a total of {len(want)} messages"

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -135,9 +136,12 @@ class Formatter:
         return b"".join(out)
 
 
-def partition_logs(target: str, topic: str, partition: int | None) -> list[PartitionLog]:
+def partition_logs(
+    target: str, topic: str, partition: int | None, *, on_corrupt: str = "raise"
+) -> list[PartitionLog]:
     """The partitions to read: of a lake (``_catalog`` inside ``target``), sorted, or the
-    partition directory ``target`` itself (whose name must be ``<topic>-<partition>``)."""
+    partition directory ``target`` itself (whose name must be ``<topic>-<partition>``);
+    ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
     from seglake.lake.catalog import CATALOG_DIR, Catalog
     from seglake.lake.staging import open_partition
@@ -158,10 +162,13 @@ def partition_logs(target: str, topic: str, partition: int | None) -> list[Parti
             parts = [partition]
         mask = np.asarray(rows.column("partition"))
         return [
-            open_partition(target, topic, p, rows=rows.filter(pa.array(mask == p))) for p in parts
+            open_partition(
+                target, topic, p, rows=rows.filter(pa.array(mask == p)), on_corrupt=on_corrupt
+            )
+            for p in parts
         ]
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    log = PartitionLog.open(target)
+    log = PartitionLog.open(target, on_corrupt=on_corrupt)
     got = parse_partition_dir(name)
     if got[0] != topic or (partition is not None and got[1] != partition):
         want = f"{topic}-{partition}" if partition is not None else f"{topic}-<n>"
@@ -269,6 +276,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
     c.add_argument("--formatter", default="default", help="default (Kafka's) or json")
+    from seglake.cli.main import _skip_corrupt  # the flag of `seglake read`
+
+    _skip_corrupt(c)
 
     def error(message: str) -> None:  # one line, exit 2
         print(f"seglake consume: error: {message}", file=sys.stderr)
@@ -292,7 +302,11 @@ def run_consume(args: argparse.Namespace) -> int:
     formatter = Formatter.from_properties(args.property, args.formatter)
     from_ms = None if args.from_timestamp is None else to_millis(args.from_timestamp)
     to_ms = None if args.to_timestamp is None else to_millis(args.to_timestamp)
-    logs = partition_logs(args.target, args.topic, args.partition)
+    if args.skip_corrupt:  # each skipped batch is named once, below
+        warnings.simplefilter("ignore")
+    logs = partition_logs(
+        args.target, args.topic, args.partition, on_corrupt="skip" if args.skip_corrupt else "raise"
+    )
     out = sys.stdout.buffer
     n = 0
     try:
@@ -311,5 +325,9 @@ def run_consume(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 0
+    from seglake.cli.main import _report_skipped
+
+    for log in logs:
+        _report_skipped(log)
     print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0
