@@ -117,6 +117,7 @@ def test_catalog_rows_describe_the_segments(lake):
         assert (g["base_offset"].to_numpy()[1:] == g["next_offset"].to_numpy()[:-1]).all()
         assert (g["next_offset"] - g["base_offset"] == g["record_count"]).all()
     assert set(seg["codec"]) == {"lz4"}
+    assert set(seg["index_interval_bytes"]) == {2048}  # recover rebuilds with it
     # the run's staging directory is gone (the shared _staging/ parent may stay)
     assert os.listdir(os.path.join(root, "_staging")) == []
 

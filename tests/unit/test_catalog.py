@@ -79,8 +79,11 @@ def test_schema_comes_from_json() -> None:
     assert schema.field("index_entries").type == pa.int32()
     assert schema.field("next_offset").type == pa.int64()
     assert schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
-    # every column is required but the tail minima (unknown in older catalogs)
-    assert [f.name for f in schema if f.nullable] == ["tail_min_timestamps"]
+    # every column is required but those unknown in older catalogs
+    assert [f.name for f in schema if f.nullable] == [
+        "tail_min_timestamps",
+        "index_interval_bytes",
+    ]
     assert schema.field("tail_min_timestamps").type == TAIL_TYPE
     # a segment row: its key and path, what its files say, and the run's columns
     assert set(schema.names) == {
@@ -90,6 +93,7 @@ def test_schema_comes_from_json() -> None:
         "path",
         "run_id",
         "committed_at",
+        "index_interval_bytes",
         *STAT_COLUMNS,
     }
     assert spec["partition_by"] == ["topic"]

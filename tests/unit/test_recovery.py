@@ -294,6 +294,7 @@ def make_lake(root: Path, pristine: Path, topic: str = "t", partition: int = 0) 
 
 
 def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path) -> None:
+    """Kafka's rule (``kafka_truncate``): the segments after a torn one are deleted."""
     root = tmp_path / "lake"
     cat = make_lake(root, pristine)
     make_lake(root, pristine, "u", 3)
@@ -304,9 +305,9 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     full = open_partition(str(root), "t", 0).read(0, 10 * N)
     v = cat.version()
-    dry = recover_lake(str(root), dry_run=True, interval=INTERVAL)
+    dry = recover_lake(str(root), dry_run=True, interval=INTERVAL, kafka_truncate=True)
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2
-    rep = recover_lake(str(root), interval=INTERVAL, delete_delay_ms=0)
+    rep = recover_lake(str(root), interval=INTERVAL, delete_delay_ms=0, kafka_truncate=True)
     assert cat.version() == v + 1  # one commit
     assert (rep.rows_replaced, rep.rows_removed) == (1, len(segs) - 2)
     rows = cat.segments("t", 0)
@@ -320,7 +321,7 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
         o for o in full.column("offset").to_pylist() if o < leo
     ]
     assert cat.segments("u", 3).num_rows == len(segs)  # the other partition untouched
-    again = recover_lake(str(root), interval=INTERVAL)
+    again = recover_lake(str(root), interval=INTERVAL, kafka_truncate=True)
     assert not again.changed and cat.version() == v + 1
 
 

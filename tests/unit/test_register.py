@@ -45,6 +45,7 @@ def test_rows_match_expected(lake: Path, partition: str) -> None:
         assert r["max_timestamp"] == max(b["max_timestamp"] for b in seg["batches"])
         assert r["index_entries"] == len(seg["offset_index"])
         assert r["time_index_entries"] == len(seg["time_index"])
+        assert r["index_interval_bytes"] == 4096  # register's (the broker's default)
         for suffix in (".log", ".index", ".timeindex"):  # copied byte for byte
             assert (lake / partition / f"{name}{suffix}").read_bytes() == (
                 FIXTURES / partition / f"{name}{suffix}"

@@ -105,6 +105,12 @@ def recover_parser() -> argparse.ArgumentParser:
     p.add_argument("--topics", nargs="+", default=None)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--force", action="store_true", help="rebuild valid indexes too")
+    p.add_argument(
+        "--kafka-truncate",
+        action="store_true",
+        help="Kafka's rule: truncate at a damaged batch, delete the later segments (default: "
+        "cut out only the damaged batch, keep the rest; the offsets lost are reported)",
+    )
     p.add_argument("--run-id", default=None)
     _common(p)
     return p

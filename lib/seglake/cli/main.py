@@ -1,4 +1,5 @@
-"""The ``seglake`` command: dump, offset-for-time, read, cleanup, recover, register, retention.
+"""The ``seglake`` command: dump, consume, offset-for-time, read, cleanup, recover, register,
+retention.
 
 Errors of seglake's own print one line naming the file, position and numbers, exit 2.
 """
@@ -6,10 +7,11 @@ Errors of seglake's own print one line naming the file, position and numbers, ex
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 
+from seglake.cli.consume import add_parser as add_consume_parser
+from seglake.cli.consume import record_dict, run_consume
 from seglake.cli.jobargs import retention_arguments, retention_from_args
 from seglake.errors import SeglakeError, SegmentNotFoundError
 
@@ -38,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-bytes", type=int, default=None, help="read at most this many bytes of each .log"
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    add_consume_parser(sub)
 
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
@@ -82,7 +86,18 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--force", action="store_true", help="rebuild valid indexes too (Kafka always rebuilds)"
     )
-    rc.add_argument("--index-interval-bytes", type=int, default=4096)
+    rc.add_argument(
+        "--index-interval-bytes",
+        type=int,
+        default=4096,
+        help="for rebuilt indexes (a lake uses each segment's recorded value first)",
+    )
+    rc.add_argument(
+        "--kafka-truncate",
+        action="store_true",
+        help="lake: Kafka's rule, truncate at a damaged batch and delete the later segments "
+        "(default: cut out only the damaged batch; a partition directory always uses Kafka's)",
+    )
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
     rg = sub.add_parser(
@@ -129,19 +144,7 @@ def _report_skipped(log) -> None:
 
 
 def _record_json(r: dict) -> str:
-    def b64(b: bytes | None) -> str | None:
-        return None if b is None else base64.b64encode(b).decode("ascii")
-
-    return json.dumps(
-        {
-            "offset": r["offset"],
-            "timestamp": r["timestamp"],
-            "timestamp_type": r["timestamp_type"],
-            "key": b64(r["key"]),
-            "value": b64(r["value"]),
-            "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
-        }
-    )
+    return json.dumps(record_dict(r))
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -158,6 +161,8 @@ def run(argv: list[str] | None = None) -> int:
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
         )
+    if args.command == "consume":
+        return run_consume(args)
     if args.command == "offset-for-time":
         from seglake.api.times import to_millis
 
@@ -276,7 +281,11 @@ def _recover(args: argparse.Namespace) -> int:
     fs, path = lakefs.resolve(args.target)
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
         rep = recover_lake(
-            args.target, dry_run=args.dry_run, force=args.force, interval=args.index_interval_bytes
+            args.target,
+            dry_run=args.dry_run,
+            force=args.force,
+            interval=args.index_interval_bytes,
+            kafka_truncate=args.kafka_truncate,
         )
         if args.json:
             for p in rep.partitions:

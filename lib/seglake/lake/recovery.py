@@ -1,9 +1,22 @@
-"""Recovery of a whole lake: every catalogued partition recovered as Kafka's LogLoader
-would (:mod:`seglake.storage.recovery`), then the catalog fixed in one commit (rows of
-truncated or re-indexed segments replaced, rows of deleted segments removed), then the
-removed segments' files deleted. This is also what the ``recover`` Spark job runs, one
-partition per task (:func:`recover_partition_rows`) and the commit on the driver
-(:func:`apply_recovery_fix`).
+"""Recovery of a whole lake: every catalogued partition recovered
+(:mod:`seglake.storage.recovery`), then the catalog fixed in one commit (rows of
+truncated, rewritten or re-indexed segments replaced, rows of deleted segments removed),
+then the removed segments' files deleted.
+
+A lake has no replica, so by default nothing valid is dropped: a damaged batch (CRC
+mismatch, torn bytes) is cut out of its segment, which is rewritten with the valid
+batches before and after it (:mod:`seglake.storage.damaged_batches`), and the later
+segments stay. Only the damaged batch's offsets are lost: a gap inside the segment (its
+row keeps ``base_offset``/``next_offset``, ``record_count`` drops), which readers step over
+as over compacted offsets. The report names the offsets lost, the file and the position.
+``kafka_truncate=True`` is Kafka's ``LogLoader`` rule instead: the segment truncated at
+the damage, every later segment of the partition deleted.
+
+Indexes are rebuilt with the segment's recorded ``index_interval_bytes`` (the catalog
+column; null in older catalogs: the ``interval`` argument).
+
+This is also what the ``recover`` Spark job runs, one partition per task
+(:func:`recover_partition_rows`) and the commit on the driver (:func:`apply_recovery_fix`).
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
 
@@ -80,13 +94,15 @@ def recover_partition_rows(
     dry_run: bool = False,
     interval: int = DEFAULT_INTERVAL,
     force: bool = False,
+    kafka_truncate: bool = False,
 ) -> tuple[PartitionRecovery, list[dict], list[tuple[str, int, int]]]:
     """Recover the catalogued segments of one partition (its catalog ``rows``).
 
     Returns the report, replacement rows for segments whose row no longer matches, and
     the keys of segments to remove from the catalog (deleted after a truncated one, or
     left empty). Whole-segment file deletions are left to the caller, after its commit.
-    This is also what one Spark task of the ``recover`` job runs.
+    This is also what one Spark task of the ``recover`` job runs. ``kafka_truncate``:
+    Kafka's rule (cut at the damage, delete the later segments) instead of the lake's.
     """
     fs, base = lakefs.resolve(root)
     current = rows.to_pylist()
@@ -108,6 +124,12 @@ def recover_partition_rows(
             force=force,
             only=set(by_base),
             defer_deletes=True,
+            keep_valid=not kafka_truncate,
+            intervals={
+                b: r["index_interval_bytes"]
+                for b, r in by_base.items()
+                if r.get("index_interval_bytes") is not None
+            },
         )
     replace, remove = [], []
     for rec in report.segments:
@@ -118,13 +140,56 @@ def recover_partition_rows(
             report.deleted_segments.append(rec.base_offset)
             continue
         new = segment_row(topic, part, rec, old["path"])
-        if any(new[c] != old.get(c) for c in _COMPARED):
+        if old.get("index_interval_bytes") is not None or not rec.rebuilt:
+            new["index_interval_bytes"] = old.get("index_interval_bytes")
+        if any(new[c] != old.get(c) for c in (*_COMPARED, "index_interval_bytes")):
             replace.append(new)
     for b in sorted(set(report.deleted_segments)):
         if b in by_base:
             remove.append((topic, part, b))
     report.deleted_segments = sorted(set(report.deleted_segments))
+    report.lost = lost_offsets(report, by_base, directory)
     return report, replace, remove
+
+
+def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: str) -> list[dict]:
+    """The offsets of the catalog ``rows`` ({base offset: row}) that the recovery in
+    ``report`` made unreadable: dropped stretches, cut tails, deleted segments."""
+    lost = []
+    for rec in report.segments:
+        old = rows.get(rec.base_offset)
+        if old is None or rec.base_offset in report.deleted_segments:
+            continue
+        end = int(old["next_offset"]) - 1
+        drops = rec.dropped or (
+            [DroppedBytes(rec.valid_bytes, rec.truncated_bytes, rec.next_offset, None, rec.error)]
+            if rec.error
+            else []
+        )
+        for d in drops:
+            last = end if d.last_offset is None else d.last_offset
+            if last >= d.first_offset:
+                lost.append(
+                    dict(
+                        file=rec.log_path,
+                        position=d.position,
+                        first_offset=d.first_offset,
+                        last_offset=last,
+                        reason=d.error,
+                    )
+                )
+    for b in report.deleted_segments:
+        if b in rows and int(rows[b]["next_offset"]) > b:
+            lost.append(
+                dict(
+                    file=lakefs.join(directory, f"{b:020d}.log"),
+                    position=0,
+                    first_offset=b,
+                    last_offset=int(rows[b]["next_offset"]) - 1,
+                    reason="segment deleted",
+                )
+            )
+    return lost
 
 
 def apply_recovery_fix(
@@ -173,13 +238,14 @@ def recover_lake(
     topics: Iterable[str] | None = None,
     run_id: str | None = None,
     delete_delay_ms: int | None = None,
+    kafka_truncate: bool = False,
 ) -> LakeRecovery:
     """Recover every catalogued partition of a lake and fix the catalog in one commit.
 
     Committed runs whose files are still staged are published first. Segments are
-    recovered in place (truncated tails, rebuilt indexes); rows of truncated segments are
-    replaced; segments after a truncated one, and segments left empty, lose their rows,
-    then their files.
+    recovered in place (damaged batches cut out, torn tails truncated, indexes rebuilt)
+    and their rows replaced; segments left empty lose their rows, then their files. With
+    ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
     """
     catalog = Catalog(root)
     if not catalog.exists():
@@ -200,7 +266,12 @@ def recover_lake(
             pa.compute.equal(rows["topic"], key[0]), pa.compute.equal(rows["partition"], key[1])
         )
         rep, rp, rm = recover_partition_rows(
-            root, rows.filter(mask), dry_run=dry_run, interval=interval, force=force
+            root,
+            rows.filter(mask),
+            dry_run=dry_run,
+            interval=interval,
+            force=force,
+            kafka_truncate=kafka_truncate,
         )
         partitions.append(rep)
         replace += rp

@@ -10,6 +10,7 @@ Row (one per committed segment; ``schemas/catalog.json`` has the types)::
     run_id, committed_at               filled in by the catalog on commit
     tail_min_timestamps                nullable: (offset, min timestamp from there on)
                                        checkpoints (seglake.storage.tail_minima)
+    index_interval_bytes               nullable: log.index.interval.bytes of its indexes
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import cutoff
+from seglake.storage.txn_index import collect_aborted
 from seglake.storage.window_records import (
     NO_TS_HI,
     NO_TS_LO,
@@ -285,19 +286,12 @@ def _time_seek(seg: LogSegment, ts_lo: int) -> int:
 
 def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):
     """Aborted transactions overlapping [lo, hi): Kafka's collectAbortedTxns walk."""
-    pids, firsts, lasts = [], [], []
-    for seg in plog.segments[first:]:
-        idx = seg.txn_index
-        if idx is None:
-            continue
-        res = idx.search(lo, hi)
-        for a in res.aborted:
-            pids.append(a.producer_id)
-            firsts.append(a.first_offset)
-            lasts.append(a.last_offset)
-        if res.is_complete:
-            break
-    return pids, firsts, lasts
+    txns = list(collect_aborted((s.txn_index for s in plog.segments[first:]), lo, hi))
+    return (
+        [a.producer_id for a in txns],
+        [a.first_offset for a in txns],
+        [a.last_offset for a in txns],
+    )
 
 
 def _segment_splits(

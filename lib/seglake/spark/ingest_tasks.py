@@ -50,6 +50,7 @@ SEGMENT_ROWS = pa.schema(
         ("path", pa.string()),
         ("run_id", pa.string()),
         ("tail_min_timestamps", TAIL_TYPE),
+        ("index_interval_bytes", pa.int32()),
     ]
 )
 COUNT_ROWS = pa.schema(

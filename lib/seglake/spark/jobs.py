@@ -271,7 +271,7 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake.lake.staging import STAGING, publish_pending
 
     root, interval = args.root, _config(args).index_interval_bytes
-    dry_run, force = args.dry_run, args.force
+    dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
     catalog = Catalog(root)
     if not catalog.exists():
         raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
@@ -295,6 +295,7 @@ def run_recover(spark: SparkSession, args) -> int:
             dry_run=dry_run,
             interval=interval,
             force=force,
+            kafka_truncate=kafka_truncate,
         )
 
     results = (

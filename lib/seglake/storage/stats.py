@@ -34,4 +34,5 @@ def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict:
         base_offset=seg.base_offset,
         path=path,
         **{c: getattr(seg, c) for c in STAT_COLUMNS},
+        index_interval_bytes=getattr(seg, "index_interval_bytes", None),
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,7 +44,7 @@ ENTRY_DTYPE = np.dtype(
 )
 _ENTRY = struct.Struct(">hqqqq")
 
-__all__ = ["AbortedTxn", "TransactionIndex", "TxnIndexSearchResult"]
+__all__ = ["AbortedTxn", "TransactionIndex", "TxnIndexSearchResult", "collect_aborted"]
 
 
 class AbortedTxn(NamedTuple):
@@ -332,3 +332,24 @@ class TransactionIndex:
                 path=self._path,
                 position=slot * ENTRY_SIZE,
             )
+
+
+def collect_aborted(
+    indexes: Iterable[TransactionIndex | None], lo: int, hi: int
+) -> TransactionIndex:
+    """Aborted transactions overlapping ``[lo, hi)`` of a partition: Kafka's
+    ``collectAbortedTxns`` walk over the ``.txnindex`` of each segment from the one holding
+    ``lo`` on (``None``: a segment without one), stopping at the first complete search.
+    Returned as one in-memory index (ordered by last offset) for :meth:`aborted_mask`."""
+    found: list[AbortedTxn] = []
+    for idx in indexes:
+        if idx is None:
+            continue
+        res = idx.search(lo, hi)
+        found += res.aborted
+        if res.is_complete:
+            break
+    out = TransactionIndex()
+    for a in sorted(found, key=lambda a: a.last_offset):
+        out.append(a)
+    return out

@@ -60,6 +60,7 @@ class SegmentInfo:
     log_path: str
     roll_reason: str | None = None
     tail_min_timestamps: list[dict] | None = None  # see seglake.storage.tail_minima
+    index_interval_bytes: int | None = None  # log.index.interval.bytes of its indexes
 
     def catalog_row(self, topic: str, partition: int, path: str) -> dict:
         """Its catalog row (no ``run_id``/``committed_at``); ``path`` relative to the root."""
@@ -308,6 +309,7 @@ class SegmentWriter:
             log_path=seg.log_path,
             roll_reason=reason,
             tail_min_timestamps=tail_minima(firsts, positions, min_ts, seg.state.size),
+            index_interval_bytes=self.config.index_interval_bytes,
         )
         self._closed.append(info)
         if self.on_close is not None:

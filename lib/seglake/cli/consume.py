@@ -1,0 +1,333 @@
+"""``seglake consume``: the lake's ``kafka-console-consumer`` (no Spark, no broker).
+
+Reads a topic of a lake (the catalog's committed segments) or a broker's partition
+directory and prints each record as Kafka's ``DefaultMessageFormatter`` does::
+
+    [CreateTime:<ms>] [Partition:<p>] [Offset:<o>] [<h1>:<v1>,<h2>:<v2>|NO_HEADERS]
+    [<key>] <value>                       fields joined by key.separator (tab), then
+                                          line.separator (newline); null -> null.literal
+
+Defaults as Kafka's: value only, one per line. Partitions in ascending order, each from
+its start offset to its end (the log end offset, or ``--to-timestamp``'s offset), read in
+chunks of at most ``chunk_records`` records (ranged reads of whole batches), so memory
+stays bounded whatever the partition's size. Ends with ``Processed a total of N messages``
+on stderr; a closed stdout (``| head``) ends it quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.storage.log import PartitionLog
+from seglake.storage.txn_index import collect_aborted
+
+__all__ = ["Formatter", "add_parser", "consume", "partition_logs", "record_dict", "run_consume"]
+
+CHUNK_RECORDS = 1000
+TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+BOOL_PROPERTIES = (
+    "print.timestamp",
+    "print.key",
+    "print.value",
+    "print.partition",
+    "print.offset",
+    "print.headers",
+)
+BYTE_PROPERTIES = ("key.separator", "line.separator", "headers.separator", "null.literal")
+
+
+def record_dict(r: dict) -> dict:
+    """A record (internal schema) as JSON-able values: key, value and header values base64."""
+
+    def b64(b: bytes | None) -> str | None:
+        return None if b is None else base64.b64encode(b).decode("ascii")
+
+    return {
+        "offset": r["offset"],
+        "timestamp": r["timestamp"],
+        "timestamp_type": r["timestamp_type"],
+        "key": b64(r["key"]),
+        "value": b64(r["value"]),
+        "headers": [{"key": h["key"], "value": b64(h["value"])} for h in r["headers"]],
+    }
+
+
+@dataclasses.dataclass
+class Formatter:
+    """Kafka's ``DefaultMessageFormatter`` (its ``--property`` names), or ``json``: one
+    object per record with topic and partition (:func:`record_dict`)."""
+
+    print_timestamp: bool = False
+    print_key: bool = False
+    print_value: bool = True
+    print_partition: bool = False
+    print_offset: bool = False
+    print_headers: bool = False
+    key_separator: bytes = b"\t"
+    line_separator: bytes = b"\n"
+    headers_separator: bytes = b","
+    null_literal: bytes = b"null"
+    json: bool = False
+
+    @classmethod
+    def from_properties(cls, props: list[str], kind: str = "default") -> Formatter:
+        if kind not in ("default", "json"):
+            raise ConfigError(f"--formatter {kind!r}: expected default or json")
+        f = cls(json=kind == "json")
+        for prop in props:
+            name, sep, value = prop.partition("=")
+            if not sep:
+                raise ConfigError(f"--property {prop!r}: expected NAME=VALUE")
+            if name in BOOL_PROPERTIES:  # Kafka: "true" (any case) is true, all else false
+                setattr(f, name.replace(".", "_"), value.strip().lower() == "true")
+            elif name in BYTE_PROPERTIES:
+                setattr(f, name.replace(".", "_"), value.encode())
+            else:
+                raise ConfigError(
+                    f"--property {name!r}: unknown (known: "
+                    + ", ".join(BOOL_PROPERTIES + BYTE_PROPERTIES)
+                    + ")"
+                )
+        return f
+
+    def _bytes(self, b: bytes | None) -> bytes:
+        return self.null_literal if b is None else b
+
+    def format(self, topic: str, partition: int, t: pa.Table) -> bytes:
+        """The lines of the records of ``t`` (internal record schema)."""
+        rows = t.to_pylist()
+        if self.json:
+            return b"".join(
+                json.dumps({"topic": topic, "partition": partition, **record_dict(r)}).encode()
+                + b"\n"
+                for r in rows
+            )
+        out = []
+        for r in rows:
+            fields = []
+            if self.print_timestamp:
+                kind = TIMESTAMP_TYPES.get(r["timestamp_type"])
+                fields.append(f"{kind}:{r['timestamp']}".encode() if kind else b"NO_TIMESTAMP")
+            if self.print_partition:
+                fields.append(b"Partition:%d" % partition)
+            if self.print_offset:
+                fields.append(b"Offset:%d" % r["offset"])
+            if self.print_headers:
+                hs = [h["key"].encode() + b":" + self._bytes(h["value"]) for h in r["headers"]]
+                fields.append(self.headers_separator.join(hs) if hs else b"NO_HEADERS")
+            if self.print_key:
+                fields.append(self._bytes(r["key"]))
+            if self.print_value:
+                fields.append(self._bytes(r["value"]))
+            if fields:
+                out.append(self.key_separator.join(fields) + self.line_separator)
+        return b"".join(out)
+
+
+def partition_logs(
+    target: str, topic: str, partition: int | None, *, on_corrupt: str = "raise"
+) -> list[PartitionLog]:
+    """The partitions to read: of a lake (``_catalog`` inside ``target``), sorted, or the
+    partition directory ``target`` itself (whose name must be ``<topic>-<partition>``);
+    ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
+    from seglake import fs as lakefs
+    from seglake.lake.catalog import CATALOG_DIR, Catalog
+    from seglake.lake.staging import open_partition
+    from seglake.storage.naming import parse_partition_dir, validate_topic
+
+    validate_topic(topic)
+    fs, path = lakefs.resolve(target)
+    if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
+        rows = Catalog(target).segments(topic)
+        parts = sorted(set(rows.column("partition").to_pylist()))
+        if not parts:
+            raise SegmentNotFoundError(f"{target}: topic {topic!r} has no committed segments")
+        if partition is not None:
+            if partition not in parts:
+                raise SegmentNotFoundError(
+                    f"{target}: topic {topic!r} has no partition {partition} (partitions {parts})"
+                )
+            parts = [partition]
+        mask = np.asarray(rows.column("partition"))
+        return [
+            open_partition(
+                target, topic, p, rows=rows.filter(pa.array(mask == p)), on_corrupt=on_corrupt
+            )
+            for p in parts
+        ]
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    log = PartitionLog.open(target, on_corrupt=on_corrupt)
+    got = parse_partition_dir(name)
+    if got[0] != topic or (partition is not None and got[1] != partition):
+        want = f"{topic}-{partition}" if partition is not None else f"{topic}-<n>"
+        raise ConfigError(f"{target}: a partition directory of {got[0]}-{got[1]}, not {want}")
+    return [log]
+
+
+def _start(log: PartitionLog, offset: str, from_ms: int | None) -> int | None:
+    if from_ms is not None:
+        found = log.offsets_for_times(from_ms)
+        return None if found is None else found.offset
+    if offset == "earliest":
+        return log.log_start_offset
+    if offset == "latest":
+        return log.log_end_offset
+    return max(int(offset), log.log_start_offset)
+
+
+def records(
+    log: PartitionLog,
+    start: int,
+    end: int,
+    *,
+    read_committed: bool = False,
+    chunk_records: int = CHUNK_RECORDS,
+) -> Iterator[pa.Table]:
+    """Records with ``start <= offset < end`` in chunks of at most ``chunk_records``
+    (control records left out; with ``read_committed`` also aborted transactions')."""
+    pos = start
+    while pos < end:
+        t = log.read(pos, chunk_records)
+        if not t.num_rows:
+            return
+        off = t.column("offset").to_numpy()
+        keep = off < end
+        if read_committed:
+            first = log.segment_index_for_offset(pos) or 0
+            txns = collect_aborted(
+                (s.txn_index for s in log.segments[first:]), pos, int(off[-1]) + 1
+            )
+            tx = t.column("transactional").to_numpy(zero_copy_only=False)
+            keep &= ~(txns.aborted_mask(off, t.column("producer_id").to_numpy()) & tx)
+        if not keep.all():
+            t = t.filter(pa.array(keep))
+        if t.num_rows:
+            yield t
+        pos = int(off[-1]) + 1
+
+
+def consume(
+    logs: list[PartitionLog],
+    out: BinaryIO,
+    formatter: Formatter,
+    *,
+    offset: str = "earliest",
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    max_messages: int | None = None,
+    read_committed: bool = False,
+    chunk_records: int = CHUNK_RECORDS,
+) -> int:
+    """Write the records of ``logs`` to ``out``; returns how many were written."""
+    n = 0
+    for log in logs:
+        start = _start(log, offset, from_ms)
+        end = log.log_end_offset
+        if to_ms is not None:
+            found = log.offsets_for_times(to_ms)
+            end = end if found is None else found.offset
+        if start is None or start >= end:
+            continue
+        for t in records(
+            log, start, end, read_committed=read_committed, chunk_records=chunk_records
+        ):
+            if max_messages is not None and n + t.num_rows > max_messages:
+                t = t.slice(0, max_messages - n)
+            out.write(formatter.format(log.topic, log.partition, t))
+            n += t.num_rows
+            if max_messages is not None and n >= max_messages:
+                return n
+    return n
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "consume",
+        help="print a topic's records like kafka-console-consumer (a lake or a partition dir)",
+    )
+    c.add_argument("target", metavar="LAKE|PARTITION_DIR")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=int, default=None)
+    c.add_argument(
+        "--offset",
+        default=None,
+        help="N, earliest or latest (default: earliest; a lake does not grow while read)",
+    )
+    c.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    c.add_argument("--from-timestamp", default=None, metavar="MS|ISO")
+    c.add_argument("--to-timestamp", default=None, metavar="MS|ISO")
+    c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument(
+        "--isolation-level",
+        default="read_uncommitted",
+        choices=("read_uncommitted", "read_committed"),
+    )
+    c.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
+    c.add_argument("--formatter", default="default", help="default (Kafka's) or json")
+    from seglake.cli.main import _skip_corrupt  # the flag of `seglake read`
+
+    _skip_corrupt(c)
+
+    def error(message: str) -> None:  # one line, exit 2
+        print(f"seglake consume: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    c.error = error
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    from seglake.api.times import to_millis
+
+    offset = args.offset if args.offset is not None else "earliest"
+    if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():
+        raise ConfigError(f"--offset {offset!r}: expected a number, earliest or latest")
+    if offset.lstrip("-").isdigit() and int(offset) < 0:
+        raise ConfigError(f"--offset {offset}: expected >= 0")
+    if offset.isdigit() and args.partition is None:
+        raise ConfigError("--offset N needs --partition (as in kafka-console-consumer)")
+    if args.max_messages is not None and args.max_messages < 0:
+        raise ConfigError(f"--max-messages {args.max_messages}: expected >= 0")
+    formatter = Formatter.from_properties(args.property, args.formatter)
+    from_ms = None if args.from_timestamp is None else to_millis(args.from_timestamp)
+    to_ms = None if args.to_timestamp is None else to_millis(args.to_timestamp)
+    if args.skip_corrupt:  # each skipped batch is named once, below
+        warnings.simplefilter("ignore")
+    logs = partition_logs(
+        args.target, args.topic, args.partition, on_corrupt="skip" if args.skip_corrupt else "raise"
+    )
+    out = sys.stdout.buffer
+    n = 0
+    try:
+        n = consume(
+            logs,
+            out,
+            formatter,
+            offset=offset,
+            from_ms=from_ms,
+            to_ms=to_ms,
+            max_messages=args.max_messages,
+            read_committed=args.isolation_level == "read_committed",
+        )
+        out.flush()
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 0
+    from seglake.cli.main import _report_skipped
+
+    for log in logs:
+        _report_skipped(log)
+    print(f"Processed a total of {n} messages", file=sys.stderr)
+    return 0

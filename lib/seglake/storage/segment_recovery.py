@@ -1,0 +1,213 @@
+"""Kafka's ``LogSegment.recover`` for one segment (see :mod:`seglake.storage.recovery`)::
+
+scan batches from position 0: magic 2, length bounds, CRC-32C, offsets that go
+forward and fit the segment (relative offsets are int32)
+first invalid batch at position P  ->  .log truncated to P
+.index / .timeindex                 ->  kept if valid for what remains, else rebuilt
+.txnindex                           ->  rebuilt from the ABORT markers
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.errors import CorruptRecordError, SegmentNotFoundError
+from seglake.record.batch import scan_batches
+from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
+from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_segment_file_name,
+)
+from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.recovery_checks import (
+    aborted_txns,
+    codec_name,
+    offset_index_problem,
+    read_optional,
+    segment_timestamps,
+    time_index_problem,
+    valid_prefix,
+)
+from seglake.storage.recovery_report import SegmentRecovery
+from seglake.storage.time_index import TimeIndex
+from seglake.storage.txn_index import TransactionIndex
+
+__all__ = ["DEFAULT_INTERVAL", "recover_segment"]
+
+log = logging.getLogger("seglake.storage.recovery")
+DEFAULT_INTERVAL = 4096
+
+
+def recover_segment(
+    fs: pafs.FileSystem,
+    log_path: str,
+    *,
+    interval: int = DEFAULT_INTERVAL,
+    dry_run: bool = False,
+    force: bool = False,
+    producer_state: dict[int, int] | None = None,
+    skip_damaged: bool = False,
+) -> SegmentRecovery:
+    """Kafka's ``LogSegment.recover`` for one segment on ``fs``.
+
+    Args:
+        fs: the filesystem; ``log_path`` names the ``.log`` (20-digit base offset).
+        interval: ``log.index.interval.bytes`` for rebuilt indexes.
+        dry_run: report only; write nothing.
+        force: rebuild ``.index``/``.timeindex`` even when they are valid (Kafka always
+            does; by default valid indexes, e.g. a broker's, are kept byte for byte).
+        producer_state: open transactions ``{producer id: first offset}`` carried from
+            the previous segment (updated in place).
+        skip_damaged: keep the valid batches after a damaged one (the lake's rule,
+            :mod:`seglake.storage.damaged_batches`): the ``.log`` is rewritten without the
+            damaged bytes, their offsets become a gap. Default: Kafka's truncation.
+
+    Returns:
+        A :class:`SegmentRecovery`; never raises for bad bytes.
+    """
+    name = log_path.rsplit("/", 1)[-1]
+    parsed = parse_segment_file_name(name)
+    if parsed is None or parsed[1] != LOG_SUFFIX:
+        raise SegmentNotFoundError(f"{log_path}: not a segment .log file name")
+    base = parsed[0]
+    stem = log_path[: -len(LOG_SUFFIX)]
+    buf = lakefs.read_all(fs, log_path)
+    original = len(buf)
+    scan = scan_batches(buf)
+    keep, why = valid_prefix(scan, base)
+    error = scan.error
+    if keep < len(scan):
+        cut = int(scan.position[keep])
+        scan = scan.take(slice(0, keep))
+        scan.valid_bytes, error = cut, why
+    dropped: list[DroppedBytes] = []
+    if skip_damaged and error:
+        buf, dropped = drop_damaged(buf, scan, error, base)
+        scan = scan_batches(buf)  # the rewritten log: every batch valid
+    valid = scan.valid_bytes
+    if valid < original:
+        buf = buf[:valid]
+    next_offset = int(scan.last_offset[-1]) + 1 if len(scan) else base
+    rebuilt: dict[str, str] = {}
+
+    oi_new, ti_new = rebuild_indexes(scan, base, interval)
+    oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
+    ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
+    oi_final, ti_final = oi_new, ti_new
+    if force:
+        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = "forced"
+    elif error:
+        why_rebuilt = (
+            "log rewritten" if any(d.last_offset is not None for d in dropped) else "log truncated"
+        )
+        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = why_rebuilt
+    else:
+        if oi_bytes is None:
+            rebuilt[INDEX_SUFFIX] = "missing"
+        else:
+            oi_old = OffsetIndex.from_bytes(oi_bytes, base, path=stem + INDEX_SUFFIX)
+            problem = offset_index_problem(oi_old, scan)
+            if problem:
+                rebuilt[INDEX_SUFFIX] = problem
+            else:
+                oi_final = oi_old
+        if ti_bytes is None:
+            rebuilt[TIME_INDEX_SUFFIX] = "missing"
+        else:
+            ti_old = TimeIndex.from_bytes(ti_bytes, base, path=stem + TIME_INDEX_SUFFIX)
+            problem = time_index_problem(ti_old, scan, base, next_offset)
+            if problem:
+                rebuilt[TIME_INDEX_SUFFIX] = problem
+            else:
+                ti_final = ti_old
+    # a rebuilt index identical to the file is not a change
+    for suffix, new, old in (
+        (INDEX_SUFFIX, oi_new, oi_bytes),
+        (TIME_INDEX_SUFFIX, ti_new, ti_bytes),
+    ):
+        if suffix in rebuilt and old is not None and new.to_bytes() == bytes(old):
+            del rebuilt[suffix]
+
+    # transaction index
+    tpath = stem + TXN_INDEX_SUFFIX
+    txn_bytes = read_optional(fs, tpath)
+    known: dict[tuple[int, int], int] = {}
+    txn_old_ok = False
+    if txn_bytes is not None:
+        txn_old = TransactionIndex.from_bytes(txn_bytes, base, path=tpath)
+        try:
+            txn_old.sanity_check()
+            known = {(t.producer_id, t.last_offset): t.first_offset for t in txn_old}
+            txn_old_ok = True
+        except CorruptRecordError:
+            pass
+    aborted = aborted_txns(
+        buf, scan, producer_state if producer_state is not None else {}, known, base, log_path
+    )
+    txn_new = TransactionIndex(base)
+    for t in aborted:
+        txn_new.append(t)
+    txn_entries = len(aborted)
+    if txn_bytes is None:
+        if aborted:
+            rebuilt[TXN_INDEX_SUFFIX] = "missing"
+    elif not txn_old_ok:
+        rebuilt[TXN_INDEX_SUFFIX] = "fails its sanity check"
+    elif set(known) != {(t.producer_id, t.last_offset) for t in aborted}:
+        rebuilt[TXN_INDEX_SUFFIX] = "disagrees with the abort markers of the log"
+    elif (force or error) and txn_new.to_bytes() != bytes(txn_bytes):
+        rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
+
+    min_ts, tail = segment_timestamps(buf, scan, log_path)
+    report = SegmentRecovery(
+        log_path=log_path,
+        base_offset=base,
+        original_bytes=original,
+        valid_bytes=valid,
+        error=error,
+        batches=len(scan),
+        next_offset=next_offset,
+        record_count=int(scan.records_count.sum()),
+        min_timestamp=min_ts,
+        tail_min_timestamps=tail,
+        max_timestamp=int(scan.max_timestamp.max()) if len(scan) else -1,
+        index_entries=len(oi_final),
+        time_index_entries=len(ti_final),
+        txn_index_entries=txn_entries,
+        rebuilt=rebuilt,
+        codec=codec_name(scan),
+        dry_run=dry_run,
+        dropped=dropped,
+        index_interval_bytes=interval,
+    )
+    if dry_run:
+        return report
+    # the log first: a crash before the indexes leaves them pointing past its end, which
+    # the next recovery (and every reader) detects. A rewrite moves the batches after a
+    # dropped stretch back, so their old entries could point at later batches: the
+    # indexes go first (a reader rebuilds missing ones in memory)
+    rewritten = any(d.last_offset is not None for d in dropped)
+    if rewritten:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            lakefs.delete_file(fs, stem + suffix)
+    if valid < original:
+        lakefs.write_bytes(fs, log_path, buf)
+    if INDEX_SUFFIX in rebuilt or rewritten:
+        lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi_new.to_bytes())
+    if TIME_INDEX_SUFFIX in rebuilt or rewritten:
+        lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti_new.to_bytes())
+    if TXN_INDEX_SUFFIX in rebuilt:
+        if len(aborted):
+            lakefs.write_bytes(fs, tpath, txn_new.to_bytes())
+        else:
+            lakefs.delete_file(fs, tpath)
+    if report.changed:
+        log.warning("recovered %s", report)
+    return report
