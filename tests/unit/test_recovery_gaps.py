@@ -190,6 +190,20 @@ def test_recover_rebuilds_indexes_with_the_recorded_interval(tmp_path: Path) -> 
     assert set(cat.segments().column("index_interval_bytes").to_pylist()) == {500}
 
 
+def test_readers_rebuild_a_missing_index_with_the_recorded_interval(tmp_path: Path) -> None:
+    from seglake.storage.offset_index import OffsetIndex
+
+    root = tmp_path / "lake"
+    written_lake(root, 500)
+    seg = logs(root / "t-0")[2]
+    idx = seg.with_suffix(".index")
+    want = OffsetIndex.from_bytes(idx.read_bytes(), int(seg.stem)).offsets.tolist()
+    idx.unlink()  # a reader rebuilds it in memory
+    log = open_partition(str(root), "t", 0)
+    got = next(s for s in log.segments if s.base_offset == int(seg.stem))
+    assert got.offset_index.offsets.tolist() == want
+
+
 def test_catalog_without_the_interval_falls_back_to_the_argument(tmp_path: Path) -> None:
     root = tmp_path / "lake"
     cat = written_lake(root, 500)

@@ -125,6 +125,7 @@ class PartitionLog:
                     staged_path=staged,
                     committed=True,
                     on_corrupt=on_corrupt,
+                    index_interval_bytes=r.get("index_interval_bytes") or DEFAULT_INTERVAL,
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)
