@@ -80,6 +80,14 @@ class LogSegment(WindowReads):
         committed: ``size`` is a lake's committed size (module docstring: torn tail).
         may_tear: a broker segment that may end in a torn tail (the partition's last).
         on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
+        retired_path: where this segment's files went if a later run (compaction, merge)
+            published other files under the same name; read instead of ``log_path``
+            whenever it exists.
+
+    With ``staged_path`` or ``retired_path``, the first file access checks where the
+    files are (at most two existence checks per segment): the retired copy, else the
+    staged copy, else ``log_path``. The staged copy wins over ``log_path`` because a
+    replacing run's row is committed before the old file under the same name is retired.
     """
 
     def __init__(
@@ -95,6 +103,7 @@ class LogSegment(WindowReads):
         committed: bool = False,
         may_tear: bool = True,
         on_corrupt: str = "raise",
+        retired_path: str | None = None,
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
@@ -117,13 +126,32 @@ class LogSegment(WindowReads):
         self.committed, self.may_tear = committed, may_tear
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
+        self._retired_path = retired_path
+        self._located = staged_path is None and retired_path is None
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
 
+    def _locate(self) -> None:
+        """Once: switch to the retired or staged copy if there is one (see the class)."""
+        if self._located:
+            return
+        self._located = True
+        retired = self._retired_path
+        if retired is not None and lakefs.exists(self.fs, retired):
+            self._other_path = None
+            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
+        elif self._other_path is not None and lakefs.exists(self.fs, self._other_path):
+            self._fallback()
+
     def _fallback(self) -> bool:
         """Switch between the final and the staged copy (the one in use is missing: not
         moved out of staging yet, or moved since); False if the other is missing too."""
+        retired = self._retired_path
+        if retired is not None and retired != self.log_path and lakefs.exists(self.fs, retired):
+            self._other_path = None  # retired while in use: the copy of this row's version
+            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
+            return True
         other = self._other_path
         if other is None or not lakefs.exists(self.fs, other):
             return False
@@ -132,6 +160,7 @@ class LogSegment(WindowReads):
         return True
 
     def _read_range(self, start: int, length: int) -> bytes:
+        self._locate()
         try:
             return lakefs.read_range(self.fs, self.log_path, start, length)
         except SegmentNotFoundError:
@@ -140,6 +169,7 @@ class LogSegment(WindowReads):
             return lakefs.read_range(self.fs, self.log_path, start, length)
 
     def _read_file(self, suffix: str) -> bytes:
+        self._locate()
         try:
             return lakefs.read_all(self.fs, self.stem + suffix)
         except SegmentNotFoundError:
@@ -147,11 +177,21 @@ class LogSegment(WindowReads):
                 raise
             return lakefs.read_all(self.fs, self.stem + suffix)
 
+    def file_bytes(self, suffix: str = LOG_SUFFIX) -> bytes | None:
+        """One whole file of the segment (``None`` if an index file is missing)."""
+        if suffix == LOG_SUFFIX:
+            return self._read_range(0, self.size)
+        try:
+            return self._read_file(suffix)
+        except SegmentNotFoundError:
+            return None
+
     # -- sizes and bounds -------------------------------------------------------------
     @property
     def size(self) -> int:
         """Bytes of the ``.log``."""
         if self._size is None:
+            self._locate()
             try:
                 self._size = lakefs.file_size(self.fs, self.log_path)
             except SegmentNotFoundError:
@@ -214,6 +254,7 @@ class LogSegment(WindowReads):
     def txn_index(self) -> TransactionIndex | None:
         """Aborted transactions of this segment (``None`` without a ``.txnindex``)."""
         if self._txn_index is False:
+            self._locate()
             path = self.stem + TXN_INDEX_SUFFIX
             self._txn_index = (
                 TransactionIndex.from_bytes(lakefs.read_all(self.fs, path), path=path)
