@@ -141,9 +141,9 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path) -> None:
     again = run_compaction(str(lake), merge_only=True, conf=MERGE)
     assert not again.committed and cat.version() == v1  # twice: nothing changes
     # retired files go with cleanup, only after the delete delay
-    assert cleanup(str(lake), delete_delay_ms=10**9).retired_deleted == []
+    assert cleanup(str(lake), delete_delay_s=10**6).retired.deleted == []
     assert lake_records(str(lake), version=v0).equals(before)
-    assert cleanup(str(lake), delete_delay_ms=0).retired_deleted
+    assert cleanup(str(lake), delete_delay_s=0).retired.deleted
     assert not any((lake / "_retired").rglob("*.log"))
     assert lake_records(str(lake)).equals(before)
 
@@ -217,7 +217,7 @@ def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
     # whatever state: readers of the newest and of the old version see every record
     assert lake_records(str(lake)).equals(before)
     assert lake_records(str(lake), version=v0).equals(before)
-    report = cleanup(str(lake), delete_delay_ms=10**9)
+    report = cleanup(str(lake), delete_delay_s=10**6)
     assert not list((lake / "_staging").glob("*"))
     assert ("m1" in report.published_runs) == CRASH_POINTS[point]
     assert lake_records(str(lake)).equals(before)

@@ -13,10 +13,10 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import topic_configs
-from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
 from seglake.lake.retention import apply_retention
+from seglake.lake.topic_config import parse_value, resolve, split_conf
+from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
 from seglake.storage.retention import RetentionRules
-from seglake.topic_config import parse_value, resolve, split_conf
 from tests.unit.test_recovery import make_lake, pristine  # noqa: F401
 
 

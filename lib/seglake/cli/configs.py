@@ -8,8 +8,8 @@ import argparse
 
 from seglake.config import parse_overrides
 from seglake.lake.catalog import Catalog
+from seglake.lake.topic_config import resolve
 from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
-from seglake.topic_config import resolve
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

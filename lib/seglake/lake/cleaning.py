@@ -26,13 +26,14 @@ from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError
 from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
+from seglake.lake.topic_config import TopicConfig
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType, parse_control_record
 from seglake.record.decode import decode_batches
 from seglake.storage.clean import CleanRound, CleanStats, clean_segments
 from seglake.storage.cleaner import ABORT, COMMIT, EMPTY, OTHER, build_offset_map, walk_partition
 from seglake.storage.recovery_checks import aborted_txns
-from seglake.topic_config import TopicConfig
+from seglake.lake.topic_config import TopicConfig
 
 __all__ = ["analyze_partition", "clean_group", "cleanable", "first_dirty_offset"]
 

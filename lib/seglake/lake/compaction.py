@@ -29,10 +29,10 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
+from seglake.lake.topic_config import TopicConfig, resolve, split_conf
 from seglake.lake.topic_store import overrides_for, stored_configs
 from seglake.storage.clean import CleanStats
 from seglake.storage.naming import validate_partition
-from seglake.topic_config import TopicConfig, resolve, split_conf
 
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
 

@@ -131,8 +131,8 @@ def apply_retention(
     catalog = Catalog(root)
     version = catalog.version()
     rows = catalog.segments(topics, version=version)
-    per_topic = topic_rules(catalog, rows, rules, version=version)
-    if all(r.empty for r in per_topic.values()) and rules.empty:
+    per_topic, asked = topic_rules(catalog, rows, rules, version=version)
+    if not asked:
         raise ConfigError(
             "retention: no rule given (log.retention.ms, log.retention.bytes, a log start "
             "offset, or a topic's retention.ms/retention.bytes in `seglake config`); Kafka's "

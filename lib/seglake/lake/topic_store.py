@@ -12,7 +12,7 @@ of catalog version V sees the configuration of version V::
 Why table properties and not a second table: a second Delta table cannot commit
 atomically with the catalog; properties are in the same log, versioned with the rows
 and read with the snapshot (no extra file). Only names of
-:data:`seglake.topic_config.TOPIC_SETTINGS` are accepted, each value checked.
+:data:`seglake.lake.topic_config.TOPIC_SETTINGS` are accepted, each value checked.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.topic_config import BY_BROKER_NAME, BY_TOPIC_NAME, parse_value, resolve
 from seglake.storage.naming import validate_topic
 from seglake.storage.retention import RetentionRules
-from seglake.topic_config import BY_BROKER_NAME, BY_TOPIC_NAME, parse_value, resolve
 
 __all__ = [
     "DEFAULTS_KEY",
@@ -116,15 +116,18 @@ def alter_config(
 
 def topic_rules(
     catalog: Catalog, rows: Any, rules: RetentionRules, *, version: int | None = None
-) -> dict[str, RetentionRules]:
+) -> tuple[dict[str, RetentionRules], bool]:
     """Each topic's retention rules: the run's ``rules``, where they leave time or size
     off the topic's stored ``retention.ms``/``retention.bytes`` (rules asked for on that
     topic), and no time or size rule on a topic whose ``cleanup.policy`` lacks ``delete``
-    (Kafka deletes by time and size only then); log start offsets always apply."""
+    (Kafka deletes by time and size only then); log start offsets always apply. Also
+    whether any rule was asked for (by the run or in a topic's config)."""
     stored = stored_configs(catalog, version=version)
     out = {}
+    asked = not rules.empty
     for topic in sorted(set(rows.column("topic").to_pylist())):
         own = overrides_for(stored, topic)
+        asked |= "retention.ms" in own or "retention.bytes" in own
         ms, size = rules.retention_ms, rules.retention_bytes
         if ms < 0 and "retention.ms" in own:
             ms = parse_value("retention.ms", own["retention.ms"])
@@ -133,4 +136,4 @@ def topic_rules(
         if not resolve(own).delete:
             ms = size = -1
         out[topic] = RetentionRules(ms, size, rules.log_start_offsets)
-    return out
+    return out, asked

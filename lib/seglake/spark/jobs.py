@@ -67,7 +67,7 @@ def _read_delta(spark: SparkSession, path: str) -> DataFrame:
 def _config(args) -> LogConfig:
     """Broker-level settings; topic-level names (``cleanup.policy``...) are checked here
     and left to the jobs that read topic configs."""
-    from seglake.topic_config import parse_value, split_conf
+    from seglake.lake.topic_config import parse_value, split_conf
 
     topic, rest = split_conf(parse_overrides(args.conf))
     for k, v in topic.items():
