@@ -10,6 +10,7 @@ meanwhile make a commit a :class:`~seglake.errors.ConcurrentRunError`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -167,7 +168,7 @@ def check_replacement(
 
 
 def check_unchanged(
-    expected: dict[tuple[str, int, int], str], existing: dict[Key, list[Seg]], run_id: str
+    expected: Mapping[tuple[str, int, int], str], existing: dict[Key, list[Seg]], run_id: str
 ) -> None:
     """Every ``(topic, partition, base)`` still has the row of the run it had when the
     change was planned; otherwise another run rewrote it first."""

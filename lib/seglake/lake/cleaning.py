@@ -109,7 +109,7 @@ def analyze_partition(
     read = 0
     for src in sources:
         path = src.segment.log_path
-        data = src.segment.file_bytes()
+        data = src.segment.log_bytes()
         read += len(data)
         scan = scan_batches(data)
         if scan.error is not None or scan.valid_bytes != len(data):

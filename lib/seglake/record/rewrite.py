@@ -23,6 +23,8 @@ records block recompressed with the batch's codec.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -57,7 +59,9 @@ def _headers(scan: BatchScan, sel: np.ndarray) -> np.ndarray:
     return hdr
 
 
-def _finish(hdr: np.ndarray, blocks: list[bytes | memoryview], codecs: np.ndarray) -> list[bytes]:
+def _finish(
+    hdr: np.ndarray, blocks: Sequence[bytes | memoryview], codecs: np.ndarray
+) -> list[bytes]:
     """Each batch's bytes: its header (length, CRC filled in) and its (compressed) block."""
     out = []
     for i, block in enumerate(blocks):

@@ -75,7 +75,7 @@ def clean_segments(
     txn = TransactionIndex(base)
     codecs = []
     for src in sources:
-        data = src.segment.file_bytes()
+        data = src.segment.log_bytes()
         stats.bytes_read += len(data)
         scan = scan_batches(data)
         if scan.error is not None or scan.valid_bytes != len(data):

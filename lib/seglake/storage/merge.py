@@ -148,7 +148,7 @@ def merge_segments(
     with fs.open_output_stream(stem + LOG_SUFFIX) as out:
         for src in sources:
             seg = src.segment
-            data = seg.file_bytes()
+            data = seg.log_bytes()
             scan = scan_batches(data, verify_crc=False)
             if scan.error is not None or scan.valid_bytes != len(data):
                 raise CorruptRecordError(
@@ -169,7 +169,7 @@ def merge_segments(
                 )
             out.write(data)
             position += len(data)
-            txn += seg.file_bytes(TXN_INDEX_SUFFIX) or b""
+            txn += seg.index_file(TXN_INDEX_SUFFIX) or b""
             if len(scan):
                 codecs.append(codec_name(scan))
     oi, ti = builder.finish()

@@ -52,6 +52,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.segment_files import SegmentFiles
 from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
@@ -65,7 +66,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-class LogSegment(WindowReads):
+class LogSegment(SegmentFiles, WindowReads):
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -131,60 +132,6 @@ class LogSegment(WindowReads):
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
-
-    def _locate(self) -> None:
-        """Once: switch to the retired or staged copy if there is one (see the class)."""
-        if self._located:
-            return
-        self._located = True
-        retired = self._retired_path
-        if retired is not None and lakefs.exists(self.fs, retired):
-            self._other_path = None
-            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
-        elif self._other_path is not None and lakefs.exists(self.fs, self._other_path):
-            self._fallback()
-
-    def _fallback(self) -> bool:
-        """Switch between the final and the staged copy (the one in use is missing: not
-        moved out of staging yet, or moved since); False if the other is missing too."""
-        retired = self._retired_path
-        if retired is not None and retired != self.log_path and lakefs.exists(self.fs, retired):
-            self._other_path = None  # retired while in use: the copy of this row's version
-            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
-            return True
-        other = self._other_path
-        if other is None or not lakefs.exists(self.fs, other):
-            return False
-        self._other_path = self.log_path
-        self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
-        return True
-
-    def _read_range(self, start: int, length: int) -> bytes:
-        self._locate()
-        try:
-            return lakefs.read_range(self.fs, self.log_path, start, length)
-        except SegmentNotFoundError:
-            if not self._fallback():
-                raise
-            return lakefs.read_range(self.fs, self.log_path, start, length)
-
-    def _read_file(self, suffix: str) -> bytes:
-        self._locate()
-        try:
-            return lakefs.read_all(self.fs, self.stem + suffix)
-        except SegmentNotFoundError:
-            if suffix == LOG_SUFFIX or not self._fallback():
-                raise
-            return lakefs.read_all(self.fs, self.stem + suffix)
-
-    def file_bytes(self, suffix: str = LOG_SUFFIX) -> bytes | None:
-        """One whole file of the segment (``None`` if an index file is missing)."""
-        if suffix == LOG_SUFFIX:
-            return self._read_range(0, self.size)
-        try:
-            return self._read_file(suffix)
-        except SegmentNotFoundError:
-            return None
 
     # -- sizes and bounds -------------------------------------------------------------
     @property
