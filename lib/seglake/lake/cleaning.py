@@ -33,7 +33,6 @@ from seglake.record.decode import decode_batches
 from seglake.storage.clean import CleanRound, CleanStats, clean_segments
 from seglake.storage.cleaner import ABORT, COMMIT, EMPTY, OTHER, build_offset_map, walk_partition
 from seglake.storage.recovery_checks import aborted_txns
-from seglake.lake.topic_config import TopicConfig
 
 __all__ = ["analyze_partition", "clean_group", "cleanable", "first_dirty_offset"]
 

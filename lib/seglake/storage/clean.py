@@ -178,6 +178,7 @@ def clean_segments(
         time_index_entries=len(ti),
         codec=names.pop() if len(names) == 1 else ("none" if not names else "mixed"),
         log_path=stem + LOG_SUFFIX,
+        index_interval_bytes=index_interval_bytes,
         tail_min_timestamps=tail_minima(result.base_offset, result.position, low, len(buf)),
     )
     return info, stats

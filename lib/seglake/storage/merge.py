@@ -195,5 +195,6 @@ def merge_segments(
         time_index_entries=len(ti),
         codec=names.pop() if len(names) == 1 else ("none" if not names else "mixed"),
         log_path=stem + LOG_SUFFIX,
+        index_interval_bytes=index_interval_bytes,
         tail_min_timestamps=merged_tail(sources),
     )
