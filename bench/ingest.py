@@ -241,10 +241,11 @@ def render(n: int, rows: list[dict], note: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(body: str) -> None:
+def write_section(body: str, title: str = SECTION) -> None:
+    """Replace (or add) the ``title`` section of bench/RESULTS.md with ``body``."""
     text = RESULTS.read_text() if RESULTS.exists() else "# seglake benchmarks\n"
-    section = f"{SECTION}\n\n{body}\n"
-    pat = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    section = f"{title}\n\n{body}\n"
+    pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pat.search(text):
         text = pat.sub(lambda _: section + "\n", text).rstrip("\n") + "\n"
     else:

@@ -79,10 +79,12 @@ def test_schema_comes_from_json() -> None:
     assert schema.field("index_entries").type == pa.int32()
     assert schema.field("next_offset").type == pa.int64()
     assert schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
-    # every column is required but those unknown in older catalogs
+    # every column is required but those unknown in older catalogs, and the cleaner
+    # checkpoint (only on rows a compaction wrote)
     assert [f.name for f in schema if f.nullable] == [
         "tail_min_timestamps",
         "index_interval_bytes",
+        "cleaner_checkpoint",
     ]
     assert schema.field("tail_min_timestamps").type == TAIL_TYPE
     # a segment row: its key and path, what its files say, and the run's columns
@@ -94,6 +96,7 @@ def test_schema_comes_from_json() -> None:
         "run_id",
         "committed_at",
         "index_interval_bytes",
+        "cleaner_checkpoint",
         *STAT_COLUMNS,
     }
     assert spec["partition_by"] == ["topic"]

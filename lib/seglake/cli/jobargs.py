@@ -168,6 +168,35 @@ def retention_from_args(args: argparse.Namespace):
     return rules, config
 
 
+def compact_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="./spark-submit.sh compact",
+        description="Kafka's log cleaner as a Spark job: compact cleanup.policy=compact topics "
+        "(keep the latest record per key) and merge small adjacent segments of the others, "
+        "one catalog commit; prints a summary per partition.",
+        epilog="Settings (Kafka's names; --conf wins over `seglake config`): cleanup.policy, "
+        "min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms, "
+        "delete.retention.ms, segment.bytes (log.segment.bytes), segment.index.bytes, "
+        "index.interval.bytes.",
+    )
+    p.add_argument("--root", required=True, help="lake root")
+    p.add_argument(
+        "--topic", action="append", default=None, help="only this topic (repeatable; default all)"
+    )
+    p.add_argument("--partitions", default=None, help="comma-separated, e.g. 0,3 (default all)")
+    p.add_argument(
+        "--merge-only",
+        action="store_true",
+        help="concatenate adjacent segments up to segment.bytes, never remove a record "
+        "(the default for cleanup.policy=delete topics)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="plan and report, write nothing")
+    p.add_argument("--now-ms", type=int, default=None, help="the cleaner's clock (default now)")
+    p.add_argument("--run-id", default=None)
+    _common(p)
+    return p
+
+
 def format_from_path(path: str, explicit: str | None, allowed: tuple[str, ...]) -> str:
     """``explicit`` or the format the path's extension names (default parquet)."""
     if explicit:

@@ -1,5 +1,5 @@
 """The ``seglake`` command: dump, consume, offset-for-time, read, cleanup, recover, register,
-retention.
+retention, config.
 
 Errors of seglake's own print one line naming the file, position and numbers, exit 2.
 """
@@ -118,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     retention_arguments(rt)
     rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
     rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+
+    from seglake.cli import configs
+
+    configs.add_parser(sub)
     return p
 
 
@@ -228,6 +232,10 @@ def run(argv: list[str] | None = None) -> int:
             )
         )
         return 0
+    if args.command == "config":
+        from seglake.cli import configs
+
+        return configs.run(args)
     raise AssertionError(args.command)  # argparse only allows the commands above
 
 

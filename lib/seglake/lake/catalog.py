@@ -41,6 +41,7 @@ from seglake.lake.checks import (
     check_commit,
     check_removal,
     check_replacement,
+    check_unchanged,
     group_by_partition,
     order_problems,
 )
@@ -321,6 +322,7 @@ class Catalog(CatalogTable):
         *,
         remove: pa.Table | Iterable[tuple[str, int, int]] = (),
         expected_version: int | None = None,
+        expected_runs: Mapping[tuple[str, int, int], str] | None = None,
     ) -> CommitResult:
         """Replace existing rows (recovery fixes) in one commit, once per run id.
 
@@ -336,6 +338,9 @@ class Catalog(CatalogTable):
             run_id: the run; rerunning a committed run id writes nothing.
             remove: segment keys to drop in the same commit.
             expected_version: fail unless the catalog is still at this version.
+            expected_runs: ``{(topic, partition, base_offset): run_id}`` the touched rows
+                must still carry (the rows the change was planned on: a concurrent
+                recovery or compaction that rewrote one of them makes this one lose).
 
         Raises:
             SegmentNotFoundError: a replaced or removed segment is not in the catalog.
@@ -353,7 +358,10 @@ class Catalog(CatalogTable):
         new_grouped = group_by_partition(new)
 
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
-            check_replacement(touched, new_grouped, group_by_partition(current), run_id)
+            existing = group_by_partition(current)
+            if expected_runs:
+                check_unchanged(expected_runs, existing, run_id)
+            check_replacement(touched, new_grouped, existing, run_id)
             predicate = keys_predicate(touched)
 
             def write(table: Any, props: Any) -> None:

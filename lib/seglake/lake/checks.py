@@ -10,6 +10,7 @@ meanwhile make a commit a :class:`~seglake.errors.ConcurrentRunError`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ __all__ = [
     "check_commit",
     "check_removal",
     "check_replacement",
+    "check_unchanged",
     "group_by_partition",
     "order_problems",
 ]
@@ -163,3 +165,20 @@ def check_replacement(
         problems += order_problems(key, after, contiguous=False)
     if problems:
         raise OffsetOrderError(f"run {run_id!r}: " + listing(problems))
+
+
+def check_unchanged(
+    expected: Mapping[tuple[str, int, int], str], existing: dict[Key, list[Seg]], run_id: str
+) -> None:
+    """Every ``(topic, partition, base)`` still has the row of the run it had when the
+    change was planned; otherwise another run rewrote it first."""
+    now = {(*key, s.base): s.run_id for key, segs in existing.items() for s in segs}
+    changed = [
+        f"{t}-{p} segment {b}: run {now.get((t, p, b))!r}, planned on run {r!r}"
+        for (t, p, b), r in sorted(expected.items())
+        if now.get((t, p, b)) != r
+    ]
+    if changed:
+        raise ConcurrentRunError(
+            f"run {run_id!r}: segments changed since it was planned: " + listing(changed)
+        )

@@ -21,6 +21,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, collect, retire, retired_paths
+from seglake.lake.topic_store import topic_rules
 from seglake.storage.naming import parse_segment_file_name, partition_dir_name
 from seglake.storage.retention import RetentionRules
 
@@ -125,18 +126,26 @@ def apply_retention(
     Raises:
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
-    if rules.empty:
-        raise ConfigError(
-            "retention: no rule given (log.retention.ms, log.retention.bytes or a log start "
-            "offset); Kafka's broker defaults apply only when asked for (--broker-defaults)"
-        )
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     catalog = Catalog(root)
     version = catalog.version()
     rows = catalog.segments(topics, version=version)
+    per_topic, asked = topic_rules(catalog, rows, rules, version=version)
+    if not asked:
+        raise ConfigError(
+            "retention: no rule given (log.retention.ms, log.retention.bytes, a log start "
+            "offset, or a topic's retention.ms/retention.bytes in `seglake config`); Kafka's "
+            "broker defaults apply only when asked for (--broker-defaults)"
+        )
     leftovers = finish_interrupted_deletes(root, rows, version=version, dry_run=dry_run)
-    plan = rules.plan(rows, now_ms)
+    plan = pa.concat_tables(
+        [
+            r.plan(rows.filter(pa.compute.equal(rows["topic"], t)), now_ms)
+            for t, r in per_topic.items()
+        ]
+        or [rules.plan(rows, now_ms)]
+    )
     report = RetentionReport(root, rules, plan, leftovers, dry_run=dry_run)
     if plan.num_rows and not dry_run:
         run_id = run_id or f"retention-{uuid.uuid4().hex[:12]}"

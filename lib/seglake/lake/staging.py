@@ -4,11 +4,21 @@ cleaning up after failed runs, and opening partitions from the catalog.
     <root>/_catalog/                 Delta table, one row per committed segment
     <root>/<topic>-<p>/<base>.log    published segment files (+ .index, .timeindex)
     <root>/_staging/<run-id>/...     files of a run: moved out once it has committed
+    <root>/_retired/<run-id>/...     files of a run that a later run replaced under the
+                                     same names (compaction, merging): pinned readers of
+                                     the older catalog version read them there until
+                                     ``cleanup`` deletes them (:mod:`seglake.lake.garbage`)
+
+A replacing run stages ``_replaces.json`` (the ``path`` and ``run_id`` of every row it
+replaces or removes) before its commit. Publishing it first moves those rows' files to
+``_retired/<their run>/`` (then marks that step done, so a rerun never retires a file
+the run itself has published), then moves the new files in as for any run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,13 +28,60 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
-from seglake.lake.garbage import Collected, catalog_orphans, collect
+from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
 from seglake.storage.log import PartitionLog
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    RETIRED_DIR,
+    STAGING_DIR,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+)
 from seglake.testing_hooks import crash_point
 
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-STAGING = "_staging"
+STAGING = STAGING_DIR
+REPLACES = "_replaces.json"
+RETIRED_DONE = "_retired.done"
+
+
+def stage_replaced(root: str, run_id: str, rows: pa.Table) -> None:
+    """Record, in the run's staging directory, the catalog rows it replaces or removes."""
+    fs, base = lakefs.resolve(root)
+    staging = lakefs.join(base, STAGING, run_id)
+    fs.create_dir(staging, recursive=True)
+    doc = {"rows": [[r["path"], r["run_id"]] for r in rows.select(["path", "run_id"]).to_pylist()]}
+    lakefs.write_bytes(fs, lakefs.join(staging, REPLACES), json.dumps(doc).encode())
+
+
+def discard_staging(root: str, run_id: str) -> None:
+    """Delete the staged files of a run that did not commit."""
+    fs, base = lakefs.resolve(root)
+    lakefs.delete_dir(fs, lakefs.join(base, STAGING, run_id))
+
+
+def _retire_replaced(root: str, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
+    """Move the files of the rows a committed run replaced to ``_retired/<their run>/``."""
+    manifest, done = lakefs.join(staging, REPLACES), lakefs.join(staging, RETIRED_DONE)
+    if not lakefs.exists(fs, manifest) or lakefs.exists(fs, done):
+        return 0
+    retired = []
+    for path, old_run in json.loads(lakefs.read_all(fs, manifest))["rows"]:
+        stem = path[: -len(LOG_SUFFIX)]
+        for suffix in SEGMENT_SUFFIXES:
+            rel = f"{RETIRED_DIR}/{old_run}/{stem}{suffix}"
+            src, dst = lakefs.safe_join(base, stem + suffix), lakefs.safe_join(base, rel)
+            if not lakefs.exists(fs, dst):
+                if not lakefs.exists(fs, src):
+                    continue
+                fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+                lakefs.move(fs, src, dst)
+                crash_point("retire")
+            retired.append(rel)
+    retire(root, retired, version=Catalog(root).version(), operation="compact", run_id=run_id)
+    lakefs.write_bytes(fs, done, b"")
+    return len(retired)
 
 
 def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int:
@@ -37,6 +94,7 @@ def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int
     staging = lakefs.join(base, STAGING, run_id)
     if not lakefs.exists(fs, staging):
         return 0
+    _retire_replaced(root, fs, base, staging, run_id)
     if rows is None:
         segs = Catalog(root).segments()
         rows = segs.filter(pa.compute.equal(segs["run_id"], run_id))

@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.config import LogConfig
-from seglake.errors import ConfigError, InputSchemaError
+from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
 from seglake.record.batch import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
@@ -176,6 +176,7 @@ def encode_batches(
     transactional: bool = False,
     leader_epoch: int = 0,
     log_append_time: int | None = None,
+    batch_bases: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> EncodedBatches:
     """Encode records into RecordBatch v2 batches, back to back in one buffer.
 
@@ -203,6 +204,10 @@ def encode_batches(
         leader_epoch: partitionLeaderEpoch of every batch.
         log_append_time: LogAppendTime only: the append time written as maxTimestamp
             (default: each batch's largest record timestamp).
+        batch_bases: with ``batch_starts``: each batch's ``(baseOffset, baseTimestamp)``
+            (the deltas are relative to them; a cleaner's rewritten batch keeps its base
+            offset when its first records are gone, and a delete horizon is its base
+            timestamp); base offsets must be <= the batch's first offset.
 
     Raises:
         InputSchemaError: a missing or mistyped column, a null offset/timestamp/header
@@ -271,8 +276,21 @@ def encode_batches(
         )
     else:
         starts = check_starts(batch_starts, n)
-        check_deltas(off, starts)
-        pieces = rel_varints_for(fixed, off, ts, starts)
+        if batch_bases is not None:
+            b_off, b_ts = (np.asarray(b, dtype=np.int64) for b in batch_bases)
+            if len(b_off) != len(starts) or len(b_ts) != len(starts):
+                raise InputSchemaError(
+                    f"batch_bases: {len(b_off)}/{len(b_ts)} values for {len(starts)} batches"
+                )
+            if (b_off > off[starts]).any() or (b_off < 0).any():
+                i = int(np.argmax((b_off > off[starts]) | (b_off < 0)))
+                raise OffsetOrderError(
+                    f"batch {i}: base offset {int(b_off[i])} is negative or above its first "
+                    f"offset {int(off[starts[i]])}"
+                )
+            batch_bases = (b_off, b_ts)
+        check_deltas(off, starts)  # (from a lower base offset: checked again below)
+        pieces = rel_varints_for(fixed, off, ts, starts, batch_bases)
     nb = len(starts)
     ends = np.append(starts[1:], n)
     counts = ends - starts
@@ -301,13 +319,16 @@ def encode_batches(
         else np.full(nb, -1, dtype=np.int64)
     )
     hdr = np.zeros(nb, dtype=HEADER_DTYPE)
-    hdr["base_offset"] = off[starts]
+    first_off, first_ts = (off[starts], ts[starts]) if batch_bases is None else batch_bases
+    if int((off[ends - 1] - first_off).max()) > INT32_MAX:
+        raise OffsetOrderError("batch_bases: an offset delta does not fit int32")
+    hdr["base_offset"] = first_off
     hdr["batch_length"] = size - LOG_OVERHEAD
     hdr["leader_epoch"] = leader_epoch
     hdr["magic"] = MAGIC
     hdr["attributes"] = attributes
-    hdr["last_offset_delta"] = off[ends - 1] - off[starts]
-    hdr["base_timestamp"] = ts[starts]
+    hdr["last_offset_delta"] = off[ends - 1] - first_off
+    hdr["base_timestamp"] = first_ts
     hdr["max_timestamp"] = max_ts
     hdr["producer_id"] = producer_id
     hdr["producer_epoch"] = producer_epoch
@@ -352,7 +373,7 @@ def encode_batches(
         data=data,
         position=position,
         size=size,
-        base_offset=off[starts].copy(),
+        base_offset=np.array(first_off, dtype=np.int64),
         last_offset=off[ends - 1].copy(),
         records_count=counts,
         first_timestamp=ts[starts].copy(),

@@ -78,12 +78,19 @@ def rel_varints(
 
 
 def rel_varints_for(
-    fixed: np.ndarray, off: np.ndarray, ts: np.ndarray, starts: np.ndarray
+    fixed: np.ndarray,
+    off: np.ndarray,
+    ts: np.ndarray,
+    starts: np.ndarray,
+    bases: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[RelVarints]:
-    """:class:`RelVarints` of all records for the given batch starts, in cache-sized pieces."""
+    """:class:`RelVarints` of all records for the given batch starts, in cache-sized pieces;
+    deltas relative to each batch's first record, or to ``bases`` (base offset, base
+    timestamp per batch)."""
     n = len(fixed)
     counts = np.diff(np.append(starts, n))
-    base_off, base_ts = np.repeat(off[starts], counts), np.repeat(ts[starts], counts)
+    first_off, first_ts = (off[starts], ts[starts]) if bases is None else bases
+    base_off, base_ts = np.repeat(first_off, counts), np.repeat(first_ts, counts)
     return [
         rel_varints(
             fixed, off, ts, slice(a, a + _CHUNK), base_off[a : a + _CHUNK], base_ts[a : a + _CHUNK]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["compact", "register"]
 
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
@@ -17,3 +17,10 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
     from seglake.spark.datasource import register as _register
 
     _register(spark, bytes_accumulator=bytes_accumulator)
+
+
+def compact(spark: Any, root: str, **kwargs: Any) -> Any:
+    """Merge or compact a lake's segments (see :func:`seglake.spark.compact.compact`)."""
+    from seglake.spark.compact import compact as _compact
+
+    return _compact(spark, root, **kwargs)

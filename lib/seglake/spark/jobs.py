@@ -65,7 +65,14 @@ def _read_delta(spark: SparkSession, path: str) -> DataFrame:
 
 
 def _config(args) -> LogConfig:
-    return LogConfig.load(args.conf_file, parse_overrides(args.conf))
+    """Broker-level settings; topic-level names (``cleanup.policy``...) are checked here
+    and left to the jobs that read topic configs."""
+    from seglake.lake.topic_config import parse_value, split_conf
+
+    topic, rest = split_conf(parse_overrides(args.conf))
+    for k, v in topic.items():
+        parse_value(k, v)
+    return LogConfig.load(args.conf_file, rest)
 
 
 def run_ingest(spark: SparkSession, args) -> int:
@@ -337,12 +344,32 @@ def run_retention(spark: SparkSession, args) -> int:
     return 0
 
 
+def run_compact(spark: SparkSession, args) -> int:
+    from seglake.spark.compact import compact
+
+    result = compact(
+        spark,
+        args.root,
+        topics=args.topic,
+        partitions=args.partitions,
+        merge_only=args.merge_only,
+        dry_run=args.dry_run,
+        conf=parse_overrides(args.conf),
+        base=_config(args),
+        run_id=args.run_id,
+        now_ms=args.now_ms,
+    )
+    print(result.summary())
+    return 0
+
+
 RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
     "extract": (jobargs.extract_parser, run_extract),
     "lookup": (jobargs.lookup_parser, run_lookup),
     "recover": (jobargs.recover_parser, run_recover),
     "retention": (jobargs.retention_parser, run_retention),
+    "compact": (jobargs.compact_parser, run_compact),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.storage.naming import row_copies
 from seglake.storage.segment import LogSegment
 
 ENTRY_OVERHEAD = 512
@@ -80,7 +81,7 @@ class IndexCache:
                 return hit[0]
             self.misses += 1
         fs, base = self.resolve(root)
-        staged = lakefs.join(base, "_staging", run_id, path) if run_id else None
+        staged, retired = row_copies(base, path, run_id)
         seg = LogSegment(
             fs,
             lakefs.safe_join(base, path),
@@ -90,6 +91,7 @@ class IndexCache:
             staged_path=staged,
             committed=True,
             on_corrupt=on_corrupt,
+            retired_path=retired,
         )
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)

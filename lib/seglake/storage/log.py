@@ -23,7 +23,12 @@ from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records
-from seglake.storage.naming import LOG_SUFFIX, parse_partition_dir, parse_segment_file_name
+from seglake.storage.naming import (
+    LOG_SUFFIX,
+    parse_partition_dir,
+    parse_segment_file_name,
+    row_copies,
+)
 from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
@@ -112,9 +117,7 @@ class PartitionLog:
         for r in rows.to_pylist():
             path = lakefs.safe_join(root, r["path"])
             directory = path.rsplit("/", 1)[0]
-            staged = (
-                lakefs.join(root, "_staging", r["run_id"], r["path"]) if r.get("run_id") else None
-            )
+            staged, retired = row_copies(root, r["path"], r.get("run_id"))
             segments.append(
                 LogSegment(
                     fs,
@@ -126,6 +129,7 @@ class PartitionLog:
                     committed=True,
                     on_corrupt=on_corrupt,
                     index_interval_bytes=r.get("index_interval_bytes") or DEFAULT_INTERVAL,
+                    retired_path=retired,
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)

@@ -25,6 +25,9 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFI
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
 NAME_MAX = 255  # longest file or directory name (ext4, xfs, APFS, NTFS)
+STAGING_DIR = "_staging"  # <root>/_staging/<run>/<path>: a run's files before they are published
+RETIRED_DIR = "_retired"  # <root>/_retired/<run>/<path>: a run's files after a later run
+# (compaction, segment merging) replaced them under the same name; kept for pinned readers
 
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
@@ -105,3 +108,14 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     if not m:
         return None
     return int(m.group(1)), m.group(2)
+
+
+def row_copies(root: str, path: str, run_id: str | None) -> tuple[str | None, str | None]:
+    """Where the files of catalog row (``path``, ``run_id``) may be besides
+    ``<root>/<path>``: ``(staged, retired)``, ``<root>/_staging/<run>/<path>`` (committed,
+    not moved out yet) and ``<root>/_retired/<run>/<path>`` (a later run published other
+    files under the same name: a reader of this row's version must read these)."""
+    if not run_id:
+        return None, None
+    root = root.rstrip("/")
+    return (f"{root}/{STAGING_DIR}/{run_id}/{path}", f"{root}/{RETIRED_DIR}/{run_id}/{path}")

@@ -52,6 +52,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.segment_files import SegmentFiles
 from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
@@ -65,7 +66,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-class LogSegment(WindowReads):
+class LogSegment(SegmentFiles, WindowReads):
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -80,6 +81,14 @@ class LogSegment(WindowReads):
         committed: ``size`` is a lake's committed size (module docstring: torn tail).
         may_tear: a broker segment that may end in a torn tail (the partition's last).
         on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
+        retired_path: where this segment's files went if a later run (compaction, merge)
+            published other files under the same name; read instead of ``log_path``
+            whenever it exists.
+
+    With ``staged_path`` or ``retired_path``, the first file access checks where the
+    files are (at most two existence checks per segment): the retired copy, else the
+    staged copy, else ``log_path``. The staged copy wins over ``log_path`` because a
+    replacing run's row is committed before the old file under the same name is retired.
     """
 
     def __init__(
@@ -95,6 +104,7 @@ class LogSegment(WindowReads):
         committed: bool = False,
         may_tear: bool = True,
         on_corrupt: str = "raise",
+        retired_path: str | None = None,
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
@@ -117,41 +127,18 @@ class LogSegment(WindowReads):
         self.committed, self.may_tear = committed, may_tear
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
+        self._retired_path = retired_path
+        self._located = staged_path is None and retired_path is None
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
-
-    def _fallback(self) -> bool:
-        """Switch between the final and the staged copy (the one in use is missing: not
-        moved out of staging yet, or moved since); False if the other is missing too."""
-        other = self._other_path
-        if other is None or not lakefs.exists(self.fs, other):
-            return False
-        self._other_path = self.log_path
-        self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
-        return True
-
-    def _read_range(self, start: int, length: int) -> bytes:
-        try:
-            return lakefs.read_range(self.fs, self.log_path, start, length)
-        except SegmentNotFoundError:
-            if not self._fallback():
-                raise
-            return lakefs.read_range(self.fs, self.log_path, start, length)
-
-    def _read_file(self, suffix: str) -> bytes:
-        try:
-            return lakefs.read_all(self.fs, self.stem + suffix)
-        except SegmentNotFoundError:
-            if suffix == LOG_SUFFIX or not self._fallback():
-                raise
-            return lakefs.read_all(self.fs, self.stem + suffix)
 
     # -- sizes and bounds -------------------------------------------------------------
     @property
     def size(self) -> int:
         """Bytes of the ``.log``."""
         if self._size is None:
+            self._locate()
             try:
                 self._size = lakefs.file_size(self.fs, self.log_path)
             except SegmentNotFoundError:
@@ -214,6 +201,7 @@ class LogSegment(WindowReads):
     def txn_index(self) -> TransactionIndex | None:
         """Aborted transactions of this segment (``None`` without a ``.txnindex``)."""
         if self._txn_index is False:
+            self._locate()
             path = self.stem + TXN_INDEX_SUFFIX
             self._txn_index = (
                 TransactionIndex.from_bytes(lakefs.read_all(self.fs, path), path=path)

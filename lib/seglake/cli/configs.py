@@ -1,0 +1,55 @@
+"""``seglake config``: topic configuration overrides kept in the lake (Kafka's
+``kafka-configs --entity-type topics --entity-name T --alter --add-config k=v`` /
+``--delete-config k`` / ``--describe``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from seglake.config import parse_overrides
+from seglake.lake.catalog import Catalog
+from seglake.lake.topic_config import resolve
+from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "config",
+        help="show or change topic configs kept in the lake (cleanup.policy, segment.bytes...)",
+        description="Topic-level settings stored in the catalog (one commit per change); "
+        "read by compact and retention, where a job's --conf still wins. Without --set or "
+        "--delete: print the overrides and the values in force.",
+    )
+    c.add_argument("root", metavar="LAKE")
+    c.add_argument("--topic", default=None, help="the topic (default: every topic's defaults)")
+    c.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="set (repeatable)"
+    )
+    c.add_argument(
+        "--delete", action="append", default=[], metavar="KEY", help="remove an override"
+    )
+    c.add_argument("--run-id", default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = Catalog(args.root)
+    if args.set or args.delete:
+        result = alter_config(
+            catalog,
+            args.topic,
+            set_=parse_overrides(args.set),
+            delete=args.delete,
+            run_id=args.run_id,
+        )
+        print(f"config of {args.topic or 'every topic'}: catalog version {result.version}")
+    stored = stored_configs(catalog)
+    own = stored.get(args.topic, {})
+    effective = resolve(overrides_for(stored, args.topic) if args.topic else own).to_dict()
+    for name, value in effective.items():
+        source = (
+            "override"
+            if name in own
+            else ("lake default" if name in stored.get(None, {}) else "default")
+        )
+        print(f"{name}={value}  ({source})")
+    return 0

@@ -1,0 +1,271 @@
+"""The ``compact`` run's driver side (no Spark): per partition, what to do and the report.
+
+Per partition, ``cleanup.policy`` (and ``--merge-only``) decides:
+
+    merge      ``delete`` topics, or ``--merge-only``: adjacent segments concatenated
+               into groups up to ``segment.bytes`` (:mod:`seglake.storage.merge`)
+    compact    ``compact`` / ``compact,delete`` topics: Kafka's cleaner
+               (:mod:`seglake.lake.cleaning`)
+
+Tasks (one per segment group) run through ``map_tasks`` (Spark's, or the builtin ``map``
+in tests); the driver commits every partition's new rows in ONE catalog commit
+(:func:`seglake.lake.rewrite.commit_rewrite`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from seglake.config import LogConfig
+from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.lake.catalog import Catalog
+from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
+from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
+from seglake.lake.staging import discard_staging, publish_pending
+from seglake.lake.topic_config import TopicConfig, resolve, split_conf
+from seglake.lake.topic_store import overrides_for, stored_configs
+from seglake.storage.clean import CleanStats
+from seglake.storage.naming import validate_partition
+
+__all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
+
+MapTasks = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+
+
+def parse_partitions(partitions: str | Iterable[int] | None) -> list[int] | None:
+    """``"0,3"`` or ``[0, 3]`` as a list (``None``: all); anything else: ConfigError."""
+    if partitions is None:
+        return None
+    items = partitions.split(",") if isinstance(partitions, str) else list(partitions)
+    try:
+        return [validate_partition(int(str(p).strip())) for p in items if str(p).strip()]
+    except ValueError as exc:
+        raise ConfigError(f"partitions {partitions!r}: expected numbers like 0,3 ({exc})") from None
+
+
+def new_run_id() -> str:
+    return "compact-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+@dataclasses.dataclass
+class PartitionSummary:
+    """One partition's before/after (``dirty_ratio``/``checkpoint``: compaction only)."""
+
+    topic: str
+    partition: int
+    action: str
+    segments_before: int
+    bytes_before: int
+    segments_after: int
+    bytes_after: int
+    records_kept: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    dirty_ratio: float | None = None
+    checkpoint: int | None = None
+    seconds: float = 0.0
+    bytes_read: int = 0  # by the tasks (compaction: the analysis and the groups)
+    bytes_written: int = 0
+
+
+@dataclasses.dataclass
+class CompactResult:
+    run_id: str
+    committed: bool
+    already_committed: bool
+    dry_run: bool
+    version: int | None
+    partitions: list[PartitionSummary]
+    seconds: float
+
+    def summary(self) -> str:
+        """One line per partition, then the run."""
+        head = (
+            f"{'partition':<28}{'action':<9}{'segments':>13}{'bytes':>25}{'kept':>11}"
+            f"{'removed':>10}{'tombst.':>9}{'dirty':>7}{'checkpoint':>12}{'s':>7}"
+        )
+        lines = [head]
+        for p in self.partitions:
+            ratio = "-" if p.dirty_ratio is None else f"{p.dirty_ratio:.2f}"
+            ckpt = "-" if p.checkpoint is None else str(p.checkpoint)
+            lines.append(
+                f"{p.topic + '-' + str(p.partition):<28}{p.action:<9}"
+                f"{f'{p.segments_before} -> {p.segments_after}':>13}"
+                f"{f'{p.bytes_before:,} -> {p.bytes_after:,}':>25}"
+                f"{p.records_kept:>11,}{p.records_removed:>10,}{p.tombstones_removed:>9,}"
+                f"{ratio:>7}{ckpt:>12}{p.seconds:>7.2f}"
+            )
+        if self.already_committed:
+            state = "was already committed: nothing to do"
+        elif self.dry_run:
+            state = "dry run: nothing written"
+        elif self.committed:
+            state = f"committed as catalog version {self.version}"
+        else:
+            state = "nothing to rewrite"
+        lines.append(f"run {self.run_id}: {state}, {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+def topic_configs(
+    catalog: Catalog, topics: Iterable[str], conf: Mapping[str, Any] | None, base: LogConfig
+) -> dict[str, TopicConfig]:
+    """Each topic's settings: stored overrides (``seglake config``) under the job's conf."""
+    topic_conf, _ = split_conf(conf)
+    stored = stored_configs(catalog)
+    return {t: resolve(overrides_for(stored, t), topic_conf, base) for t in topics}
+
+
+def _task(root: str, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]:
+    """One segment group: ``("merge", rows, interval)`` or ``("clean", rows, interval,
+    round)``."""
+    if spec[0] == "merge":
+        return merge_group(root, run_id, spec[1], index_interval_bytes=spec[2]), None
+    return clean_group(root, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
+
+
+def _analyze(root: str, now_ms: int, spec: tuple[list[dict], TopicConfig]) -> tuple:
+    return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
+
+
+def run_compaction(
+    root: str,
+    *,
+    map_tasks: MapTasks = lambda f, xs: list(map(f, xs)),
+    topics: Iterable[str] | None = None,
+    partitions: str | Iterable[int] | None = None,
+    merge_only: bool = False,
+    dry_run: bool = False,
+    conf: Mapping[str, Any] | None = None,
+    base: LogConfig | None = None,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+) -> CompactResult:
+    """Plan, run the tasks, commit, publish; see the module docstring."""
+    started = time.time()
+    run_id = run_id or new_run_id()
+    catalog = Catalog(root)
+    if not catalog.exists():
+        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    if catalog.run_committed(run_id):
+        publish_pending(root, run_id)
+        return CompactResult(run_id, False, True, dry_run, catalog.version(), [], 0.0)
+    version = catalog.version()
+    rows = catalog.segments(
+        list(topics) if topics else None, parse_partitions(partitions), version=version
+    )
+    _, rest = split_conf(conf)
+    base = (base or LogConfig()).with_overrides(rest)
+    configs = topic_configs(catalog, set(rows.column("topic").to_pylist()), conf, base)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    plans: list[tuple[PartitionSummary, list[tuple]]] = []
+    to_analyze: list[tuple[PartitionSummary, pa.Table, TopicConfig]] = []
+    for (topic, partition), prow in _by_partition(rows):
+        cfg = configs[topic]
+        size = int(pa.compute.sum(prow["size_bytes"]).as_py() or 0)
+        summary = PartitionSummary(
+            topic,
+            partition,
+            "merge",
+            prow.num_rows,
+            size,
+            prow.num_rows,
+            size,
+            records_kept=int(pa.compute.sum(prow["record_count"]).as_py() or 0),
+        )
+        if merge_only or not cfg.compact:
+            groups = plan_merge_groups(
+                prow, segment_bytes=cfg.segment_bytes, segment_index_bytes=cfg.segment_index_bytes
+            )
+            plans.append((summary, [("merge", g, cfg.index_interval_bytes) for g in groups]))
+            continue
+        summary.action = "compact"
+        bounds = cleanable(prow, cfg, now_ms)
+        summary.dirty_ratio, summary.checkpoint = bounds["dirty_ratio"], bounds["first_dirty"]
+        if bounds["due"]:
+            to_analyze.append((summary, prow, cfg))
+        else:
+            summary.action = "skip"
+            plans.append((summary, []))
+    analyses = map_tasks(
+        functools.partial(_analyze, root, now_ms),
+        [(p.to_pylist(), cfg) for _, p, cfg in to_analyze],
+    )
+    for (summary, prow, cfg), (bounds, rnd, read) in zip(to_analyze, analyses, strict=True):
+        summary.dirty_ratio = bounds["dirty_ratio"]
+        summary.bytes_read += read
+        if rnd is None:
+            summary.action = "skip"
+            plans.append((summary, []))
+            continue
+        groups = plan_merge_groups(
+            prow.filter(pa.compute.less(prow["base_offset"], rnd.upper_bound)),
+            segment_bytes=cfg.segment_bytes,
+            segment_index_bytes=cfg.segment_index_bytes,
+            first_uncleanable=rnd.upper_bound,
+            min_len=1,  # Kafka cleans single-segment groups too
+        )
+        summary.checkpoint = rnd.upper_bound
+        plans.append((summary, [("clean", g, cfg.index_interval_bytes, rnd) for g in groups]))
+    specs = [s for _, ss in plans for s in ss]
+    if dry_run or not specs:
+        for summary, ss in plans:
+            summary.segments_after -= sum(len(s[1]) - 1 for s in ss)
+        return CompactResult(
+            run_id, False, False, dry_run, version, [p for p, _ in plans], time.time() - started
+        )
+    t0 = time.time()
+    try:
+        outputs = map_tasks(functools.partial(_task, root, run_id), specs)
+    except BaseException:
+        discard_staging(root, run_id)  # the tasks that did finish staged files
+        raise
+    new_rows = [row for row, _ in outputs]
+    result = commit_rewrite(root, run_id, new_rows, [r for s in specs for r in s[1]])
+    elapsed = time.time() - t0
+    i = 0
+    for summary, ss in plans:
+        out = outputs[i : i + len(ss)]
+        i += len(ss)
+        summary.segments_after -= sum(len(s[1]) - 1 for s in ss)
+        old = [r for s in ss for r in s[1]]
+        summary.bytes_after += sum(r["size_bytes"] for r, _ in out) - sum(
+            r["size_bytes"] for r in old
+        )
+        cleaned = [st for _, st in out if st is not None]
+        summary.bytes_read += sum(st.bytes_read for st in cleaned)
+        summary.bytes_written += sum(st.bytes_written for st in cleaned)
+        if cleaned:
+            read = sum(st.records_read for st in cleaned)
+            kept = sum(st.records_kept for st in cleaned)
+            summary.records_removed = read - kept
+            summary.records_kept -= read - kept
+            summary.tombstones_removed = sum(st.tombstones_removed for st in cleaned)
+        summary.seconds = elapsed
+    return CompactResult(
+        run_id,
+        result.committed,
+        result.already_committed,
+        False,
+        result.version,
+        [p for p, _ in plans],
+        time.time() - started,
+    )
+
+
+def _by_partition(rows: pa.Table) -> list[tuple[tuple[str, int], pa.Table]]:
+    keys = sorted(set(zip(rows["topic"].to_pylist(), rows["partition"].to_pylist(), strict=True)))
+    out = []
+    for t, p in keys:
+        mask = pa.compute.and_(
+            pa.compute.equal(rows["topic"], t), pa.compute.equal(rows["partition"], p)
+        )
+        out.append(((t, p), rows.filter(mask)))
+    return out

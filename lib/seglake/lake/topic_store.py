@@ -1,0 +1,139 @@
+"""Topic configuration overrides, kept in the catalog (Kafka keeps them in ZooKeeper /
+KRaft metadata; ``kafka-configs --entity-type topics --alter --add-config``).
+
+They are properties of the catalog's Delta table, so every change is one Delta commit
+(a ``SET TBLPROPERTIES`` version, with a run id like any seglake change) and a reader
+of catalog version V sees the configuration of version V::
+
+    seglake.topic.<topic>      {"cleanup.policy": "compact", ...}   one topic's overrides
+    seglake.topic_defaults     {...}                                 every topic's (Kafka's
+                                                                     --entity-default)
+
+Why table properties and not a second table: a second Delta table cannot commit
+atomically with the catalog; properties are in the same log, versioned with the rows
+and read with the snapshot (no extra file). Only names of
+:data:`seglake.lake.topic_config.TOPIC_SETTINGS` are accepted, each value checked.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from seglake.errors import ConfigError
+from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.topic_config import BY_BROKER_NAME, BY_TOPIC_NAME, parse_value, resolve
+from seglake.storage.naming import validate_topic
+from seglake.storage.retention import RetentionRules
+
+__all__ = [
+    "DEFAULTS_KEY",
+    "TOPIC_PREFIX",
+    "alter_config",
+    "overrides_for",
+    "stored_configs",
+    "topic_rules",
+]
+
+TOPIC_PREFIX = "seglake.topic."
+DEFAULTS_KEY = "seglake.topic_defaults"
+
+
+def _key(topic: str | None) -> str:
+    return DEFAULTS_KEY if topic is None else TOPIC_PREFIX + validate_topic(topic)
+
+
+def _decode(configuration: Mapping[str, str]) -> dict[str | None, dict[str, str]]:
+    out: dict[str | None, dict[str, str]] = {}
+    for key, raw in configuration.items():
+        if key == DEFAULTS_KEY:
+            out[None] = json.loads(raw)
+        elif key.startswith(TOPIC_PREFIX):
+            out[key[len(TOPIC_PREFIX) :]] = json.loads(raw)
+    return out
+
+
+def stored_configs(catalog: Catalog, *, version: int | None = None) -> dict[str | None, dict]:
+    """``{topic: overrides}`` (``None``: the lake-wide defaults) at ``version``."""
+    if not catalog.exists():
+        return {}
+    return _decode(catalog._open(version).metadata().configuration)
+
+
+def overrides_for(stored: Mapping[str | None, Mapping[str, str]], topic: str) -> dict[str, str]:
+    """A topic's stored settings: the lake-wide defaults under its own overrides."""
+    return {**stored.get(None, {}), **stored.get(topic, {})}
+
+
+def alter_config(
+    catalog: Catalog,
+    topic: str | None,
+    *,
+    set_: Mapping[str, Any] | None = None,
+    delete: Iterable[str] = (),
+    run_id: str | None = None,
+) -> CommitResult:
+    """Set and delete overrides of ``topic`` (``None``: the lake-wide defaults) in one
+    catalog commit. Names are topic-level (``segment.bytes``); values are checked."""
+    key = _key(topic)
+    sets = {}
+    for name, value in (set_ or {}).items():
+        if name not in BY_TOPIC_NAME:
+            hint = f" (use {BY_BROKER_NAME[name].name})" if name in BY_BROKER_NAME else ""
+            raise ConfigError(f"{name!r} is not a topic setting{hint}")
+        parse_value(name, value)
+        sets[name] = str(value).strip()
+    drops = list(delete)
+    unknown = [n for n in drops if n not in BY_TOPIC_NAME]
+    if unknown:
+        raise ConfigError(f"cannot delete unknown topic setting(s) {unknown}")
+    both = sorted(set(sets) & set(drops))
+    if both:
+        raise ConfigError(f"settings both set and deleted: {both}")
+
+    def plan(_current: Any) -> tuple[Any, int, int]:
+        def write(table: Any, props: Any) -> None:
+            current = _decode(table.metadata().configuration).get(topic, {})
+            new = {k: v for k, v in {**current, **sets}.items() if k not in drops}
+            table.alter.set_table_properties(
+                {key: json.dumps(new, sort_keys=True)},
+                raise_if_not_exists=False,
+                commit_properties=props,
+            )
+
+        return write, 0, 0
+
+    return catalog._transact(
+        "config",
+        run_id or f"config-{uuid.uuid4().hex[:12]}",
+        topics=[],
+        expected_version=None,
+        plan=plan,
+    )
+
+
+def topic_rules(
+    catalog: Catalog, rows: Any, rules: RetentionRules, *, version: int | None = None
+) -> tuple[dict[str, RetentionRules], bool]:
+    """Each topic's retention rules: the run's ``rules``, where they leave time or size
+    off the topic's stored ``retention.ms``/``retention.bytes`` (rules asked for on that
+    topic), and no time or size rule on a topic whose ``cleanup.policy`` lacks ``delete``
+    (Kafka deletes by time and size only then); log start offsets always apply. Also
+    whether any rule was asked for (by the run or in a topic's config)."""
+    stored = stored_configs(catalog, version=version)
+    out = {}
+    asked = not rules.empty
+    for topic in sorted(set(rows.column("topic").to_pylist())):
+        own = overrides_for(stored, topic)
+        asked |= "retention.ms" in own or "retention.bytes" in own
+        ms, size = rules.retention_ms, rules.retention_bytes
+        if ms < 0 and "retention.ms" in own:
+            ms = parse_value("retention.ms", own["retention.ms"])
+        if size < 0 and "retention.bytes" in own:
+            size = parse_value("retention.bytes", own["retention.bytes"])
+        if not resolve(own).delete:
+            ms = size = -1
+        out[topic] = RetentionRules(ms, size, rules.log_start_offsets)
+    return out, asked

@@ -1,0 +1,95 @@
+"""Where a segment's files are: the final path, the run's staged copy, or the copy a
+later run retired (:class:`SegmentFiles`, mixed into
+:class:`~seglake.storage.segment.LogSegment`).
+
+    a catalog row (path P, run R) reads, once, the first that exists of
+        <root>/_retired/R/P   a later run (compaction, merge) replaced P under its name
+        <root>/_staging/R/P   committed, not moved out of staging yet
+        <root>/P
+    and switches between the staged and final copies when the one in use moves away.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+
+from seglake import fs as lakefs
+from seglake.errors import SegmentNotFoundError
+from seglake.storage.naming import LOG_SUFFIX
+
+__all__ = ["SegmentFiles"]
+
+
+class SegmentFiles:
+    """File access of a segment (needs ``fs``, ``log_path``, ``stem``, ``size``,
+    ``_other_path``, ``_retired_path``, ``_located``)."""
+
+    fs: pafs.FileSystem
+    log_path: str
+    stem: str
+    _other_path: str | None
+    _retired_path: str | None
+    _located: bool
+
+    if TYPE_CHECKING:
+
+        @property
+        def size(self) -> int: ...
+
+    def _locate(self) -> None:
+        """Once: switch to the retired or staged copy if there is one (see the class)."""
+        if self._located:
+            return
+        self._located = True
+        retired = self._retired_path
+        if retired is not None and lakefs.exists(self.fs, retired):
+            self._other_path = None
+            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
+        elif self._other_path is not None and lakefs.exists(self.fs, self._other_path):
+            self._fallback()
+
+    def _fallback(self) -> bool:
+        """Switch between the final and the staged copy (the one in use is missing: not
+        moved out of staging yet, or moved since); False if the other is missing too."""
+        retired = self._retired_path
+        if retired is not None and retired != self.log_path and lakefs.exists(self.fs, retired):
+            self._other_path = None  # retired while in use: the copy of this row's version
+            self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
+            return True
+        other = self._other_path
+        if other is None or not lakefs.exists(self.fs, other):
+            return False
+        self._other_path = self.log_path
+        self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
+        return True
+
+    def _read_range(self, start: int, length: int) -> bytes:
+        self._locate()
+        try:
+            return lakefs.read_range(self.fs, self.log_path, start, length)
+        except SegmentNotFoundError:
+            if not self._fallback():
+                raise
+            return lakefs.read_range(self.fs, self.log_path, start, length)
+
+    def _read_file(self, suffix: str) -> bytes:
+        self._locate()
+        try:
+            return lakefs.read_all(self.fs, self.stem + suffix)
+        except SegmentNotFoundError:
+            if suffix == LOG_SUFFIX or not self._fallback():
+                raise
+            return lakefs.read_all(self.fs, self.stem + suffix)
+
+    def log_bytes(self) -> bytes:
+        """The whole ``.log``."""
+        return self._read_range(0, self.size)
+
+    def index_file(self, suffix: str) -> bytes | None:
+        """An index file of the segment (``None`` if it is missing)."""
+        try:
+            return self._read_file(suffix)
+        except SegmentNotFoundError:
+            return None

@@ -1,0 +1,243 @@
+"""Merging segments without decoding (``compact --merge-only``), against brute force:
+the groups against Kafka's ``groupSegmentsBySize`` conditions, the merged lake against
+the lake before (same records, same batch bytes, indexes as a rebuild makes them), a
+reader pinned to the old catalog version, the concurrency guard, crashes of the driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seglake.errors import ConcurrentRunError
+from seglake.lake.catalog import Catalog
+from seglake.lake.compaction import run_compaction
+from seglake.lake.rows import rows_table
+from seglake.lake.staging import cleanup
+from seglake.record.batch import scan_batches
+from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.merge import group_segments, merged_tail
+from seglake.storage.offset_index import INT32_MAX
+from seglake.storage.tail_minima import tail_minima
+from tests.lake_check import lake_records
+from tests.unit.test_recovery import INTERVAL, make_lake, pristine  # noqa: F401
+
+MERGE = {"segment.bytes": "6000", "index.interval.bytes": str(INTERVAL)}
+
+
+# ------------------------------------------------------------------ grouping rules
+
+
+@st.composite
+def segment_lists(draw):
+    n = draw(st.integers(1, 12))
+    sizes = draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
+    gaps = draw(st.lists(st.sampled_from([1, 5, 2**30, 2**31]), min_size=n, max_size=n))
+    bases = [0]
+    for g in gaps[:-1]:
+        bases.append(bases[-1] + g)
+    idx = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    tidx = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    end = bases[-1] + gaps[-1]
+    return bases, sizes, idx, tidx, end
+
+
+@settings(max_examples=300, deadline=None)
+@given(segment_lists(), st.integers(1, 300), st.integers(8, 80))
+def test_groups_follow_kafka_conditions(segs, max_size, max_index) -> None:
+    bases, sizes, idx, tidx, end = segs
+    groups = group_segments(
+        bases, sizes, idx, tidx, max_size=max_size, max_index_size=max_index, first_uncleanable=end
+    )
+    assert [a for a, _ in groups] == [0, *[b for _, b in groups[:-1]]]  # contiguous, in order
+    assert groups[-1][1] == len(bases)
+
+    def fits(a: int, b: int) -> bool:  # may segments a..b-1 form a group (a's first check)
+        for j in range(a + 1, b):
+            last = bases[j + 1] - 1 if j + 1 < len(bases) else end - 1
+            if sum(sizes[a : j + 1]) > max_size:
+                return False
+            if sum(idx[a : j + 1]) * 8 > max_index or sum(tidx[a : j + 1]) * 12 > max_index:
+                return False
+            if sizes[j] != 0 and last - bases[a] > INT32_MAX:
+                return False
+        return True
+
+    for a, b in groups:
+        assert fits(a, b)
+        if b < len(bases):
+            assert not fits(a, b + 1)  # greedy: the next segment did not fit
+
+
+def test_merged_tail_is_exact() -> None:
+    """Checkpoints of the concatenation equal what tail_minima computes over all batches."""
+    import numpy as np
+
+    from seglake.storage.merge import MergeSource
+
+    rng = np.random.default_rng(5)
+    parts, sources, off = [], [], 0
+    for _ in range(4):
+        n = 20
+        first = off + np.arange(n) * 3
+        low = rng.integers(0, 1000, n)
+        pos = np.arange(n) * 100
+        parts.append((first, low))
+        tail = tail_minima(first, pos, low, n * 100, min_step=1)
+        sources.append(MergeSource(None, off + 3 * n, n, int(low.min()), 0, tail))  # type: ignore[arg-type]
+        off += 3 * n
+    merged = merged_tail(sources)
+    first = np.concatenate([p[0] for p in parts])
+    low = np.concatenate([p[1] for p in parts])
+    suffix = np.minimum.accumulate(low[::-1])[::-1]
+    for point in merged:
+        i = int(np.searchsorted(first, point["offset"]))
+        assert point["min_timestamp"] == suffix[i]
+
+
+# ------------------------------------------------------------------ a merged lake
+
+
+def _batch_bytes(root: Path) -> bytes:
+    """Every batch of every catalogued segment, in offset order."""
+    out = b""
+    for r in Catalog(str(root)).segments().to_pylist():
+        out += (root / r["path"]).read_bytes()
+    return out
+
+
+@pytest.fixture
+def lake(tmp_path: Path, pristine: Path) -> Path:  # noqa: F811
+    root = tmp_path / "lake"
+    make_lake(root, pristine)
+    return root
+
+
+def test_merge_keeps_records_batches_and_pinned_readers(lake: Path) -> None:
+    cat = Catalog(str(lake))
+    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
+    n0 = cat.segments().num_rows
+    result = run_compaction(str(lake), merge_only=True, conf=MERGE)
+    assert result.committed
+    rows = cat.segments()
+    assert rows.num_rows < n0
+    assert lake_records(str(lake)).equals(before)
+    assert _batch_bytes(lake) == batches  # byte-identical batches
+    for r in rows.to_pylist():  # indexes as Kafka's recovery rebuilds them
+        data = (lake / r["path"]).read_bytes()
+        oi, ti = rebuild_indexes(scan_batches(data), r["base_offset"], INTERVAL)
+        stem = lake / r["path"][: -len(".log")]
+        assert Path(f"{stem}.index").read_bytes() == oi.to_bytes()
+        assert Path(f"{stem}.timeindex").read_bytes() == ti.to_bytes()
+        assert r["size_bytes"] == len(data) and r["index_entries"] == len(oi)
+    assert lake_records(str(lake), version=v0).equals(before)  # the pinned reader
+    v1 = cat.version()
+    again = run_compaction(str(lake), merge_only=True, conf=MERGE)
+    assert not again.committed and cat.version() == v1  # twice: nothing changes
+    # retired files go with cleanup, only after the delete delay
+    assert cleanup(str(lake), delete_delay_s=10**6).retired.deleted == []
+    assert lake_records(str(lake), version=v0).equals(before)
+    assert cleanup(str(lake), delete_delay_s=0).retired.deleted
+    assert not any((lake / "_retired").rglob("*.log"))
+    assert lake_records(str(lake)).equals(before)
+
+
+def test_dry_run_writes_nothing(lake: Path) -> None:
+    cat = Catalog(str(lake))
+    v0 = cat.version()
+    result = run_compaction(str(lake), merge_only=True, conf=MERGE, dry_run=True)
+    assert result.partitions[0].segments_after < result.partitions[0].segments_before
+    assert cat.version() == v0 and not (lake / "_staging").exists()
+
+
+def test_concurrent_rewrite_of_a_row_wins(lake: Path) -> None:
+    """A recovery that replaced a row after the plan: the merge loses, changes nothing."""
+    cat = Catalog(str(lake))
+    rows = cat.segments()
+    planned = {
+        (r["topic"], r["partition"], r["base_offset"]): r["run_id"] for r in rows.to_pylist()
+    }
+    first = rows.slice(0, 1).drop_columns(["run_id", "committed_at"])
+    cat.replace_rows(first, "recovery-run")
+    v = cat.version()
+    with pytest.raises(ConcurrentRunError, match="changed since it was planned"):
+        cat.replace_rows(
+            rows_table(
+                [
+                    {
+                        k: v
+                        for k, v in rows.to_pylist()[0].items()
+                        if k not in ("run_id", "committed_at")
+                    }
+                ]
+            ),
+            "merge-run",
+            expected_runs=planned,
+        )
+    assert cat.version() == v
+
+
+# ------------------------------------------------------------------ crashes
+
+CRASH_POINTS = {  # point: committed when the driver dies there
+    "catalog.replace": False,
+    "catalog.replace.write": False,
+    "catalog.replace.done": True,
+    "retire": True,
+    "publish": True,
+}
+DRIVER = """
+import json, sys
+from seglake.lake.compaction import run_compaction
+r = run_compaction(sys.argv[1], merge_only=True, conf=json.loads(sys.argv[2]), run_id="m1")
+print(r.committed)
+"""
+
+
+@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
+def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
+    cat = Catalog(str(lake))
+    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
+    env = {**os.environ, "SEGLAKE_CRASH_AT": point}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(lake), json.dumps(MERGE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 137, proc.stderr
+    assert cat.run_committed("m1") == CRASH_POINTS[point]
+    # whatever state: readers of the newest and of the old version see every record
+    assert lake_records(str(lake)).equals(before)
+    assert lake_records(str(lake), version=v0).equals(before)
+    report = cleanup(str(lake), delete_delay_s=10**6)
+    assert not list((lake / "_staging").glob("*"))
+    assert ("m1" in report.published_runs) == CRASH_POINTS[point]
+    assert lake_records(str(lake)).equals(before)
+    assert lake_records(str(lake), version=v0).equals(before)
+    rerun = run_compaction(str(lake), merge_only=True, conf=MERGE, run_id="m1")
+    assert rerun.committed or rerun.already_committed
+    assert lake_records(str(lake)).equals(before)
+    assert _batch_bytes(lake) == batches
+    names = {p.name for p in (lake / "t-0").iterdir()}
+    live = {r["path"].split("/")[1] for r in cat.segments().to_pylist()}
+    assert {n for n in names if n.endswith(".log")} == live  # no orphan in the partition
+
+
+def test_torn_segment_is_refused_and_nothing_committed(lake: Path) -> None:
+    from seglake.errors import CorruptRecordError
+
+    cat = Catalog(str(lake))
+    v0 = cat.version()
+    first = lake / cat.segments().to_pylist()[0]["path"]
+    first.write_bytes(first.read_bytes()[:-5])
+    with pytest.raises(CorruptRecordError, match="run `recover`"):
+        run_compaction(str(lake), merge_only=True, conf=MERGE)
+    assert cat.version() == v0 and not list((lake / "_staging").glob("*"))
