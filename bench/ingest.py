@@ -45,7 +45,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SECTION = "## ingest (bench/ingest.py)"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(
+    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
+)
 VALUE_BYTES = 100
 WARMUP_RECORDS = 20_000
 

@@ -69,7 +69,7 @@ Key = tuple[str, int]
 Batches = Iterator[pa.RecordBatch]
 
 
-def _task_id() -> tuple[int, str]:
+def task_id() -> tuple[int, str]:
     """(partition id, a file suffix unique to this task attempt) of the running task."""
     from pyspark import TaskContext
 
@@ -102,7 +102,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     when there is no ``partition``; null keys round robin from ``task * 7919``)."""
 
     def count(batches: Batches) -> Batches:
-        task = _task_id()[0]
+        task = task_id()[0]
         part = _Partitioner(num_partitions, task)
         stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
         for b in batches:
@@ -238,7 +238,7 @@ def local_writer(
     buffered records over all groups, plus one input batch."""
 
     def write(batches: Batches) -> Batches:
-        task, suffix = _task_id()
+        task, suffix = task_id()
         out = _StagedWriters(root, run_id, config, suffix, fail_after_records)
         part = _Partitioner(num_partitions, task)
         mine = sum(1 for k in task_starts if k[0] == task)
@@ -295,7 +295,7 @@ def prepare(
     value Spark's hash partitioning sends to exactly task ``_chunk``)."""
 
     def run(batches: Batches) -> Batches:
-        task = _task_id()[0]
+        task = task_id()[0]
         part = _Partitioner(num_partitions, task)
         nxt: dict[Key, int] = {}
         seq = task << 40
@@ -351,7 +351,7 @@ def encoder(
     is one (topic, partition)'s offset range."""
 
     def encode(batches: Batches) -> Batches:
-        out = _StagedWriters(root, run_id, config, _task_id()[1], fail_after_records)
+        out = _StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
         key: Key = ("", -1)  # set with writer
         chunk = None
