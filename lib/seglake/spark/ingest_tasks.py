@@ -247,6 +247,9 @@ def local_writer(
         for b in batches:
             parts = part(b)
             split = group_rows(b.column("topic"), parts)
+            if len(split) > 1:  # one take in group order, then zero-copy slices
+                b = b.take(pa.array(np.concatenate([idx for _, idx in split])))
+            at = 0
             for key, idx in split:
                 g = groups.get(key)
                 if g is None:
@@ -258,10 +261,9 @@ def local_writer(
                         )
                     g = groups[key] = _Group(out.open(key, start), start)
                 recs = _records(
-                    b,
-                    None if len(split) == 1 else idx,
-                    np.arange(g.next_offset, g.next_offset + len(idx)),
+                    b.slice(at, len(idx)), None, np.arange(g.next_offset, g.next_offset + len(idx))
                 )
+                at += len(idx)
                 g.next_offset += len(idx)
                 g.pending.append(recs)
                 g.pending_bytes += recs.nbytes
