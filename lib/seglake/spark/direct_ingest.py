@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import Normalizer, Split, read_split
-from seglake.spark.extract import spark_schema
+from seglake.spark.session import spark_schema
 
 _PLAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "FileSourceScanExec"}
 CONF = "seglake.ingest.direct"
