@@ -1,15 +1,20 @@
 """Spark ingest throughput: seglake ``ingest`` vs a plain Spark parquet write.
 
-    .venv/bin/python bench/ingest.py [--records N] [--keep]
+    .venv/bin/python bench/ingest.py [--records N] [--big-records M] [--files F] [--repeat R]
 
 Workload: N messages (default 2,000,000) from ``seglake.sample.generate(N, value_bytes=100)``
 (three topics, keys, two headers, jittered CreateTime), written once with pyarrow to an
-input parquet file. Then, in ONE SparkSession (``get_session(master="local[2]", quiet=True)``):
+input parquet file; and M messages (default 16,000,000) in F files (default 16, one
+generated file copied). Then, in ONE SparkSession (``get_session(master="local[2]",
+quiet=True)``), R rounds (default 2, best of R reported) of:
 
 - peer: ``spark.read.parquet(input).write.mode("overwrite").option("compression",
   "snappy").parquet(out)``;
 - seglake: ``seglake.spark.ingest.ingest(spark, spark.read.parquet(input), root,
-  num_partitions=8)`` into a fresh lake root.
+  num_partitions=8)`` into a fresh lake root, ``compression.type`` none and lz4 (the
+  direct path: tasks read their parquet splits with pyarrow), and none through the
+  DataFrame path (``spark.seglake.ingest.direct=false``, the path before the direct one);
+- the big input: peer and seglake (none) again.
 
 Both sides are warmed up first with a small (20k-record) run of each, so JVM start,
 class loading and Python worker start are not counted. MB/s is input *value* bytes
@@ -101,6 +106,16 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _cpu_s(pid: int) -> float | None:
+    """utime + stime + cutime + cstime of ``pid`` in seconds (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def find_jvm() -> int:
     for p in _descendants(os.getpid()):
         if _comm(p) == "java":
@@ -125,6 +140,8 @@ class MemSampler:
         self.worker_hwm_kb = 0  # largest single-worker VmHWM
         self.workers_sum_kb = 0  # largest sum of worker VmRSS in one sample
         self.max_workers = 0
+        self._cpu0: dict[int, float] = {}  # CPU seconds of each process at the start
+        self._cpu: dict[int, float] = {}  # ... at its last sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -143,6 +160,16 @@ class MemSampler:
         self.workers_sum_kb = max(self.workers_sum_kb, total)
         self.max_workers = max(self.max_workers, n)
         self.jvm_hwm_kb = max(self.jvm_hwm_kb, _status_kb(self.jvm).get("VmHWM", 0))
+        for p in [self.jvm, *self._workers()]:
+            c = _cpu_s(p)
+            if c is not None:
+                self._cpu[p] = c
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of the JVM and its Python descendants during the run (user + system,
+        with the reaped children of each: forked workers that ended)."""
+        return sum(c - self._cpu0.get(p, 0.0) for p, c in self._cpu.items())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -153,6 +180,8 @@ class MemSampler:
         _reset_hwm(self.jvm)
         for p in self._workers():
             _reset_hwm(p)
+        for p in [self.jvm, *self._workers()]:
+            self._cpu0[p] = self._cpu[p] = _cpu_s(p) or 0.0
         self._thread.start()
         return self
 
@@ -221,16 +250,18 @@ def render(rows: list[dict], notes: list[str], repeat: int) -> str:
         f"{__import__('pyspark').__version__}; best of {repeat} (rounds interleaved); "
         f"{VALUE_BYTES}-byte values; ratio = seglake time / parquet write time in the same run.",
         "",
-        "| run | messages | input files | seconds | MB/s (values) | vs parquet | output MB "
+        "| run | messages | input files | seconds | MB/s (values) | vs parquet | CPU s "
+        "| CPU vs parquet | output MB "
         "| segments | JVM peak RSS MB | Python worker peak RSS MB (max one / max sum) "
         "| workers |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         m, base = r["mem"], r["base"]
         lines.append(
             f"| {r['name']} | {r['n']:,} | {r['files']} | {r['secs']:.2f} "
             f"| {r['n'] * VALUE_BYTES / 1e6 / r['secs']:.1f} | **{r['secs'] / base:.2f}x** "
+            f"| {m.cpu_s:.1f} | {m.cpu_s / r['base_cpu']:.2f}x "
             f"| {r['out_bytes'] / 1e6:.0f} | {r.get('segments', '')} "
             f"| {m.jvm_hwm_kb / 1024:.0f} "
             f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |"
@@ -247,7 +278,10 @@ def render(rows: list[dict], notes: list[str], repeat: int) -> str:
         "the driver every 100 ms; JVM = the `java` child of the driver, VmHWM reset via "
         "`/proc/<pid>/clear_refs` before each run; Python workers = python descendants of "
         "the JVM (pyspark.daemon + forked workers), per-process VmHWM max and max over "
-        "samples of summed VmRSS (of the best run). The driver Python process is not counted.",
+        "samples of summed VmRSS (of the best run). CPU s: user + system time of the JVM and "
+        "its Python descendants over the run (/proc/<pid>/stat, reaped children included), "
+        "the steadier figure when the shared machine is loaded. The driver Python process "
+        "is not counted.",
     ]
     return "\n".join(lines)
 
@@ -345,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         rows = [best[i] for i in range(len(cases))]
         for r in rows:
-            r["base"] = next(b["secs"] for b in rows if b["n"] == r["n"] and "segments" not in b)
+            peer = next(b for b in rows if b["n"] == r["n"] and "segments" not in b)
+            r["base"], r["base_cpu"] = peer["secs"], max(peer["mem"].cpu_s, 1e-9)
         notes = [
             f"P1 ingest {n:,}: none **{rows[1]['secs'] / rows[0]['secs']:.2f}x**, lz4 "
             f"**{rows[2]['secs'] / rows[0]['secs']:.2f}x** of parquet's time (DataFrame path: "

@@ -28,6 +28,7 @@ from seglake.errors import SeglakeError
 
 Split = Sequence[tuple[str, int, int]]  # (local path, start byte, length) of one task
 BATCH_ROWS = 65_536  # as spark.sql.execution.arrow.maxRecordsPerBatch in spark/session.py
+READ_BUFFER = 1 << 20  # column chunks are streamed page by page through a 1 MiB buffer
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _MS_PER = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000)}  # (multiply, floor-divide) to ms
 
@@ -139,7 +140,7 @@ def read_split(
     """The internal columns of one task's split, in Spark's order, ``batch_rows`` at a time;
     ``columns`` = the file columns to read (the rest are not decoded)."""
     for path, start, length in split:
-        with pq.ParquetFile(path) as f:
+        with pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False) as f:
             missing = [c for c in columns if c not in f.schema_arrow.names]
             if missing:
                 raise SeglakeError(f"{path}: no column(s) {missing} in this input file")

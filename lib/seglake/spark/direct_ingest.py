@@ -13,7 +13,7 @@ Task ids, row order and so offsets, partitions and files are the same as through
 DataFrame path (tested byte for byte). Anything else (filters, projections with
 expressions, partitioned directories, bucketing, non-local files, nanosecond or
 zone-less timestamps, given offsets) keeps the DataFrame path: ``splits`` returns None.
-Off with ``seglake.ingest.direct=false`` in the Spark conf.
+Off with ``spark.seglake.ingest.direct=false`` in the Spark conf.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from seglake.spark.arrow_input import Normalizer, Split, read_split
 from seglake.spark.session import spark_schema
 
 _PLAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "FileSourceScanExec"}
-CONF = "seglake.ingest.direct"
+CONF = "spark.seglake.ingest.direct"
 
 
 def splits(df: DataFrame) -> list[Split] | None:
