@@ -278,7 +278,9 @@ def render(rows: list[dict], notes: list[str], repeat: int) -> str:
         "the driver every 100 ms; JVM = the `java` child of the driver, VmHWM reset via "
         "`/proc/<pid>/clear_refs` before each run; Python workers = python descendants of "
         "the JVM (pyspark.daemon + forked workers), per-process VmHWM max and max over "
-        "samples of summed VmRSS (of the best run). CPU s: user + system time of the JVM and "
+        "samples of summed VmRSS (of the best run; for parquet, whose write uses no Python "
+        "worker, the idle workers of the first round, before any large seglake run). "
+        "CPU s: user + system time of the JVM and "
         "its Python descendants over the run (/proc/<pid>/stat, reaped children included), "
         "the steadier figure when the shared machine is loaded. The driver Python process "
         "is not counted.",
@@ -365,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                     r = res["r"]
                     assert r.committed and r.records == count, (r.committed, r.records, count)
                 print(f"{name} {count:,}: {secs:.2f} s", file=sys.stderr, flush=True)
+                if how is None and i in best:  # the peer's workers are idle: keep the
+                    mem = best[i]["mem"]  # first round's (later ones keep seglake's RSS)
                 if i not in best or secs < best[i]["secs"]:
                     best[i] = dict(
                         name=name,

@@ -129,6 +129,9 @@ def test_other_inputs_keep_the_dataframe_path(spark, tmp_path):
     assert direct_ingest.splits(df.select(F.col("value").alias("value"), "topic")) is None
     assert direct_ingest.splits(df.repartition(2)) is None
     assert direct_ingest.splits(spark.createDataFrame(_sample(10, 1))) is None
+    other = tmp_path / "nokey.parquet"  # Spark reads its keys as nulls: its path decides
+    pq.write_table(_sample(10, 2).drop_columns(["key"]), other)
+    assert direct_ingest.splits(spark.read.parquet(str(p), str(other))) is None
     ntz = tmp_path / "ntz.parquet"  # zone-less: Spark converts in the session time zone
     pq.write_table(pa.table({"value": [b"x"], "timestamp": pa.array([1], pa.timestamp("us"))}), ntz)
     assert direct_ingest.splits(spark.read.parquet(str(ntz))) is None

@@ -84,22 +84,31 @@ def _seq(s) -> list:
 
 
 def _arrow_types_ok(split_list: list[Split], df: DataFrame) -> bool:
-    """The file types the pyarrow reader converts exactly as Spark's reader (timestamps
-    in s/ms/us with a zone, i.e. Spark's TimestampType; no nanoseconds, no INT96)."""
-    first = next((f for s in split_list for f in s), None)
-    if first is None:
+    """Every file holds every column with the first file's type (else Spark's own schema
+    rules, e.g. nulls for a missing column, apply: DataFrame path), and the types convert
+    exactly as Spark's reader does: timestamps in s/ms/us with a zone (Spark's
+    TimestampType; no zone-less or INT96 ones), 32-bit or narrower integers."""
+    files = sorted({f[0] for s in split_list for f in s})
+    if not files:
         return False
-    schema = pq.read_schema(first[0])
-    if "timestamp" in df.columns:
-        t = schema.field("timestamp").type if "timestamp" in schema.names else None
-        if t is None or (pa.types.is_timestamp(t) and (t.unit == "ns" or t.tz is None)):
+    want = None
+    for path in files:  # footers only
+        schema = pq.read_schema(path)
+        if not all(c in schema.names for c in df.columns):
             return False
-    if not all(c in schema.names for c in df.columns):
+        types = [schema.field(c).type for c in df.columns]
+        if want is None:
+            want = types
+        elif types != want:
+            return False
+    types = dict(zip(df.columns, want, strict=True))
+    ts = types.get("timestamp")
+    if ts is not None and pa.types.is_timestamp(ts) and (ts.unit == "ns" or ts.tz is None):
         return False
     return all(  # no narrowing casts (Spark's ANSI cast would fail on overflow)
-        pa.types.is_integer(schema.field(c).type) and schema.field(c).type.bit_width <= 32
+        pa.types.is_integer(types[c]) and types[c].bit_width <= 32
         for c in ("partition", "timestampType")
-        if c in df.columns
+        if c in types
     )
 
 
