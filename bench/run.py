@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 # name -> (full-size args, quick args); {dir} is the shared lake directory
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "encode": ([], ["--records", "200000", "--repeat", "3"]),
-    "ingest": ([], ["--records", "200000", "--big-records", "800000"]),
+    "ingest": ([], ["--records", "200000", "--big-records", "400000", "--repeat", "1"]),
     "extract": (
         ["--dir", "{dir}"],
         ["--dir", "{dir}", "--messages", "200000", "--growth", "4"],
