@@ -137,9 +137,9 @@ def count(
 
 def write(
     spark: SparkSession, split_list: list[Split], norm: Normalizer, writer: Callable
-) -> pa.Table:
+) -> DataFrame:
     """The no-shuffle write pass: ``writer`` (``ingest_tasks.local_writer``) over each
-    task's split, every column read."""
+    task's split, every column read; its segment rows."""
     columns = list(norm.columns)
 
     def run(batches):
@@ -148,9 +148,7 @@ def write(
         task = tasks.task_id()[0]
         yield from writer(read_split(split_list[task], columns, norm))
 
-    return (
-        _tasks(spark, len(split_list)).mapInArrow(run, spark_schema(tasks.SEGMENT_ROWS)).toArrow()
-    )
+    return _tasks(spark, len(split_list)).mapInArrow(run, spark_schema(tasks.SEGMENT_ROWS))
 
 
 def normalizer(df: DataFrame, topic: str | None, append_ms: int, config) -> Normalizer:

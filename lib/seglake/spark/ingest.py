@@ -265,7 +265,7 @@ def _write(
             else norm.mapInArrow(writer, spark_schema(SEGMENT_ROWS))
         )
     rows = (
-        (out if isinstance(out, pa.Table) else out.toArrow())
+        out.toArrow()
         .cast(SEGMENT_ROWS)
         .sort_by([("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
     )
