@@ -214,7 +214,15 @@ def run_parquet(spark, inp: list[str], out: str) -> None:
     (spark.read.parquet(*inp).write.mode("overwrite").option("compression", "snappy").parquet(out))
 
 
-def run_seglake(spark, inp: list[str], root: str, codec: str = "none", direct: bool = True):
+def run_seglake(
+    spark,
+    inp: str | list[str],
+    root: str,
+    codec: str = "none",
+    direct: bool = True,
+    shuffle: str = "auto",
+):
+    """One ingest of the parquet file(s) ``inp`` into a fresh lake at ``root``."""
     from seglake.spark.direct_ingest import CONF
     from seglake.spark.ingest import ingest
 
@@ -223,10 +231,10 @@ def run_seglake(spark, inp: list[str], root: str, codec: str = "none", direct: b
     try:
         return ingest(
             spark,
-            spark.read.parquet(*inp),
+            spark.read.parquet(*([inp] if isinstance(inp, str) else inp)),
             root,
             num_partitions=8,
-            conf={"compression.type": codec},
+            conf={"compression.type": codec, "seglake.ingest.shuffle": shuffle},
         )
     finally:
         spark.conf.unset(CONF)
