@@ -34,7 +34,19 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         ["--dir", "{dir}", "--sizes", "200000,800000", "--queries", "2000"],
     ),
     "notebook": ([], ["--messages", "50000", "--lookups", "500"]),
-    "compact": ([], ["--records", "400000", "--keys", "10000", "--merge-records", "200000"]),
+    "compact": (
+        [],
+        [
+            "--records",
+            "400000",
+            "--keys",
+            "10000",
+            "--merge-records",
+            "200000",
+            "--segment-bytes",
+            "262144",
+        ],
+    ),
 }
 QUICK_REPEAT = "3"
 
