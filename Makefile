@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) bench/encode.py
+	$(PY) bench/run.py $(if $(QUICK),--quick)
 
 fuzz: $(STAMP)
 	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import platform
 import re
 import sys
@@ -44,7 +45,9 @@ with warnings.catch_warnings():
     from kafka.record.memory_records import MemoryRecords
 
 SECTION = "## encode / decode (bench/encode.py)"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(
+    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
+)
 BATCH_SIZE = 16384
 CODECS = {"none": 0, "zstd": 4}
 

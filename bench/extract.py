@@ -41,12 +41,14 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 SECTION = "## extract (bench/extract.py)"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(
+    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
+)
 TOPIC = "bench"
 PARTITIONS = 4
 CHUNK = 1_000_000
 SEGMENT_BYTES = 8 << 20
-REPEAT = 7
+REPEAT = int(os.environ.get("SEGLAKE_BENCH_REPEAT", "7"))
 
 
 def session():

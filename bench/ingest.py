@@ -1,15 +1,20 @@
 """Spark ingest throughput: seglake ``ingest`` vs a plain Spark parquet write.
 
-    .venv/bin/python bench/ingest.py [--records N] [--keep]
+    .venv/bin/python bench/ingest.py [--records N] [--big-records M] [--files F] [--repeat R]
 
 Workload: N messages (default 2,000,000) from ``seglake.sample.generate(N, value_bytes=100)``
 (three topics, keys, two headers, jittered CreateTime), written once with pyarrow to an
-input parquet file. Then, in ONE SparkSession (``get_session(master="local[2]", quiet=True)``):
+input parquet file; and M messages (default 16,000,000) in F files (default 16, one
+generated file copied). Then, in ONE SparkSession (``get_session(master="local[2]",
+quiet=True)``), R rounds (default 2, best of R reported) of:
 
 - peer: ``spark.read.parquet(input).write.mode("overwrite").option("compression",
   "snappy").parquet(out)``;
 - seglake: ``seglake.spark.ingest.ingest(spark, spark.read.parquet(input), root,
-  num_partitions=8)`` into a fresh lake root.
+  num_partitions=8)`` into a fresh lake root, ``compression.type`` none and lz4 (the
+  direct path: tasks read their parquet splits with pyarrow), and none through the
+  DataFrame path (``spark.seglake.ingest.direct=false``, the path before the direct one);
+- the big input: peer and seglake (none) again.
 
 Both sides are warmed up first with a small (20k-record) run of each, so JVM start,
 class loading and Python worker start are not counted. MB/s is input *value* bytes
@@ -45,7 +50,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SECTION = "## ingest (bench/ingest.py)"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(
+    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
+)
 VALUE_BYTES = 100
 WARMUP_RECORDS = 20_000
 
@@ -99,6 +106,16 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _cpu_s(pid: int) -> float | None:
+    """utime + stime + cutime + cstime of ``pid`` in seconds (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def find_jvm() -> int:
     for p in _descendants(os.getpid()):
         if _comm(p) == "java":
@@ -123,6 +140,8 @@ class MemSampler:
         self.worker_hwm_kb = 0  # largest single-worker VmHWM
         self.workers_sum_kb = 0  # largest sum of worker VmRSS in one sample
         self.max_workers = 0
+        self._cpu0: dict[int, float] = {}  # CPU seconds of each process at the start
+        self._cpu: dict[int, float] = {}  # ... at its last sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -141,6 +160,16 @@ class MemSampler:
         self.workers_sum_kb = max(self.workers_sum_kb, total)
         self.max_workers = max(self.max_workers, n)
         self.jvm_hwm_kb = max(self.jvm_hwm_kb, _status_kb(self.jvm).get("VmHWM", 0))
+        for p in [self.jvm, *self._workers()]:
+            c = _cpu_s(p)
+            if c is not None:
+                self._cpu[p] = c
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of the JVM and its Python descendants during the run (user + system,
+        with the reaped children of each: forked workers that ended)."""
+        return sum(c - self._cpu0.get(p, 0.0) for p, c in self._cpu.items())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -151,6 +180,8 @@ class MemSampler:
         _reset_hwm(self.jvm)
         for p in self._workers():
             _reset_hwm(p)
+        for p in [self.jvm, *self._workers()]:
+            self._cpu0[p] = self._cpu[p] = _cpu_s(p) or 0.0
         self._thread.start()
         return self
 
@@ -179,21 +210,34 @@ def write_input(n: int, path: str) -> int:
     return table.num_rows
 
 
-def run_parquet(spark, inp: str, out: str) -> None:
-    (spark.read.parquet(inp).write.mode("overwrite").option("compression", "snappy").parquet(out))
+def run_parquet(spark, inp: list[str], out: str) -> None:
+    (spark.read.parquet(*inp).write.mode("overwrite").option("compression", "snappy").parquet(out))
 
 
-def run_seglake(spark, inp: str, root: str, shuffle: str = "auto"):
+def run_seglake(
+    spark,
+    inp: str | list[str],
+    root: str,
+    codec: str = "none",
+    direct: bool = True,
+    shuffle: str = "auto",
+):
+    """One ingest of the parquet file(s) ``inp`` into a fresh lake at ``root``."""
+    from seglake.spark.direct_ingest import CONF
     from seglake.spark.ingest import ingest
 
     shutil.rmtree(root, ignore_errors=True)
-    return ingest(
-        spark,
-        spark.read.parquet(inp),
-        root,
-        num_partitions=8,
-        conf={"seglake.ingest.shuffle": shuffle},
-    )
+    spark.conf.set(CONF, str(direct).lower())
+    try:
+        return ingest(
+            spark,
+            spark.read.parquet(*([inp] if isinstance(inp, str) else inp)),
+            root,
+            num_partitions=8,
+            conf={"compression.type": codec, "seglake.ingest.shuffle": shuffle},
+        )
+    finally:
+        spark.conf.unset(CONF)
 
 
 def dir_bytes(path: str) -> int:
@@ -208,35 +252,46 @@ def timed(fn, jvm: int) -> tuple[float, MemSampler]:
     return secs, mem
 
 
-def render(n: int, rows: list[dict], note: str) -> str:
-    mb = n * VALUE_BYTES / 1e6
-    base = rows[0]["secs"]
+def render(rows: list[dict], notes: list[str], repeat: int) -> str:
     lines = [
-        f"{n:,} messages, {VALUE_BYTES}-byte values ({mb:.0f} MB of values), "
-        f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"pyspark {__import__('pyspark').__version__}. {note}",
+        f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}, pyspark "
+        f"{__import__('pyspark').__version__}; best of {repeat} (rounds interleaved); "
+        f"{VALUE_BYTES}-byte values; ratio = seglake time / parquet write time in the same run.",
         "",
-        "| run | seconds | MB/s (values) | vs parquet | output MB | files/segments "
-        "| JVM peak RSS MB | Python worker peak RSS MB (max one / max sum) | workers |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | messages | input files | seconds | MB/s (values) | vs parquet | CPU s "
+        "| CPU vs parquet | output MB "
+        "| segments | JVM peak RSS MB | Python worker peak RSS MB (max one / max sum) "
+        "| workers |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        m = r["mem"]
+        m, base = r["mem"], r["base"]
         lines.append(
-            f"| {r['name']} | {r['secs']:.2f} | {mb / r['secs']:.1f} | {r['secs'] / base:.2f}x "
+            f"| {r['name']} | {r['n']:,} | {r['files']} | {r['secs']:.2f} "
+            f"| {r['n'] * VALUE_BYTES / 1e6 / r['secs']:.1f} | **{r['secs'] / base:.2f}x** "
+            f"| {m.cpu_s:.1f} | {m.cpu_s / r['base_cpu']:.2f}x "
             f"| {r['out_bytes'] / 1e6:.0f} | {r.get('segments', '')} "
             f"| {m.jvm_hwm_kb / 1024:.0f} "
             f"| {m.worker_hwm_kb / 1024:.0f} / {m.workers_sum_kb / 1024:.0f} | {m.max_workers} |"
         )
     lines += [
         "",
-        "Timing: wall clock of the action only (input parquet written beforehand with pyarrow; "
-        f"both sides warmed up with a {WARMUP_RECORDS:,}-record run in the same session). "
-        "Memory: /proc sampler thread in the driver every 100 ms; JVM = the `java` child of "
-        "the driver, VmHWM reset via `/proc/<pid>/clear_refs` before each run; Python workers "
-        "= python descendants of the JVM (pyspark.daemon + forked workers), per-process VmHWM "
-        "max and max over samples of summed VmRSS. The driver Python process itself is not "
-        "counted.",
+        *notes,
+        "",
+        "Timing: wall clock of the action only (input parquet written beforehand with pyarrow, "
+        "row groups of 1Mi rows; both sides warmed up with a "
+        f"{WARMUP_RECORDS:,}-record run in the same session). seglake: "
+        "`ingest(spark, spark.read.parquet(...), num_partitions=8)`, the direct path (tasks "
+        "read their file splits with pyarrow) unless marked. Memory: /proc sampler thread in "
+        "the driver every 100 ms; JVM = the `java` child of the driver, VmHWM reset via "
+        "`/proc/<pid>/clear_refs` before each run; Python workers = python descendants of "
+        "the JVM (pyspark.daemon + forked workers), per-process VmHWM max and max over "
+        "samples of summed VmRSS (of the best run; for parquet, whose write uses no Python "
+        "worker, the idle workers of the first round, before any large seglake run). "
+        "CPU s: user + system time of the JVM and "
+        "its Python descendants over the run (/proc/<pid>/stat, reaped children included), "
+        "the steadier figure when the shared machine is loaded. The driver Python process "
+        "is not counted.",
     ]
     return "\n".join(lines)
 
@@ -256,9 +311,11 @@ def write_section(body: str, title: str = SECTION) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--big-records", type=int, default=16_000_000, help="0: skip")
+    ap.add_argument("--files", type=int, default=16, help="input files of the big run")
+    ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
-    ap.add_argument("--only", choices=["parquet", "seglake"], help="time one side (profiling)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -267,14 +324,20 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="seglake-bench-ingest-")
     try:
         t0 = time.perf_counter()
-        inp, small = os.path.join(tmp, "input.parquet"), os.path.join(tmp, "small.parquet")
-        n = write_input(args.records, inp)
-        write_input(WARMUP_RECORDS, small)
-        print(
-            f"input: {n:,} records, {os.path.getsize(inp) / 1e6:.0f} MB parquet "
-            f"({time.perf_counter() - t0:.1f} s)",
-            file=sys.stderr,
-        )
+        inp = [os.path.join(tmp, "input.parquet")]
+        small = [os.path.join(tmp, "small.parquet")]
+        n = write_input(args.records, inp[0])
+        write_input(WARMUP_RECORDS, small[0])
+        big: list[str] = []
+        per = args.big_records // max(args.files, 1)
+        if args.big_records:  # the same 2M-style input, 16 files (generated once, copied)
+            first = os.path.join(tmp, "big-0.parquet")
+            write_input(per, first)
+            big = [first]
+            for i in range(1, args.files):
+                big.append(os.path.join(tmp, f"big-{i}.parquet"))
+                shutil.copyfile(first, big[-1])
+        print(f"inputs written ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
 
         from seglake.spark.session import get_session
 
@@ -282,57 +345,73 @@ def main(argv: list[str] | None = None) -> int:
         jvm = find_jvm()
         run_parquet(spark, small, os.path.join(tmp, "warm-pq"))
         run_seglake(spark, small, os.path.join(tmp, "warm-lake"))
+        run_seglake(spark, small, os.path.join(tmp, "warm-lake"), direct=False)
 
-        rows = []
-        if args.only != "seglake":
-            out = os.path.join(tmp, "out-pq")
-            secs, mem = timed(lambda: run_parquet(spark, inp, out), jvm)
-            rows.append(
-                dict(
-                    name="parquet (spark write, snappy)",
-                    secs=secs,
-                    mem=mem,
-                    out_bytes=dir_bytes(out),
-                )
-            )
-            print(f"parquet: {secs:.2f} s", file=sys.stderr)
-        if args.only != "parquet":
-            for shuffle, name in (
-                ("auto", "seglake ingest (default: no shuffle)"),
-                ("always", "seglake ingest, shuffle=always"),
-            ):
-                root = os.path.join(tmp, f"lake-{shuffle}")
-                res = {}
-                secs, mem = timed(
-                    lambda root=root, shuffle=shuffle, res=res: res.setdefault(
-                        "r", run_seglake(spark, inp, root, shuffle)
-                    ),
-                    jvm,
-                )
-                r = res.pop("r")
-                assert r.committed and r.records == n, (r.committed, r.records, n)
-                rows.append(
-                    dict(
+        cases = [
+            ("parquet (spark write, snappy)", n, inp, None),
+            ("seglake, none", n, inp, ("none", True)),
+            ("seglake, lz4", n, inp, ("lz4", True)),
+            ("seglake, none, DataFrame path (before)", n, inp, ("none", False)),
+        ]
+        if big:
+            cases += [
+                ("parquet (spark write, snappy)", per * len(big), big, None),
+                ("seglake, none", per * len(big), big, ("none", True)),
+            ]
+        best: dict[int, dict] = {}
+        for _ in range(args.repeat):
+            for i, (name, count, files, how) in enumerate(cases):
+                out = os.path.join(tmp, f"out-{i}")
+                res: dict = {}
+                if how is None:
+                    secs, mem = timed(lambda f=files, o=out: run_parquet(spark, f, o), jvm)
+                else:
+                    secs, mem = timed(
+                        lambda f=files, o=out, h=how, r=res: r.setdefault(
+                            "r", run_seglake(spark, f, o, *h)
+                        ),
+                        jvm,
+                    )
+                    r = res["r"]
+                    assert r.committed and r.records == count, (r.committed, r.records, count)
+                print(f"{name} {count:,}: {secs:.2f} s", file=sys.stderr, flush=True)
+                if how is None and i in best:  # the peer's workers are idle: keep the
+                    mem = best[i]["mem"]  # first round's (later ones keep seglake's RSS)
+                if i not in best or secs < best[i]["secs"]:
+                    best[i] = dict(
                         name=name,
+                        n=count,
+                        files=len(files),
                         secs=secs,
                         mem=mem,
-                        out_bytes=dir_bytes(root),
-                        segments=r.segments.num_rows,
+                        out_bytes=dir_bytes(out),
+                        **({"segments": res["r"].segments.num_rows} if res else {}),
                     )
-                )
-                print(f"{name}: {secs:.2f} s", file=sys.stderr)
-                shutil.rmtree(root, ignore_errors=True)
+                shutil.rmtree(out, ignore_errors=True)
         spark.stop()
-
-        note = ""
-        if len(rows) == 3:
-            note = (
-                f"seglake / parquet = **{rows[1]['secs'] / rows[0]['secs']:.2f}x** "
-                f"(with a shuffle: {rows[2]['secs'] / rows[0]['secs']:.2f}x)."
+        rows = [best[i] for i in range(len(cases))]
+        for r in rows:
+            peer = next(b for b in rows if b["n"] == r["n"] and "segments" not in b)
+            r["base"], r["base_cpu"] = peer["secs"], max(peer["mem"].cpu_s, 1e-9)
+        notes = [
+            f"P1 ingest {n:,}: none **{rows[1]['secs'] / rows[0]['secs']:.2f}x**, lz4 "
+            f"**{rows[2]['secs'] / rows[0]['secs']:.2f}x** of parquet's time (DataFrame path: "
+            f"{rows[3]['secs'] / rows[0]['secs']:.2f}x). P6 worker peak: "
+            f"{rows[1]['mem'].worker_hwm_kb / 1024:.0f} MB vs parquet's "
+            f"{rows[0]['mem'].worker_hwm_kb / 1024:.0f} MB "
+            f"(**{rows[1]['mem'].worker_hwm_kb / max(rows[0]['mem'].worker_hwm_kb, 1):.2f}x**)."
+        ]
+        if big:
+            notes.append(
+                f"P1b ingest {per * len(big):,} in {len(big)} files: "
+                f"**{rows[5]['secs'] / rows[4]['secs']:.2f}x** of parquet's time; seglake's "
+                f"time grows **{rows[5]['secs'] / rows[1]['secs']:.2f}x** for "
+                f"{per * len(big) / n:.0f}x the messages (parquet "
+                f"{rows[4]['secs'] / rows[0]['secs']:.2f}x)."
             )
-        body = render(n, rows, note)
+        body = render(rows, notes, args.repeat)
         print(body)
-        if len(rows) == 3 and not args.no_write:
+        if not args.no_write:
             write_section(body)
     finally:
         if args.keep:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
 
 SECTION = "## lookup (bench/lookup.py)"
-REPEAT = 5
+REPEAT = int(os.environ.get("SEGLAKE_BENCH_REPEAT", "5"))
 
 
 def queries(root: str, n: int):

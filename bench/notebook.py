@@ -26,6 +26,7 @@ bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import tempfile
@@ -37,7 +38,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SECTION = "## notebook (bench/notebook.py)"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(
+    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
+)
 TOPIC = "orders"
 
 

@@ -226,7 +226,7 @@ class LogConfig:
     ingest_order: str = "input"
     ingest_shuffle: str = "auto"
     local_min_records: int = 10_000
-    ingest_buffer_bytes: int = 64 * 1024 * 1024
+    ingest_buffer_bytes: int = 16 * 1024 * 1024
     staging_grace_ms: int = 3600 * 1000
     file_delete_delay_ms: int = 3600 * 1000
 

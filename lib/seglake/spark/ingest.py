@@ -44,6 +44,7 @@ from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
+from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
@@ -222,7 +223,10 @@ def _write(
     leo = catalog.log_end_offsets() if catalog.exists() else {}
     has_offset = "offset" in norm.columns
     n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo, config)
-    plan = plan_ingest(_count(norm, n, has_offset), leo, config, has_offset=has_offset)
+    splits = None if has_offset else direct.splits(df)
+    reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
+    counts = direct.count(spark, splits, reader, n) if splits else _count(norm, n, has_offset)
+    plan = plan_ingest(counts, leo, config, has_offset=has_offset)
     if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset, n
     if plan.shuffle:
@@ -254,9 +258,11 @@ def _write(
             )
         )
     else:
-        out = norm.mapInArrow(
-            tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records),
-            spark_schema(SEGMENT_ROWS),
+        writer = tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records)
+        out = (
+            direct.write(spark, splits, reader, writer)
+            if splits
+            else norm.mapInArrow(writer, spark_schema(SEGMENT_ROWS))
         )
     rows = (
         out.toArrow()

@@ -69,7 +69,7 @@ Key = tuple[str, int]
 Batches = Iterator[pa.RecordBatch]
 
 
-def _task_id() -> tuple[int, str]:
+def task_id() -> tuple[int, str]:
     """(partition id, a file suffix unique to this task attempt) of the running task."""
     from pyspark import TaskContext
 
@@ -102,7 +102,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     when there is no ``partition``; null keys round robin from ``task * 7919``)."""
 
     def count(batches: Batches) -> Batches:
-        task = _task_id()[0]
+        task = task_id()[0]
         part = _Partitioner(num_partitions, task)
         stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
         for b in batches:
@@ -172,8 +172,7 @@ def _records(b: pa.RecordBatch, idx: np.ndarray | None, offsets: np.ndarray) -> 
 class _Group:
     writer: SegmentWriter
     next_offset: int
-    pending: list[pa.Table] = dataclasses.field(default_factory=list)
-    pending_bytes: int = 0
+    pending: list[pa.Table] = dataclasses.field(default_factory=list)  # slices of held batches
 
 
 class _StagedWriters:
@@ -234,19 +233,24 @@ def local_writer(
 ) -> Callable[[Batches], Batches]:
     """mapInArrow without a shuffle: this task's records of each (topic, partition) get
     the offsets planned for (task, topic, partition) onwards, in input order, and are
-    written as segments of their own. Memory: ``seglake.ingest.buffer.bytes`` of
-    buffered records over all groups, plus one input batch."""
+    written as segments of their own. Each input batch is reordered by group with one
+    take; the groups keep zero-copy slices of it, so all groups are flushed together once
+    the batches held reach ``seglake.ingest.buffer.bytes``: memory is that plus one input
+    batch and one group's concatenated records."""
 
     def write(batches: Batches) -> Batches:
-        task, suffix = _task_id()
+        task, suffix = task_id()
         out = _StagedWriters(root, run_id, config, suffix, fail_after_records)
         part = _Partitioner(num_partitions, task)
-        mine = sum(1 for k in task_starts if k[0] == task)
-        threshold = max(4 * config.batch_size, config.ingest_buffer_bytes // max(mine, 1))
         groups: dict[Key, _Group] = {}
+        held = 0  # bytes of the input batches the pending slices keep alive
         for b in batches:
             parts = part(b)
             split = group_rows(b.column("topic"), parts)
+            if len(split) > 1:  # one take in group order, then zero-copy slices
+                b = b.take(pa.array(np.concatenate([idx for _, idx in split])))
+            held += b.nbytes
+            at = 0
             for key, idx in split:
                 g = groups.get(key)
                 if g is None:
@@ -257,16 +261,19 @@ def local_writer(
                             "did not see: the input is not deterministic (persist it first)"
                         )
                     g = groups[key] = _Group(out.open(key, start), start)
-                recs = _records(
-                    b,
-                    None if len(split) == 1 else idx,
-                    np.arange(g.next_offset, g.next_offset + len(idx)),
+                g.pending.append(
+                    _records(
+                        b.slice(at, len(idx)),
+                        None,
+                        np.arange(g.next_offset, g.next_offset + len(idx)),
+                    )
                 )
+                at += len(idx)
                 g.next_offset += len(idx)
-                g.pending.append(recs)
-                g.pending_bytes += recs.nbytes
-                if g.pending_bytes >= threshold:
+            if held >= config.ingest_buffer_bytes:  # every group: frees the held batches
+                for key, g in groups.items():
                     _flush(out, key, g)
+                held = 0
         for key, g in groups.items():
             _flush(out, key, g)
             out.close(key, g.writer)
@@ -278,7 +285,7 @@ def local_writer(
 def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
     if g.pending:
         out.append(key, g.writer, pa.concat_tables(g.pending))
-        g.pending, g.pending_bytes = [], 0
+        g.pending = []
 
 
 def prepare(
@@ -295,7 +302,7 @@ def prepare(
     value Spark's hash partitioning sends to exactly task ``_chunk``)."""
 
     def run(batches: Batches) -> Batches:
-        task = _task_id()[0]
+        task = task_id()[0]
         part = _Partitioner(num_partitions, task)
         nxt: dict[Key, int] = {}
         seq = task << 40
@@ -351,7 +358,7 @@ def encoder(
     is one (topic, partition)'s offset range."""
 
     def encode(batches: Batches) -> Batches:
-        out = _StagedWriters(root, run_id, config, _task_id()[1], fail_after_records)
+        out = _StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
         key: Key = ("", -1)  # set with writer
         chunk = None

@@ -224,8 +224,9 @@ class _Chains:
         self.bufs: list[bytes] = []
         self.file_at: list[int] = []  # file position of each buffer's first byte
         self.data_at: list[int] = [0]  # its position in the joined data
-        self.joined = b""
-        self.data = np.zeros(0, dtype=np.uint8)
+        self.data = np.zeros(0, dtype=np.uint8)  # the buffers joined so far
+        self._store = self.data  # ``data`` and spare room (capacity doubles)
+        self._joined = 0  # buffers already in ``data``
 
     def read(self, f, start: int, end: int, *, first: bool = False) -> int:
         """Read ``[start, end)`` of the open file ``f`` (``first``: its first read);
@@ -238,8 +239,19 @@ class _Chains:
         return len(self.bufs) - 1
 
     def join(self) -> None:
-        self.joined = b"".join(self.bufs)
-        self.data = np.frombuffer(self.joined, dtype=np.uint8)
+        """Append the buffers read since the last join to ``data``: each byte is copied
+        O(1) times however many rounds a chain needs (the capacity doubles)."""
+        n = self.data_at[-1]
+        if n > len(self._store):
+            store = np.empty(max(n, 2 * len(self._store)), dtype=np.uint8)
+            store[: len(self.data)] = self.data
+            self._store = store
+        for i in range(self._joined, len(self.bufs)):
+            at = self.data_at[i]
+            self._store[at : self.data_at[i + 1]] = np.frombuffer(self.bufs[i], dtype=np.uint8)
+            self.bufs[i] = b""  # its bytes live in ``data`` now
+        self._joined = len(self.bufs)
+        self.data = self._store[:n]
 
     def headers(
         self, buf: np.ndarray, pos: np.ndarray
@@ -379,7 +391,7 @@ def _locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) ->
     if len(found):
         batches, which = np.unique(found_at[found], return_inverse=True)
         scan, crc_ok = _scan_at(chains.data, batches)
-        w = Window(0, chains.joined, scan)
+        w = Window(0, chains.data.tobytes(), scan)
         owner = c["req"][found]
         ids_of = np.full(len(batches), -2, dtype=np.int64)
         for j in np.unique(owner).tolist():  # one gather part per segment (names its file)
