@@ -35,7 +35,7 @@ CONF = "spark.seglake.ingest.direct"
 def splits(df: DataFrame) -> list[Split] | None:
     """Spark's own file splits of ``df`` if it is a plain local parquet scan, else None."""
     spark = df.sparkSession
-    if spark.conf.get(CONF, "true").lower() == "false":
+    if str(spark.conf.get(CONF, "true")).lower() == "false":
         return None
     try:
         nodes = _nodes(df._jdf.queryExecution().executedPlan())
@@ -101,14 +101,16 @@ def _arrow_types_ok(split_list: list[Split], df: DataFrame) -> bool:
             want = types
         elif types != want:
             return False
-    types = dict(zip(df.columns, want, strict=True))
-    ts = types.get("timestamp")
+    if want is None:  # no file
+        return False
+    by_name = dict(zip(df.columns, want, strict=True))
+    ts = by_name.get("timestamp")
     if ts is not None and pa.types.is_timestamp(ts) and (ts.unit == "ns" or ts.tz is None):
         return False
     return all(  # no narrowing casts (Spark's ANSI cast would fail on overflow)
-        pa.types.is_integer(types[c]) and types[c].bit_width <= 32
+        pa.types.is_integer(by_name[c]) and by_name[c].bit_width <= 32
         for c in ("partition", "timestampType")
-        if c in types
+        if c in by_name
     )
 
 

@@ -225,7 +225,10 @@ def _write(
     n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo, config)
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
-    counts = direct.count(spark, splits, reader, n) if splits else _count(norm, n, has_offset)
+    if splits and reader is not None:
+        counts = direct.count(spark, splits, reader, n)
+    else:
+        counts = _count(norm, n, has_offset)
     plan = plan_ingest(counts, leo, config, has_offset=has_offset)
     if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset, n
@@ -261,7 +264,7 @@ def _write(
         writer = tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records)
         out = (
             direct.write(spark, splits, reader, writer)
-            if splits
+            if splits and reader is not None
             else norm.mapInArrow(writer, spark_schema(SEGMENT_ROWS))
         )
     rows = (
