@@ -370,6 +370,12 @@ class SeglakeDataSource(DataSource):
             )
         return SeglakeReader(opts, self.bytes_accumulator)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.writeStream.format("seglake")``: see :mod:`seglake.spark.stream_sink`."""
+        from seglake.spark.stream_sink import SeglakeStreamWriter, parse_sink_options
+
+        return SeglakeStreamWriter(parse_sink_options(self.options, schema))
+
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
     """Register the ``seglake`` format on ``spark`` and enable Python filter pushdown.
