@@ -24,8 +24,9 @@ from seglake.cli.main import main as seglake_cli
 from seglake.lake.catalog import Catalog
 from seglake.lake.staging import STAGING
 from seglake.lake.stream_commit import stream_run_id
+from seglake.spark import ingest_batch
 from seglake.spark.ingest import ingest
-from seglake.spark.stream_sink import ingest_batch, query_id
+from seglake.spark.stream_sink import query_id
 from seglake.testing_hooks import CRASH_AT
 from tests.lake_check import lake_records, same_records_as_input
 
