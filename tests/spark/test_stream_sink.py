@@ -10,11 +10,8 @@ lake exactly once, offsets gapless, one catalog commit per micro-batch.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-from contextlib import suppress
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +26,7 @@ from seglake.spark.ingest import ingest
 from seglake.spark.stream_sink import query_id
 from seglake.testing_hooks import CRASH_AT
 from tests.lake_check import lake_records, same_records_as_input
+from tests.process_group import run_group
 
 pytestmark = pytest.mark.spark
 RUNNER = Path(__file__).resolve().parents[1] / "stream_runner.py"
@@ -66,20 +64,7 @@ def _write_file(folder: Path, i: int, n: int = 150) -> pa.Table:
 
 
 def _run(spec: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(RUNNER), json.dumps(spec)],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_group(RUNNER, json.dumps(spec), env)
 
 
 def _staged(root: str) -> list[str]:

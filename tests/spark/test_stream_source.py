@@ -23,6 +23,11 @@ def registered(spark):
     seglake.spark.register(spark)
 
 
+def _ingest(spark, root: str, n: int, *, seed: int, topic: str, partitions: int) -> None:
+    msgs = generate(n, seed=seed, topics=(topic,))
+    ingest(spark, spark.createDataFrame(msgs), root, num_partitions=partitions, conf=CONF)
+
+
 def _stream(spark, root: str, checkpoint: str, out: str, sink: str = "parquet", **options):
     """One Trigger.AvailableNow run of a seglake stream into ``out``; its progress list."""
     reader = spark.readStream.format("seglake")
@@ -50,13 +55,7 @@ def _rows(df) -> list[tuple]:
 
 def test_available_now_reads_what_the_batch_source_reads_then_only_new_records(spark, tmp_path):
     root, cp, out = str(tmp_path / "lake"), str(tmp_path / "cp"), str(tmp_path / "out")
-    ingest(
-        spark,
-        spark.createDataFrame(generate(2000, seed=3, topics=("s1",))),
-        root,
-        num_partitions=2,
-        conf=CONF,
-    )
+    _ingest(spark, root, 2000, seed=3, topic="s1", partitions=2)
     opts = {"subscribe": "s1", "startingOffsets": "earliest", "maxOffsetsPerTrigger": 600}
     progress = _stream(spark, root, cp, out, **opts)
     sizes = [p["numInputRows"] for p in progress]
@@ -64,13 +63,7 @@ def test_available_now_reads_what_the_batch_source_reads_then_only_new_records(s
     batch = spark.read.format("seglake").load(root)
     assert _rows(spark.read.parquet(out)) == _rows(batch)
     # more records, and a third partition: the restarted query reads exactly those
-    ingest(
-        spark,
-        spark.createDataFrame(generate(700, seed=4, topics=("s1",))),
-        root,
-        num_partitions=3,
-        conf=CONF,
-    )
+    _ingest(spark, root, 700, seed=4, topic="s1", partitions=3)
     progress = _stream(spark, root, cp, out, **opts)
     assert sum(p["numInputRows"] for p in progress) == 700
     assert max(p["numInputRows"] for p in progress) <= 600
@@ -87,13 +80,7 @@ def test_offsets_removed_before_they_were_read_are_data_loss(spark, tmp_path):
     first = generate(600, seed=5, topics=("s2",))
     ingest(spark, spark.createDataFrame(first), root, num_partitions=1, conf=CONF)
     _stream(spark, root, cp, out, subscribe="s2", startingOffsets="earliest")
-    ingest(
-        spark,
-        spark.createDataFrame(generate(1500, seed=6, topics=("s2",))),
-        root,
-        num_partitions=1,
-        conf=CONF,
-    )
+    _ingest(spark, root, 1500, seed=6, topic="s2", partitions=1)
     report = apply_retention(root, retention_ms=-1, log_start_offsets={("s2", 0): 1500})
     lso = max(r["next_offset"] for r in report.deleted.to_pylist())
     assert 600 < lso <= 1500  # offsets 600..lso-1 went before the stream read them

@@ -61,6 +61,10 @@ def _piece(root: Path, stage: str, order: int, parts: dict[int, pa.Table]) -> Pi
     return Piece(stage, order, pa.Table.from_pylist(rows))
 
 
+def _commit(root: Path, run: str, pieces: list[Piece], assigned: bool):
+    return commit_pieces(str(root), run, pieces, config=CONF, assigned=assigned)
+
+
 def test_rebase_equals_writing_at_the_final_offsets(tmp_path):
     recs = _records(0, 300, "r")
     shifted = recs.set_column(0, "offset", pa.array(range(1000, 1300), pa.int64()))
@@ -82,12 +86,11 @@ def test_rebase_equals_writing_at_the_final_offsets(tmp_path):
 def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
     root = tmp_path / "lake"
     a, b, c = _records(0, 40, "a"), _records(0, 30, "b"), _records(0, 25, "c")
-    r1 = commit_pieces(
-        str(root),
+    r1 = _commit(
+        root,
         "stream-q-0",
         [_piece(root, "s1", 1, {0: b}), _piece(root, "s0", 0, {0: a, 1: c})],
-        config=CONF,
-        assigned=True,
+        True,
     )
     assert r1.result.committed and r1.tails == []
     got = lake_records(str(root))
@@ -96,9 +99,7 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
     assert p0.value.tolist() == a["value"].to_pylist() + b["value"].to_pylist()
     # the next batch goes into the same (newest, small) segments: one commit, tails replaced
     d = _records(0, 10, "d")
-    r2 = commit_pieces(
-        str(root), "stream-q-1", [_piece(root, "s2", 0, {0: d, 1: d})], config=CONF, assigned=True
-    )
+    r2 = _commit(root, "stream-q-1", [_piece(root, "s2", 0, {0: d, 1: d})], True)
     assert sorted(r2.tails) == [("t", 0, 0), ("t", 1, 0)]
     segs = Catalog(str(root)).segments().to_pandas()
     assert sorted(segs.base_offset.tolist()) == [0, 0] and sorted(segs.next_offset) == [35, 80]
@@ -114,9 +115,7 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
     assert not rec.changed and rec.next_offset == 80
     # a replay of a committed batch writes nothing and drops its new pieces
     version = Catalog(str(root)).version()
-    again = commit_pieces(
-        str(root), "stream-q-1", [_piece(root, "s3", 0, {0: d})], config=CONF, assigned=True
-    )
+    again = _commit(root, "stream-q-1", [_piece(root, "s3", 0, {0: d})], True)
     assert again.already_committed and Catalog(str(root)).version() == version
     assert not (root / "_staging").exists() or not any((root / "_staging").iterdir())
 
@@ -124,41 +123,21 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
 def test_full_segments_roll_and_given_offsets_are_kept(tmp_path):
     root = tmp_path / "lake"
     big = _records(100, 400, "g")  # given offsets from 100
-    r = commit_pieces(
-        str(root), "stream-q-0", [_piece(root, "s0", 0, {0: big})], config=CONF, assigned=False
-    )
+    r = _commit(root, "stream-q-0", [_piece(root, "s0", 0, {0: big})], False)
     segs = r.rows.to_pandas().sort_values("base_offset")
     assert segs.base_offset.iloc[0] == 100 and segs.next_offset.iloc[-1] == 500
     assert (segs.size_bytes <= 4000).all() and len(segs) > 1
     with pytest.raises(OffsetOrderError, match="below 500"):
-        commit_pieces(
-            str(root),
-            "stream-q-1",
-            [_piece(root, "s1", 0, {0: _records(450, 5, "x")})],
-            config=CONF,
-            assigned=False,
-        )
+        _commit(root, "stream-q-1", [_piece(root, "s1", 0, {0: _records(450, 5, "x")})], False)
 
 
 def test_a_grown_segment_not_yet_published_reads_from_staging(tmp_path, monkeypatch):
     """The driver died after the commit, before the move: the old, shorter file is still
     at the final path; readers of the new catalog version must read the staged copy."""
     root = tmp_path / "lake"
-    commit_pieces(
-        str(root),
-        "stream-q-0",
-        [_piece(root, "s0", 0, {0: _records(0, 20, "a")})],
-        config=CONF,
-        assigned=True,
-    )
+    _commit(root, "stream-q-0", [_piece(root, "s0", 0, {0: _records(0, 20, "a")})], True)
     monkeypatch.setattr("seglake.lake.stream_commit.publish_pending", lambda *a, **k: 0)
-    commit_pieces(
-        str(root),
-        "stream-q-1",
-        [_piece(root, "s1", 0, {0: _records(0, 20, "b")})],
-        config=CONF,
-        assigned=True,
-    )
+    _commit(root, "stream-q-1", [_piece(root, "s1", 0, {0: _records(0, 20, "b")})], True)
     got = lake_records(str(root))
     assert got.offset.tolist() == list(range(40))
     assert got.value.tolist()[20:] == _records(0, 20, "b")["value"].to_pylist()
