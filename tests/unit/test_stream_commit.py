@@ -29,7 +29,10 @@ def _records(first: int, n: int, tag: str) -> pa.Table:
     return pa.table(
         {
             "offset": pa.array(range(first, first + n), pa.int64()),
-            "timestamp": pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64()),
+            "timestamp": pa.array(
+                [1_700_000_000_000 + (i * 37 + 13 * ord(tag[0])) % 997 for i in range(n)],
+                pa.int64(),
+            ),
             "timestamp_type": pa.array([0] * n, pa.int32()),
             "key": pa.array([f"k{i % 5}".encode() for i in range(n)], pa.binary()),
             "value": pa.array([f"{tag}-{i}".encode() * 3 for i in range(n)], pa.binary()),
@@ -56,6 +59,8 @@ def _piece(root: Path, stage: str, order: int, parts: dict[int, pa.Table]) -> Pi
                     "next_offset": i.next_offset,
                     "size_bytes": i.size_bytes,
                     "path": f"t-{p}/{Path(i.log_path).name}",
+                    "min_timestamp": i.min_timestamp,
+                    "tail_min_timestamps": i.tail_min_timestamps,
                 }
             )
     return Piece(stage, order, pa.Table.from_pylist(rows))
@@ -113,6 +118,21 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
         FS, str(root / "t-0" / "00000000000000000000.log"), interval=256, dry_run=True
     )
     assert not rec.changed and rec.next_offset == 80
+    row = segs[segs.partition == 0].iloc[0]
+    for c in (
+        "record_count",
+        "min_timestamp",
+        "max_timestamp",
+        "size_bytes",
+        "index_entries",
+        "time_index_entries",
+        "codec",
+    ):
+        assert row[c] == getattr(rec, c), c
+    # the joined tail minima are exact: min timestamp of every record from the offset on
+    p0 = got[got.partition == 0]
+    for cp in row["tail_min_timestamps"]:
+        assert cp["min_timestamp"] == p0[p0.offset >= cp["offset"]].timestamp.min()
     # a replay of a committed batch writes nothing and drops its new pieces
     version = Catalog(str(root)).version()
     again = _commit(root, "stream-q-1", [_piece(root, "s3", 0, {0: d})], True)

@@ -10,7 +10,8 @@ the partitions' segments, one catalog commit idempotent per (query id, batch id)
              of the partition's newest segment while it is under ``log.segment.bytes``
              (a new staged copy with the same base offset and name), rolled at
              ``log.segment.bytes``; indexes rebuilt by the index interval rule over the
-             whole segment (:func:`~seglake.storage.recovery.recover_segment`)
+             whole segment (as Kafka's ``LogSegment.recover``), the row from the batch
+             headers and the sources' rows
           -> _staging/<run>/<topic>-<p>/...   then ONE catalog commit of run
              ``stream-<query id>-<batch id>`` (the replaced newest segments in the same
              commit), then the files are published and the pieces dropped
@@ -24,6 +25,7 @@ died before the commit is rewritten by Spark: its first pieces are garbage that
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,10 +38,29 @@ from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
 from seglake.record.batch import scan_batches
-from seglake.storage.naming import LOG_SUFFIX, partition_dir_name, segment_file_name
-from seglake.storage.recovery import recover_segment
+from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    partition_dir_name,
+    segment_file_name,
+)
+from seglake.storage.recovery_checks import codec_name
+from seglake.storage.tail_minima import TAIL_POINTS
 
 MAX_RELATIVE = (1 << 31) - 1  # offsets in a segment's indexes are int32 from its base
+# what a piece's rows (and the newest segment's) must say of each segment
+PIECE_COLUMNS = (
+    "topic",
+    "partition",
+    "base_offset",
+    "next_offset",
+    "size_bytes",
+    "path",
+    "min_timestamp",
+    "tail_min_timestamps",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +80,8 @@ class _Source:
     base: int  # first offset after rebasing
     next: int
     size: int
+    min_timestamp: int  # -1: no record
+    tail_minima: list[dict] | None  # offsets before rebasing
 
 
 @dataclasses.dataclass
@@ -141,16 +164,7 @@ def commit_pieces(
             tail = newest.get(key)
             if append_to_newest and tail is not None and tail["size_bytes"] < config.segment_bytes:
                 publish_pending(root, tail["run_id"])  # its files, if still staged
-                sources.insert(
-                    0,
-                    _Source(
-                        lakefs.safe_join(base, tail["path"]),
-                        0,
-                        tail["base_offset"],
-                        tail["next_offset"],
-                        tail["size_bytes"],
-                    ),
-                )
+                sources.insert(0, _source(lakefs.safe_join(base, tail["path"]), 0, tail))
                 tails.append((*key, tail["base_offset"]))
             for group in _roll(sources, config.segment_bytes):
                 rows.append(_write(fs, out_dir, key, group, config.index_interval_bytes))
@@ -183,7 +197,7 @@ def _newest(current: pa.Table) -> dict[tuple[str, int], dict]:
     if current.num_rows == 0:
         return out
     for r in current.select(
-        ["topic", "partition", "base_offset", "next_offset", "size_bytes", "path", "run_id"]
+        ["topic", "partition", "base_offset", *PIECE_COLUMNS[3:], "run_id"]
     ).to_pylist():
         key = (r["topic"], r["partition"])
         if key not in out or r["base_offset"] > out[key]["base_offset"]:
@@ -221,9 +235,7 @@ def _plan(
                     f" are below {nxt} (the log end offset, or another task's records of this "
                     "batch): offsets must increase and continue the lake's"
                 )
-            out.append(
-                _Source(r["path"], first - r["base_offset"], first, first + n, r["size_bytes"])
-            )
+            out.append(_source(r["path"], first - r["base_offset"], r))
             nxt = first + n
         plan[key] = out
     return plan
@@ -245,19 +257,77 @@ def _roll(sources: list[_Source], segment_bytes: int) -> list[list[_Source]]:
     return groups
 
 
+def _source(path: str, delta: int, r: dict) -> _Source:
+    first = r["base_offset"] + delta
+    return _Source(
+        path,
+        delta,
+        first,
+        first + r["next_offset"] - r["base_offset"],
+        r["size_bytes"],
+        r["min_timestamp"],
+        r["tail_min_timestamps"],
+    )
+
+
 def _write(fs, out_dir: str, key: tuple[str, int], group: list[_Source], interval: int) -> dict:
-    """One segment from its sources: the rebased bytes, then its indexes and row."""
+    """One segment from its sources: the rebased bytes, indexes rebuilt over all of them
+    by the index interval rule (Kafka's LogSegment.recover), its row from the batch
+    headers and the sources' rows (no record is decoded)."""
     pdir = partition_dir_name(*key)
-    name = segment_file_name(group[0].base, LOG_SUFFIX)
-    path = lakefs.join(out_dir, pdir, name)
+    stem = lakefs.join(out_dir, pdir, segment_file_name(group[0].base))[: -len(LOG_SUFFIX)]
     fs.create_dir(lakefs.join(out_dir, pdir), recursive=True)
-    with fs.open_output_stream(path) as out:
-        for s in group:
-            out.write(rebase(lakefs.read_all(fs, s.path), s.delta))
-    rec = recover_segment(fs, path, interval=interval, force=True, quiet=True)
-    if rec.error or rec.next_offset != group[-1].next:
+    data = b"".join(rebase(lakefs.read_all(fs, s.path), s.delta) for s in group)
+    scan = scan_batches(data)
+    if (
+        scan.error
+        or scan.valid_bytes != len(data)
+        or int(scan.last_offset[-1]) + 1 != group[-1].next
+    ):
         raise SeglakeError(
-            f"{path}: joined segment does not read back whole: {rec.error or ''} next offset "
-            f"{rec.next_offset}, expected {group[-1].next}"
+            f"{stem}{LOG_SUFFIX}: joined segment does not read back whole: {scan.error}, "
+            f"{scan.valid_bytes} of {len(data)} bytes, expected offsets up to {group[-1].next - 1}"
         )
-    return segment_row(*key, rec, f"{pdir}/{name}")
+    oi, ti = rebuild_indexes(scan, group[0].base, interval)
+    lakefs.write_bytes(fs, stem + LOG_SUFFIX, data)
+    lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
+    lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
+    mins = [s.min_timestamp for s in group if s.min_timestamp >= 0]
+    stats = types.SimpleNamespace(
+        base_offset=group[0].base,
+        next_offset=group[-1].next,
+        record_count=int(scan.records_count.sum()),
+        min_timestamp=min(mins) if mins else -1,
+        max_timestamp=int(scan.max_timestamp.max()),
+        size_bytes=len(data),
+        index_entries=len(oi),
+        time_index_entries=len(ti),
+        codec=codec_name(scan),
+        tail_min_timestamps=join_minima(group),
+    )
+    return segment_row(*key, stats, f"{pdir}/{segment_file_name(group[0].base)}")
+
+
+def join_minima(group: list[_Source]) -> list[dict] | None:
+    """Tail minima of joined segments: each source's checkpoints (offsets rebased) lowered
+    to the minimum of every later source, equal minima collapsed, thinned evenly to
+    :data:`TAIL_POINTS` (dropping checkpoints is safe: a filter reads further); None if a
+    source's are unknown."""
+    out: list[dict] = []
+    later = np.iinfo(np.int64).max
+    for s in reversed(group):
+        if s.tail_minima is None:
+            return None
+        out[:0] = [
+            {"offset": p["offset"] + s.delta, "min_timestamp": min(p["min_timestamp"], later)}
+            for p in s.tail_minima
+        ]
+        if s.min_timestamp >= 0:
+            later = min(later, s.min_timestamp)
+    kept = [
+        p for i, p in enumerate(out) if i == 0 or p["min_timestamp"] != out[i - 1]["min_timestamp"]
+    ]
+    if len(kept) > TAIL_POINTS:
+        pick = np.unique(np.linspace(0, len(kept) - 1, TAIL_POINTS).round().astype(int))
+        kept = [kept[i] for i in pick]
+    return kept

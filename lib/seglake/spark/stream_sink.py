@@ -37,7 +37,13 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
-from seglake.lake.stream_commit import BatchCommit, Piece, commit_pieces, stream_run_id
+from seglake.lake.stream_commit import (
+    PIECE_COLUMNS,
+    BatchCommit,
+    Piece,
+    commit_pieces,
+    stream_run_id,
+)
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest import IngestResult, _num_partitions, ingest
 from seglake.spark.normalize import _check_types
@@ -170,7 +176,7 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
         return StagedPiece(
             stage,
             order,
-            rows.select(["topic", "partition", "base_offset", "next_offset", "size_bytes", "path"]),
+            rows.select(list(PIECE_COLUMNS)),
         )
 
     def commit(self, messages: list[StagedPiece | None], batchId: int) -> None:
