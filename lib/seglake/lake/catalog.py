@@ -271,14 +271,19 @@ class Catalog(CatalogTable):
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
 
+                if replaced:  # the grown segments' rows go, the new ones come, atomically
+                    write_deltalake(
+                        table,
+                        new,
+                        mode="overwrite",
+                        predicate=predicate,
+                        commit_properties=props,
+                        schema_mode="merge",
+                    )
+                    return
                 write_deltalake(
-                    table,
-                    new,
-                    mode="overwrite" if replaced else "append",
-                    predicate=predicate if replaced else None,
-                    commit_properties=props,
-                    schema_mode="merge",  # upgrades an older catalog
-                )
+                    table, new, mode="append", commit_properties=props, schema_mode="merge"
+                )  # upgrades an older catalog
 
             return write, new.num_rows, len(replaced)
 

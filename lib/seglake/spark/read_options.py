@@ -158,11 +158,12 @@ class Bound:
         """The ``side`` options of a read, checked against Kafka's batch rules (a stream
         starts at ``latest`` by default and may start at either end)."""
         start = side == "starting"
+        refused: int | None
         default, refused = (EARLIEST, LATEST) if start else (LATEST, EARLIEST)
         if stream:
             default, refused = LATEST, None
         name = f"{side}Offsets"
-        word = {EARLIEST: "earliest", LATEST: "latest", None: None}
+        word: dict[int | None, str | None] = {EARLIEST: "earliest", LATEST: "latest", None: None}
         raw = str(options.get(name, word[default])).strip()
         offsets: dict[TopicPartition, int] = {}
         if stream and raw.lower() in ("earliest", "latest"):

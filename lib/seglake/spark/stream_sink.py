@@ -24,7 +24,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -122,7 +122,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         qid = query_id(opts["checkpointlocation"])
     else:
         raise ConfigError("seglake sink: needs option('checkpointLocation', ...)")
-    types = _check_types(_Schema(schema))
+    types = _check_types(cast(DataFrame, _Schema(schema)))  # reads only .schema
     topic = opts.get("topic")
     if topic is not None:
         validate_topic(topic)
@@ -179,24 +179,24 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
             rows.select(list(PIECE_COLUMNS)),
         )
 
-    def commit(self, messages: list[StagedPiece | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit_messages(self.opts, messages, batchId)
 
-    def abort(self, messages: list[StagedPiece | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         fs, base = lakefs.resolve(self.opts.root)
         for m in messages:
-            if m is not None:  # failed tasks' pieces: removed by cleanup (no message)
+            if isinstance(m, StagedPiece):  # failed tasks' pieces: cleanup removes them
                 lakefs.delete_dir(fs, lakefs.join(base, "_staging", m.stage))
 
 
 def commit_messages(
-    opts: SinkOptions, messages: list[StagedPiece | None], batch_id: int
+    opts: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int
 ) -> BatchCommit:
     """The driver's half of a micro-batch (see the module docstring)."""
     missing = sum(m is None for m in messages)
     if missing:
         raise SeglakeError(f"batch {batch_id}: {missing} task(s) sent no commit message")
-    pieces = [Piece(m.stage, m.order, m.rows) for m in messages if m is not None]
+    pieces = [Piece(m.stage, m.order, m.rows) for m in messages if isinstance(m, StagedPiece)]
     return commit_pieces(
         opts.root,
         stream_run_id(opts.query_id, batch_id),
@@ -237,15 +237,17 @@ def internal_columns(
         return b.column(name) if name in names else None
 
     cols: dict[str, pa.Array] = {
-        "topic": pa.array([topic] * n, pa.string()) if topic else col("topic").cast(pa.string())
+        "topic": pa.array([topic] * n, pa.string())
+        if topic
+        else b.column("topic").cast(pa.string())
     }
     if "partition" in names:
-        cols["partition"] = col("partition").cast(pa.int32())
+        cols["partition"] = b.column("partition").cast(pa.int32())
     if "offset" in names:
-        cols["offset"] = col("offset").cast(pa.int64())
+        cols["offset"] = b.column("offset").cast(pa.int64())
     key = col("key")
     cols["key"] = pa.nulls(n, pa.binary()) if key is None else key.cast(pa.binary())
-    cols["value"] = col("value").cast(pa.binary())
+    cols["value"] = b.column("value").cast(pa.binary())
     ts = col("timestamp")
     if timestamp_type == "LogAppendTime" or ts is None:
         cols["timestamp"] = pa.array(np.full(n, append_ms, dtype=np.int64))
