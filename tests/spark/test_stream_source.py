@@ -10,9 +10,10 @@ import shutil
 import pytest
 
 import seglake.spark
+from seglake.lake.retention import apply_retention
 from seglake.sample import generate
 from seglake.spark.ingest import ingest
-from seglake.storage.retention import apply_retention
+from seglake.storage.retention import RetentionRules
 
 pytestmark = pytest.mark.spark
 CONF = {"log.segment.bytes": "20000", "batch.size": "2048", "log.index.interval.bytes": "2048"}
@@ -81,7 +82,8 @@ def test_offsets_removed_before_they_were_read_are_data_loss(spark, tmp_path):
     ingest(spark, spark.createDataFrame(first), root, num_partitions=1, conf=CONF)
     _stream(spark, root, cp, out, subscribe="s2", startingOffsets="earliest")
     _ingest(spark, root, 1500, seed=6, topic="s2", partitions=1)
-    report = apply_retention(root, retention_ms=-1, log_start_offsets={("s2", 0): 1500})
+    rules = RetentionRules(log_start_offsets={("s2", 0): 1500})
+    report = apply_retention(root, rules, delete_delay_ms=0)
     lso = max(r["next_offset"] for r in report.deleted.to_pylist())
     assert 600 < lso <= 1500  # offsets 600..lso-1 went before the stream read them
     shutil.copytree(cp, str(tmp_path / "cp-skip"))  # the same query, twice
