@@ -272,14 +272,7 @@ class Catalog(CatalogTable):
                 from deltalake import write_deltalake
 
                 if replaced:  # the grown segments' rows go, the new ones come, atomically
-                    write_deltalake(
-                        table,
-                        new,
-                        mode="overwrite",
-                        predicate=predicate,
-                        commit_properties=props,
-                        schema_mode="merge",
-                    )
+                    _overwrite(table, new, predicate, props)
                     return
                 write_deltalake(
                     table, new, mode="append", commit_properties=props, schema_mode="merge"
@@ -394,17 +387,9 @@ class Catalog(CatalogTable):
             predicate = keys_predicate(touched)
 
             def write(table: Any, props: Any) -> None:
-                from deltalake import write_deltalake
 
                 if new.num_rows:
-                    write_deltalake(
-                        table,
-                        new,
-                        mode="overwrite",
-                        predicate=predicate,
-                        commit_properties=props,
-                        schema_mode="merge",  # upgrades an older catalog
-                    )
+                    _overwrite(table, new, predicate, props)
                 else:
                     table.delete(predicate, commit_properties=props)
 
@@ -417,3 +402,17 @@ class Catalog(CatalogTable):
             expected_version=expected_version,
             plan=plan,
         )
+
+
+def _overwrite(table: Any, new: pa.Table, predicate: str, props: Any) -> None:
+    """Replace the rows matching ``predicate`` with ``new`` in one Delta commit."""
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        table,
+        new,
+        mode="overwrite",
+        predicate=predicate,
+        commit_properties=props,
+        schema_mode="merge",  # upgrades an older catalog
+    )
