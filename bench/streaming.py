@@ -10,6 +10,7 @@ In ONE SparkSession (``local[2]``), every round runs each case once, in turn:
 - ``ingest``: the batch ``ingest(spark, spark.read.parquet(dir), root, num_partitions=8)``;
 - ``seglake sink``: ``readStream.parquet(dir)`` with ``maxFilesPerTrigger=1`` (B micro-
   batches) ``.writeStream.format("seglake")`` (``num.partitions=8``), Trigger.AvailableNow;
+- ``seglake sink, append off``: the same with ``seglake.stream.append=false``;
 - ``parquet sink``: the same stream ``.writeStream.format("parquet")``;
 - ``seglake source``: ``readStream.format("seglake")`` (earliest, Trigger.AvailableNow)
   over the ingested lake into the ``noop`` sink;
@@ -94,6 +95,15 @@ def round_(spark, inp: Path, rows: Path, lake: str, work: Path, tag: str) -> dic
             **{"num.partitions": "8"},
         )
     )
+    out["seglake sink, append off"] = timed(
+        lambda: run_stream(
+            stream(),
+            "seglake",
+            str(work / f"run-{tag}-lake2"),
+            str(work / f"run-{tag}-cp5"),
+            **{"num.partitions": "8", "seglake.stream.append": "false"},
+        )
+    )
     out["parquet sink"] = timed(
         lambda: run_stream(
             stream(), "parquet", str(work / f"run-{tag}-pq"), str(work / f"run-{tag}-cp2")
@@ -141,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         segs = Catalog(str(work / "run-r0-lake")).segments().to_pandas()
         per = segs.groupby(["topic", "partition"]).size()
+        off = Catalog(str(work / "run-r0-lake2")).segments().to_pandas()
+        per_off = off.groupby(["topic", "partition"]).size()
         batch_segs = Catalog(str(work / "run-r0-ingest")).segments().to_pandas()
         per_batch = batch_segs.groupby(["topic", "partition"]).size()
     finally:
@@ -148,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {
         "seglake sink / ingest": ("seglake sink", "ingest", 1.3),
         "seglake sink / parquet sink": ("seglake sink", "parquet sink", 1.5),
+        "seglake sink, append off / ingest": ("seglake sink, append off", "ingest", 1.3),
         "seglake source / parquet source": ("seglake source", "parquet source", 1.0),
     }
     lines = [
@@ -172,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Segments per partition after the {args.batches} batches (default "
         f"`log.segment.bytes`, 1 GiB): min {per.min()}, max {per.max()} over {len(per)} "
-        f"partitions (the batch ingest of the same data: {per_batch.min()}-{per_batch.max()}).",
+        f"partitions (append off: {per_off.min()}-{per_off.max()}; the batch ingest of the "
+        f"same data: {per_batch.min()}-{per_batch.max()}).",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
