@@ -112,6 +112,13 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
     got = lake_records(str(root))
     assert got[got.partition == 0].value.tolist()[70:] == d["value"].to_pylist()
     assert got[got.partition == 1].offset.tolist() == list(range(35))
+    # the grown segments' old files are retired: a reader of the version before still reads them
+    assert (root / "_retired" / "stream-q-0" / "t-0" / "00000000000000000000.log").stat().st_size
+    before = lake_records(str(root), version=r1.result.version)
+    assert (
+        before[before.partition == 0].value.tolist()
+        == a["value"].to_pylist() + b["value"].to_pylist()
+    )
     # the segment reads back whole and its indexes are Kafka's (recover finds nothing to fix)
     from seglake.storage.recovery import recover_segment
 

@@ -36,7 +36,7 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.staging import STAGING, publish_pending, stage_replaced
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -173,6 +173,9 @@ def commit_pieces(
             _drop(fs, stages)
             return empty
         table = rows_table(rows)
+        if tails:  # publishing moves the old files to _retired/ (readers of older versions)
+            grown = [newest[(t, p)] for t, p, _ in tails]
+            stage_replaced(root, run_id, pa.Table.from_pylist(grown).select(["path", "run_id"]))
         result = catalog.commit(table, run_id, contiguous=assigned, tails=tails)
     except BaseException:
         lakefs.delete_dir(fs, out_dir)
@@ -304,6 +307,7 @@ def _write(fs, out_dir: str, key: tuple[str, int], group: list[_Source], interva
         time_index_entries=len(ti),
         codec=codec_name(scan),
         tail_min_timestamps=join_minima(group),
+        index_interval_bytes=interval,
     )
     return segment_row(*key, stats, f"{pdir}/{segment_file_name(group[0].base)}")
 
