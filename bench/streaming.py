@@ -80,30 +80,20 @@ def round_(spark, inp: Path, rows: Path, lake: str, work: Path, tag: str) -> dic
     def stream():
         return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(inp))
 
-    out = {}
+    out: dict[str, float] = {}
     out["ingest"] = timed(
         lambda: ingest(
             spark, spark.read.parquet(str(inp)), str(work / f"run-{tag}-ingest"), num_partitions=8
         )
     )
-    out["seglake sink"] = timed(
-        lambda: run_stream(
-            stream(),
-            "seglake",
-            str(work / f"run-{tag}-lake"),
-            str(work / f"run-{tag}-cp1"),
-            **{"num.partitions": "8"},
-        )
-    )
-    out["seglake sink, append off"] = timed(
-        lambda: run_stream(
-            stream(),
-            "seglake",
-            str(work / f"run-{tag}-lake2"),
-            str(work / f"run-{tag}-cp5"),
-            **{"num.partitions": "8", "seglake.stream.append": "false"},
-        )
-    )
+
+    def seglake_sink(name: str, append: str) -> None:
+        options = {"num.partitions": "8", "seglake.stream.append": append}
+        out_dir, cp = str(work / f"run-{tag}-{name}"), str(work / f"run-{tag}-cp-{name}")
+        run_stream(stream(), "seglake", out_dir, cp, **options)
+
+    out["seglake sink"] = timed(lambda: seglake_sink("lake", "true"))
+    out["seglake sink, append off"] = timed(lambda: seglake_sink("lake2", "false"))
     out["parquet sink"] = timed(
         lambda: run_stream(
             stream(), "parquet", str(work / f"run-{tag}-pq"), str(work / f"run-{tag}-cp2")
