@@ -288,7 +288,7 @@ def _write_given(
             raise SeglakeError("input rows with an offset need a partition and no null offset")
         for key, idx in tasks.group_rows(b.column("topic"), b.column("partition").to_numpy()):
             groups.setdefault(key, []).append(b.take(pa.array(idx)))
-    out = tasks._StagedWriters(root, stage, config, tasks._task_id()[1], None)
+    out = tasks._StagedWriters(root, stage, config, tasks.task_id()[1], None)
     for key, parts in sorted(groups.items()):
         t = pa.Table.from_batches(parts).sort_by("offset")
         offsets = t.column("offset").to_numpy()
