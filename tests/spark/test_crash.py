@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -42,6 +41,7 @@ from seglake.spark.extract_plan import plan_extract
 from seglake.spark.ingest import IngestResult, ingest
 from seglake.testing_hooks import CRASH_AT, CRASH_ONCE
 from tests.lake_check import lake_records, same_records_as_input
+from tests.process_group import run_group
 
 pytestmark = pytest.mark.spark
 RUNNER = Path(__file__).resolve().parents[1] / "crash_runner.py"
@@ -114,24 +114,12 @@ def _run_driver(
         },
     }
     marker = f"{MARKER}={uuid.uuid4().hex}"  # inherited by the JVM and Python workers
-    proc = subprocess.Popen(
-        [sys.executable, str(RUNNER), json.dumps(spec)],
-        env={**os.environ, **env, MARKER: marker.split("=", 1)[1]},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        with suppress(ProcessLookupError):  # the JVM and workers, if the driver died alone
-            os.killpg(proc.pid, signal.SIGKILL)
+    done = run_group(RUNNER, json.dumps(spec), {**env, MARKER: marker.split("=", 1)[1]})
     # pyspark.daemon runs in a process group of its own: the group kill misses it and its
     # workers, which exit once they see their JVM gone. Nothing of the run may outlive it.
     survivors = _wait_for_exit(marker)
     assert not survivors, f"processes of the killed run outlived it: {survivors}"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
 
 
 def _marked(marker: str) -> dict[int, str]:

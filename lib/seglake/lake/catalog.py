@@ -44,6 +44,7 @@ from seglake.lake.checks import (
     check_unchanged,
     group_by_partition,
     order_problems,
+    require_present,
 )
 from seglake.lake.rows import (
     MAX_LISTED,
@@ -210,6 +211,7 @@ class Catalog(CatalogTable):
         expected_version: int | None = None,
         contiguous: bool = True,
         metadata: Mapping[str, str] | None = None,
+        tails: Iterable[tuple[str, int, int]] = (),
     ) -> CommitResult:
         """Publish the segments in ``rows`` in one Delta commit, once per run id.
 
@@ -225,6 +227,10 @@ class Catalog(CatalogTable):
             contiguous: require new segments to continue the log without offset gaps.
             metadata: ``seglake.*`` keys for the commit's custom metadata (what the run
                 covered, :mod:`seglake.lake.runs`); read back with :meth:`history`.
+            tails: ``(topic, partition, base_offset)`` of partitions' newest segments that
+                rows with the same key replace (a copy with records appended, as a stream
+                batch grows the newest segment): the new rows then continue the log from
+                the replaced segment's base offset, and it must still be the newest.
 
         Returns:
             ``CommitResult(committed=True, ...)``, or ``already_committed=True`` for a rerun.
@@ -236,7 +242,7 @@ class Catalog(CatalogTable):
             CatalogError: rows with missing columns, nulls, or wrong paths.
         """
         app_id(run_id)
-        new = normalize_rows(rows, run_id, dt.datetime.now(dt.UTC))
+        new = normalize_rows(rows, run_id, dt.datetime.now(dt.UTC), restamp=bool(tails))
         grouped = group_by_partition(new)
         problems = [
             p
@@ -246,17 +252,33 @@ class Catalog(CatalogTable):
         if problems:
             raise OffsetOrderError(f"run {run_id!r}: " + listing(problems))
 
+        replaced = key_set(keys_table(list(tails)))
+
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
-            check_commit(grouped, group_by_partition(current), run_id, contiguous=contiguous)
+            existing = group_by_partition(current)
+            require_present(replaced, existing)
+            kept = {
+                key: [s for s in segs if (*key, s.base) not in replaced]
+                for key, segs in existing.items()
+            }
+            check_commit(grouped, kept, run_id, contiguous=contiguous)
+            # every new row, and of the existing ones only the replaced tails, match this
+            predicate = " OR ".join(
+                f"(topic = '{t}' AND \"partition\" = {p} AND base_offset >= {segs[0].base})"
+                for (t, p), segs in sorted(grouped.items())
+            )
 
             def write(table: Any, props: Any) -> None:
                 from deltalake import write_deltalake
 
+                if replaced:  # the grown segments' rows go, the new ones come, atomically
+                    _overwrite(table, new, predicate, props)
+                    return
                 write_deltalake(
                     table, new, mode="append", commit_properties=props, schema_mode="merge"
                 )  # upgrades an older catalog
 
-            return write, new.num_rows, 0
+            return write, new.num_rows, len(replaced)
 
         return self._transact(
             "commit",
@@ -365,17 +387,9 @@ class Catalog(CatalogTable):
             predicate = keys_predicate(touched)
 
             def write(table: Any, props: Any) -> None:
-                from deltalake import write_deltalake
 
                 if new.num_rows:
-                    write_deltalake(
-                        table,
-                        new,
-                        mode="overwrite",
-                        predicate=predicate,
-                        commit_properties=props,
-                        schema_mode="merge",  # upgrades an older catalog
-                    )
+                    _overwrite(table, new, predicate, props)
                 else:
                     table.delete(predicate, commit_properties=props)
 
@@ -388,3 +402,17 @@ class Catalog(CatalogTable):
             expected_version=expected_version,
             plan=plan,
         )
+
+
+def _overwrite(table: Any, new: pa.Table, predicate: str, props: Any) -> None:
+    """Replace the rows matching ``predicate`` with ``new`` in one Delta commit."""
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        table,
+        new,
+        mode="overwrite",
+        predicate=predicate,
+        commit_properties=props,
+        schema_mode="merge",  # upgrades an older catalog
+    )

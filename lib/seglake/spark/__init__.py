@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compact", "register"]
+__all__ = ["compact", "ingest_batch", "register"]
 
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
@@ -24,3 +24,11 @@ def compact(spark: Any, root: str, **kwargs: Any) -> Any:
     from seglake.spark.compact import compact as _compact
 
     return _compact(spark, root, **kwargs)
+
+
+def ingest_batch(df: Any, batch_id: int, **kwargs: Any) -> Any:
+    """``foreachBatch``'s micro-batch ingested once per (query id, batch id); see
+    :func:`seglake.spark.stream_sink.ingest_batch`."""
+    from seglake.spark.stream_sink import ingest_batch as _ingest_batch
+
+    return _ingest_batch(df, batch_id, **kwargs)

@@ -222,8 +222,11 @@ def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     return out
 
 
-def _select(opts: ReadOptions, catalog: Catalog, version: int) -> dict[TopicPartition, pa.Table]:
-    """The subscribed partitions' catalog rows; unknown topics/partitions are errors."""
+def _select(
+    opts: ReadOptions, catalog: Catalog, version: int, *, strict: bool = True
+) -> dict[TopicPartition, pa.Table]:
+    """The subscribed partitions' catalog rows; unknown topics/partitions are errors
+    (unless not ``strict``: a stream waits for them)."""
     wanted = opts.topics or (tuple(opts.assign) if opts.assign is not None else None)
     parts = _by_partition(catalog.segments(wanted, version=version))
     present = {t for t, _ in parts}
@@ -232,14 +235,14 @@ def _select(opts: ReadOptions, catalog: Catalog, version: int) -> dict[TopicPart
     if opts.assign is not None:
         want = {(t, p) for t, ps in opts.assign.items() for p in ps}
         missing = sorted(want - set(parts))
-        if missing:
+        if missing and strict:
             raise ConfigError(
                 f"assign: no partition {_names(missing)} in the lake at "
                 f"{opts.root} (catalog version {version}); it has "
                 f"{_names(sorted(parts)) or 'none of these topics'}"
             )
         parts = {tp: r for tp, r in parts.items() if tp in want}
-    elif wanted and set(wanted) - present:
+    elif strict and wanted and set(wanted) - present:
         known = sorted(set(catalog.segments(version=version).column("topic").to_pylist()))
         raise ConfigError(
             f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
@@ -248,7 +251,7 @@ def _select(opts: ReadOptions, catalog: Catalog, version: int) -> dict[TopicPart
         )
     for bound in (opts.starting, opts.ending):
         for tp, name in bound.named().items():
-            if tp not in parts:
+            if strict and tp not in parts:
                 raise ConfigError(
                     f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
                     f"covers ({_names(sorted(parts)) or 'none'})"
@@ -291,13 +294,26 @@ def plan_read(
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: plan_extract prunes and seeks (filter mode)
             ranges[tp[0]][tp[1]] = (lo, hi)
+    return plan_splits(opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp)
+
+
+def plan_splits(
+    opts: ReadOptions,
+    ranges: dict[str, dict[int, tuple[int, int]]],
+    *,
+    version: int,
+    cache: IndexCache,
+    timestamp: Range = ALL,
+) -> list[dict]:
+    """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
+    ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``."""
     splits: list[dict] = []
     for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
         plan = plan_extract(
             opts.root,
             topic,
-            start=pushed.timestamp[0],
-            end=pushed.timestamp[1],
+            start=timestamp[0],
+            end=timestamp[1],
             offset_ranges=bounds,
             mode="filter",
             isolation_level=opts.isolation_level,
@@ -358,7 +374,17 @@ class SeglakeDataSource(DataSource):
         return "seglake"
 
     def schema(self) -> StructType:
-        return from_arrow_schema(parse_options(self.options).arrow_schema)
+        try:
+            opts = parse_options(self.options)
+        except ConfigError:
+            try:  # a readStream's options (startingOffsets=latest, maxOffsetsPerTrigger...)
+                opts = parse_options(self.options, stream=True)
+            except ConfigError:
+                pass
+            else:
+                return from_arrow_schema(opts.arrow_schema)
+            raise
+        return from_arrow_schema(opts.arrow_schema)
 
     def reader(self, schema: StructType) -> SeglakeReader:
         opts = parse_options(self.options)
@@ -369,6 +395,18 @@ class SeglakeDataSource(DataSource):
                 f"{expected.simpleString()}; got {schema.simpleString()}"
             )
         return SeglakeReader(opts, self.bytes_accumulator)
+
+    def streamReader(self, schema: StructType) -> Any:
+        """``spark.readStream.format("seglake")``: see :mod:`seglake.spark.stream_source`."""
+        from seglake.spark.stream_source import SeglakeStreamReader
+
+        return SeglakeStreamReader(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.writeStream.format("seglake")``: see :mod:`seglake.spark.stream_sink`."""
+        from seglake.spark.stream_sink import SeglakeStreamWriter, parse_sink_options
+
+        return SeglakeStreamWriter(parse_sink_options(self.options, schema))
 
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:

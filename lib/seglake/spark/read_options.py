@@ -56,6 +56,12 @@ OPTIONS: dict[str, str] = {
     "splitBytes": f"largest piece of a segment one task reads (default {DEFAULT_SPLIT_BYTES})",
     "versionAsOf": "catalog version to read (default: the newest)",
 }
+STREAM_OPTIONS: dict[str, str] = {
+    "maxOffsetsPerTrigger": "most offsets per micro-batch over all partitions (split by lag)",
+    "minOffsetsPerTrigger": "fewest new offsets that start a micro-batch (until maxTriggerDelay)",
+    "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (default 15m; 500ms, 30s, 5m, 1h)",
+}
+BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "versionAsOf")
 _KNOWN = {name.lower() for name in OPTIONS} | {"path", "kafka.isolation.level"}
 _LEVELS = ("read_uncommitted", "read_committed")
 
@@ -148,15 +154,21 @@ class Bound:
     strict: bool = False  # no record at/after the timestamp: error
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], side: str) -> Bound:
-        """The ``side`` options of a read, checked against Kafka's batch rules."""
+    def parse(cls, options: Mapping[str, str], side: str, *, stream: bool = False) -> Bound:
+        """The ``side`` options of a read, checked against Kafka's batch rules (a stream
+        starts at ``latest`` by default and may start at either end)."""
         start = side == "starting"
+        refused: int | None
         default, refused = (EARLIEST, LATEST) if start else (LATEST, EARLIEST)
+        if stream:
+            default, refused = LATEST, None
         name = f"{side}Offsets"
-        word = {EARLIEST: "earliest", LATEST: "latest"}
+        word: dict[int | None, str | None] = {EARLIEST: "earliest", LATEST: "latest", None: None}
         raw = str(options.get(name, word[default])).strip()
         offsets: dict[TopicPartition, int] = {}
-        if raw.lower() == word[refused]:
+        if stream and raw.lower() in ("earliest", "latest"):
+            default = EARLIEST if raw.lower() == "earliest" else LATEST
+        elif raw.lower() == word[refused]:
             raise ConfigError(
                 f"{name}: {raw!r} is not allowed in a batch read (as in "
                 f"Kafka's source); use {word[default]!r} or JSON offsets"
@@ -287,8 +299,11 @@ def _topic_choice(
     return topics, pattern, assign
 
 
-def parse_options(options: Mapping[str, str]) -> ReadOptions:
+def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOptions:
     """Check a read's options (case-insensitive names); unknown names are an error.
+
+    ``stream``: a ``readStream`` (``startingOffsets`` defaults to ``latest``, the
+    :data:`STREAM_OPTIONS` are known, the ending options and ``versionAsOf`` are not).
 
     ``kafka.*`` options other than ``kafka.isolation.level`` are accepted and ignored, so a
     Kafka source's option map can be reused.
@@ -297,8 +312,16 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         ConfigError: naming the option and the value that is wrong.
     """
     options = CaseInsensitiveDict(options)
+    known = _KNOWN | ({n.lower() for n in STREAM_OPTIONS} if stream else set())
+    if stream:
+        batch_only = [n for n in BATCH_ONLY if n in options]
+        if batch_only:
+            raise ConfigError(
+                f"{', '.join(batch_only)}: not for a streaming read (as in Kafka's source): "
+                "a stream reads on from its starting offsets"
+            )
     unknown = sorted(
-        k for k in options if k.lower() not in _KNOWN and not k.lower().startswith("kafka.")
+        k for k in options if k.lower() not in known and not k.lower().startswith("kafka.")
     )
     if unknown:
         raise ConfigError(
@@ -320,7 +343,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(
         str(root),
         *_topic_choice(options),
-        Bound.parse(options, "starting"),
+        Bound.parse(options, "starting", stream=stream),
         Bound.parse(options, "ending"),
         include_headers=_bool(options, "includeHeaders", False),
         isolation_level=levels.pop() if levels else "read_uncommitted",

@@ -1,0 +1,298 @@
+"""Structured Streaming into a lake: ``df.writeStream.format("seglake")`` and
+:func:`ingest_batch` for an existing ``foreachBatch``.
+
+    executors, per task of a micro-batch (``write``):
+        Arrow batches in the ingest input schema (only ``value`` required)
+          -> the ingest's internal columns (as spark/normalize.py, on Arrow)
+          -> the ingest's task writers: staged segments under _staging/stream-<uuid>/,
+             assigned offsets from 0 per partition (the log end offset is not known in
+             a task), given offsets kept
+          -> a commit message: the piece's segment rows
+    driver (``commit(messages, batchId)``, in a Python worker of the driver):
+        lake/stream_commit.commit_pieces: rebase onto the log end offsets, append to the
+        newest segments, ONE catalog commit of run ``stream-<query id>-<batch id>``
+
+The query id is the one Spark keeps in ``<checkpointLocation>/metadata``: a restart from
+the same checkpoint replays an uncommitted batch with the same id, which is then either
+written (nothing of it was committed) or found committed (nothing is written twice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from seglake import fs as lakefs
+from seglake.config import LogConfig
+from seglake.errors import ConfigError, SeglakeError
+from seglake.lake.catalog import Catalog
+from seglake.lake.stream_commit import (
+    PIECE_COLUMNS,
+    BatchCommit,
+    Piece,
+    commit_pieces,
+    stream_run_id,
+)
+from seglake.spark import ingest_tasks as tasks
+from seglake.spark.ingest import IngestResult, _num_partitions, ingest
+from seglake.spark.normalize import _check_types
+from seglake.storage.naming import validate_topic
+
+SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
+NO_TIMESTAMP = -1
+
+
+def query_id(checkpoint: str) -> str:
+    """The streaming query's id, from ``<checkpoint>/metadata`` (``{"id": "<uuid>"}``),
+    which Spark writes when a query first starts and keeps across restarts."""
+    fs, base = lakefs.resolve(checkpoint)
+    path = lakefs.join(base, "metadata")
+    try:
+        return str(json.loads(lakefs.read_all(fs, path))["id"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"{path}: no streaming query id there ({exc})") from None
+
+
+def ingest_batch(
+    df: DataFrame,
+    batch_id: int,
+    *,
+    root: str,
+    query_id: str,
+    conf: LogConfig | Mapping[str, Any] | None = None,
+    topic: str | None = None,
+    num_partitions: int | None = None,
+) -> IngestResult:
+    """``foreachBatch(lambda df, i: ingest_batch(df, i, root=..., query_id=q))``: the
+    micro-batch ingested as one run, ``stream-<query_id>-<batch_id>``, so a replayed batch
+    is not written twice. ``query_id``: any name stable across restarts of the query
+    (``query.id``, which Spark keeps in the checkpoint)."""
+    return ingest(
+        df.sparkSession,
+        df,
+        root,
+        run_id=stream_run_id(query_id, batch_id),
+        conf=conf,
+        topic=topic,
+        num_partitions=num_partitions,
+    )
+
+
+@dataclasses.dataclass
+class StagedPiece(WriterCommitMessage):
+    """A task's commit message: its staging directory and segment rows."""
+
+    stage: str
+    order: int
+    rows: pa.Table
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkOptions:
+    root: str
+    query_id: str
+    config: LogConfig
+    topic: str | None
+    num_partitions: int | None  # None: the input has a partition column
+    has_offset: bool
+    append_to_newest: bool
+
+
+def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    """The sink's options: ``path`` (the lake), ``checkpointLocation``, ``topic``, the ingest
+    settings by their Kafka names; checks the input schema as the batch ingest does."""
+    opts = {k.lower(): v for k, v in options.items()}
+    root = opts.get("path")
+    if not root:
+        raise ConfigError("seglake sink: give the lake as start(path) or option('path', ...)")
+    if "queryid" in opts:
+        qid = opts["queryid"]
+    elif "checkpointlocation" in opts:
+        qid = query_id(opts["checkpointlocation"])
+    else:
+        raise ConfigError("seglake sink: needs option('checkpointLocation', ...)")
+    types = _check_types(cast(DataFrame, _Schema(schema)))  # reads only .schema
+    topic = opts.get("topic")
+    if topic is not None:
+        validate_topic(topic)
+    elif "topic" not in types:
+        raise ConfigError("seglake sink: no topic: option('topic', NAME) or a 'topic' column")
+    config = LogConfig.load(overrides={k: v for k, v in opts.items() if k not in SINK_OPTIONS})
+    if "offset" in types and "partition" not in types:
+        raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
+    n = None
+    if "partition" not in types:
+        catalog = Catalog(root)
+        leo = catalog.log_end_offsets() if catalog.exists() else {}
+        n = _num_partitions(topic, None, leo, config)
+    append = opts.get("seglake.stream.append", "true").lower()
+    if append not in ("true", "false"):
+        raise ConfigError(f"seglake.stream.append must be true or false, got {append!r}")
+    return SinkOptions(root, qid, config, topic, n, "offset" in types, append == "true")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Schema:
+    """What normalize's schema check reads of a DataFrame."""
+
+    schema: StructType
+
+
+class SeglakeStreamWriter(DataSourceStreamArrowWriter):
+    """The sink; ``write`` runs in the tasks, ``commit``/``abort`` on the driver."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPiece:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        order = ctx.partitionId() if ctx is not None else 0
+        stage = f"stream-{uuid.uuid4().hex}"
+        o = self.opts
+        append_ms = int(time.time() * 1000)
+        batches = (
+            internal_columns(b, o.topic, append_ms, o.config.timestamp_type) for b in iterator
+        )
+        if o.has_offset:
+            out = _write_given(o.root, stage, o.config, batches)
+        else:
+            out = tasks.local_writer(o.root, stage, o.config, o.num_partitions, _FromZero(), None)(
+                batches
+            )
+        rows = pa.Table.from_batches(list(out), schema=tasks.SEGMENT_ROWS)
+        return StagedPiece(
+            stage,
+            order,
+            rows.select(list(PIECE_COLUMNS)),
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_messages(self.opts, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        fs, base = lakefs.resolve(self.opts.root)
+        for m in messages:
+            if isinstance(m, StagedPiece):  # failed tasks' pieces: cleanup removes them
+                lakefs.delete_dir(fs, lakefs.join(base, "_staging", m.stage))
+
+
+def commit_messages(
+    opts: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int
+) -> BatchCommit:
+    """The driver's half of a micro-batch (see the module docstring)."""
+    missing = sum(m is None for m in messages)
+    if missing:
+        raise SeglakeError(f"batch {batch_id}: {missing} task(s) sent no commit message")
+    pieces = [Piece(m.stage, m.order, m.rows) for m in messages if isinstance(m, StagedPiece)]
+    return commit_pieces(
+        opts.root,
+        stream_run_id(opts.query_id, batch_id),
+        pieces,
+        config=opts.config,
+        assigned=not opts.has_offset,
+        append_to_newest=opts.append_to_newest,
+    )
+
+
+class _FromZero(Mapping):
+    """Task starts for the ingest's local writer: every (task, topic, partition) from 0."""
+
+    def __getitem__(self, key: Any) -> int:
+        return 0
+
+    def get(self, key: Any, default: Any = None) -> int:
+        return 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def internal_columns(
+    b: pa.RecordBatch, topic: str | None, append_ms: int, timestamp_type: str
+) -> pa.RecordBatch:
+    """An input batch (Spark Kafka source columns, only ``value`` required) as the ingest's
+    internal columns: topic, [partition int32], [offset int64], key/value binary,
+    timestamp int64 ms, timestamp_type int32, headers list<struct<key, value binary>>
+    (what spark/normalize.py makes of a DataFrame)."""
+    n = b.num_rows
+    names = b.schema.names
+
+    def col(name: str) -> pa.Array | None:
+        return b.column(name) if name in names else None
+
+    cols: dict[str, pa.Array] = {
+        "topic": pa.array([topic] * n, pa.string())
+        if topic
+        else b.column("topic").cast(pa.string())
+    }
+    if "partition" in names:
+        cols["partition"] = b.column("partition").cast(pa.int32())
+    if "offset" in names:
+        cols["offset"] = b.column("offset").cast(pa.int64())
+    key = col("key")
+    cols["key"] = pa.nulls(n, pa.binary()) if key is None else key.cast(pa.binary())
+    cols["value"] = b.column("value").cast(pa.binary())
+    ts = col("timestamp")
+    if timestamp_type == "LogAppendTime" or ts is None:
+        cols["timestamp"] = pa.array(np.full(n, append_ms, dtype=np.int64))
+        cols["timestamp_type"] = pa.array(np.ones(n, dtype=np.int32))
+    else:
+        if pa.types.is_timestamp(ts.type):  # Spark's unix_millis: floor(micros / 1000)
+            us = ts.cast(pa.timestamp("us", ts.type.tz)).cast(pa.int64())
+            ts = pc.floor(pc.divide(us.cast(pa.float64()), 1000.0))
+        cols["timestamp"] = ts.cast(pa.int64())
+        tt = col("timestampType")
+        cols["timestamp_type"] = (
+            pa.array(np.zeros(n, dtype=np.int32)) if tt is None else tt.cast(pa.int32())
+        )
+    cols["headers"] = _headers(col("headers"), n)
+    return pa.RecordBatch.from_pydict(cols)
+
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _headers(h: pa.Array | None, n: int) -> pa.Array:
+    if h is None:
+        return pa.array([[]] * n, HEADERS)
+    h = h.cast(HEADERS)
+    if h.null_count:
+        h = pc.if_else(pc.is_null(h), pa.scalar([], HEADERS), h)
+    return h
+
+
+def _write_given(
+    root: str, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Given offsets: this task's records of each partition sorted by offset and written
+    as they are (the Kafka source gives each task one partition's range, in order)."""
+    groups: dict[tasks.Key, list[pa.RecordBatch]] = {}
+    for b in batches:
+        if b.column("offset").null_count or b.column("partition").null_count:
+            raise SeglakeError("input rows with an offset need a partition and no null offset")
+        for key, idx in tasks.group_rows(b.column("topic"), b.column("partition").to_numpy()):
+            groups.setdefault(key, []).append(b.take(pa.array(idx)))
+    out = tasks._StagedWriters(root, stage, config, tasks.task_id()[1], None)
+    for key, parts in sorted(groups.items()):
+        t = pa.Table.from_batches(parts).sort_by("offset")
+        offsets = t.column("offset").to_numpy()
+        writer = out.open(key, int(offsets[0]))
+        out.append(key, writer, tasks._records(t.combine_chunks().to_batches()[0], None, offsets))
+        out.close(key, writer)
+    yield from out.rows()

@@ -1,0 +1,241 @@
+"""``spark.readStream.format("seglake")``: a lake read as the Spark Kafka source reads a
+topic, micro-batch by micro-batch.
+
+    offsets    the Kafka source's JSON: ``{"orders": {"0": 123, "1": 80}}`` (next offset
+               to read per partition), so a checkpoint reads like a Kafka one
+    initial    ``startingOffsets`` (``latest`` by default, ``earliest``, JSON with -2/-1),
+               ``startingTimestamp`` / ``startingOffsetsByTimestamp``: read_options.Bound
+    latest     each subscribed partition's log end offset in the catalog (new topics and
+               partitions join from their log start, as Kafka's source adds them), cut
+               by ``maxOffsetsPerTrigger`` (split over the partitions by lag; never more
+               than N in all), held back by ``minOffsetsPerTrigger`` until
+               ``maxTriggerDelay``; ``Trigger.AvailableNow`` stops at the log ends seen
+               when the query started
+    batch      partitions(start, end): ONE catalog version read, its segments between the
+               two offsets split like the batch data source's (plan_extract), each split
+               read by read_split; a start offset below the partition's log start
+               (retention, compaction) is Kafka's data loss: an error with
+               ``failOnDataLoss=true`` (default), else the batch starts at the log start
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from seglake.errors import ConfigError, SeglakeError
+from seglake.lake.catalog import Catalog
+from seglake.spark.datasource import SeglakeReader, _partition_log, _select, plan_splits
+from seglake.spark.read_options import ReadOptions, TopicPartition, _int, parse_options
+from seglake.storage.index_cache import get_cache
+
+Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
+_DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+
+
+class DataLossError(SeglakeError):
+    """Offsets a stream has not read yet are gone from the lake (Kafka's data loss)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLimits:
+    """``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (ms)."""
+
+    max_offsets: int | None = None
+    min_offsets: int | None = None
+    max_delay_ms: int = 15 * 60 * 1000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamLimits:
+        opts = {k.lower(): v for k, v in options.items()}
+        mx, mn = opts.get("maxoffsetspertrigger"), opts.get("minoffsetspertrigger")
+        delay = opts.get("maxtriggerdelay")
+        ms = cls.max_delay_ms
+        if delay is not None:
+            m = _DELAY.match(str(delay))
+            if not m:
+                raise ConfigError(f"maxTriggerDelay: {delay!r} is not a duration like 30s or 5m")
+            unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+            ms = int(m.group(1)) * unit[m.group(2)]
+        return cls(
+            None if mx is None else _int("maxOffsetsPerTrigger", mx, minimum=1),
+            None if mn is None else _int("minOffsetsPerTrigger", mn, minimum=1),
+            ms,
+        )
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> Offsets:
+    """``{(topic, p): o}`` -> the Kafka source's ``{"topic": {"p": o}}``."""
+    out: Offsets = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = int(o)
+    return out
+
+
+def from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[TopicPartition, int]:
+    return {(t, int(p)): int(o) for t, ps in offsets.items() for p, o in ps.items()}
+
+
+def rate_limit(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
+    """``end`` cut so that at most ``limit`` offsets are read in all, each partition's share
+    proportional to its lag (Kafka's rateLimit; the remainder by the largest fractions,
+    so the sum never exceeds ``limit``)."""
+    lag = {tp: max(0, e - start.get(tp, e)) for tp, e in end.items()}
+    total = sum(lag.values())
+    if total <= limit:
+        return dict(end)
+    share = {tp: limit * n / total for tp, n in lag.items()}
+    take = {tp: int(s) for tp, s in share.items()}
+    rest = limit - sum(take.values())
+    for tp in sorted(share, key=lambda tp: (take[tp] - share[tp], tp))[:rest]:
+        take[tp] += 1
+    return {tp: start.get(tp, e) + min(take[tp], lag[tp]) for tp, e in end.items()}
+
+
+class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The source; offsets and planning on the driver, ``read`` in the tasks."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts: ReadOptions = parse_options(options, stream=True)
+        self.limits = StreamLimits.parse(options)
+        self.target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self.waiting_since: float | None = None  # minOffsetsPerTrigger
+
+    # -- offsets (driver) -------------------------------------------------------------
+    def _logs(self, strict: bool = False) -> tuple[int, dict[TopicPartition, Any]]:
+        catalog = Catalog(self.opts.root)
+        if not catalog.exists():
+            if strict and (self.opts.topics or self.opts.assign):
+                raise ConfigError(f"{self.opts.root}: no lake (no catalog) there")
+            return -1, {}
+        version = catalog.version()
+        cache = get_cache()
+        parts = _select(self.opts, catalog, version, strict=strict)
+        logs = {tp: _partition_log(cache, self.opts.root, tp, rows) for tp, rows in parts.items()}
+        return version, logs
+
+    def initialOffset(self) -> Offsets:
+        _, logs = self._logs(strict=True)
+        return to_json(
+            {
+                tp: self.opts.starting.resolve(
+                    tp, log, fail_on_data_loss=self.opts.fail_on_data_loss
+                )
+                for tp, log in logs.items()
+            }
+        )
+
+    def _log_ends(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Each subscribed partition's (log end offset, log start offset), now."""
+        logs = self._logs()[1]
+        return (
+            {tp: log.log_end_offset for tp, log in logs.items()},
+            {tp: log.log_start_offset for tp, log in logs.items()},
+        )
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._log_ends()[0]
+
+    def reportLatestOffset(self) -> Offsets:
+        return to_json(self._log_ends()[0])
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.limits.max_offsets is not None:
+            return ReadMaxRows(self.limits.max_offsets)
+        if self.limits.min_offsets is not None:
+            return ReadMinRows(self.limits.min_offsets)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        begin = from_json(start)
+        ends, starts = self._log_ends()
+        if self.target is not None:  # Trigger.AvailableNow: nothing past the first look
+            ends = {tp: min(e, self.target.get(tp, starts[tp])) for tp, e in ends.items()}
+        for tp, o in begin.items():  # partitions gone from the catalog stay where they were
+            ends.setdefault(tp, o)
+        # where each partition is read from: new ones from their log start, as Kafka's
+        first = {tp: begin.get(tp, starts.get(tp, e)) for tp, e in ends.items()}
+        ends = {tp: max(e, first[tp]) for tp, e in ends.items()}
+        if self._hold_back(first, ends, limit):
+            return start
+        if not isinstance(limit, ReadAllAvailable) and self.limits.max_offsets is not None:
+            ends = rate_limit(first, ends, self.limits.max_offsets)
+        return to_json(ends)
+
+    def _hold_back(
+        self, first: dict[TopicPartition, int], ends: dict[TopicPartition, int], limit: ReadLimit
+    ) -> bool:
+        """Skip this trigger: fewer than ``minOffsetsPerTrigger`` new offsets and
+        ``maxTriggerDelay`` not over since the last batch (Kafka's rule; not with
+        Trigger.AvailableNow, which must end)."""
+        if self.target is not None or self.limits.min_offsets is None:
+            return False
+        if isinstance(limit, ReadAllAvailable):
+            return False
+        now = time.monotonic()
+        if self.waiting_since is None:
+            self.waiting_since = now
+        new = sum(e - first[tp] for tp, e in ends.items())
+        waited_ms = (now - self.waiting_since) * 1000
+        if new >= self.limits.min_offsets or (new and waited_ms >= self.limits.max_delay_ms):
+            self.waiting_since = now
+            return False
+        return True
+
+    # -- a micro-batch (driver plans, tasks read) -------------------------------------
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        begin, stop = from_json(start), from_json(end)
+        version, logs = self._logs()
+        ranges: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp, hi in sorted(stop.items()):
+            log = logs.get(tp)
+            if log is None:
+                continue
+            lo = begin.get(tp, log.log_start_offset)
+            lso = log.log_start_offset
+            if lo < lso:
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{tp[0]}-{tp[1]}: offsets {lo}..{lso - 1} are no longer in the lake "
+                        f"{self.opts.root} (log start offset {lso}: removed by retention or "
+                        "compaction) before this stream read them. Some data may have been "
+                        "lost; set the source option failOnDataLoss to false to skip them"
+                    )
+                lo = lso
+            if lo < hi:
+                ranges.setdefault(tp[0], {})[tp[1]] = (lo, hi)
+        if not ranges:
+            return []
+        splits = plan_splits(self.opts, ranges, version=version, cache=get_cache())
+        return [InputPartition(s) for s in splits]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from SeglakeReader(self.opts).read(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: the lake keeps what retention keeps."""
+
+
+__all__ = [
+    "DataLossError",
+    "SeglakeStreamReader",
+    "StreamLimits",
+    "from_json",
+    "rate_limit",
+    "to_json",
+]
