@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segment-bytes", type=int, default=8 << 20)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent)]  # bench/ (ingest) and the repo (tests)
     from tests.lake_check import lake_records
 
     import ingest as ingest_bench
