@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 from tests.crash_runner import JVM_OPTIONS
 
 
