@@ -69,10 +69,9 @@ def _pinned(method: Callable[..., Any]) -> Callable[..., Any]:
         except SegmentNotFoundError as exc:
             from seglake.lake.garbage import superseded_error
 
-            bases = self.rows.column("base_offset").to_pylist()
             lake = self.lake
             err = superseded_error(
-                lake.catalog, lake.version, self.topic, self.partition, bases, exc
+                lake.catalog, lake.version, self.topic, self.partition, self.rows, exc
             )
             if err is exc:
                 raise
@@ -94,7 +93,13 @@ class Partition:
         self.partition = partition
         self.rows = rows
         fs, base = lakefs.resolve(lake.root)
-        self.log = PartitionLog.from_rows(fs, base, rows, on_corrupt=lake.on_corrupt)
+        self.log = PartitionLog.from_rows(
+            fs,
+            base,
+            rows,
+            on_corrupt=lake.on_corrupt,
+            replaced=lake.replaced(topic, partition),
+        )
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
