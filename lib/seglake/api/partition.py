@@ -20,6 +20,7 @@ from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
+from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.tail_minima import cutoff
 
 if TYPE_CHECKING:
@@ -273,17 +274,7 @@ class Partition:
         )
         cols = [
             self.rows.column(c).to_pylist()
-            for c in (
-                "base_offset",
-                "next_offset",
-                "record_count",
-                "min_timestamp",
-                "max_timestamp",
-                "size_bytes",
-                "index_entries",
-                "time_index_entries",
-                "codec",
-            )
+            for c in ("base_offset", *STAT_COLUMNS[: STAT_COLUMNS.index("codec") + 1])
         ]
         rows = [
             [b, n, c, iso(lo), iso(hi), size_text(sz), ie, te, codec]
