@@ -9,7 +9,8 @@ SeglakeError
 │   └── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
 ├── SegmentNotFoundError   a path or segment that does not exist
-│   └── VersionSupersededError  a pinned catalog version whose files were deleted since
+│   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
+│   └── SegmentReplacedError    the file at a row's path is another (later) segment's
 ├── NoSpaceError           a write failed: no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
     ├── ConcurrentRunError another run committed to the same partitions first
@@ -94,6 +95,13 @@ class VersionSupersededError(SegmentNotFoundError):
         self.version = version
         self.superseded_by = superseded_by
         self.operation = operation
+
+
+class SegmentReplacedError(SegmentNotFoundError):
+    """The file at a catalog row's path is not that row's: a later catalog version
+    published another segment under the same name (compaction keeps a group's first
+    name) and the row's own copy is gone. A notebook reader turns it into
+    :class:`VersionSupersededError`."""
 
 
 class NoSpaceError(SeglakeError):

@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -354,11 +354,7 @@ def delete_file(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> N
     Raises:
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError as exc:
-        if not missing_ok:
-            raise SegmentNotFoundError(f"{path}: no such file") from exc
+    _delete(fs.delete_file, path, "file", missing_ok)
 
 
 def delete_dir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
@@ -367,8 +363,12 @@ def delete_dir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> No
     Raises:
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
+    _delete(fs.delete_dir, path, "directory", missing_ok)
+
+
+def _delete(delete: Callable[[str], None], path: str, what: str, missing_ok: bool) -> None:
     try:
-        fs.delete_dir(path)
+        delete(path)
     except FileNotFoundError as exc:
         if not missing_ok:
-            raise SegmentNotFoundError(f"{path}: no such directory") from exc
+            raise SegmentNotFoundError(f"{path}: no such {what}") from exc

@@ -16,7 +16,7 @@ from kafka.partitioner.default import murmur2 as kp_murmur2
 from kafka.record.memory_records import MemoryRecords
 
 from seglake.cli.main import main as seglake_cli
-from seglake.errors import InputSchemaError, InvalidTopicError, OffsetOrderError
+from seglake.errors import InputSchemaError, InvalidTopicError, OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
@@ -483,3 +483,30 @@ def test_reused_run_id_with_other_input_is_refused(spark, tmp_path, messages):
     with pytest.raises(RunReuseError, match=r"run id 'mem' .* 200 record\(s\) .* 50 record"):
         ingest(spark, other, root, run_id="mem", num_partitions=2)
     assert Catalog(root).version() == mem.catalog_version
+
+
+@pytest.mark.parametrize("mode", ["never", "always"])
+def test_driver_held_rows_with_given_partitions(spark, tmp_path, mode):
+    """A pandas DataFrame is a local relation: Spark evaluates ``spark_partition_id()`` of
+    a projection over it on the driver (0 for every row) while the write runs it in two
+    tasks, so the count pass must count it as the write sees it (was a KeyError)."""
+    root = str(tmp_path / "lake")
+    n = 40
+    pdf = pd.DataFrame(
+        {
+            "topic": ["cl"] * n,
+            "partition": np.array([i % 3 for i in range(n)], dtype="int32"),
+            "value": [f"v{i}".encode() for i in range(n)],
+        }
+    )
+    df = spark.createDataFrame(pdf)
+    assert df.rdd.getNumPartitions() > 1  # the rows are split over tasks
+    result = ingest(spark, df, root, conf={"seglake.ingest.shuffle": mode})
+    assert result.committed and result.records == n
+    for p in range(3):
+        got = partition_records(root, "cl", p)
+        assert [r[0] for r in got] == list(range(len(got)))
+        assert [r[3] for r in got] == [f"v{i}".encode() for i in range(p, n, 3)]
+    nulls = pdf.assign(partition=pd.array([None] + [0] * (n - 1), dtype="Int32"))
+    with pytest.raises(SeglakeError, match="1 input rows have a null"):
+        ingest(spark, spark.createDataFrame(nulls), str(tmp_path / "other"))

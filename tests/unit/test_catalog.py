@@ -460,40 +460,35 @@ def test_race_on_one_partition_has_exactly_one_winner(
     assert not catalog.run_committed(loser)
 
 
-def test_race_on_different_partitions_both_commit(
-    tmp_path: Path, racing_writes: Callable[[int], None]
+@pytest.mark.parametrize(
+    ("second", "run_b"),
+    [(1, "run-b"), (0, "run-a")],
+    ids=["different-partitions-both-commit", "one-run-id-commits-once"],
+)
+def test_race_of_two_commits(
+    tmp_path: Path, racing_writes: Callable[[int], None], second: int, run_b: str
 ) -> None:
+    """Two writers race: on different partitions both commit (one retries); the same run
+    id twice commits once (the other finds it committed)."""
     root = str(tmp_path / "lake")
     Catalog(root).create_if_missing()
     racing_writes(2)
     results = run_threads(
         [
             lambda: Catalog(root).commit(rows("orders", 0, [(0, 10)]), "run-a"),
-            lambda: Catalog(root).commit(rows("orders", 1, [(0, 10)]), "run-b"),
+            lambda: Catalog(root).commit(rows("orders", second, [(0, 10)]), run_b),
         ]
     )
-    assert all(isinstance(r, CommitResult) and r.committed for r in results), results
-    assert sorted(r.attempts for r in results) == [1, 2]  # type: ignore[union-attr]
-    assert Catalog(root).log_end_offsets() == {("orders", 0): 10, ("orders", 1): 10}
-
-
-def test_race_of_one_run_id_commits_once(
-    tmp_path: Path, racing_writes: Callable[[int], None]
-) -> None:
-    root = str(tmp_path / "lake")
-    Catalog(root).create_if_missing()
-    racing_writes(2)
-    results = run_threads(
-        [
-            lambda: Catalog(root).commit(rows("orders", 0, [(0, 10)]), "run-a"),
-            lambda: Catalog(root).commit(rows("orders", 0, [(0, 10)]), "run-a"),
+    if run_b == "run-b":
+        assert all(isinstance(r, CommitResult) and r.committed for r in results), results
+        assert sorted(r.attempts for r in results) == [1, 2]  # type: ignore[union-attr]
+        assert Catalog(root).log_end_offsets() == {("orders", 0): 10, ("orders", 1): 10}
+    else:
+        assert sorted((r.committed, r.already_committed) for r in results) == [  # type: ignore[union-attr]
+            (False, True),
+            (True, False),
         ]
-    )
-    assert sorted((r.committed, r.already_committed) for r in results) == [  # type: ignore[union-attr]
-        (False, True),
-        (True, False),
-    ]
-    assert Catalog(root).segments().num_rows == 1
+        assert Catalog(root).segments().num_rows == 1
 
 
 def test_race_between_retention_and_recovery(

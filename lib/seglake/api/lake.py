@@ -57,6 +57,19 @@ class Lake:
             for a, b in itertools.pairwise(bounds):
                 self._by_key[(str(topics[a]), int(parts[a]))] = self._rows.slice(a, b - a)
 
+    def replaced(self, topic: str, partition: int) -> set[int]:
+        """Base offsets of this version's rows of ``topic``-``partition`` that the newest
+        catalog version removed or replaced (a compaction keeps a group's first name):
+        their readers must find the file exactly as committed (one catalog version check
+        per call; none of it when this is the newest version)."""
+        from seglake.lake.garbage import row_identities
+
+        rows = self._by_key.get((topic, int(partition)))
+        if rows is None or self.catalog.version() == self.version:
+            return set()
+        now = row_identities(self.catalog.segments(topic, int(partition)))
+        return {b for b, n, s in row_identities(rows) - now}
+
     def refresh(self, version: int | None = None) -> Lake:
         """Move to the catalog's newest version (or ``version``); returns ``self``.
 

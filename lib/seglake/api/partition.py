@@ -20,6 +20,7 @@ from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
+from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.tail_minima import cutoff
 
 if TYPE_CHECKING:
@@ -69,10 +70,9 @@ def _pinned(method: Callable[..., Any]) -> Callable[..., Any]:
         except SegmentNotFoundError as exc:
             from seglake.lake.garbage import superseded_error
 
-            bases = self.rows.column("base_offset").to_pylist()
             lake = self.lake
             err = superseded_error(
-                lake.catalog, lake.version, self.topic, self.partition, bases, exc
+                lake.catalog, lake.version, self.topic, self.partition, self.rows, exc
             )
             if err is exc:
                 raise
@@ -94,7 +94,13 @@ class Partition:
         self.partition = partition
         self.rows = rows
         fs, base = lakefs.resolve(lake.root)
-        self.log = PartitionLog.from_rows(fs, base, rows, on_corrupt=lake.on_corrupt)
+        self.log = PartitionLog.from_rows(
+            fs,
+            base,
+            rows,
+            on_corrupt=lake.on_corrupt,
+            replaced=lake.replaced(topic, partition),
+        )
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
@@ -268,17 +274,7 @@ class Partition:
         )
         cols = [
             self.rows.column(c).to_pylist()
-            for c in (
-                "base_offset",
-                "next_offset",
-                "record_count",
-                "min_timestamp",
-                "max_timestamp",
-                "size_bytes",
-                "index_entries",
-                "time_index_entries",
-                "codec",
-            )
+            for c in ("base_offset", *STAT_COLUMNS[: STAT_COLUMNS.index("codec") + 1])
         ]
         rows = [
             [b, n, c, iso(lo), iso(hi), size_text(sz), ie, te, codec]

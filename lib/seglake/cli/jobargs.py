@@ -22,10 +22,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _job_parser(job: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``./spark-submit.sh JOB``."""
+    return argparse.ArgumentParser(
+        prog=f"./spark-submit.sh {job}", description=description, epilog=epilog
+    )
+
+
+def _output_args(p: argparse.ArgumentParser) -> None:
+    """Where a job that writes records writes them: ``--output``, ``--output-format``."""
+    p.add_argument("--output", required=True)
+    p.add_argument("--output-format", choices=("parquet", "delta", "json"), default="parquet")
+
+
 def ingest_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh ingest",
-        description="Turn message data (Spark Kafka source columns; only `value` is required) "
+    p = _job_parser(
+        "ingest",
+        "Turn message data (Spark Kafka source columns; only `value` is required) "
         "into Kafka partition logs in a lake, committed atomically.",
     )
     p.add_argument("--input", required=True, help="input path (file or directory)")
@@ -51,9 +64,9 @@ def ingest_parser() -> argparse.ArgumentParser:
 
 
 def extract_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh extract",
-        description="Records of a time (or offset) range, in the Spark Kafka source schema.",
+    p = _job_parser(
+        "extract",
+        "Records of a time (or offset) range, in the Spark Kafka source schema.",
     )
     p.add_argument("--root", required=True)
     p.add_argument("--topic", required=True)
@@ -74,31 +87,29 @@ def extract_parser() -> argparse.ArgumentParser:
         choices=("read_uncommitted", "read_committed"),
         default="read_uncommitted",
     )
-    p.add_argument("--output", required=True)
-    p.add_argument("--output-format", choices=("parquet", "delta", "json"), default="parquet")
+    _output_args(p)
     _common(p)
     return p
 
 
 def lookup_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh lookup",
-        description="Answer (topic, partition, offset|timestamp) queries with the sparse "
+    p = _job_parser(
+        "lookup",
+        "Answer (topic, partition, offset|timestamp) queries with the sparse "
         "indexes: one output row per query, with a status.",
     )
     p.add_argument("--root", required=True)
     p.add_argument("--queries", required=True, help="parquet, JSON lines or CSV")
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
-    p.add_argument("--output", required=True)
-    p.add_argument("--output-format", choices=("parquet", "delta", "json"), default="parquet")
+    _output_args(p)
     _common(p)
     return p
 
 
 def recover_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh recover",
-        description="Recover every catalogued partition (one task each: truncate corrupt "
+    p = _job_parser(
+        "recover",
+        "Recover every catalogued partition (one task each: truncate corrupt "
         "tails, rebuild bad indexes); the driver fixes the catalog in one commit.",
     )
     p.add_argument("--root", required=True)
@@ -117,9 +128,9 @@ def recover_parser() -> argparse.ArgumentParser:
 
 
 def retention_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh retention",
-        description="Delete segments by exactly the rules given: catalog first (one commit), "
+    p = _job_parser(
+        "retention",
+        "Delete segments by exactly the rules given: catalog first (one commit), "
         "then the files, once older than file.delete.delay.ms.",
     )
     p.add_argument("--root", required=True)
@@ -169,9 +180,9 @@ def retention_from_args(args: argparse.Namespace):
 
 
 def compact_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="./spark-submit.sh compact",
-        description="Kafka's log cleaner as a Spark job: compact cleanup.policy=compact topics "
+    p = _job_parser(
+        "compact",
+        "Kafka's log cleaner as a Spark job: compact cleanup.policy=compact topics "
         "(keep the latest record per key) and merge small adjacent segments of the others, "
         "one catalog commit; prints a summary per partition.",
         epilog="Settings (Kafka's names; --conf wins over `seglake config`): cleanup.policy, "

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
@@ -45,6 +46,7 @@ __all__ = [
     "collect",
     "retire",
     "retired_paths",
+    "row_identities",
     "superseded_error",
 ]
 
@@ -184,20 +186,29 @@ def collect(
     return report
 
 
+def row_identities(rows: pa.Table) -> set[tuple[int, int, int]]:
+    """(base_offset, next_offset, size_bytes) of each row: a segment replaced under its
+    own name (compaction, recovery) is another segment."""
+    cols = [rows.column(c).to_pylist() for c in ("base_offset", "next_offset", "size_bytes")]
+    return set(zip(*cols, strict=True))
+
+
 def superseded_error(
-    catalog, version: int, topic: str, partition: int, pinned_bases: Iterable[int], exc: Exception
+    catalog, version: int, topic: str, partition: int, pinned: pa.Table, exc: Exception
 ) -> Exception:
-    """The error for a reader pinned to catalog ``version`` that met ``exc`` (a missing
-    file) in ``topic``-``partition``: a :class:`VersionSupersededError` naming the version
-    that removed the segment, or ``exc`` itself when the catalog still has every segment
-    the reader pinned (a file missing for another reason)."""
+    """The error for a reader pinned to catalog ``version`` (its rows ``pinned``) that met
+    ``exc`` (a missing file, or a file that is not its row's) in ``topic``-``partition``:
+    a :class:`VersionSupersededError` naming the version that removed or replaced the
+    segment, or ``exc`` itself when the catalog still has every segment the reader
+    pinned (a file missing for another reason)."""
     if not isinstance(exc, SegmentNotFoundError) or isinstance(exc, VersionSupersededError):
         return exc
     current = catalog.version()
     if current == version:
         return exc
-    now = set(catalog.segments(topic, partition).column("base_offset").to_pylist())
-    gone = sorted(set(pinned_bases) - now)
+    now = row_identities(catalog.segments(topic, partition))
+    gone_ids = sorted(row_identities(pinned) - now)
+    gone = [b for b, _, _ in gone_ids]
     if not gone:
         return exc
     by, op = None, None
@@ -206,8 +217,7 @@ def superseded_error(
         key=lambda h: h.version,
     )
     for h in [h for h in candidates if h.seglake_operation != "commit"][:20]:
-        there = catalog.segments(topic, partition, version=h.version).column("base_offset")
-        if gone[0] not in set(there.to_pylist()):
+        if gone_ids[0] not in row_identities(catalog.segments(topic, partition, version=h.version)):
             by = h.version
             op = " ".join(x for x in (h.seglake_operation or h.operation, h.run_id) if x)
             break
@@ -215,7 +225,8 @@ def superseded_error(
     return VersionSupersededError(
         f"{catalog.root}: catalog version {version} was superseded: segment(s) of "
         f"{topic}-{partition} at base offset(s) {gone[:5]} are no longer in the catalog "
-        f"{since} and their files were deleted after file.delete.delay.ms ({exc}); "
+        f"(removed or replaced) {since} and their files were deleted after "
+        f"file.delete.delay.ms ({exc}); "
         "call lake.refresh() (or rerun the job) to read the current version",
         version=version,
         superseded_by=by,

@@ -70,6 +70,23 @@ class ControlRecord:
         return self.type is ControlType.ABORT
 
 
+def _unpack(
+    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict
+) -> tuple[int, ...]:
+    """The fields of ``data`` (at least ``layout.size`` bytes, a version >= 0 first), or
+    :class:`CorruptRecordError` naming ``what`` and the sizes."""
+    if data is None or len(data) < layout.size:
+        raise CorruptRecordError(
+            f"{what} of {None if data is None else len(data)} bytes "
+            f"(expected at least {layout.size}: {fields})",
+            **where,
+        )
+    out = layout.unpack_from(data)
+    if out[0] < 0:
+        raise CorruptRecordError(f"{what} version {out[0]} is negative", **where)
+    return out
+
+
 def parse_control_record(
     key: bytes | None, value: bytes | None, *, path: str | None = None, position: int | None = None
 ) -> ControlRecord:
@@ -79,35 +96,18 @@ def parse_control_record(
     version, or an abort/commit value shorter than 6 bytes or with a negative version.
     Like Kafka, a newer version may carry extra trailing bytes, which are ignored.
     """
-    if key is None or len(key) < _KEY.size:
-        raise CorruptRecordError(
-            f"control record key of {None if key is None else len(key)} bytes "
-            f"(expected at least {_KEY.size}: version int16, type int16)",
-            path=path,
-            position=position,
-        )
-    version, type_id = _KEY.unpack_from(key)
-    if version < 0:
-        raise CorruptRecordError(
-            f"control record key version {version} is negative", path=path, position=position
-        )
+    where = {"path": path, "position": position}
+    version, type_id = _unpack(_KEY, key, "control record key", "version int16, type int16", where)
     kind = ControlType.of(type_id)
     if kind not in (ControlType.ABORT, ControlType.COMMIT):
         return ControlRecord(version, kind, type_id, None, value)
-    if value is None or len(value) < _TXN_VALUE.size:
-        raise CorruptRecordError(
-            f"{kind.name.lower()} marker value of {None if value is None else len(value)} "
-            f"bytes (expected at least {_TXN_VALUE.size}: version int16, coordinatorEpoch int32)",
-            path=path,
-            position=position,
-        )
-    value_version, epoch = _TXN_VALUE.unpack_from(value)
-    if value_version < 0:
-        raise CorruptRecordError(
-            f"{kind.name.lower()} marker value version {value_version} is negative",
-            path=path,
-            position=position,
-        )
+    _, epoch = _unpack(
+        _TXN_VALUE,
+        value,
+        f"{kind.name.lower()} marker value",
+        "version int16, coordinatorEpoch int32",
+        where,
+    )
     return ControlRecord(version, kind, type_id, epoch, value)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "cast_binary",
     "check_offsets",
     "check_timestamps",
+    "first_not_increasing",
     "headers_column",
     "int64_column",
     "prepare_headers",
@@ -209,12 +210,18 @@ def _first_invalid_utf8(arr: pa.Array) -> int:
     return lo
 
 
+def first_not_increasing(a: np.ndarray) -> int | None:
+    """Index of the first element not greater than the one before it (``None``: ``a``
+    is strictly increasing)."""
+    bad = np.flatnonzero(a[1:] <= a[:-1])
+    return int(bad[0]) + 1 if len(bad) else None
+
+
 def check_offsets(off: np.ndarray) -> None:
     if off[0] < 0:
         raise OffsetOrderError(f"row 0: offset {int(off[0])} is negative")
-    bad = np.flatnonzero(off[1:] <= off[:-1])
-    if len(bad):
-        i = int(bad[0]) + 1
+    i = first_not_increasing(off)
+    if i is not None:
         raise OffsetOrderError(
             f"row {i}: offset {int(off[i])} is not greater than offset {int(off[i - 1])} of "
             f"row {i - 1}; offsets must be strictly increasing"

@@ -15,6 +15,7 @@ import numpy as np
 
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
 from seglake.record.batch import HEADER_SIZE, INT32_MAX
+from seglake.record.encode_input import first_not_increasing
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import vsize_z
 
@@ -280,9 +281,8 @@ def check_starts(batch_starts: np.ndarray, n: int) -> np.ndarray:
     s = s.astype(np.int64)
     if not len(s) or s[0] != 0:
         raise InputSchemaError(f"batch_starts must begin with 0, got {s[:3].tolist()}")
-    bad = np.flatnonzero(s[1:] <= s[:-1])
-    if len(bad):
-        i = int(bad[0]) + 1
+    i = first_not_increasing(s)
+    if i is not None:
         raise InputSchemaError(
             f"batch_starts[{i}] = {int(s[i])} is not greater than "
             f"batch_starts[{i - 1}] = {int(s[i - 1])}"

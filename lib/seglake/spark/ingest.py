@@ -315,7 +315,7 @@ def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> lis
         *(["offset"] if has_offset else []),
     ]
     pinned = [F.hash(*norm.columns).alias("_all")] if _pruning_changes_rows(norm) else []
-    if num_partitions is None:
+    if num_partitions is None and not _local_rows(norm):
         lo, hi = (
             (F.min("offset"), F.max("offset"))
             if has_offset
@@ -336,6 +336,14 @@ def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> lis
         tasks.count_groups(num_partitions), spark_schema(tasks.COUNT_ROWS)
     )
     return counted.toArrow().to_pylist()
+
+
+def _local_rows(df: DataFrame) -> bool:
+    """Rows held by the driver (``createDataFrame`` of pandas or a list): Spark folds a
+    projection over them on the driver, where ``spark_partition_id()`` is 0 for every
+    row, while the write pass runs them in several tasks; such input is counted by
+    partition id in Python (``count_groups``), as the write pass sees it."""
+    return "LocalRelation" in df._jdf.queryExecution().optimizedPlan().toString()
 
 
 def _pruning_changes_rows(df: DataFrame) -> bool:

@@ -88,7 +88,10 @@ class _Partitioner:
 
     def __call__(self, b: pa.RecordBatch) -> np.ndarray:
         if self.n is None:
-            return b.column("partition").to_numpy()
+            given = b.column("partition")
+            if given.null_count:
+                raise SeglakeError(f"{given.null_count} input rows have a null partition")
+            return given.to_numpy()
         keys = b.column("key")
         parts = default_partition(keys, self.n, null_start=self.null_start)
         self.null_start += keys.null_count

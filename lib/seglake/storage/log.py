@@ -12,7 +12,7 @@ catalog and no file is listed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -108,10 +108,13 @@ class PartitionLog:
         *,
         log_start_offset: int | None = None,
         on_corrupt: str = "raise",
+        replaced: Collection[int] = (),
     ) -> PartitionLog:
         """From catalog rows of one partition (paths relative to ``root``). Their
         ``size_bytes`` are committed sizes: a batch that does not scan inside one is
-        corruption, never a tail."""
+        corruption, never a tail. ``replaced``: base offsets of rows a later catalog
+        version replaced or removed (their file must be exactly ``size_bytes``:
+        ``LogSegment(exact_size=True)``)."""
         segments = []
         directory = root
         for r in rows.to_pylist():
@@ -130,6 +133,7 @@ class PartitionLog:
                     on_corrupt=on_corrupt,
                     index_interval_bytes=r.get("index_interval_bytes") or DEFAULT_INTERVAL,
                     retired_path=retired,
+                    exact_size=r["base_offset"] in replaced,
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)

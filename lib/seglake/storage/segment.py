@@ -35,6 +35,7 @@ from seglake.errors import (
     CorruptIndexError,
     CorruptRecordError,
     SegmentNotFoundError,
+    SegmentReplacedError,
 )
 from seglake.record.batch import (
     HEADER_SIZE,
@@ -84,6 +85,9 @@ class LogSegment(SegmentFiles, WindowReads):
         retired_path: where this segment's files went if a later run (compaction, merge)
             published other files under the same name; read instead of ``log_path``
             whenever it exists.
+        exact_size: a later catalog version replaced or removed this (committed) row: the
+            ``.log`` read must be exactly ``size`` bytes, else it is the replacing
+            segment's (one size request at the first file access; no torn tail then).
 
     With ``staged_path`` or ``retired_path``, the first file access checks where the
     files are (at most two existence checks per segment): the retired copy, else the
@@ -105,6 +109,7 @@ class LogSegment(SegmentFiles, WindowReads):
         may_tear: bool = True,
         on_corrupt: str = "raise",
         retired_path: str | None = None,
+        exact_size: bool = False,
     ) -> None:
         parsed = parse_segment_file_name(log_path.rsplit("/", 1)[-1])
         if parsed is None or parsed[1] != LOG_SUFFIX:
@@ -128,7 +133,8 @@ class LogSegment(SegmentFiles, WindowReads):
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
         self._retired_path = retired_path
-        self._located = staged_path is None and retired_path is None
+        self.exact_size = exact_size and size is not None
+        self._located = staged_path is None and retired_path is None and not self.exact_size
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
@@ -225,6 +231,8 @@ class LogSegment(SegmentFiles, WindowReads):
                     f"past the end of the log ({self.size} bytes)",
                     path=ipath,
                 )
+        except SegmentReplacedError:
+            raise
         except (SegmentNotFoundError, CorruptRecordError) as exc:
             self.rebuild_indexes(str(exc))
             return

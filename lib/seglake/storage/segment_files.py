@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError
+from seglake.errors import SegmentNotFoundError, SegmentReplacedError
 from seglake.storage.naming import LOG_SUFFIX
 
 __all__ = ["SegmentFiles"]
@@ -24,7 +24,7 @@ __all__ = ["SegmentFiles"]
 
 class SegmentFiles:
     """File access of a segment (needs ``fs``, ``log_path``, ``stem``, ``size``,
-    ``_other_path``, ``_retired_path``, ``_located``)."""
+    ``_other_path``, ``_retired_path``, ``_located``, ``exact_size``)."""
 
     fs: pafs.FileSystem
     log_path: str
@@ -32,15 +32,21 @@ class SegmentFiles:
     _other_path: str | None
     _retired_path: str | None
     _located: bool
+    exact_size: bool
+    _replaced: SegmentReplacedError | None = None  # set once the exact size check failed
 
     if TYPE_CHECKING:
 
         @property
         def size(self) -> int: ...
 
+        def not_row_file(self, why: str) -> SegmentReplacedError: ...
+
     def _locate(self) -> None:
         """Once: switch to the retired or staged copy if there is one (see the class)."""
         if self._located:
+            if self._replaced is not None:
+                raise self._replaced
             return
         self._located = True
         retired = self._retired_path
@@ -49,6 +55,14 @@ class SegmentFiles:
             self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
         elif self._other_path is not None and lakefs.exists(self.fs, self._other_path):
             self._fallback()
+        if self.exact_size:
+            try:
+                length = lakefs.file_size(self.fs, self.log_path)
+            except SegmentNotFoundError:
+                return  # the read that follows names the missing file
+            if length != self.size:
+                self._replaced = self.not_row_file(f"the file there has {length} bytes")
+                raise self._replaced
 
     def _fallback(self) -> bool:
         """Switch between the final and the staged copy (the one in use is missing: not
@@ -82,6 +96,11 @@ class SegmentFiles:
             if suffix == LOG_SUFFIX or not self._fallback():
                 raise
             return lakefs.read_all(self.fs, self.stem + suffix)
+
+    def longer(self) -> bool:
+        """Whether the ``.log`` in use is longer than ``size`` (one metadata request)."""
+        self._locate()
+        return lakefs.file_size(self.fs, self.log_path) > self.size
 
     def log_bytes(self) -> bytes:
         """The whole ``.log``."""

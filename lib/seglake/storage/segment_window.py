@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import ConfigError, CorruptBatchWarning, CorruptRecordError
+from seglake.errors import (
+    ConfigError,
+    CorruptBatchWarning,
+    CorruptRecordError,
+    SegmentReplacedError,
+)
 from seglake.record.batch import (
     HEADER_SIZE,
     MAGIC,
@@ -97,7 +102,9 @@ class WindowReads:
     ``index_source``, ``_offset_index`` and ``window``."""
 
     log_path: str
+    base_offset: int
     committed: bool
+    _next_offset: int | None
     may_tear: bool
     on_corrupt: str
     skipped: dict[int, SkippedBatch]
@@ -110,6 +117,8 @@ class WindowReads:
         def size(self) -> int: ...
 
         def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window: ...
+
+        def longer(self) -> bool: ...
 
     def _eof(self, start: int, end: int, data: bytes) -> str | None:
         """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
@@ -129,7 +138,25 @@ class WindowReads:
             self._skip(b, start)
         if scan.error is not None:
             self._check_stop(scan, start, data, eof)
+        nxt = self._next_offset if self.committed else None
+        if nxt is not None and len(scan) and int(scan.last_offset[-1]) >= nxt:
+            raise self.not_row_file(
+                f"it holds offsets up to {int(scan.last_offset[-1])} at position "
+                f"{start + int(scan.position[-1])}"
+            )
         return Window(start, data, scan)
+
+    def not_row_file(self, why: str) -> SegmentReplacedError:
+        """The file at ``log_path`` is not the one its catalog row describes (a later run
+        published another segment under its name; the row's own copy is gone). Checked
+        at no cost on every lake window (an offset at or past the row's ``next_offset``;
+        a batch running past ``size_bytes`` in a longer file), and for rows a later
+        catalog version replaced (``exact_size``) once per open: the file's length."""
+        return SegmentReplacedError(
+            f"{self.log_path}: not the file of its catalog row (size_bytes {self.size}, "
+            f"next_offset {self._next_offset}): {why}; a later catalog version replaced "
+            "it under the same name"
+        )
 
     def _torn(self, at: int, rest: bytes, eof: str) -> bool:
         """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
@@ -173,6 +200,8 @@ class WindowReads:
         batch_bytes = (
             head.size if head is not None and HEADER_SIZE <= head.size <= self.size - at else 0
         )
+        if self.committed and eof == "size" and scan.truncated and self.longer():
+            raise self.not_row_file(f"a batch at position {at} runs past the size")
         if scan.truncated:
             what = f"{scan.why}, not a torn tail"
             what += f" (magic {rest[16]})" if head else " (a segment that is not the last)"

@@ -1,0 +1,85 @@
+"""A reader pinned to a catalog version whose first segment of a compacted group was
+replaced under its own name: once ``cleanup`` has deleted the retired copy, reading the
+new file with the old row's size and offsets is one VersionSupersededError, never a
+subset of the compacted records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import seglake
+from seglake import fs as lakefs
+from seglake.config import LogConfig
+from seglake.errors import SegmentReplacedError, VersionSupersededError
+from seglake.lake.catalog import Catalog
+from seglake.lake.compaction import run_compaction
+from seglake.lake.staging import cleanup
+from seglake.storage.log import PartitionLog
+from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake
+
+
+@pytest.mark.parametrize("segment_bytes", [None, "2000"], ids=["one-group", "in-place"])
+def test_pinned_reader_past_the_delay_gets_one_error(tmp_path: Path, segment_bytes) -> None:
+    root = tmp_path / "lake"
+    keyed_lake(root)
+    lake = seglake.open(str(root))
+    pinned = lake.version
+    old = Catalog(str(root)).segments("c", 0)
+    first = old.to_pylist()[0]
+    p = lake.partition("c", 0)
+    conf = {**COMPACT, **({"segment.bytes": segment_bytes} if segment_bytes else {})}
+    assert run_compaction(str(root), conf=conf, now_ms=NOW).committed
+    new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
+    assert new["path"] == first["path"] and new["size_bytes"] != first["size_bytes"]
+    # within the delay: the retired copy, every record
+    assert p.read(0, 10_000, as_="arrow").num_rows == 600
+    cleanup(str(root), delete_delay_s=0)
+    lake2 = seglake.open(str(root), version=pinned)
+    with pytest.raises(VersionSupersededError):
+        lake2.partition("c", 0).read(0, 10_000)  # the segments merged away: no such file
+    for offset, n in ((first["next_offset"] // 2, 2), (5, 3)):  # the old first segment only
+        with pytest.raises(VersionSupersededError) as err:
+            seglake.open(str(root), version=pinned).partition("c", 0).read(offset, n)
+        assert f"catalog version {pinned}" in str(err.value)
+        assert first["path"] in str(err.value) and err.value.version == pinned
+    # the storage layer: a row a later version replaced must be its exact size
+    fs, base = lakefs.resolve(str(root))
+    log = PartitionLog.from_rows(fs, base, old.slice(0, 1), replaced={first["base_offset"]})
+    with pytest.raises(SegmentReplacedError, match="not the file of its catalog row"):
+        log.read(0, 10_000)
+    if segment_bytes is None:  # without being told: offsets past the row's next offset
+        log = PartitionLog.from_rows(fs, base, old.slice(0, 1))
+        with pytest.raises(SegmentReplacedError, match=f"offsets up to {new['next_offset'] - 1}"):
+            log.read(0, 10_000)
+    # the current version reads
+    assert seglake.open(str(root)).partition("c", 0).read(0, 10_000).shape[0] > 0
+
+
+def test_a_longer_file_with_a_batch_across_the_size_is_another_segment(tmp_path: Path) -> None:
+    """Offsets below the row's next offset, but a batch runs past ``size_bytes`` in a file
+    that is longer: not a corrupt length, the file of another segment."""
+    root = tmp_path / "lake"
+    keyed_lake(root)
+    row = Catalog(str(root)).segments("c", 0).slice(0, 1)
+    r = row.to_pylist()[0]
+    other = tmp_path / "other"
+    other.mkdir()
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(r["next_offset"]), pa.int64()),
+            "timestamp": pa.array(np.full(r["next_offset"], NOW), pa.int64()),
+            "key": pa.array([b"k"] * r["next_offset"], pa.binary()),
+            "value": pa.array([b"x" * 97] * r["next_offset"], pa.binary()),
+        }
+    )
+    PartitionLog.open(str(other)).append(recs, config=LogConfig(batch_size=700))
+    data = (other / "00000000000000000000.log").read_bytes()
+    assert len(data) > r["size_bytes"]
+    (root / r["path"]).write_bytes(data)
+    fs, base = lakefs.resolve(str(root))
+    with pytest.raises(SegmentReplacedError, match="runs past the size"):
+        PartitionLog.from_rows(fs, base, row).read(0, 10_000)
