@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.fs as pafs
 
-from seglake.storage.point_reads import _Chains
+from seglake.storage.header_chains import Chains
 
 
 def test_chains_join_keeps_every_read_in_order(tmp_path):
     blob = np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes()
     (tmp_path / "x.log").write_bytes(blob)
-    chains = _Chains()
+    chains = Chains()
     want = b""
     with pafs.LocalFileSystem().open_input_file(str(tmp_path / "x.log")) as f:
         for round_, ranges in enumerate([[(0, 100)], [(300, 900), (50, 60)], [(4000, 5000)]]):
