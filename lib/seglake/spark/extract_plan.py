@@ -23,6 +23,7 @@ from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import cutoff
+from seglake.storage.time_index import NO_ENTRY
 from seglake.storage.txn_index import collect_aborted
 from seglake.storage.window_records import (
     NO_TS_HI,
@@ -264,15 +265,10 @@ def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
     """Bytes of ``splits`` (of ``seg``) from the batch where the largest timestamp so far
     reaches ``ts_hi`` (time index) on: there, batches are mostly dropped by their
     timestamps alone."""
-    ti = seg.time_index
-    k = int(np.searchsorted(ti.timestamps, ts_hi, side="left"))
-    if k >= len(ti):
+    nxt = int(seg.time_index.bounds_many([ts_hi])[1][0])
+    if nxt == NO_ENTRY:
         return 0
-    at = (
-        seg.offset_index.lookup(int(ti.offsets[k]))[1]
-        if int(ti.offsets[k]) > seg.base_offset
-        else 0
-    )
+    at = seg.offset_index.lookup(nxt)[1] if nxt > seg.base_offset else 0
     return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
 
 
@@ -280,8 +276,7 @@ def _time_seek(seg: LogSegment, ts_lo: int) -> int:
     """First offset of ``seg`` that may hold a timestamp >= ``ts_lo``: after the offset of
     the time index's strict floor (every record up to it is older: the entry holds the
     largest timestamp so far)."""
-    ts, off = seg.time_index.lookup_strict(ts_lo)
-    return int(off) + 1 if ts >= 0 else seg.base_offset
+    return int(seg.time_index.bounds_many([ts_lo])[0][0])
 
 
 def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):

@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 
 from seglake.storage.segment import LogSegment
+from seglake.storage.time_index import NO_ENTRY
 
 __all__ = [
     "READ_GAP",
@@ -75,15 +76,7 @@ def time_request(seg: LogSegment, targets: np.ndarray, lo: int) -> Request:
     """The time index bounds every answer at once: after the strict floor's offset (each
     entry holds the largest timestamp so far, so no record up to it is >= the target)
     and at or before the next entry's offset (which holds a timestamp >= it)."""
-    ti = seg.time_index
-    n = len(ti)
-    slot = np.searchsorted(ti.timestamps, targets, side="left") - 1
-    first = np.where(slot >= 0, ti.offsets[np.maximum(slot, 0)] + 1 if n else 0, seg.base_offset)
+    first, last = seg.time_index.bounds_many(targets)
     first = np.maximum(first, max(lo, seg.base_offset))
-    # no entry >= the target (an active segment's last batches): up to the end
-    last = (
-        np.where(slot + 1 < n, ti.offsets[np.minimum(slot + 1, n - 1)], _NO_OFFSET)
-        if n
-        else np.full(len(targets), _NO_OFFSET)
-    )
+    last = np.where(last == NO_ENTRY, _NO_OFFSET, last)  # none >= the target: to the end
     return Request(seg, first, np.maximum(last, first), np.asarray(targets, np.int64))
