@@ -17,8 +17,8 @@ optimised): one pinned catalog version; per partition ``[start, end)`` offsets f
 options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed filters:
 ``topic`` and ``partition`` choose partitions, ``offset`` comparisons cut the range, a
 ``timestamp`` lower bound becomes an ``offsetsForTimes`` seek, and both timestamp bounds
-prune segments by the catalog's min/max timestamps. :func:`plan_extract` (filter mode)
-then cuts the splits; every split is one Spark input partition, read by
+prune segments by the catalog's min/max timestamps. Extract's :func:`plan_partition`
+(filter mode) then cuts the splits; every split is one Spark input partition, read by
 :func:`read_split` and handed to Spark as Arrow batches.
 """
 
@@ -52,7 +52,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
-from seglake.spark.extract_plan import plan_extract
+from seglake.spark.extract_plan import plan_partition
 from seglake.spark.extract_read import read_split
 from seglake.spark.read_options import (
     ALL,
@@ -64,7 +64,6 @@ from seglake.spark.read_options import (
 )
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
-from seglake.storage.naming import partition_dir_name
 
 __all__ = [
     "OPTIONS",
@@ -190,22 +189,8 @@ class Pushed:
 def _partition_log(
     cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table, on_corrupt: str = "raise"
 ) -> PartitionLog:
-    """A partition's log whose segments come from ``cache`` (plan_extract's too)."""
-    fs, base = cache.resolve(root)
-    segs = [
-        cache.segment(
-            root,
-            r["path"],
-            size=r["size_bytes"],
-            next_offset=r["next_offset"],
-            max_timestamp=r["max_timestamp"],
-            run_id=r["run_id"],
-            load_indexes=False,
-            on_corrupt=on_corrupt,
-        )
-        for r in rows.to_pylist()
-    ]
-    return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
+    """:meth:`IndexCache.partition_log` (the stream source's name for it)."""
+    return cache.partition_log(root, tp, rows, on_corrupt)
 
 
 def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
@@ -277,10 +262,11 @@ def plan_read(
     if pushed.nothing():
         return []
     ranges: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # per topic
+    logs: dict[TopicPartition, tuple[pa.Table, PartitionLog]] = {}
     for tp, rows in parts.items():
         if not pushed.admits(tp):
             continue
-        log = _partition_log(cache, opts.root, tp, rows, opts.on_corrupt)
+        log = cache.partition_log(opts.root, tp, rows, opts.on_corrupt)
         start, end = (
             b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
             for b in (opts.starting, opts.ending)
@@ -292,9 +278,12 @@ def plan_read(
                 f"ending offset {end}"
             )
         lo, hi = _intersect((start, end), pushed.offset)
-        if lo < hi:  # a pushed time range: plan_extract prunes and seeks (filter mode)
+        if lo < hi:  # a pushed time range: plan_partition prunes and seeks (filter mode)
             ranges[tp[0]][tp[1]] = (lo, hi)
-    return plan_splits(opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp)
+            logs[tp] = (rows, log)
+    return plan_splits(
+        opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp, logs=logs
+    )
 
 
 def plan_splits(
@@ -304,25 +293,36 @@ def plan_splits(
     version: int,
     cache: IndexCache,
     timestamp: Range = ALL,
+    logs: dict[TopicPartition, tuple[pa.Table, PartitionLog]] | None = None,
 ) -> list[dict]:
     """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
-    ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``."""
+    ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``:
+    extract's :func:`plan_partition` (filter mode) per partition. ``logs``: each
+    partition's catalog rows and log, when the caller has them (else one catalog read)."""
+    if logs is None:
+        rows = _by_partition(Catalog(opts.root).segments(tuple(ranges), version=version))
+        logs = {
+            tp: (r, cache.partition_log(opts.root, tp, r, opts.on_corrupt))
+            for tp, r in rows.items()
+        }
     splits: list[dict] = []
-    for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
-        plan = plan_extract(
-            opts.root,
-            topic,
-            start=timestamp[0],
-            end=timestamp[1],
-            offset_ranges=bounds,
-            mode="filter",
-            isolation_level=opts.isolation_level,
-            split_bytes=opts.split_bytes,
-            on_corrupt=opts.on_corrupt,
-            version=version,
-            cache=cache,
-        )
-        splits += plan.splits.to_pylist()
+    for topic, bounds in ranges.items():
+        for p, (lo, hi) in sorted(bounds.items()):
+            if (topic, p) not in logs:
+                continue
+            rows_p, log = logs[(topic, p)]
+            lo, hi = max(lo, log.log_start_offset), min(hi, log.log_end_offset)
+            if lo < hi:
+                splits += plan_partition(
+                    log,
+                    rows_p.to_pylist(),
+                    (topic, p),
+                    (lo, hi),
+                    timestamp,
+                    mode="filter",
+                    isolation_level=opts.isolation_level,
+                    split_bytes=opts.split_bytes,
+                )[0]
     return splits
 
 
