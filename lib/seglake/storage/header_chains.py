@@ -9,11 +9,8 @@ checked) to a :class:`~seglake.storage.point_gather.Gather`.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
-from seglake import fs as lakefs
 from seglake.errors import SeglakeError
 from seglake.record.batch import (
     ATTRIBUTES_OFFSET,
@@ -27,7 +24,7 @@ from seglake.record.batch import (
 from seglake.record.crc import crc32c
 from seglake.storage.point_gather import Gather
 from seglake.storage.point_requests import Request, byte_ranges, touching
-from seglake.storage.segment import Window
+from seglake.storage.segment import LogSegment, Window
 
 __all__ = ["Chains", "locate"]
 
@@ -47,12 +44,12 @@ class Chains:
         self._store = self.data  # ``data`` and spare room (capacity doubles)
         self._joined = 0  # buffers already in ``data``
 
-    def read(self, f, start: int, end: int, *, first: bool = False) -> int:
-        """Read ``[start, end)`` of the open file ``f`` (``first``: its first read);
+    def read(self, seg: LogSegment, start: int, end: int) -> int:
+        """Read ``[start, end)`` of ``seg``'s ``.log`` (the segment's own ranged read: its
+        staged or retired copy when the catalog's path is not there yet or any more);
         returns the buffer's number."""
-        buf = f.read_at(max(0, end - start), start)
-        lakefs.IO_STATS.record(len(buf), opened=int(first))
-        self.bufs.append(bytes(buf))
+        buf = seg._read_range(start, max(0, end - start))
+        self.bufs.append(buf)
         self.file_at.append(start)
         self.data_at.append(self.data_at[-1] + len(buf))
         return len(self.bufs) - 1
@@ -87,42 +84,34 @@ class Chains:
         return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
 
 
-def locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) -> None:
-    """``ids`` of all requests' targets at once (-2: the index and the log disagree, or
-    the file is not where the catalog says: the careful path takes those).
+def locate(reqs: list[Request], gather: Gather) -> None:
+    """``ids`` of all requests' targets at once (-2: the index and the log disagree: the
+    careful path takes those).
 
     Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
     to the entry after ``hi`` plus a header (targets whose ranges lie within
-    :data:`READ_GAP` share one read; each file opened once), and the batch there only
+    :data:`READ_GAP` share one read, through the segment), and the batch there only
     when it holds an answer. Then every target's chain of batch headers is followed from
     its floor, all targets of all segments one numpy step at a time. Answer batches'
     CRCs are checked.
     """
     chains = Chains()
     cols: dict[str, list[np.ndarray]] = {}
-    handles, spans = [], {}  # open files; request -> its targets' slice of the columns
+    spans = {}  # request -> its targets' slice of the columns
     total = 0
     for j, r in enumerate(reqs):
         n = len(r.lo)
         r.ids = np.full(n, -2, dtype=np.int64)
         try:
             floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
-            try:
-                f = files.enter_context(r.seg.fs.open_input_file(r.seg.log_path))
-            except OSError:  # not where the catalog says (staged): the careful path
-                continue
             buf = np.zeros(n, dtype=np.int64)
-            for k, g in enumerate(touching(start, end)):
+            for g in touching(start, end):
                 buf[g] = chains.read(
-                    f,
-                    int(start[g].min()),
-                    min(r.seg.size, int(end[g].max()) + HEADER_SIZE),
-                    first=k == 0,
+                    r.seg, int(start[g].min()), min(r.seg.size, int(end[g].max()) + HEADER_SIZE)
                 )
         except (SeglakeError, OSError) as exc:
             r.error = exc
             continue
-        handles.append(f)
         spans[j] = (total, total + n)
         total += n
         for key, v in (
@@ -135,7 +124,7 @@ def locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) -> 
             ("buf", buf),
             ("req", np.full(n, j)),
             ("size", np.full(n, r.seg.size)),
-            ("file", np.full(n, len(handles) - 1)),
+            ("file", np.full(n, j)),
         ):
             cols.setdefault(key, []).append(v)
     if not spans:
@@ -179,8 +168,8 @@ def locate(reqs: list[Request], gather: Gather, files: contextlib.ExitStack) -> 
             ).T.tolist():
                 mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
                 try:
-                    buf[mine] = chains.read(handles[fi], p, min(int(size[mine[0]]), p + w))
-                except OSError:
+                    buf[mine] = chains.read(reqs[fi].seg, p, min(int(size[mine[0]]), p + w))
+                except (SeglakeError, OSError):
                     state[mine] = -2
             chains.join()
     found = np.flatnonzero(state == 1)

@@ -11,8 +11,6 @@ lookup job plans all segments' :class:`Request` s together (:func:`plan_requests
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pyarrow as pa
 
@@ -47,8 +45,7 @@ def plan_requests(reqs: list[Request], gather: Gather) -> None:
     """Set every request's ``ids`` (or ``error``): :func:`_locate`, then the careful
     path (:meth:`LogSegment._span`, which rebuilds a bad index) where the index and the
     log disagree."""
-    with contextlib.ExitStack() as files:
-        _locate(reqs, gather, files)
+    _locate(reqs, gather)
     for r in reqs:
         if r.error is not None or r.ids is None:
             continue
