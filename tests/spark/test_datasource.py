@@ -127,6 +127,23 @@ def test_whole_lake_and_headers_equal_brute_force_and_extract(spark, source):
         assert got.equals(exp)
 
 
+def test_splits_are_packed_into_fewer_tasks_with_the_same_rows(source):
+    """The splits packed as extract packs them: fewer input partitions than splits,
+    every split in exactly one, and the same rows (the whole lake)."""
+    opts = datasource.parse_options({"path": source.root})
+    splits = datasource.plan_read(opts)
+    parts = datasource.SeglakeReader(opts, parallelism=2).partitions()
+
+    def key(s: dict) -> tuple:
+        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"]
+
+    assert len(splits) > len(parts) >= 1
+    assert sorted(map(key, splits)) == sorted(key(s) for p in parts for s in p.value)
+    df = source.df()
+    assert df.rdd.getNumPartitions() < len(splits)
+    assert_rows(df, source.recs, at_least=7000)
+
+
 def test_time_range_equals_extract_job_both_semantics(spark, source):
     recs = source.recs
     t1 = recs[recs["topic"] == "t1"]
@@ -364,8 +381,10 @@ def test_filter_pushdown_results_are_exact(source):
     exp = within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0)))
     assert_rows(df, exp[exp["timestamp"] < mid], at_least=10)
     # pushed topic/partition filters leave out the other partitions' splits
-    narrow = source.df().filter("topic = 't2' AND partition = 1")
-    assert narrow.rdd.getNumPartitions() < source.df().rdd.getNumPartitions() / 3
+    opts, narrow = datasource.parse_options({"path": source.root}), Pushed()
+    assert narrow.push(sds.EqualTo(("topic",), "t2"))
+    assert narrow.push(sds.EqualTo(("partition",), 1))
+    assert len(datasource.plan_read(opts, narrow)) < len(datasource.plan_read(opts)) / 3
 
 
 def test_narrow_time_window_reads_only_overlapping_segments(source):

@@ -18,15 +18,18 @@ options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed fil
 ``topic`` and ``partition`` choose partitions, ``offset`` comparisons cut the range, a
 ``timestamp`` lower bound becomes an ``offsetsForTimes`` seek, and both timestamp bounds
 prune segments by the catalog's min/max timestamps. Extract's :func:`plan_partition`
-(filter mode) then cuts the splits; every split is one Spark input partition, read by
-:func:`read_split` and handed to Spark as Arrow batches.
+(filter mode) then cuts the splits, packed into tasks as extract's (:func:`pack_splits`:
+about the session's default parallelism, at least 4 MiB each); every task is one Spark
+input partition, read by :func:`read_splits` and handed to Spark as Arrow batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -52,8 +55,8 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
-from seglake.spark.extract_plan import plan_partition
-from seglake.spark.extract_read import read_split
+from seglake.spark.extract_plan import pack_splits, plan_partition
+from seglake.spark.extract_read import read_splits
 from seglake.spark.read_options import (
     ALL,
     OPTIONS,
@@ -328,10 +331,14 @@ def plan_splits(
 
 # ------------------------------------------------------------------------------ Spark
 class SeglakeReader(DataSourceReader):
-    """Plans splits (with pushed filters) on the planner, reads one split per task."""
+    """Plans splits (with pushed filters) on the planner, packs them into tasks, reads
+    each task's splits together."""
 
-    def __init__(self, opts: ReadOptions, bytes_accumulator: Any = None) -> None:
+    def __init__(
+        self, opts: ReadOptions, bytes_accumulator: Any = None, parallelism: int = 0
+    ) -> None:
         self.opts = opts
+        self.parallelism = parallelism or os.cpu_count() or 1
         self.pushed = Pushed()
         self.bytes_accumulator = bytes_accumulator
         self.cache_bytes = LogConfig().index_cache_bytes
@@ -341,17 +348,20 @@ class SeglakeReader(DataSourceReader):
         return iter([f for f in filters if not self.pushed.push(f)])
 
     def partitions(self) -> list[InputPartition]:
-        """One input partition per split."""
+        """The splits packed into tasks (:func:`pack_splits`, as extract's): one input
+        partition per task."""
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
-            return [InputPartition(s) for s in plan_read(self.opts, self.pushed)]
+            splits = plan_read(self.opts, self.pushed)
+        tasks = pack_splits(splits, self.parallelism, max_bytes=self.opts.split_bytes)
+        return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The split's records as Arrow batches (nothing for Spark's placeholder)."""
+        """The task's records as Arrow batches (nothing for Spark's placeholder)."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
         skipped: list[str] = []
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
-            t = read_split(
+            t = read_splits(
                 get_cache(self.cache_bytes),
                 self.opts.root,
                 partition.value,
@@ -368,6 +378,7 @@ class SeglakeDataSource(DataSource):
     """``spark.read.format("seglake").load(root)``; see the module docstring."""
 
     bytes_accumulator: Any = None
+    parallelism: int = 0  # the session's default parallelism (register); 0: the CPUs
 
     @classmethod
     def name(cls) -> str:
@@ -394,7 +405,7 @@ class SeglakeDataSource(DataSource):
                 "seglake: the schema is the Kafka source's, "
                 f"{expected.simpleString()}; got {schema.simpleString()}"
             )
-        return SeglakeReader(opts, self.bytes_accumulator)
+        return SeglakeReader(opts, self.bytes_accumulator, self.parallelism)
 
     def streamReader(self, schema: StructType) -> Any:
         """``spark.readStream.format("seglake")``: see :mod:`seglake.spark.stream_source`."""
@@ -418,11 +429,11 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
             bytes they read to (tests and benchmarks).
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    source: type = SeglakeDataSource
+    attrs: dict[str, Any] = {}
     if bytes_accumulator is not None:
-        source = type(
-            "CountingSeglakeDataSource",
-            (SeglakeDataSource,),
-            {"bytes_accumulator": bytes_accumulator},
-        )
+        attrs["bytes_accumulator"] = bytes_accumulator
+    # splits are packed into about this many tasks (Spark Connect: the planner's CPUs)
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        attrs["parallelism"] = int(spark.sparkContext.defaultParallelism)
+    source = type("SessionSeglakeDataSource", (SeglakeDataSource,), attrs)
     spark.dataSource.register(source)
