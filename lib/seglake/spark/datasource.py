@@ -356,15 +356,17 @@ class SeglakeReader(DataSourceReader):
         return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The task's records as Arrow batches (nothing for Spark's placeholder)."""
+        """The records of a task (a list of splits) or of one split (the stream source's
+        input partitions) as Arrow batches (nothing for Spark's placeholder)."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
+        value = partition.value
         skipped: list[str] = []
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
             t = read_splits(
                 get_cache(self.cache_bytes),
                 self.opts.root,
-                partition.value,
+                value if isinstance(value, list) else [value],
                 isolation_level=self.opts.isolation_level,
                 on_corrupt=self.opts.on_corrupt,
                 skipped=skipped,
