@@ -28,6 +28,7 @@ from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark import datasource
 from seglake.spark.datasource import Pushed
 from seglake.spark.extract import extract
+from seglake.spark.extract_plan import plan_extract
 from tests.spark.test_extract import kafka_offsets_for_time, lake  # noqa: F401 (fixture)
 from tests.txn_log import write_transactional_log
 
@@ -126,6 +127,23 @@ def test_whole_lake_and_headers_equal_brute_force_and_extract(spark, source):
         assert got.equals(exp)
 
 
+def test_splits_are_packed_into_fewer_tasks_with_the_same_rows(source):
+    """The splits packed as extract packs them: fewer input partitions than splits,
+    every split in exactly one, and the same rows (the whole lake)."""
+    opts = datasource.parse_options({"path": source.root})
+    splits = datasource.plan_read(opts)
+    parts = datasource.SeglakeReader(opts, parallelism=2).partitions()
+
+    def key(s: dict) -> tuple:
+        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"]
+
+    assert len(splits) > len(parts) >= 1
+    assert sorted(map(key, splits)) == sorted(key(s) for p in parts for s in p.value)
+    df = source.df()
+    assert df.rdd.getNumPartitions() < len(splits)
+    assert_rows(df, source.recs, at_least=7000)
+
+
 def test_time_range_equals_extract_job_both_semantics(spark, source):
     recs = source.recs
     t1 = recs[recs["topic"] == "t1"]
@@ -203,15 +221,16 @@ def test_offset_topic_and_catalog_options(source):
 
 
 def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(source, monkeypatch):
-    """Every partition starting and ending elsewhere: one plan_extract per topic (one
-    catalog read), the same splits as one plan per partition."""
-    real, calls = datasource.plan_extract, []
+    """Every partition starting and ending elsewhere: one catalog read for the whole
+    plan (plan_partition per partition on the rows read once), the same splits as one
+    plan_extract per partition."""
+    real, calls = Catalog.segments, []
 
-    def counting(*args, **kwargs):
-        calls.append(args[1])
-        return real(*args, **kwargs)
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(datasource, "plan_extract", counting)
+    monkeypatch.setattr(Catalog, "segments", counting)
     opts = datasource.parse_options(
         {
             "path": source.root,
@@ -221,7 +240,8 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
         }
     )
     splits = datasource.plan_read(opts)
-    assert sorted(calls) == ["t1", "t2"]
+    assert len(calls) == 1
+    monkeypatch.undo()
     leo = Catalog(source.root).log_end_offsets()
     want = {
         ("t1", 0): (100, 400),
@@ -236,7 +256,7 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
     one_by_one = [
         key(s)
         for (t, p), (lo, hi) in want.items()
-        for s in real(
+        for s in plan_extract(
             source.root, t, partitions=[p], start_offset=lo, end_offset=hi, mode="filter"
         ).splits.to_pylist()
     ]
@@ -361,8 +381,10 @@ def test_filter_pushdown_results_are_exact(source):
     exp = within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0)))
     assert_rows(df, exp[exp["timestamp"] < mid], at_least=10)
     # pushed topic/partition filters leave out the other partitions' splits
-    narrow = source.df().filter("topic = 't2' AND partition = 1")
-    assert narrow.rdd.getNumPartitions() < source.df().rdd.getNumPartitions() / 3
+    opts, narrow = datasource.parse_options({"path": source.root}), Pushed()
+    assert narrow.push(sds.EqualTo(("topic",), "t2"))
+    assert narrow.push(sds.EqualTo(("partition",), 1))
+    assert len(datasource.plan_read(opts, narrow)) < len(datasource.plan_read(opts)) / 3
 
 
 def test_narrow_time_window_reads_only_overlapping_segments(source):

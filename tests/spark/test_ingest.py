@@ -338,7 +338,7 @@ def test_shuffle_keys_land_one_chunk_per_task(spark):
     """task_keys() inverts Spark's hash partitioning: chunk c's key goes to task c."""
     import pyspark.sql.functions as F
 
-    from seglake.spark.ingest_tasks import spark_hash_int, task_keys
+    from seglake.spark.ingest_keys import spark_hash_int, task_keys
 
     ints = [0, 1, -1, 42, 2**31 - 1, -(2**31), 123456789]
     got = spark.createDataFrame([(i,) for i in ints], "k int").select(F.hash("k")).collect()

@@ -235,7 +235,7 @@ def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
     targets = np.sort(np.random.default_rng(2).choice(g["timestamp"].to_numpy(), 40))
     rows, found = resolve_timestamps(seg, targets)
 
-    def place_nothing(reqs, gather, files):
+    def place_nothing(reqs, gather):
         for r in reqs:
             r.ids = np.full(len(r.lo), -1, dtype=np.int64)
 

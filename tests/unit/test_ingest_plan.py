@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from seglake.config import LogConfig
 from seglake.errors import InvalidTopicError, OffsetOrderError, SeglakeError
+from seglake.spark.ingest_keys import group_rows
 from seglake.spark.ingest_plan import plan_ingest
-from seglake.spark.ingest_tasks import group_rows
 
 
 def rows(*triples, lo=None, hi=None):

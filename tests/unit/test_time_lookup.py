@@ -281,3 +281,29 @@ def test_find_offset_raises_as_decode(
     got = errors_of(lambda: seg.find_offset_by_timestamp(6))
     assert decoded[-1] is not None and same_error(got, decoded[-1])
     assert got.path == str(log) and corrupt_cases()[case][1] in str(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 50), st.integers(0, 5)), max_size=12),
+    st.lists(st.integers(-1, 700), min_size=1, max_size=20),
+)
+def test_time_index_bounds_equal_brute_force(steps, targets) -> None:
+    """``bounds_many``: after the last entry with timestamp < target (base if none), and
+    at the first entry with timestamp >= target (NO_ENTRY if none), by a scan of the
+    entries."""
+    from seglake.storage.time_index import NO_ENTRY, TimeIndex
+
+    base, ts, offs, t, o = 100, [], [], -1, 100
+    for dt, do in steps:
+        t, o = t + dt, o + do
+        ts.append(t)
+        offs.append(o)
+    ti = TimeIndex.from_entries(base, ts, offs)
+    first, last = ti.bounds_many(np.array(targets))
+    for k, target in enumerate(targets):
+        below = [off for tt, off in zip(ts, offs, strict=True) if tt < target]
+        above = [off for tt, off in zip(ts, offs, strict=True) if tt >= target]
+        assert first[k] == (below[-1] + 1 if below else base)
+        assert last[k] == (above[0] if above else NO_ENTRY)
+        assert first[k] == (ti.lookup_strict(target).offset + 1 if below else base)

@@ -17,18 +17,18 @@ optimised): one pinned catalog version; per partition ``[start, end)`` offsets f
 options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed filters:
 ``topic`` and ``partition`` choose partitions, ``offset`` comparisons cut the range, a
 ``timestamp`` lower bound becomes an ``offsetsForTimes`` seek, and both timestamp bounds
-prune segments by the catalog's min/max timestamps. :func:`plan_extract` (filter mode)
-then cuts the splits; every split is one Spark input partition, read by
-:func:`read_split` and handed to Spark as Arrow batches.
+prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_plan`).
+Extract's :func:`plan_partition`
+(filter mode) then cuts the splits, packed into tasks as extract's (:func:`pack_splits`:
+about the session's default parallelism, at least 4 MiB each); every task is one Spark
+input partition, read by :func:`read_splits` and handed to Spark as Arrow batches.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
+import contextlib
 import logging
-import re
-from collections import defaultdict
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,14 +36,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
-    EqualTo,
     Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
     InputPartition,
-    LessThan,
-    LessThanOrEqual,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -51,287 +45,43 @@ from pyspark.sql.types import StructType
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
-from seglake.lake.catalog import Catalog
-from seglake.spark.extract_plan import plan_extract
-from seglake.spark.extract_read import read_split
+from seglake.spark.extract_plan import pack_splits
+from seglake.spark.extract_read import read_splits
 from seglake.spark.read_options import (
-    ALL,
     OPTIONS,
-    Range,
     ReadOptions,
-    TopicPartition,
     parse_options,
 )
-from seglake.storage.index_cache import IndexCache, get_cache
-from seglake.storage.log import PartitionLog
-from seglake.storage.naming import partition_dir_name
+from seglake.spark.read_plan import Pushed, _partition_log, _select, plan_read, plan_splits
+from seglake.storage.index_cache import get_cache
 
-__all__ = [
+__all__ = [  # with what the stream source takes from here
     "OPTIONS",
     "Pushed",
     "ReadOptions",
     "SeglakeDataSource",
     "SeglakeReader",
+    "_partition_log",
+    "_select",
     "parse_options",
     "plan_read",
+    "plan_splits",
     "register",
 ]
 
 log = logging.getLogger(__name__)
 
 
-# ------------------------------------------------------------------------------ filters
-def _intersect(a: Range, b: Range) -> Range:
-    return max(a[0], b[0]), min(a[1], b[1])
-
-
-def _both(current: frozenset | None, new: frozenset) -> frozenset:
-    return new if current is None else current & new
-
-
-def _comparison(f: Filter, v: int) -> Range:
-    """The integers ``x`` with ``x <op> v``, as a half-open range."""
-    if isinstance(f, EqualTo):
-        return v, v + 1
-    if isinstance(f, GreaterThan):
-        return v + 1, ALL[1]
-    if isinstance(f, GreaterThanOrEqual):
-        return v, ALL[1]
-    if isinstance(f, LessThan):
-        return ALL[0], v
-    return ALL[0], v + 1  # LessThanOrEqual
-
-
-def _as_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(v)
-    return v
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def _as_micros(v: Any) -> int:
-    """Epoch microseconds of a Spark timestamp literal (naive: UTC), exactly."""
-    if not isinstance(v, dt.datetime):
-        raise TypeError(v)
-    aware = v if v.tzinfo else v.replace(tzinfo=dt.UTC)
-    return (aware - _EPOCH) // dt.timedelta(microseconds=1)
-
-
-def _ceil_ms(us: int) -> int:
-    return us if us in ALL else -(-us // 1000)
-
-
-_CONVERT = {"partition": _as_int, "offset": _as_int, "timestamp": _as_micros}
-_COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
-
-
-@dataclasses.dataclass
-class Pushed:
-    """Filters Spark pushed, as sets and ``[lo, hi)`` ranges (timestamps in epoch ms)."""
-
-    topics: frozenset[str] | None = None
-    partitions: frozenset[int] | None = None
-    partition: Range = ALL
-    offset: Range = ALL
-    timestamp: Range = ALL
-
-    def push(self, f: Filter) -> bool:
-        """Take ``f`` in; ``True`` when the read will honour it exactly."""
-        if not isinstance(f, (*_COMPARISONS, In)) or len(f.attribute) != 1:
-            return False
-        col = f.attribute[0]
-        values = tuple(f.value) if isinstance(f, In) else (f.value,)
-        if col == "topic":
-            if not isinstance(f, (EqualTo, In)) or not all(isinstance(v, str) for v in values):
-                return False
-            self.topics = _both(self.topics, frozenset(values))
-            return True
-        convert = _CONVERT.get(col)
-        try:
-            ints = [convert(v) for v in values] if convert else None
-        except TypeError:
-            return False
-        if ints is None:
-            return False
-        exact = not isinstance(f, In)
-        if not ints:
-            r: Range = (0, 0)
-        elif exact:
-            r = _comparison(f, ints[0])
-        elif col == "partition":
-            self.partitions = _both(self.partitions, frozenset(ints))
-            return True
-        else:  # the hull of an IN list: Spark filters the rest
-            r = (min(ints), max(ints) + 1)
-        if col == "timestamp":  # record r (ms) passes iff lo_us <= 1000 r < hi_us
-            r = (_ceil_ms(r[0]), _ceil_ms(r[1]))
-        setattr(self, col, _intersect(getattr(self, col), r))
-        return exact
-
-    def nothing(self) -> bool:
-        """Whether no record can pass."""
-        return (
-            self.topics == frozenset()
-            or self.partitions == frozenset()
-            or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp))
-        )
-
-    def admits(self, tp: TopicPartition) -> bool:
-        return (
-            (self.topics is None or tp[0] in self.topics)
-            and (self.partitions is None or tp[1] in self.partitions)
-            and self.partition[0] <= tp[1] < self.partition[1]
-        )
-
-
-# ------------------------------------------------------------------------------ planning
-def _partition_log(
-    cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table, on_corrupt: str = "raise"
-) -> PartitionLog:
-    """A partition's log whose segments come from ``cache`` (plan_extract's too)."""
-    fs, base = cache.resolve(root)
-    segs = [
-        cache.segment(
-            root,
-            r["path"],
-            size=r["size_bytes"],
-            next_offset=r["next_offset"],
-            max_timestamp=r["max_timestamp"],
-            run_id=r["run_id"],
-            load_indexes=False,
-            on_corrupt=on_corrupt,
-        )
-        for r in rows.to_pylist()
-    ]
-    return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
-
-
-def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
-    """Catalog rows (sorted by topic, partition) split per topic-partition."""
-    keys = list(
-        zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
-    )
-    out: dict[TopicPartition, pa.Table] = {}
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            out[keys[start]] = rows.slice(start, i - start)
-            start = i
-    return out
-
-
-def _select(
-    opts: ReadOptions, catalog: Catalog, version: int, *, strict: bool = True
-) -> dict[TopicPartition, pa.Table]:
-    """The subscribed partitions' catalog rows; unknown topics/partitions are errors
-    (unless not ``strict``: a stream waits for them)."""
-    wanted = opts.topics or (tuple(opts.assign) if opts.assign is not None else None)
-    parts = _by_partition(catalog.segments(wanted, version=version))
-    present = {t for t, _ in parts}
-    if opts.pattern is not None:
-        parts = {tp: r for tp, r in parts.items() if re.fullmatch(opts.pattern, tp[0])}
-    if opts.assign is not None:
-        want = {(t, p) for t, ps in opts.assign.items() for p in ps}
-        missing = sorted(want - set(parts))
-        if missing and strict:
-            raise ConfigError(
-                f"assign: no partition {_names(missing)} in the lake at "
-                f"{opts.root} (catalog version {version}); it has "
-                f"{_names(sorted(parts)) or 'none of these topics'}"
-            )
-        parts = {tp: r for tp, r in parts.items() if tp in want}
-    elif strict and wanted and set(wanted) - present:
-        known = sorted(set(catalog.segments(version=version).column("topic").to_pylist()))
-        raise ConfigError(
-            f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
-            f"the lake at {opts.root} (catalog version {version}); topics: "
-            f"{', '.join(known) or 'none'}"
-        )
-    for bound in (opts.starting, opts.ending):
-        for tp, name in bound.named().items():
-            if strict and tp not in parts:
-                raise ConfigError(
-                    f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
-                    f"covers ({_names(sorted(parts)) or 'none'})"
-                )
-    return parts
-
-
-def _names(tps: list[TopicPartition]) -> str:
-    shown = ", ".join(f"{t}-{p}" for t, p in tps[:20])
-    return shown + (f" and {len(tps) - 20} more" if len(tps) > 20 else "")
-
-
-def plan_read(
-    opts: ReadOptions, pushed: Pushed | None = None, *, cache: IndexCache | None = None
-) -> list[dict]:
-    """The splits (rows of extract's ``SPLIT_SCHEMA``) a read with these options and
-    pushed filters covers; runs where Spark plans the read (no Spark needed)."""
-    pushed = pushed or Pushed()
-    cache = cache or get_cache()
-    catalog = Catalog(opts.root)
-    version = catalog.version() if opts.version is None else opts.version
-    parts = _select(opts, catalog, version)
-    if pushed.nothing():
-        return []
-    ranges: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # per topic
-    for tp, rows in parts.items():
-        if not pushed.admits(tp):
-            continue
-        log = _partition_log(cache, opts.root, tp, rows, opts.on_corrupt)
-        start, end = (
-            b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
-            for b in (opts.starting, opts.ending)
-        )
-        if start > end:
-            raise ConfigError(
-                f"{opts.starting.option(tp)} / {opts.ending.option(tp)}: "
-                f"{tp[0]}-{tp[1]} would start at offset {start}, after its "
-                f"ending offset {end}"
-            )
-        lo, hi = _intersect((start, end), pushed.offset)
-        if lo < hi:  # a pushed time range: plan_extract prunes and seeks (filter mode)
-            ranges[tp[0]][tp[1]] = (lo, hi)
-    return plan_splits(opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp)
-
-
-def plan_splits(
-    opts: ReadOptions,
-    ranges: dict[str, dict[int, tuple[int, int]]],
-    *,
-    version: int,
-    cache: IndexCache,
-    timestamp: Range = ALL,
-) -> list[dict]:
-    """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
-    ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``."""
-    splits: list[dict] = []
-    for topic, bounds in ranges.items():  # one plan (one catalog read) per topic
-        plan = plan_extract(
-            opts.root,
-            topic,
-            start=timestamp[0],
-            end=timestamp[1],
-            offset_ranges=bounds,
-            mode="filter",
-            isolation_level=opts.isolation_level,
-            split_bytes=opts.split_bytes,
-            on_corrupt=opts.on_corrupt,
-            version=version,
-            cache=cache,
-        )
-        splits += plan.splits.to_pylist()
-    return splits
-
-
 # ------------------------------------------------------------------------------ Spark
 class SeglakeReader(DataSourceReader):
-    """Plans splits (with pushed filters) on the planner, reads one split per task."""
+    """Plans splits (with pushed filters) on the planner, packs them into tasks, reads
+    each task's splits together."""
 
-    def __init__(self, opts: ReadOptions, bytes_accumulator: Any = None) -> None:
+    def __init__(
+        self, opts: ReadOptions, bytes_accumulator: Any = None, parallelism: int = 0
+    ) -> None:
         self.opts = opts
+        self.parallelism = parallelism or os.cpu_count() or 1
         self.pushed = Pushed()
         self.bytes_accumulator = bytes_accumulator
         self.cache_bytes = LogConfig().index_cache_bytes
@@ -341,20 +91,25 @@ class SeglakeReader(DataSourceReader):
         return iter([f for f in filters if not self.pushed.push(f)])
 
     def partitions(self) -> list[InputPartition]:
-        """One input partition per split."""
+        """The splits packed into tasks (:func:`pack_splits`, as extract's): one input
+        partition per task."""
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
-            return [InputPartition(s) for s in plan_read(self.opts, self.pushed)]
+            splits = plan_read(self.opts, self.pushed)
+        tasks = pack_splits(splits, self.parallelism, max_bytes=self.opts.split_bytes)
+        return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The split's records as Arrow batches (nothing for Spark's placeholder)."""
+        """The records of a task (a list of splits) or of one split (the stream source's
+        input partitions) as Arrow batches (nothing for Spark's placeholder)."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
+        value = partition.value
         skipped: list[str] = []
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
-            t = read_split(
+            t = read_splits(
                 get_cache(self.cache_bytes),
                 self.opts.root,
-                partition.value,
+                value if isinstance(value, list) else [value],
                 isolation_level=self.opts.isolation_level,
                 on_corrupt=self.opts.on_corrupt,
                 skipped=skipped,
@@ -368,6 +123,7 @@ class SeglakeDataSource(DataSource):
     """``spark.read.format("seglake").load(root)``; see the module docstring."""
 
     bytes_accumulator: Any = None
+    parallelism: int = 0  # the session's default parallelism (register); 0: the CPUs
 
     @classmethod
     def name(cls) -> str:
@@ -394,7 +150,7 @@ class SeglakeDataSource(DataSource):
                 "seglake: the schema is the Kafka source's, "
                 f"{expected.simpleString()}; got {schema.simpleString()}"
             )
-        return SeglakeReader(opts, self.bytes_accumulator)
+        return SeglakeReader(opts, self.bytes_accumulator, self.parallelism)
 
     def streamReader(self, schema: StructType) -> Any:
         """``spark.readStream.format("seglake")``: see :mod:`seglake.spark.stream_source`."""
@@ -418,11 +174,11 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
             bytes they read to (tests and benchmarks).
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    source: type = SeglakeDataSource
+    attrs: dict[str, Any] = {}
     if bytes_accumulator is not None:
-        source = type(
-            "CountingSeglakeDataSource",
-            (SeglakeDataSource,),
-            {"bytes_accumulator": bytes_accumulator},
-        )
+        attrs["bytes_accumulator"] = bytes_accumulator
+    # splits are packed into about this many tasks (Spark Connect: the planner's CPUs)
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        attrs["parallelism"] = int(spark.sparkContext.defaultParallelism)
+    source = type("SessionSeglakeDataSource", (SeglakeDataSource,), attrs)
     spark.dataSource.register(source)

@@ -23,6 +23,7 @@ from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import cutoff
+from seglake.storage.time_index import NO_ENTRY
 from seglake.storage.txn_index import collect_aborted
 from seglake.storage.window_records import (
     NO_TS_HI,
@@ -162,28 +163,13 @@ def plan_extract(
         partitions = sorted(offset_ranges)
     rows = catalog.segments(topic, partitions, version=version)
     _check_partitions(catalog, version, topic, partitions, rows)
-    fs, base = cache.resolve(root)
     out: list[dict] = []
     ranges: dict[tuple[str, int], tuple[int, int]] = {}
     nsegs = tail = 0
     for p in sorted(set(rows.column("partition").to_pylist())):
         prow = rows.filter(pc.equal(rows.column("partition"), p))
-        plog = PartitionLog.from_rows(fs, base, prow, on_corrupt=on_corrupt)
-        # share opened segments with the cache (indexes read once per process)
+        plog = cache.partition_log(root, (topic, p), prow, on_corrupt)
         meta = prow.to_pylist()
-        plog.segments = [
-            cache.segment(
-                root,
-                r["path"],
-                size=r["size_bytes"],
-                next_offset=r["next_offset"],
-                max_timestamp=r["max_timestamp"],
-                run_id=r["run_id"],
-                load_indexes=False,
-                on_corrupt=on_corrupt,
-            )
-            for r in meta
-        ]
         lso, leo = plog.log_start_offset, plog.log_end_offset
         lo, hi = lso, leo
         ts_lo, ts_hi = NO_TS_LO, NO_TS_HI
@@ -208,42 +194,17 @@ def plan_extract(
         ranges[(topic, p)] = (lo, hi)
         if hi <= lo:
             continue
-        chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
-        for i, r in enumerate(meta):
-            if (
-                r["next_offset"] <= lo
-                or r["base_offset"] >= hi
-                or r["next_offset"] == r["base_offset"]
-            ):
-                continue
-            if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
-                continue
-            first, last = lo, hi
-            if ts_lo > r["min_timestamp"]:
-                first = max(lo, _time_seek(plog.segments[i], ts_lo))
-            stop = cutoff(r["tail_min_timestamps"], ts_hi) if mode == "filter" else None
-            if stop is not None:  # no record from there on is older than the end
-                last = min(hi, stop)
-            if first < min(last, r["next_offset"]):
-                chosen.append((i, first, last))
-        aborted: tuple[list[int], list[int], list[int]] = ([], [], [])
-        if isolation_level == "read_committed" and chosen:
-            aborted = _aborted(plog, chosen[0][0], lo, hi)
-        for i, first, last in chosen:
-            nsegs += 1
-            mine = _segment_splits(
-                plog.segments[i],
-                meta[i],
-                topic,
-                p,
-                (lo, last, first),
-                (ts_lo, ts_hi),
-                split_bytes,
-                aborted,
-            )
-            if meta[i]["max_timestamp"] >= ts_hi:
-                tail += _tail_bytes(plog.segments[i], ts_hi, mine)
-            out += mine
+        mine, n, t = plan_partition(
+            plog,
+            meta,
+            (topic, p),
+            (lo, hi),
+            (ts_lo, ts_hi),
+            mode=mode,
+            isolation_level=isolation_level,
+            split_bytes=split_bytes,
+        )
+        out, nsegs, tail = out + mine, nsegs + n, tail + t
     splits = pa.Table.from_pylist(out, schema=SPLIT_SCHEMA)
     planned = int(
         pc.sum(pc.subtract(splits.column("end_pos"), splits.column("start_pos"))).as_py() or 0
@@ -260,19 +221,66 @@ def plan_extract(
     )
 
 
+def plan_partition(
+    plog: PartitionLog,
+    meta: list[dict],
+    tp: tuple[str, int],
+    offsets: tuple[int, int],
+    ts: tuple[int, int],
+    *,
+    mode: str,
+    isolation_level: str,
+    split_bytes: int,
+) -> tuple[list[dict], int, int]:
+    """The splits of one partition's offsets ``[lo, hi)`` (inside its log) and time range
+    ``ts`` (``meta``: its catalog rows, as ``plog``'s segments): ``(splits, segments
+    read, bytes past the end time)``. plan_extract's and the data source's."""
+    (topic, p), (lo, hi), (ts_lo, ts_hi) = tp, offsets, ts
+    out: list[dict] = []
+    nsegs = tail = 0
+    chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
+    for i, r in enumerate(meta):
+        if r["next_offset"] <= lo or r["base_offset"] >= hi or r["next_offset"] == r["base_offset"]:
+            continue
+        if mode == "filter" and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
+            continue
+        first, last = lo, hi
+        if ts_lo > r["min_timestamp"]:
+            first = max(lo, _time_seek(plog.segments[i], ts_lo))
+        stop = cutoff(r["tail_min_timestamps"], ts_hi) if mode == "filter" else None
+        if stop is not None:  # no record from there on is older than the end
+            last = min(hi, stop)
+        if first < min(last, r["next_offset"]):
+            chosen.append((i, first, last))
+    aborted: tuple[list[int], list[int], list[int]] = ([], [], [])
+    if isolation_level == "read_committed" and chosen:
+        aborted = _aborted(plog, chosen[0][0], lo, hi)
+    for i, first, last in chosen:
+        nsegs += 1
+        mine = _segment_splits(
+            plog.segments[i],
+            meta[i],
+            topic,
+            p,
+            (lo, last, first),
+            (ts_lo, ts_hi),
+            split_bytes,
+            aborted,
+        )
+        if meta[i]["max_timestamp"] >= ts_hi:
+            tail += _tail_bytes(plog.segments[i], ts_hi, mine)
+        out += mine
+    return out, nsegs, tail
+
+
 def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
     """Bytes of ``splits`` (of ``seg``) from the batch where the largest timestamp so far
     reaches ``ts_hi`` (time index) on: there, batches are mostly dropped by their
     timestamps alone."""
-    ti = seg.time_index
-    k = int(np.searchsorted(ti.timestamps, ts_hi, side="left"))
-    if k >= len(ti):
+    nxt = int(seg.time_index.bounds_many([ts_hi])[1][0])
+    if nxt == NO_ENTRY:
         return 0
-    at = (
-        seg.offset_index.lookup(int(ti.offsets[k]))[1]
-        if int(ti.offsets[k]) > seg.base_offset
-        else 0
-    )
+    at = seg.offset_index.lookup(nxt)[1] if nxt > seg.base_offset else 0
     return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
 
 
@@ -280,8 +288,7 @@ def _time_seek(seg: LogSegment, ts_lo: int) -> int:
     """First offset of ``seg`` that may hold a timestamp >= ``ts_lo``: after the offset of
     the time index's strict floor (every record up to it is older: the entry holds the
     largest timestamp so far)."""
-    ts, off = seg.time_index.lookup_strict(ts_lo)
-    return int(off) + 1 if ts >= 0 else seg.base_offset
+    return int(seg.time_index.bounds_many([ts_lo])[0][0])
 
 
 def _aborted(plog: PartitionLog, first: int, lo: int, hi: int):

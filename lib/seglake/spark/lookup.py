@@ -40,60 +40,35 @@ Every query gets exactly one output row: the Kafka source columns of the record 
     read_error               the segment could not be read (logged on the executor);
                              never for a damaged batch
 
-:func:`answer_queries` is what the executors run; it needs no Spark (tests count its
-bytes in the driver process). The segment reads are :mod:`seglake.storage.point_reads`
-(``READ_GAP``, :func:`read_offsets`, :func:`resolve_timestamps`, re-exported here).
+:func:`answer_queries` (:mod:`seglake.spark.lookup_answer`) is what the executors run;
+it needs no Spark (tests count its bytes in the driver process). The segment reads are
+:mod:`seglake.storage.point_reads` (:func:`read_offsets`, :func:`resolve_timestamps`,
+re-exported here).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake.catalog import Catalog
-from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
+from seglake.spark.lookup_answer import (
+    LOOKUP_SCHEMA,
+    QUERY_SCHEMA,
+    answer_queries,
+    groups,
+    partition_arrays,
+    segment_for,
+)
 from seglake.spark.lookup_queries import normalize_queries
-from seglake.storage.index_cache import IndexCache, get_cache
-from seglake.storage.point_reads import (
-    Gather,
-    Request,
-    offset_request,
-    plan_requests,
-    read_offsets,
-    resolve_timestamps,
-    scan_time,
-    time_request,
-)
-from seglake.storage.segment import LogSegment
+from seglake.storage.index_cache import get_cache
+from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
-log = logging.getLogger(__name__)
-
-EARLIEST, LATEST, MAX_TS = -2, -1, -3
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
-
-LOOKUP_SCHEMA = pa.schema(
-    [
-        *KAFKA_SOURCE_SCHEMA,
-        pa.field("query_offset", pa.int64()),
-        pa.field("query_timestamp", pa.int64()),
-        pa.field("status", pa.string()),
-    ]
-)
-QUERY_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("query_offset", pa.int64()),
-        pa.field("query_timestamp", pa.int64()),
-    ]
-)
 _KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
 __all__ = [
@@ -105,56 +80,6 @@ __all__ = [
     "read_offsets",
     "resolve_timestamps",
 ]
-
-
-# ------------------------------------------------------------------------- driver side
-def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.ndarray]]:
-    """Catalog rows -> per (topic, partition) sorted numpy arrays (what is broadcast)."""
-    out: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    if not segments.num_rows:
-        return out
-    cols = {
-        c: segments.column(c).to_numpy(zero_copy_only=False)
-        for c in (
-            "base_offset",
-            "next_offset",
-            "max_timestamp",
-            "min_timestamp",
-            "path",
-            "size_bytes",
-            "run_id",
-        )
-    }
-    for k, ix in _groups(segments.column("topic"), segments.column("partition")):
-        ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
-        a = {
-            "base_offset": cols["base_offset"][ix].astype(np.int64),
-            "next_offset": cols["next_offset"][ix].astype(np.int64),
-            "max_timestamp": cols["max_timestamp"][ix].astype(np.int64),
-            "min_timestamp": cols["min_timestamp"][ix].astype(np.int64),
-            "path": cols["path"][ix].astype(object),
-            "size": cols["size_bytes"][ix].astype(np.int64),
-            "run_id": cols["run_id"][ix].astype(object),
-        }
-        a["running_max"] = np.maximum.accumulate(a["max_timestamp"])
-        out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
-    return out
-
-
-def _segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Segment index of each query (-1: answered without a segment / no segment)."""
-    n = len(a["base_offset"])
-    seg = np.full(len(off), -1, dtype=np.int64)
-    is_off = off >= 0
-    if is_off.any():
-        seg[is_off] = np.searchsorted(a["base_offset"], off[is_off], side="right") - 1
-    is_ts = ~is_off & (ts >= 0)
-    if is_ts.any():
-        s = np.searchsorted(a["running_max"], ts[is_ts], side="left")
-        seg[is_ts] = np.where(s < n, s, -1)
-    seg[~is_off & (ts == EARLIEST)] = 0
-    seg[~is_off & (ts == MAX_TS)] = int(np.argmax(a["max_timestamp"])) if n else -1
-    return seg
 
 
 def lookup(
@@ -232,9 +157,9 @@ def lookup(
                 seg = np.full(b.num_rows, -1, dtype=np.int32)
                 off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
                 ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
-                for k, idx in _groups(b.column(0), b.column(1)):
+                for k, idx in groups(b.column(0), b.column(1)):
                     if k in parts:
-                        seg[idx] = _segment_for(parts[k], off[idx], ts[idx])
+                        seg[idx] = segment_for(parts[k], off[idx], ts[idx])
                 yield pa.RecordBatch.from_arrays(
                     [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
                 )
@@ -245,245 +170,3 @@ def lookup(
             .sortWithinPartitions("topic", "partition", "_seg")
         )
     return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
-
-
-def _groups(
-    topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
-) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
-    """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
-    codes = pc.dictionary_encode(topics)
-    if isinstance(codes, pa.ChunkedArray):
-        codes = codes.combine_chunks()
-    names = [*codes.dictionary.to_pylist(), None]
-    code = codes.indices.fill_null(len(names) - 1).to_numpy().astype(np.int64)
-    part = pc.fill_null(parts, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    null_part = pc.is_null(parts).to_numpy(zero_copy_only=False).astype(np.int64)
-    key = (code << 33) | (null_part << 32) | (part & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    uniq, first = np.unique(key[order], return_index=True)
-    out = []
-    for u, idx in zip(uniq.tolist(), np.split(order, first[1:]), strict=True):
-        p = None if (u >> 32) & 1 else int(np.uint32(u & 0xFFFFFFFF).view(np.int32))
-        out.append(((names[u >> 33], p), idx))
-    return out
-
-
-def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """``items`` grouped by ``keys`` (same length), keys ascending."""
-    if not len(keys):
-        return []
-    order = np.argsort(keys, kind="stable")
-    uniq, first = np.unique(keys[order], return_index=True)
-    return list(zip(uniq.tolist(), np.split(items[order], first[1:]), strict=True))
-
-
-class _Answers:
-    """Per query: status, the record found (a row of the gathered or scanned records)."""
-
-    def __init__(self, n: int, on_corrupt: str = "raise") -> None:
-        self.on_corrupt = on_corrupt
-        self.status = np.full(n, "ok", dtype=object)
-        self.resolved = np.full(n, -1, dtype=np.int64)  # offsets of log_end_offset answers
-        self.batch = np.full(n, -1, dtype=np.int64)  # batch (in gather) with the answer
-        self.row = np.full(n, -1, dtype=np.int64)
-        self.tables: list[pa.Table] = []
-        self.rows = 0
-
-    def add(self, qi: int, table: pa.Table) -> None:
-        self.row[qi] = self.rows
-        self.tables.append(table)
-        self.rows += table.num_rows
-
-    def request(self, cache: IndexCache, root: str, where: tuple, make) -> Request | None:
-        """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
-        _, a, s, _ = where
-        try:
-            return make(_open(cache, root, a, s, self.on_corrupt))
-        except (SeglakeError, OSError) as exc:  # never fail the job on one segment
-            self.fail(where, exc)
-            return None
-
-    def fail(self, where: tuple, exc: Exception) -> None:
-        """``read_error`` for the queries of ``where``; a damaged batch raises (unless
-        skipped: the reads did not raise then)."""
-        if isinstance(exc, CorruptRecordError):
-            raise exc
-        (topic, partition), a, s, qi = where
-        log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
-        self.status[qi] = "read_error"
-
-
-def answer_queries(
-    root: str,
-    parts: dict,
-    cache: IndexCache,
-    q: pa.Table,
-    *,
-    on_corrupt: str = "raise",
-    skipped: list[str] | None = None,
-) -> pa.Table:
-    """One :data:`LOOKUP_SCHEMA` row per query of ``q`` (:data:`QUERY_SCHEMA`), in order;
-    ``parts`` is the broadcast of :func:`partition_arrays`. What the executors run.
-
-    A damaged batch raises :class:`CorruptRecordError`; with ``on_corrupt="skip"`` it is
-    skipped: offsets in it get ``corrupt_batch``, and ``skipped`` one line per batch."""
-    q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
-    off = q_off.fill_null(-1).to_numpy().astype(np.int64)
-    has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
-    ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
-    has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
-    ans, gather = _Answers(q.num_rows, on_corrupt), Gather()
-    by_off: list[np.ndarray] = []  # queries answered by an offset: (query, target) pairs
-    by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
-    reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
-    target = np.where(has_off, off, ts)
-    invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
-    ans.status[invalid] = "invalid_query"
-    for k, idx in _groups(q.column("topic"), q.column("partition")):
-        idx = idx[~invalid[idx]]
-        a = parts.get(k)
-        if a is None:
-            ans.status[idx] = "unknown_partition"
-            continue
-        log_start, leo = int(a["base_offset"][0]), int(a["next_offset"][-1])
-        ts_q = idx[has_ts[idx]]
-        latest = ts_q[ts[ts_q] == LATEST]
-        ans.status[latest], ans.resolved[latest] = "log_end_offset", leo
-        early = ts_q[ts[ts_q] == EARLIEST]  # -2: the record at the log start offset
-        target[early] = log_start
-        o_q = np.concatenate([idx[has_off[idx]], early])
-        out = (target[o_q] < log_start) | (target[o_q] >= leo)
-        ans.status[o_q[out]] = np.where(
-            has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
-        )
-        o_q = o_q[~out]
-        for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1, o_q):
-            uniq, which = np.unique(target[qi], return_inverse=True)
-            req = ans.request(
-                cache, root, (k, a, s, qi), lambda seg, u=uniq: offset_request(seg, u)
-            )
-            if req is not None:
-                reqs.append((req, which, (k, a, s, qi)))
-                by_off.append(qi)
-        # timestamps (-3: the largest one): the first segment whose running max reaches it
-        t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
-        top = int(np.argmax(a["max_timestamp"]))
-        target[t_q[ts[t_q] == MAX_TS]] = int(a["max_timestamp"][top])
-        s_of = np.where(
-            ts[t_q] == MAX_TS, top, np.searchsorted(a["running_max"], target[t_q], side="left")
-        )
-        none = (s_of >= len(a["base_offset"])) | (target[t_q] < 0)
-        ans.status[t_q[none]] = "no_record_for_timestamp"
-        for s, qi in _split_by(s_of[~none], t_q[~none]):
-            req = ans.request(
-                cache,
-                root,
-                (k, a, s, qi),
-                lambda seg, t=target[qi], lo=log_start: time_request(seg, t, lo),
-            )
-            if req is not None:
-                reqs.append((req, None, (k, a, s, qi)))
-                by_ts.append((qi, (k, a, s, log_start)))
-    plan_requests([r for r, _, _ in reqs], gather)  # all segments' reads and chains at once
-    for r, pick, where in reqs:
-        if r.error is not None:
-            ans.fail(where, r.error)
-        else:
-            assert r.ids is not None  # set by plan_requests
-            ans.batch[where[3]] = r.ids if pick is None else r.ids[pick]
-    bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
-    failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
-    if len(failed) and on_corrupt == "raise":
-        gather.raise_error(int(ans.batch[failed[0]]))
-    ans.status[failed], ans.batch[failed] = "read_error", -1
-    record = np.full(q.num_rows, -1, dtype=np.int64)
-    if by_off:
-        qi = np.concatenate(by_off)
-        record[qi] = gather.offset_records(ans.batch[qi], target[qi])
-    for qi, (_, _, _, log_start) in by_ts:
-        record[qi] = gather.timestamp_records(ans.batch[qi], target[qi], log_start)
-    table, ans.row = gather.decode(record)
-    ans.tables, ans.rows = [table], table.num_rows
-    ans.status[(record >= 0) & (ans.row < 0)] = "read_error"  # did not decode (logged)
-    if by_off:
-        qi = np.concatenate(by_off)
-        qi = qi[ans.status[qi] != "read_error"]
-        ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
-    if on_corrupt == "skip":
-        _mark_skipped(ans, [(r, where) for r, which, where in reqs if which is not None], target)
-        for r, _, _ in reqs:
-            if skipped is not None:
-                skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
-    for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
-        for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
-            _scan_on(cache, root, ans, i, int(target[i]), where)
-    return _assemble(q, ans)
-
-
-def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
-    """Query ``i``'s answer by scanning from segment ``s`` on (rare: see scan_time)."""
-    (topic, partition), a, s, log_start = where
-    for j in range(s, len(a["base_offset"])):
-        try:
-            found = scan_time(_open(cache, root, a, j, ans.on_corrupt), t, log_start)
-        except (SeglakeError, OSError) as exc:
-            if isinstance(exc, CorruptRecordError):
-                raise
-            log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][j], exc)
-            ans.status[i] = "read_error"
-            return
-        if found.num_rows:
-            ans.add(i, found.slice(0, 1))
-            return
-    ans.status[i] = "no_record_for_timestamp"
-
-
-def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.ndarray) -> None:
-    """``corrupt_batch`` for offset queries answered "no record" whose offset lies in a
-    batch their segment skipped."""
-    for r, (_, _, _, qi) in reqs:
-        if not r.seg.skipped:
-            continue
-        none = qi[ans.status[qi] == "no_record_at_offset"]
-        for b in r.seg.skipped.values():
-            ans.status[none[(target[none] >= b.base_offset) & (target[none] <= b.last_offset)]] = (
-                "corrupt_batch"
-            )
-
-
-def _open(
-    cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int, on_corrupt: str = "raise"
-) -> LogSegment:
-    return cache.segment(
-        root,
-        str(a["path"][s]),
-        size=int(a["size"][s]),
-        next_offset=int(a["next_offset"][s]),
-        max_timestamp=int(a["max_timestamp"][s]),
-        run_id=a["run_id"][s] or None,
-        on_corrupt=on_corrupt,
-    )
-
-
-def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:
-    recs = pa.concat_tables(ans.tables) if ans.tables else empty_records()
-    t = recs.select(RECORD_SCHEMA.names).take(pa.array(ans.row, mask=ans.row < 0))
-    ts_us = pc.multiply(t.column("timestamp"), 1000).cast(pa.timestamp("us", tz="UTC"))
-    offset = np.where(ans.row >= 0, t.column("offset").fill_null(-1).to_numpy(), ans.resolved)
-    headers = t.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type)
-    return pa.Table.from_arrays(
-        [
-            t.column("key"),
-            t.column("value"),
-            q.column("topic"),
-            q.column("partition"),
-            pa.array(offset, mask=offset < 0),
-            ts_us,
-            t.column("timestamp_type"),
-            headers,
-            q.column("query_offset"),
-            q.column("query_timestamp"),
-            pa.array(ans.status.tolist(), pa.string()),
-        ],
-        schema=LOOKUP_SCHEMA,
-    )

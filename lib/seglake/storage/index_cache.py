@@ -16,10 +16,12 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.storage.naming import row_copies
+from seglake.storage.log import PartitionLog
+from seglake.storage.naming import partition_dir_name, row_copies
 from seglake.storage.segment import LogSegment
 
 ENTRY_OVERHEAD = 512
@@ -57,6 +59,27 @@ class IndexCache:
         if got is None:
             got = self._fs[root] = lakefs.resolve(root)
         return got
+
+    def partition_log(
+        self, root: str, tp: tuple[str, int], rows: pa.Table, on_corrupt: str = "raise"
+    ) -> PartitionLog:
+        """A partition's log from its catalog rows, its segments from this cache (indexes
+        read once per process, and only when a lookup needs them)."""
+        fs, base = self.resolve(root)
+        segs = [
+            self.segment(
+                root,
+                r["path"],
+                size=r["size_bytes"],
+                next_offset=r["next_offset"],
+                max_timestamp=r["max_timestamp"],
+                run_id=r["run_id"],
+                load_indexes=False,
+                on_corrupt=on_corrupt,
+            )
+            for r in rows.to_pylist()
+        ]
+        return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
 
     def segment(
         self,

@@ -25,6 +25,9 @@ Lookups (format doc section 6):
   it), so scanning from the offset index floor of the entry's offset finds the first
   batch with ``maxTimestamp >= target``. With ``<=``, an entry whose offset lies past the
   first batch reaching ``T`` starts the scan too late for ``target == T``.
+* :meth:`TimeIndex.bounds_many` is the rule every reader uses: the first record with
+  ``timestamp >= target`` lies after the strict floor's offset and at or before the next
+  entry's offset.
 
 The file/preallocation/trim machinery is :class:`~seglake.storage.index_file.IndexFile`,
 the warm/cold search :class:`~seglake.storage.sorted_index.AbstractIndex`.
@@ -42,8 +45,9 @@ from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppen
 from seglake.storage.sorted_index import AbstractIndex
 
 NO_TIMESTAMP = -1
+NO_ENTRY = -1  # bounds_many: no entry >= the target
 
-__all__ = ["DEFAULT_MAX_INDEX_SIZE", "NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
+__all__ = ["DEFAULT_MAX_INDEX_SIZE", "NO_ENTRY", "NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
 
 _TS = struct.Struct(">q")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -194,6 +198,27 @@ class TimeIndex(AbstractIndex):
             np.where(hit, self.timestamps[s], NO_TIMESTAMP),
             np.where(hit, self.offsets[s], self._base),
         )
+
+    def bounds_many(self, targets: np.ndarray | list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Where the first record with ``timestamp >= target`` can be, for each target:
+        ``(first, last)`` int64 arrays of offsets.
+
+        ``first``: one past the strict floor's offset (:meth:`lookup_strict`: every record
+        up to it is older), ``base_offset`` when there is none. ``last``: the offset of the
+        next entry, the first with ``timestamp >= target`` (the batch ending there holds a
+        timestamp >= it), :data:`NO_ENTRY` when there is none (an active segment's last
+        batches: up to the end of the segment).
+        """
+        slots = self._floor_slots(targets, strict=True)
+        n = self._n
+        if n == 0:
+            zeros = np.zeros(slots.shape, dtype=np.int64)
+            return zeros + self._base, zeros + NO_ENTRY
+        offsets = self.offsets
+        first = np.where(slots >= 0, offsets[np.maximum(slots, 0)] + 1, self._base)
+        nxt = slots + 1
+        last = np.where(nxt < n, offsets[np.minimum(nxt, n - 1)], NO_ENTRY)
+        return first.astype(np.int64), last.astype(np.int64)
 
     # ---------------------------------------------------------------------------- writing
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:

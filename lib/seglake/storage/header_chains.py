@@ -1,0 +1,229 @@
+"""Batch-header chains of many point-read requests followed at once (no Spark).
+
+:func:`locate` reads each request's byte ranges (:func:`~seglake.storage.point_requests.
+byte_ranges`; ranges within ``READ_GAP`` share one read) into one buffer (:class:`Chains`),
+then follows every target's chain of 61-byte batch headers from its index floor, all
+targets of all segments one numpy step at a time, and adds the answer batches (CRC-32C
+checked) to a :class:`~seglake.storage.point_gather.Gather`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seglake.errors import SeglakeError
+from seglake.record.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    HEADER_DTYPE,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchScan,
+)
+from seglake.record.crc import crc32c
+from seglake.storage.point_gather import Gather
+from seglake.storage.point_requests import Request, byte_ranges, touching
+from seglake.storage.segment import LogSegment, Window
+
+__all__ = ["Chains", "locate"]
+
+_MAX_STEPS = 64  # batches a request's chain may follow before the careful path takes it
+_NEXT_BYTES = 16 * 1024  # read past a chain's end when its next header was not read
+
+
+class Chains:
+    """Bytes of many segments' .log files, read once per group of targets whose ranges
+    touch, in one buffer; batch-header chains followed in it for all targets at once."""
+
+    def __init__(self) -> None:
+        self.bufs: list[bytes] = []
+        self.file_at: list[int] = []  # file position of each buffer's first byte
+        self.data_at: list[int] = [0]  # its position in the joined data
+        self.data = np.zeros(0, dtype=np.uint8)  # the buffers joined so far
+        self._store = self.data  # ``data`` and spare room (capacity doubles)
+        self._joined = 0  # buffers already in ``data``
+
+    def read(self, seg: LogSegment, start: int, end: int) -> int:
+        """Read ``[start, end)`` of ``seg``'s ``.log`` (the segment's own ranged read: its
+        staged or retired copy when the catalog's path is not there yet or any more);
+        returns the buffer's number."""
+        buf = seg._read_range(start, max(0, end - start))
+        self.bufs.append(buf)
+        self.file_at.append(start)
+        self.data_at.append(self.data_at[-1] + len(buf))
+        return len(self.bufs) - 1
+
+    def join(self) -> None:
+        """Append the buffers read since the last join to ``data``: each byte is copied
+        O(1) times however many rounds a chain needs (the capacity doubles)."""
+        n = self.data_at[-1]
+        if n > len(self._store):
+            store = np.empty(max(n, 2 * len(self._store)), dtype=np.uint8)
+            store[: len(self.data)] = self.data
+            self._store = store
+        for i in range(self._joined, len(self.bufs)):
+            at = self.data_at[i]
+            self._store[at : self.data_at[i + 1]] = np.frombuffer(self.bufs[i], dtype=np.uint8)
+            self.bufs[i] = b""  # its bytes live in ``data`` now
+        self._joined = len(self.bufs)
+        self.data = self._store[:n]
+
+    def headers(
+        self, buf: np.ndarray, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(at, room, header)``: where file position ``pos`` of buffer ``buf`` is in
+        the joined data, the bytes from there to the buffer's end, and the batch header
+        there (garbage where ``room`` < a header)."""
+        at = np.asarray(self.data_at)[buf] + pos - np.asarray(self.file_at)[buf]
+        room = np.asarray(self.data_at)[buf + 1] - at
+        if not len(self.data):
+            return at, room, np.zeros(len(at), dtype=HEADER_DTYPE)
+        idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(HEADER_SIZE)
+        raw = self.data[np.minimum(idx, len(self.data) - 1)]
+        return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
+
+
+def locate(reqs: list[Request], gather: Gather) -> None:
+    """``ids`` of all requests' targets at once (-2: the index and the log disagree: the
+    careful path takes those).
+
+    Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
+    to the entry after ``hi`` plus a header (targets whose ranges lie within
+    :data:`READ_GAP` share one read, through the segment), and the batch there only
+    when it holds an answer. Then every target's chain of batch headers is followed from
+    its floor, all targets of all segments one numpy step at a time. Answer batches'
+    CRCs are checked.
+    """
+    chains = Chains()
+    cols: dict[str, list[np.ndarray]] = {}
+    spans = {}  # request -> its targets' slice of the columns
+    total = 0
+    for j, r in enumerate(reqs):
+        n = len(r.lo)
+        r.ids = np.full(n, -2, dtype=np.int64)
+        try:
+            floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
+            buf = np.zeros(n, dtype=np.int64)
+            for g in touching(start, end):
+                buf[g] = chains.read(
+                    r.seg, int(start[g].min()), min(r.seg.size, int(end[g].max()) + HEADER_SIZE)
+                )
+        except (SeglakeError, OSError) as exc:
+            r.error = exc
+            continue
+        spans[j] = (total, total + n)
+        total += n
+        for key, v in (
+            ("lo", r.lo),
+            ("hi", r.hi),
+            ("ts", r.ts if r.ts is not None else r.lo),
+            ("is_ts", np.full(n, r.ts is not None)),
+            ("start", start),
+            ("floor", floor),
+            ("buf", buf),
+            ("req", np.full(n, j)),
+            ("size", np.full(n, r.seg.size)),
+            ("file", np.full(n, j)),
+        ):
+            cols.setdefault(key, []).append(v)
+    if not spans:
+        return
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    chains.join()
+    buf, size = c["buf"], c["size"]
+    # state: 0 on the way, 1 found, -1 none in this segment, -2 careful path
+    pos, state = c["start"].copy(), np.zeros(len(buf), dtype=np.int8)
+    found_at = np.zeros(len(buf), dtype=np.int64)
+    for step in range(_MAX_STEPS):
+        run = np.flatnonzero(state == 0)
+        if not len(run):
+            break
+        at, room, h = chains.headers(buf[run], pos[run])
+        base = h["base_offset"].astype(np.int64)
+        last = base + h["last_offset_delta"]
+        bsize = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
+        whole, eof = room >= HEADER_SIZE, pos[run] >= size[run]
+        bad = whole & ((h["magic"] != MAGIC) | (bsize < HEADER_SIZE))
+        if step == 0:  # the index says the batch at its position ends at its offset
+            bad |= whole & (c["start"][run] > 0) & (last != c["floor"][run])
+        good = whole & ~bad
+        data = (h["attributes"] & CONTROL_BIT) == 0
+        lo, is_ts = c["lo"][run], c["is_ts"][run]
+        hit = (last >= lo) & data & np.where(is_ts, h["max_timestamp"] >= c["ts"][run], base <= lo)
+        done = np.where(is_ts, hit | (base > c["hi"][run]), last >= lo)
+        fits = room >= bsize
+        state[run[bad]] = -2
+        state[run[good & hit & fits]] = 1
+        found_at[run[good & hit & fits]] = at[good & hit & fits]
+        state[run[(good & done & ~hit) | (~whole & eof)]] = -1
+        onward = good & ~done
+        pos[run[onward]] += bsize[onward]
+        need = (good & hit & ~fits) | (~whole & ~eof)  # bytes not read yet: read them
+        if need.any():
+            more = run[need]
+            length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
+            for fi, p, w in np.unique(
+                np.stack([c["file"][more], pos[more], length]), axis=1
+            ).T.tolist():
+                mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
+                try:
+                    buf[mine] = chains.read(reqs[fi].seg, p, min(int(size[mine[0]]), p + w))
+                except (SeglakeError, OSError):
+                    state[mine] = -2
+            chains.join()
+    found = np.flatnonzero(state == 1)
+    ids = np.where(state == -1, -1, -2)
+    if len(found):
+        batches, which = np.unique(found_at[found], return_inverse=True)
+        scan, crc_ok = _scan_at(chains.data, batches)
+        w = Window(0, chains.data.tobytes(), scan)
+        owner = c["req"][found]
+        ids_of = np.full(len(batches), -2, dtype=np.int64)
+        for j in np.unique(owner).tolist():  # one gather part per segment (names its file)
+            mine = np.unique(which[owner == j])
+            mine = mine[crc_ok[mine]]
+            if len(mine):
+                ids_of[mine] = gather.add(w, mine, reqs[j].seg.log_path)
+        ids[found] = ids_of[which]
+    for j, (a, b) in spans.items():
+        reqs[j].ids = ids[a:b]
+
+
+def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
+    """The batches starting at ``at`` in ``data`` (whole, checked by the caller) as a
+    scan, and whether each one's CRC-32C matches."""
+    h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(HEADER_DTYPE).ravel()
+    size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
+    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
+    crc_ok = np.array(
+        [
+            crc32c(view[a + ATTRIBUTES_OFFSET : a + z]) == c
+            for a, z, c in zip(at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)
+        ],
+        dtype=bool,
+    )
+    base = h["base_offset"].astype(np.int64)
+    i64 = {
+        f: h[f].astype(np.int64)
+        for f in (
+            "records_count",
+            "base_timestamp",
+            "max_timestamp",
+            "attributes",
+            "producer_id",
+            "producer_epoch",
+            "base_sequence",
+            "leader_epoch",
+        )
+    }
+    scan = BatchScan(
+        position=at.astype(np.int64),
+        size=size,
+        base_offset=base,
+        last_offset=base + h["last_offset_delta"],
+        crc_valid=crc_ok,
+        valid_bytes=len(data),
+        **i64,  # type: ignore[arg-type]  # the int64 columns
+    )
+    return scan, crc_ok

@@ -1,0 +1,82 @@
+"""Point-read requests (no I/O): the targets of one segment (:class:`Request`), the byte
+ranges the offset index gives them (:func:`byte_ranges`, what ``LogSegment._span``
+reads) and the groups of targets that share one read (:func:`touching`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+from seglake.storage.segment import LogSegment
+from seglake.storage.time_index import NO_ENTRY
+
+__all__ = [
+    "READ_GAP",
+    "Request",
+    "byte_ranges",
+    "offset_request",
+    "time_request",
+    "touching",
+]
+
+_NO_OFFSET = 2**62  # an offset past any segment's end
+READ_GAP = 32 * 1024  # reads of one segment closer than this are merged
+
+
+def touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
+    """Groups of requests whose byte ranges ``[start, end)`` overlap or lie less than
+    :data:`READ_GAP` apart (one read of the gap costs less than another read)."""
+    if not len(start):
+        return []
+    order = np.argsort(start, kind="stable")
+    reach = np.maximum.accumulate(end[order])
+    cut = np.flatnonzero(start[order][1:] > reach[:-1] + READ_GAP) + 1
+    bounds = [0, *cut.tolist(), len(order)]
+    return [order[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def byte_ranges(
+    seg: LogSegment, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: ``(floor, start,
+    end)``, the offset index floor of ``lo`` (its offset, and its position: 0 when
+    there is none) to the first entry after ``hi``."""
+    oi = seg.offset_index
+    floor, start = oi.lookup_many(lo)
+    start = np.where(lo > seg.base_offset, start, 0)
+    if not len(oi):
+        return floor, start, np.full(len(hi), seg.size, dtype=np.int64)
+    nxt = np.searchsorted(oi.offsets, hi, side="right")
+    end = np.where(nxt < len(oi), oi.positions[np.minimum(nxt, len(oi) - 1)], seg.size)
+    return floor, start, end
+
+
+@dataclasses.dataclass
+class Request:
+    """Targets in one segment. Offsets (``ts`` None): the data batch holding ``lo``
+    (= ``hi``). Timestamps: the first data batch holding offsets >= ``lo`` (and starting
+    at or before ``hi``) whose largest timestamp is >= ``ts``. :func:`plan_requests` sets ``ids``
+    (batch ids in the gather, -1: none in this segment) or ``error``."""
+
+    seg: LogSegment
+    lo: np.ndarray
+    hi: np.ndarray
+    ts: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    error: Exception | None = None
+
+
+def offset_request(seg: LogSegment, targets: np.ndarray) -> Request:
+    return Request(seg, targets, targets)
+
+
+def time_request(seg: LogSegment, targets: np.ndarray, lo: int) -> Request:
+    """The time index bounds every answer at once: after the strict floor's offset (each
+    entry holds the largest timestamp so far, so no record up to it is >= the target)
+    and at or before the next entry's offset (which holds a timestamp >= it)."""
+    first, last = seg.time_index.bounds_many(targets)
+    first = np.maximum(first, max(lo, seg.base_offset))
+    last = np.where(last == NO_ENTRY, _NO_OFFSET, last)  # none >= the target: to the end
+    return Request(seg, first, np.maximum(last, first), np.asarray(targets, np.int64))
