@@ -50,7 +50,9 @@ from seglake.record.batch import BatchScan
 from seglake.storage.offset_index import INT32_MAX, InvalidIndexAppendError, OffsetIndex
 from seglake.storage.time_index import NO_TIMESTAMP, TimeIndex
 
-__all__ = ["IndexBuilder", "rebuild_indexes"]
+__all__ = ["DEFAULT_INTERVAL", "IndexBuilder", "rebuild_indexes"]
+
+DEFAULT_INTERVAL = 4096  # log.index.interval.bytes: an entry after this many bytes
 
 
 class IndexBuilder:
@@ -74,7 +76,7 @@ class IndexBuilder:
         self,
         base_offset: int,
         *,
-        index_interval_bytes: int = 4096,
+        index_interval_bytes: int = DEFAULT_INTERVAL,
         max_index_entries: int | None = None,
         max_time_index_entries: int | None = None,
         offset_index: OffsetIndex | None = None,
@@ -291,7 +293,7 @@ class IndexBuilder:
 
 
 def rebuild_indexes(
-    scan: BatchScan, base_offset: int, interval: int = 4096
+    scan: BatchScan, base_offset: int, interval: int = DEFAULT_INTERVAL
 ) -> tuple[OffsetIndex, TimeIndex]:
     """Kafka's ``LogSegment.recover`` index rebuild from a batch scan of a whole ``.log``.
 

@@ -44,7 +44,7 @@ from seglake.record.batch import (
     SkippedBatch,
 )
 from seglake.record.decode import decode_batches
-from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -59,7 +59,6 @@ from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
-DEFAULT_INTERVAL = 4096
 
 
 class TimestampOffset(NamedTuple):

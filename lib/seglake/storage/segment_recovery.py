@@ -17,7 +17,7 @@ from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SegmentNotFoundError
 from seglake.record.batch import scan_batches
 from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
-from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -42,7 +42,6 @@ from seglake.storage.txn_index import TransactionIndex
 __all__ = ["DEFAULT_INTERVAL", "recover_segment"]
 
 log = logging.getLogger("seglake.storage.recovery")
-DEFAULT_INTERVAL = 4096
 
 
 def recover_segment(
