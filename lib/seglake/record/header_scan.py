@@ -27,6 +27,7 @@ from seglake.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    SCAN_COLUMNS,
     BatchScan,
     scan_batches,
 )
@@ -36,16 +37,8 @@ __all__ = ["headers_at", "scan_headers"]
 
 _LENGTH = struct.Struct(">i")  # batchLength, at +8 of a header
 _MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_INT64_FIELDS = (
-    "records_count",
-    "base_timestamp",
-    "max_timestamp",
-    "attributes",
-    "producer_id",
-    "producer_epoch",
-    "base_sequence",
-    "leader_epoch",
-)
+_DERIVED = ("position", "size", "base_offset", "last_offset", "crc_valid")
+_INT64_FIELDS = tuple(c for c in SCAN_COLUMNS if c not in _DERIVED)  # header fields as they are
 
 
 def headers_at(
