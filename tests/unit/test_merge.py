@@ -345,6 +345,33 @@ def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
     assert {n for n in names if n.endswith(".log")} == live  # no orphan in the partition
 
 
+def test_merge_of_rows_whose_files_are_still_staged(lake: Path) -> None:
+    """A merge run committed and died before publishing (its files only in
+    ``_staging/m1/``); a second merge, before any cleanup, publishes m1 first, then
+    merges. Was: its publish retired the old files still under m1's names, and m1's
+    moves in ``cleanup`` then put m1's files over the new segment (a row without its
+    file)."""
+    before, batches = lake_records(str(lake)), _batch_bytes(lake)
+    env = {**os.environ, "SEGLAKE_CRASH_AT": "catalog.replace.done"}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(lake), json.dumps(MERGE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 137, proc.stderr
+    assert any((lake / "_staging" / "m1").rglob("*.log"))
+    cat = Catalog(str(lake))
+    n = cat.segments().num_rows
+    bigger = {**MERGE, "segment.bytes": "1000000"}
+    assert run_compaction(str(lake), merge_only=True, conf=bigger, **ON_DRIVER).committed
+    assert cat.segments().num_rows < n
+    assert lake_records(str(lake)).equals(before)
+    cleanup(str(lake), delete_delay_s=10**6)
+    assert _batch_bytes(lake) == batches
+
+
 @pytest.mark.parametrize("where", [{}, ON_DRIVER], ids=["tasks", "driver"])
 def test_torn_segment_is_refused_and_nothing_committed(lake: Path, where: dict) -> None:
     from seglake.errors import CorruptRecordError

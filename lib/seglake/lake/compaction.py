@@ -229,6 +229,11 @@ def run_compaction(
             run_id, False, False, dry_run, version, [p for p, _ in plans], time.time() - started
         )
     t0 = time.time()
+    # a committed run whose files are still staged (its driver died before publishing, or
+    # is publishing now): publish it first, else this run's publish would retire the wrong
+    # files under the same names and that run's late moves would overwrite the new ones
+    for old_run in sorted({r["run_id"] for s in specs for r in s[1]}):
+        publish_pending(root, old_run)
     try:
         outputs = _run_tasks(
             root, functools.partial(_task, root, run_id), specs, map_tasks, driver_merge_bytes
