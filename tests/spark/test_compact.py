@@ -91,7 +91,7 @@ def test_merges_as_spark_tasks_equal_merges_on_the_driver(spark, tmp_path) -> No
     """A local master merges on the driver; ``driver.merge.bytes=0`` makes Spark tasks of
     the same groups: the same rows and files byte for byte."""
     from seglake.errors import ConfigError
-    from seglake.spark.compact import DRIVER_MERGE_CONF
+    from seglake.spark.compact_job import DRIVER_MERGE_CONF
 
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     _lake(spark, a, generate(1500, seed=3), "never")
@@ -121,6 +121,15 @@ def test_merges_as_spark_tasks_equal_merges_on_the_driver(spark, tmp_path) -> No
             compact(spark, b, merge_only=True)
     finally:
         spark.conf.unset(DRIVER_MERGE_CONF)
+
+
+def test_package_compact_stays_callable() -> None:
+    """``seglake.spark.compact(...)`` a second time in a session (the README's call): the
+    implementation's module, once imported, must not replace the package's function."""
+    import seglake.spark
+    import seglake.spark.compact_job  # what the first call imports
+
+    assert callable(seglake.spark.compact) and seglake.spark.compact.__module__ == "seglake.spark"
 
 
 def test_job_arguments() -> None:
