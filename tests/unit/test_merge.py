@@ -314,19 +314,23 @@ print(r.committed)
 """
 
 
-@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
-def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
-    cat = Catalog(str(lake))
-    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
-    env = {**os.environ, "SEGLAKE_CRASH_AT": point}
+def _killed_at(lake: Path, point: str) -> None:
+    """Run merge ``m1`` in a driver process that dies at ``point``."""
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, str(lake), json.dumps(MERGE)],
-        env=env,
+        env={**os.environ, "SEGLAKE_CRASH_AT": point},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 137, proc.stderr
+
+
+@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
+def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
+    cat = Catalog(str(lake))
+    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
+    _killed_at(lake, point)
     assert cat.run_committed("m1") == CRASH_POINTS[point]
     # whatever state: readers of the newest and of the old version see every record
     assert lake_records(str(lake)).equals(before)
@@ -352,15 +356,7 @@ def test_merge_of_rows_whose_files_are_still_staged(lake: Path) -> None:
     moves in ``cleanup`` then put m1's files over the new segment (a row without its
     file)."""
     before, batches = lake_records(str(lake)), _batch_bytes(lake)
-    env = {**os.environ, "SEGLAKE_CRASH_AT": "catalog.replace.done"}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(lake), json.dumps(MERGE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 137, proc.stderr
+    _killed_at(lake, "catalog.replace.done")
     assert any((lake / "_staging" / "m1").rglob("*.log"))
     cat = Catalog(str(lake))
     n = cat.segments().num_rows
