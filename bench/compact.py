@@ -78,6 +78,27 @@ def partition_bytes(root: str) -> dict[tuple[str, int], bytes]:
     return out
 
 
+def copy_floor(root: str, out: str) -> float:
+    """Seconds to copy every catalogued .log of ``root`` into ``out`` (one file per old
+    file, the kernel's ``copy_file_range``): what merging costs at the least."""
+    from seglake.lake.catalog import Catalog
+    from seglake.storage.log_copy import copy_range
+
+    os.makedirs(out, exist_ok=True)
+    t0 = time.perf_counter()
+    for i, row in enumerate(Catalog(root).segments().to_pylist()):
+        src = os.open(os.path.join(root, row["path"]), os.O_RDONLY)
+        dst = os.open(os.path.join(out, f"{i}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            copy_range(src, dst, row["size_bytes"])
+        finally:
+            os.close(src)
+            os.close(dst)
+    took = time.perf_counter() - t0
+    shutil.rmtree(out)
+    return took
+
+
 def peer(spark, copy: str, out: str) -> None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -102,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--segment-bytes", type=int, default=8 << 20)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--merge-only", action="store_true", help="workload 2 only (no write)")
     args = ap.parse_args(argv)
     here = Path(__file__).resolve().parent
     sys.path[:0] = [str(here), str(here.parent)]  # bench/ (ingest) and the repo (tests)
@@ -118,59 +140,64 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="seglake-bench-compact-"))
     try:
         # ---------------------------------------------------------------- compaction
-        table = changelog(args.records, args.keys)
-        inp = str(tmp / "input.parquet")
-        pq.write_table(table, inp)
-        template = str(tmp / "template")
-        conf = {
-            "log.segment.bytes": str(args.segment_bytes),
-            "compression.type": "lz4",
-            "seglake.ingest.shuffle": "always",
-        }
-        ingest(spark, spark.read.parquet(inp), template, conf=conf)
-        alter_config(
-            Catalog(template),
-            "cl",
-            set_={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"},
-        )
-        copy = str(tmp / "copy.parquet")  # the parquet copy a user would have: with offsets
-        recs = lake_records(template)
-        pq.write_table(pa.Table.from_pandas(recs, preserve_index=False), copy)
-        del recs
-        rows0 = Catalog(template).segments()
-        times: dict[str, list[float]] = {"seglake": [], "peer": []}
-        result = None
-        for r in range(args.rounds):
-            for side in ("seglake", "peer") if r % 2 == 0 else ("peer", "seglake"):
-                if side == "seglake":
-                    root = str(tmp / f"lake{r}")
-                    shutil.copytree(template, root)
-                    t0 = time.perf_counter()
-                    result = compact(spark, root, now_ms=NOW)
-                    times[side].append(time.perf_counter() - t0)
-                else:
-                    t0 = time.perf_counter()
-                    peer(spark, copy, str(tmp / f"peer{r}"))
-                    times[side].append(time.perf_counter() - t0)
-        assert result is not None and result.committed, result and result.summary()
-        ratios = [s / p for s, p in zip(times["seglake"], times["peer"], strict=True)]
-        kept = sum(p.records_kept for p in result.partitions)
-        removed = sum(p.records_removed for p in result.partitions)
-        read = sum(p.bytes_read for p in result.partitions)
-        written = sum(p.bytes_written for p in result.partitions)
-        # minimum: the cleanable section (segments below the first uncleanable offset) read
-        # once, the kept batches written once
-        cleanable_bytes = 0
-        for p in result.partitions:
-            prow = rows0.filter(pa.compute.equal(rows0["partition"], p.partition))
-            below = pa.compute.less(prow["base_offset"], p.checkpoint)
-            cleanable_bytes += int(pa.compute.sum(prow.filter(below)["size_bytes"]).as_py() or 0)
-        peer_bytes = sum(f.stat().st_size for f in Path(copy).parent.glob("copy.parquet"))
+        if args.merge_only:  # workload 2 alone: print its row, write nothing
+            args.no_write = True
+        else:
+            table = changelog(args.records, args.keys)
+            inp = str(tmp / "input.parquet")
+            pq.write_table(table, inp)
+            template = str(tmp / "template")
+            conf = {
+                "log.segment.bytes": str(args.segment_bytes),
+                "compression.type": "lz4",
+                "seglake.ingest.shuffle": "always",
+            }
+            ingest(spark, spark.read.parquet(inp), template, conf=conf)
+            alter_config(
+                Catalog(template),
+                "cl",
+                set_={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"},
+            )
+            copy = str(tmp / "copy.parquet")  # the parquet copy a user would have: with offsets
+            recs = lake_records(template)
+            pq.write_table(pa.Table.from_pandas(recs, preserve_index=False), copy)
+            del recs
+            rows0 = Catalog(template).segments()
+            times: dict[str, list[float]] = {"seglake": [], "peer": []}
+            result = None
+            for r in range(args.rounds):
+                for side in ("seglake", "peer") if r % 2 == 0 else ("peer", "seglake"):
+                    if side == "seglake":
+                        root = str(tmp / f"lake{r}")
+                        shutil.copytree(template, root)
+                        t0 = time.perf_counter()
+                        result = compact(spark, root, now_ms=NOW)
+                        times[side].append(time.perf_counter() - t0)
+                    else:
+                        t0 = time.perf_counter()
+                        peer(spark, copy, str(tmp / f"peer{r}"))
+                        times[side].append(time.perf_counter() - t0)
+            assert result is not None and result.committed, result and result.summary()
+            ratios = [s / p for s, p in zip(times["seglake"], times["peer"], strict=True)]
+            kept = sum(p.records_kept for p in result.partitions)
+            removed = sum(p.records_removed for p in result.partitions)
+            read = sum(p.bytes_read for p in result.partitions)
+            written = sum(p.bytes_written for p in result.partitions)
+            # minimum: the cleanable section (segments below the first uncleanable offset) read
+            # once, the kept batches written once
+            cleanable_bytes = 0
+            for p in result.partitions:
+                prow = rows0.filter(pa.compute.equal(rows0["partition"], p.partition))
+                below = pa.compute.less(prow["base_offset"], p.checkpoint)
+                cleanable_bytes += int(
+                    pa.compute.sum(prow.filter(below)["size_bytes"]).as_py() or 0
+                )
+            peer_bytes = sum(f.stat().st_size for f in Path(copy).parent.glob("copy.parquet"))
         # ---------------------------------------------------------------- merge-only
         minp = str(tmp / "merge-input.parquet")
         ingest_bench.write_input(args.merge_records, minp)
         mroot = str(tmp / "merge-lake")
-        ingest_times, merge_times = [], []
+        ingest_times, merge_times, floor_times = [], [], []
         seg_before = seg_after = 0
         identical = True
         for _ in range(args.rounds):
@@ -182,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             compact(spark, mroot, merge_only=True)
             merge_times.append(time.perf_counter() - t0)
+            floor_times.append(copy_floor(mroot, str(tmp / "floor")))
             seg_after = Catalog(mroot).segments().num_rows
             got = partition_bytes(mroot)
             identical &= got == blobs
@@ -194,12 +222,24 @@ def main(argv: list[str] | None = None) -> int:
         return fmt.format(min(xs)) + ("" if len(xs) < 2 else " - " + fmt.format(max(xs)))
 
     n, k, m = args.records, args.keys, args.merge_records
+    merge_row = (
+        f"| merge-only: {m:,} messages, {seg_before} -> {seg_after} segments "
+        f"| {rng(merge_times)} s | {rng(ingest_times)} s (the no-shuffle ingest) "
+        f"| **{rng(mratios)}x** |"
+    )
+    floor_note = (
+        f"The copy floor (the merged lake's .log files copied again with `os.copy_file_range`, "
+        f"right after each merge): {rng(floor_times)} s."
+    )
+    print(f"merge-only: merge {merge_times}, ingest {ingest_times}, floor {floor_times}")
+    print(floor_note)
+    if args.merge_only:
+        print(merge_row)
+        return 0
     rows = [
         f"| compact: {n:,} messages, {k:,} keys, 4 partitions | {rng(times['seglake'])} s "
         f"| {rng(times['peer'])} s (parquet copy, window, write) | **{rng(ratios)}x** |",
-        f"| merge-only: {m:,} messages, {seg_before} -> {seg_after} segments "
-        f"| {rng(merge_times)} s | {rng(ingest_times)} s (the no-shuffle ingest) "
-        f"| **{rng(mratios)}x** |",
+        merge_row,
     ]
     body = "\n".join(
         [
@@ -211,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             *rows,
             "",
             f"Compaction kept {kept:,} records and removed {removed:,}. Merged batches "
-            f"byte-identical to the ingested ones: {identical}.",
+            f"byte-identical to the ingested ones: {identical}. {floor_note}",
             f"Bytes compact read: {read:,} (an analysis task reads each partition once, the "
             f"group tasks read the cleanable section once more) against the minimum "
             f"{cleanable_bytes:,} (the cleanable section once): "

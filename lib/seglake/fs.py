@@ -260,6 +260,11 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else ""
 
 
+def is_local(fs: pafs.FileSystem) -> bool:
+    """Whether paths on ``fs`` are this machine's paths (``open()``, ``os`` calls work)."""
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
 def renames_atomically(fs: pafs.FileSystem) -> bool:
     """Whether ``fs.move`` is an atomic rename (local, HDFS) rather than copy + delete."""
     while isinstance(fs, pafs.SubTreeFileSystem):

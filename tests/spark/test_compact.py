@@ -5,6 +5,8 @@ reader: extract, lookup, the data source, kafka-python over the files."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -83,6 +85,51 @@ def test_merge_only_reaches_the_shuffled_segment_count(spark, tmp_path) -> None:
     version = cat.version()
     again = compact(spark, root, merge_only=True, conf={"segment.bytes": "200000"})
     assert not again.committed and cat.version() == version
+
+
+def test_merges_as_spark_tasks_equal_merges_on_the_driver(spark, tmp_path) -> None:
+    """A local master merges on the driver; ``driver.merge.bytes=0`` makes Spark tasks of
+    the same groups: the same rows and files byte for byte."""
+    from seglake.errors import ConfigError
+    from seglake.spark.compact_job import DRIVER_MERGE_CONF
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    _lake(spark, a, generate(1500, seed=3), "never")
+    shutil.copytree(a, b)
+    sc = spark.sparkContext
+    jobs = {}
+    for root, limit in ((a, None), (b, "0")):
+        if limit is not None:
+            spark.conf.set(DRIVER_MERGE_CONF, limit)
+        sc.setJobGroup(root, "merge")
+        try:
+            assert compact(spark, root, merge_only=True, conf={"segment.bytes": "200000"}).committed
+        finally:
+            spark.conf.unset(DRIVER_MERGE_CONF)
+            sc.setJobGroup("", "")
+        jobs[root] = sc.statusTracker().getJobIdsForGroup(root)
+    assert not jobs[a] and jobs[b]  # the driver, then Spark tasks
+    ra, rb = (Catalog(r).segments().drop_columns(["run_id", "committed_at"]) for r in (a, b))
+    assert ra.equals(rb)
+    for r in ra.column("path").to_pylist():
+        stem = r[: -len(".log")]
+        for suffix in (".log", ".index", ".timeindex"):
+            assert Path(a, stem + suffix).read_bytes() == Path(b, stem + suffix).read_bytes()
+    spark.conf.set(DRIVER_MERGE_CONF, "lots")
+    try:
+        with pytest.raises(ConfigError, match="expected a number of bytes"):
+            compact(spark, b, merge_only=True)
+    finally:
+        spark.conf.unset(DRIVER_MERGE_CONF)
+
+
+def test_package_compact_stays_callable() -> None:
+    """``seglake.spark.compact(...)`` a second time in a session (the README's call): the
+    implementation's module, once imported, must not replace the package's function."""
+    import seglake.spark
+    import seglake.spark.compact_job  # what the first call imports
+
+    assert callable(seglake.spark.compact) and seglake.spark.compact.__module__ == "seglake.spark"
 
 
 def test_job_arguments() -> None:

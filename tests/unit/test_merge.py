@@ -5,12 +5,19 @@ reader pinned to the old catalog version, the concurrency guard, crashes of the 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,9 +28,12 @@ from seglake.lake.compaction import run_compaction
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
+from seglake.record.encode import encode_batches
 from seglake.storage.index_builder import rebuild_indexes
-from seglake.storage.merge import group_segments, merged_tail
+from seglake.storage.merge import MergeSource, group_segments, merge_segments, merged_tail
+from seglake.storage.naming import segment_file_name
 from seglake.storage.offset_index import INT32_MAX
+from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import tail_minima
 from tests.lake_check import lake_records
 from tests.unit.test_recovery import INTERVAL, make_lake, pristine  # noqa: F401
@@ -101,6 +111,100 @@ def test_merged_tail_is_exact() -> None:
         assert point["min_timestamp"] == suffix[i]
 
 
+# ------------------------------------------------------------------ the copy paths
+
+COPY_PATHS = {  # how the bytes are copied: what is patched to take that path
+    "kernel": (),  # os.copy_file_range
+    "pread": (("os.copy_file_range", OSError(errno.EXDEV, "cross-device")),),
+    "stream": (("seglake.fs.is_local", False),),  # an object store's read + write
+}
+
+
+def _patched(path: str) -> list:
+    out = []
+    for target, value in COPY_PATHS[path]:
+        kw = {"side_effect": value} if isinstance(value, Exception) else {"return_value": value}
+        out.append(mock.patch(target, **kw))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 9), min_size=2, max_size=5),
+    st.sampled_from([0, 150, 400, 4096]),
+    st.sampled_from([0, 3]),
+    st.integers(0, 2**31),
+)
+def test_every_copy_path_gives_a_rebuild(tmp_path_factory, per_seg, interval, codec, seed) -> None:
+    """Segments of random batches (non-monotonic timestamps) merged by the kernel copy,
+    its pread/write fallback and the object-store path: the .log is the old files back
+    to back, .index/.timeindex are byte for byte a full rebuild's, the rows equal."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 6, sum(per_seg))  # records per batch
+    n = int(counts.sum())
+    rec = pa.table(
+        {
+            "offset": pa.array(np.cumsum(rng.integers(1, 4, n)), pa.int64()),
+            "timestamp": pa.array(1_700_000_000_000 + rng.integers(0, 10**6, n), pa.int64()),
+            "value": pa.array([b"v" * int(k) for k in rng.integers(0, 90, n)], pa.binary()),
+        }
+    )
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    buf = encode_batches(rec, codec=codec, batch_starts=starts).tobytes()
+    scan = scan_batches(buf)
+    d = tmp_path_factory.mktemp("merge")
+    fs = pafs.LocalFileSystem()
+    sources, first = [], 0
+    for k in per_seg:
+        sel = slice(first, first + k)
+        a, b = (
+            int(scan.position[first]),
+            int(scan.position[first + k - 1] + scan.size[first + k - 1]),
+        )
+        path = d / segment_file_name(int(scan.base_offset[first]))
+        path.write_bytes(buf[a:b])
+        ts = scan.max_timestamp[sel]
+        seg = LogSegment(fs, str(path), size=b - a)
+        nxt = int(scan.last_offset[first + k - 1]) + 1
+        sources.append(MergeSource(seg, nxt, k, int(ts.min()), int(ts.max()), None))
+        first += k
+    want_oi, want_ti = rebuild_indexes(scan_batches(buf), int(scan.base_offset[0]), interval)
+    infos = {}
+    for name in COPY_PATHS:
+        out = d / name
+        with contextlib.ExitStack() as stack:
+            for p in _patched(name):
+                stack.enter_context(p)
+            info = merge_segments(fs, str(out), sources, index_interval_bytes=interval)
+        stem = Path(info.log_path[: -len(".log")])
+        assert Path(info.log_path).read_bytes() == buf
+        assert Path(f"{stem}.index").read_bytes() == want_oi.to_bytes()
+        assert Path(f"{stem}.timeindex").read_bytes() == want_ti.to_bytes()
+        infos[name] = dataclasses.replace(info, log_path="")
+    assert infos["kernel"] == infos["pread"] == infos["stream"]
+
+
+def test_a_log_shorter_than_its_row_is_refused(tmp_path: Path) -> None:
+    from seglake.errors import CorruptRecordError
+
+    buf = encode_batches(
+        pa.table({"offset": pa.array([0, 1], pa.int64()), "timestamp": pa.array([5, 6])}),
+        codec=0,
+    ).tobytes()
+    path = tmp_path / segment_file_name(0)
+    path.write_bytes(buf)
+    seg = LogSegment(pafs.LocalFileSystem(), str(path), size=len(buf) + 7)
+    src = MergeSource(seg, 2, 2, 5, 6, None)
+    for name in COPY_PATHS:
+        with contextlib.ExitStack() as stack:
+            for p in _patched(name):
+                stack.enter_context(p)
+            with pytest.raises(CorruptRecordError, match=f"has {len(buf)} bytes, its catalog"):
+                merge_segments(
+                    pafs.LocalFileSystem(), str(tmp_path / name), [src], index_interval_bytes=99
+                )
+
+
 # ------------------------------------------------------------------ a merged lake
 
 
@@ -119,11 +223,21 @@ def lake(tmp_path: Path, pristine: Path) -> Path:  # noqa: F811
     return root
 
 
-def test_merge_keeps_records_batches_and_pinned_readers(lake: Path) -> None:
+def _tasks_without_merges(fn, specs: list) -> list:
+    """``map_tasks`` of a run whose merges the driver takes: no merge may come here."""
+    assert not any(s[0] == "merge" for s in specs)
+    return list(map(fn, specs))
+
+
+ON_DRIVER = {"driver_merge_bytes": 1 << 40, "map_tasks": _tasks_without_merges}
+
+
+@pytest.mark.parametrize("where", [{}, ON_DRIVER], ids=["tasks", "driver"])
+def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict) -> None:
     cat = Catalog(str(lake))
     v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
     n0 = cat.segments().num_rows
-    result = run_compaction(str(lake), merge_only=True, conf=MERGE)
+    result = run_compaction(str(lake), merge_only=True, conf=MERGE, **where)
     assert result.committed
     rows = cat.segments()
     assert rows.num_rows < n0
@@ -200,19 +314,23 @@ print(r.committed)
 """
 
 
-@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
-def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
-    cat = Catalog(str(lake))
-    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
-    env = {**os.environ, "SEGLAKE_CRASH_AT": point}
+def _killed_at(lake: Path, point: str) -> None:
+    """Run merge ``m1`` in a driver process that dies at ``point``."""
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, str(lake), json.dumps(MERGE)],
-        env=env,
+        env={**os.environ, "SEGLAKE_CRASH_AT": point},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 137, proc.stderr
+
+
+@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
+def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
+    cat = Catalog(str(lake))
+    v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
+    _killed_at(lake, point)
     assert cat.run_committed("m1") == CRASH_POINTS[point]
     # whatever state: readers of the newest and of the old version see every record
     assert lake_records(str(lake)).equals(before)
@@ -231,7 +349,27 @@ def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
     assert {n for n in names if n.endswith(".log")} == live  # no orphan in the partition
 
 
-def test_torn_segment_is_refused_and_nothing_committed(lake: Path) -> None:
+def test_merge_of_rows_whose_files_are_still_staged(lake: Path) -> None:
+    """A merge run committed and died before publishing (its files only in
+    ``_staging/m1/``); a second merge, before any cleanup, publishes m1 first, then
+    merges. Was: its publish retired the old files still under m1's names, and m1's
+    moves in ``cleanup`` then put m1's files over the new segment (a row without its
+    file)."""
+    before, batches = lake_records(str(lake)), _batch_bytes(lake)
+    _killed_at(lake, "catalog.replace.done")
+    assert any((lake / "_staging" / "m1").rglob("*.log"))
+    cat = Catalog(str(lake))
+    n = cat.segments().num_rows
+    bigger = {**MERGE, "segment.bytes": "1000000"}
+    assert run_compaction(str(lake), merge_only=True, conf=bigger, **ON_DRIVER).committed
+    assert cat.segments().num_rows < n
+    assert lake_records(str(lake)).equals(before)
+    cleanup(str(lake), delete_delay_s=10**6)
+    assert _batch_bytes(lake) == batches
+
+
+@pytest.mark.parametrize("where", [{}, ON_DRIVER], ids=["tasks", "driver"])
+def test_torn_segment_is_refused_and_nothing_committed(lake: Path, where: dict) -> None:
     from seglake.errors import CorruptRecordError
 
     cat = Catalog(str(lake))
@@ -239,5 +377,5 @@ def test_torn_segment_is_refused_and_nothing_committed(lake: Path) -> None:
     first = lake / cat.segments().to_pylist()[0]["path"]
     first.write_bytes(first.read_bytes()[:-5])
     with pytest.raises(CorruptRecordError, match="run `recover`"):
-        run_compaction(str(lake), merge_only=True, conf=MERGE)
+        run_compaction(str(lake), merge_only=True, conf=MERGE, **where)
     assert cat.version() == v0 and not list((lake / "_staging").glob("*"))

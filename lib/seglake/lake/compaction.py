@@ -9,7 +9,10 @@ Per partition, ``cleanup.policy`` (and ``--merge-only``) decides:
 
 Tasks (one per segment group) run through ``map_tasks`` (Spark's, or the builtin ``map``
 in tests); the driver commits every partition's new rows in ONE catalog commit
-(:func:`seglake.lake.rewrite.commit_rewrite`).
+(:func:`seglake.lake.rewrite.commit_rewrite`). Merges of a lake on the local filesystem
+totalling at most ``driver_merge_bytes`` run on the driver instead, in threads: the
+kernel copies their bytes (:mod:`seglake.storage.log_copy`), so a task would add its
+fixed cost (measured: 0.5 - 1.5 s for the 2M bench's 24 groups) and no speed.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import functools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
@@ -36,6 +41,7 @@ from seglake.storage.naming import validate_partition
 
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
 
+MERGE_THREADS = 4  # merges the driver runs at once (the kernel copies: I/O bound)
 MapTasks = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
@@ -147,6 +153,7 @@ def run_compaction(
     base: LogConfig | None = None,
     run_id: str | None = None,
     now_ms: int | None = None,
+    driver_merge_bytes: int = 0,
 ) -> CompactResult:
     """Plan, run the tasks, commit, publish; see the module docstring."""
     started = time.time()
@@ -222,8 +229,15 @@ def run_compaction(
             run_id, False, False, dry_run, version, [p for p, _ in plans], time.time() - started
         )
     t0 = time.time()
+    # a committed run whose files are still staged (its driver died before publishing, or
+    # is publishing now): publish it first, else this run's publish would retire the wrong
+    # files under the same names and that run's late moves would overwrite the new ones
+    for old_run in sorted({r["run_id"] for s in specs for r in s[1]}):
+        publish_pending(root, old_run)
     try:
-        outputs = map_tasks(functools.partial(_task, root, run_id), specs)
+        outputs = _run_tasks(
+            root, functools.partial(_task, root, run_id), specs, map_tasks, driver_merge_bytes
+        )
     except BaseException:
         discard_staging(root, run_id)  # the tasks that did finish staged files
         raise
@@ -258,6 +272,26 @@ def run_compaction(
         [p for p, _ in plans],
         time.time() - started,
     )
+
+
+def _run_tasks(
+    root: str, fn: Callable[[tuple], Any], specs: list[tuple], map_tasks: MapTasks, limit: int
+) -> list[Any]:
+    """Every spec's output, in order: merges on the driver (threads) when the lake is on
+    the local filesystem and they total at most ``limit`` bytes, the rest through
+    ``map_tasks``."""
+    merges = [i for i, s in enumerate(specs) if s[0] == "merge"]
+    total = sum(r["size_bytes"] for i in merges for r in specs[i][1])
+    if not merges or total > limit or not lakefs.is_local(lakefs.resolve(root)[0]):
+        return map_tasks(fn, specs)
+    others = [i for i, s in enumerate(specs) if s[0] != "merge"]
+    out: list[Any] = [None] * len(specs)
+    with ThreadPoolExecutor(max_workers=min(MERGE_THREADS, len(merges))) as pool:
+        for i, o in zip(merges, pool.map(fn, [specs[i] for i in merges]), strict=True):
+            out[i] = o
+    for i, o in zip(others, map_tasks(fn, [specs[i] for i in others]), strict=True):
+        out[i] = o
+    return out
 
 
 def _by_partition(rows: pa.Table) -> list[tuple[tuple[str, int], pa.Table]]:

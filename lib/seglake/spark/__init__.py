@@ -20,8 +20,10 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
 
 
 def compact(spark: Any, root: str, **kwargs: Any) -> Any:
-    """Merge or compact a lake's segments (see :func:`seglake.spark.compact.compact`)."""
-    from seglake.spark.compact import compact as _compact
+    """Merge or compact a lake's segments (see :func:`seglake.spark.compact_job.compact`;
+    not ``spark/compact.py``: importing a submodule of that name would replace this
+    function by the module on the package)."""
+    from seglake.spark.compact_job import compact as _compact
 
     return _compact(spark, root, **kwargs)
 

@@ -345,7 +345,7 @@ def run_retention(spark: SparkSession, args) -> int:
 
 
 def run_compact(spark: SparkSession, args) -> int:
-    from seglake.spark.compact import compact
+    from seglake.spark.compact_job import compact
 
     result = compact(
         spark,

@@ -12,16 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from seglake.errors import SeglakeError
-from seglake.record.batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_BIT,
-    HEADER_DTYPE,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    BatchScan,
-)
-from seglake.record.crc import crc32c
+from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, LOG_OVERHEAD, MAGIC
+from seglake.record.header_scan import headers_at
 from seglake.storage.point_gather import Gather
 from seglake.storage.point_requests import Request, byte_ranges, touching
 from seglake.storage.segment import LogSegment, Window
@@ -176,7 +168,7 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     ids = np.where(state == -1, -1, -2)
     if len(found):
         batches, which = np.unique(found_at[found], return_inverse=True)
-        scan, crc_ok = _scan_at(chains.data, batches)
+        scan, crc_ok = headers_at(chains.data, batches, verify_crc=True)
         w = Window(0, chains.data.tobytes(), scan)
         owner = c["req"][found]
         ids_of = np.full(len(batches), -2, dtype=np.int64)
@@ -188,42 +180,3 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         ids[found] = ids_of[which]
     for j, (a, b) in spans.items():
         reqs[j].ids = ids[a:b]
-
-
-def _scan_at(data: np.ndarray, at: np.ndarray) -> tuple[BatchScan, np.ndarray]:
-    """The batches starting at ``at`` in ``data`` (whole, checked by the caller) as a
-    scan, and whether each one's CRC-32C matches."""
-    h = np.ascontiguousarray(data[at[:, None] + np.arange(HEADER_SIZE)]).view(HEADER_DTYPE).ravel()
-    size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
-    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
-    crc_ok = np.array(
-        [
-            crc32c(view[a + ATTRIBUTES_OFFSET : a + z]) == c
-            for a, z, c in zip(at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)
-        ],
-        dtype=bool,
-    )
-    base = h["base_offset"].astype(np.int64)
-    i64 = {
-        f: h[f].astype(np.int64)
-        for f in (
-            "records_count",
-            "base_timestamp",
-            "max_timestamp",
-            "attributes",
-            "producer_id",
-            "producer_epoch",
-            "base_sequence",
-            "leader_epoch",
-        )
-    }
-    scan = BatchScan(
-        position=at.astype(np.int64),
-        size=size,
-        base_offset=base,
-        last_offset=base + h["last_offset_delta"],
-        crc_valid=crc_ok,
-        valid_bytes=len(data),
-        **i64,  # type: ignore[arg-type]  # the int64 columns
-    )
-    return scan, crc_ok

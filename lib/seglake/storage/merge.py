@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
-from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -134,23 +134,23 @@ def merge_segments(
 ) -> SegmentInfo:
     """Write the concatenation of ``sources`` as one segment under ``directory``.
 
-    Every old ``.log`` is checked batch by batch (headers only: magic, lengths, offsets
-    increasing; CRCs are not recomputed, the bytes are copied as they are) and must end
-    exactly at a batch boundary; otherwise :class:`CorruptRecordError` names the file.
+    Every old ``.log`` is copied as it is (:class:`~seglake.storage.log_copy.LogOutput`:
+    by the kernel on a local disk) and checked from its batch headers alone (magic,
+    lengths, offsets increasing; CRCs are not recomputed): it must be its row's size and
+    end exactly at a batch boundary; otherwise :class:`CorruptRecordError` names the file.
     """
     base = sources[0].segment.base_offset
     builder = IndexBuilder(base, index_interval_bytes=index_interval_bytes)
     stem = f"{directory.rstrip('/')}/{segment_file_name(base)[: -len(LOG_SUFFIX)]}"
     fs.create_dir(directory, recursive=True)
-    position = 0
     txn = bytearray()
     codecs = []
-    with fs.open_output_stream(stem + LOG_SUFFIX) as out:
+    with LogOutput(fs, stem + LOG_SUFFIX) as out:
         for src in sources:
             seg = src.segment
-            data = seg.log_bytes()
-            scan = scan_batches(data, verify_crc=False)
-            if scan.error is not None or scan.valid_bytes != len(data):
+            position = out.size
+            scan = out.append(seg)
+            if scan.error is not None or scan.valid_bytes != seg.size:
                 raise CorruptRecordError(
                     f"segment to merge is not whole batches ({scan.error}); run `recover`",
                     path=seg.log_path,
@@ -167,11 +167,10 @@ def merge_segments(
                     path=seg.log_path,
                     position=int(scan.position[added]),
                 )
-            out.write(data)
-            position += len(data)
             txn += seg.index_file(TXN_INDEX_SUFFIX) or b""
             if len(scan):
                 codecs.append(codec_name(scan))
+        position = out.size
     oi, ti = builder.finish()
     for suffix, payload in (
         (INDEX_SUFFIX, oi.to_bytes()),

@@ -11,7 +11,7 @@ later run retired (:class:`SegmentFiles`, mixed into
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -101,6 +101,19 @@ class SegmentFiles:
         """Whether the ``.log`` in use is longer than ``size`` (one metadata request)."""
         self._locate()
         return lakefs.file_size(self.fs, self.log_path) > self.size
+
+    def open_local_log(self) -> BinaryIO | None:
+        """The ``.log`` in use, opened for reading, when the filesystem is the local one
+        (``None`` otherwise): for copying its bytes without reading them into Python."""
+        if not lakefs.is_local(self.fs):
+            return None
+        self._locate()
+        try:
+            return open(self.log_path, "rb")  # the caller closes it
+        except FileNotFoundError:
+            if not self._fallback():
+                raise SegmentNotFoundError(f"{self.log_path}: no such file") from None
+            return open(self.log_path, "rb")
 
     def log_bytes(self) -> bytes:
         """The whole ``.log``."""

@@ -3,6 +3,12 @@
 The driver plans from the catalog (:mod:`seglake.lake.compaction`); each segment group
 is one Spark task that writes its new segment into the run's staging directory; the
 driver commits every new row in one catalog commit and publishes.
+
+Merges (no record decoded: the kernel copies the bytes) of a lake on the local
+filesystem run on the driver instead of as tasks: always with a ``local[...]`` master
+(the executors would share the driver's disk), else up to 1 GiB (a Spark stage costs
+about what copying that many bytes does); the Spark conf ``DRIVER_MERGE_CONF`` (bytes)
+overrides both, ``0``: always tasks.
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from seglake.config import LogConfig
+from seglake.errors import ConfigError
 from seglake.lake.compaction import CompactResult, run_compaction
 
-__all__ = ["compact"]
+__all__ = ["DRIVER_MERGE_CONF", "compact"]
+
+DRIVER_MERGE_CONF = "spark.seglake.compact.driver.merge.bytes"
+DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 
 
 def compact(
@@ -60,4 +70,17 @@ def compact(
         base=base,
         run_id=run_id,
         now_ms=now_ms,
+        driver_merge_bytes=driver_merge_bytes(spark),
     )
+
+
+def driver_merge_bytes(spark: SparkSession) -> int:
+    """Bytes of merges the driver runs itself (see the module docstring)."""
+    raw = spark.conf.get(DRIVER_MERGE_CONF, None)
+    if raw is None:
+        local = str(spark.sparkContext.master).startswith("local")
+        return 2**63 - 1 if local else DEFAULT_DRIVER_MERGE_BYTES
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{DRIVER_MERGE_CONF}={raw!r}: expected a number of bytes") from None
