@@ -17,6 +17,7 @@ scan_batches` (rare: a torn or corrupt segment), so the error, ``valid_bytes`` a
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 import numpy as np
@@ -65,7 +66,7 @@ def headers_at(
 
 
 def scan_headers(
-    buf: bytes | bytearray | memoryview, *, start: int = 0, end: int | None = None
+    buf: bytes | bytearray | memoryview | mmap.mmap, *, start: int = 0, end: int | None = None
 ) -> BatchScan:
     """``scan_batches(buf, start=start, end=end, verify_crc=False)``, vectorised (see the
     module docstring). ``buf`` may be an ``mmap``: only the header bytes are touched."""
