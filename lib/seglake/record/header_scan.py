@@ -98,7 +98,7 @@ def scan_headers(
         )
         if not bad.any():
             return _scan(h, at, end, np.ones(len(at), dtype=bool))
-    return scan_batches(buf, start=start, end=end, verify_crc=False)
+    return scan_batches(memoryview(buf), start=start, end=end, verify_crc=False)
 
 
 def _gather(data: np.ndarray, at: np.ndarray) -> np.ndarray:
