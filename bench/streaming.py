@@ -25,7 +25,7 @@ In ONE SparkSession (``local[2]``), every round runs each case once, in turn:
 written to RESULTS.md); the source cases also give the CPU seconds of the JVM and its
 Python workers (steadier than wall time on a shared machine). ``--source-batches S`` reads
 the source cases in S micro-batches (seglake ``maxOffsetsPerTrigger`` = N / S, parquet
-``maxFilesPerTrigger`` = B / S) instead of one.
+``maxFilesPerTrigger`` = B / S) instead of one (the python floor stays one batch).
 
 Both sides are warmed up with a small run first. Ratios are within a round; the table
 gives the best round and the range over rounds. Results replace the "## streaming" section
