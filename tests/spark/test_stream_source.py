@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import seglake.spark
+from seglake.errors import ConfigError
 from seglake.lake.retention import apply_retention
+from seglake.lake.table import CatalogTable
 from seglake.sample import generate
+from seglake.spark.extract_read import _keep
 from seglake.spark.ingest import ingest
+from seglake.spark.stream_source import SeglakeStreamReader, StreamLimits
 from seglake.storage.retention import RetentionRules
 
 pytestmark = pytest.mark.spark
@@ -127,3 +136,116 @@ def test_a_lake_streamed_into_another_lake_is_the_same_record_for_record(
         return sorted(tuple(map(str, r)) for r in df.select(cols).collect())
 
     assert everything(copy) == everything(root)
+
+
+def _reader(root: str, **options) -> SeglakeStreamReader:
+    return SeglakeStreamReader({"path": root, **{k: str(v) for k, v in options.items()}}, None, 2)
+
+
+def test_a_micro_batch_reads_the_catalog_once_and_packs_its_splits_into_tasks(
+    spark, tmp_path, monkeypatch
+):
+    root = str(tmp_path / "lake")
+    _ingest(spark, root, 3000, seed=7, topic="s3", partitions=3)
+    log_ends = {"s3": {str(p): o for (_, p), o in CatalogTable(root).log_end_offsets().items()}}
+    reads = []
+    segments = CatalogTable.segments
+    monkeypatch.setattr(
+        CatalogTable, "segments", lambda self, *a, **k: reads.append(1) or segments(self, *a, **k)
+    )
+    r = _reader(root, subscribe="s3", startingOffsets="earliest", maxOffsetsPerTrigger=2000)
+    start = r.initialOffset()
+    got: list[tuple] = []
+    for _ in range(2):  # what Spark calls for a micro-batch, in its order
+        before = len(reads)
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        assert r.reportLatestOffset() == log_ends
+        parts = r.partitions(start, end)
+        assert len(reads) - before == 1  # one catalog version for the whole batch
+        # ~300 kB of 20 kB segments: one task (at least 4 MiB each), not one per split
+        assert len(parts) == 1 and len(parts[0].value) > 3
+        batch = pa.Table.from_batches([b for p in parts for b in r.read(p)])
+        assert (
+            batch.num_rows == sum(e - start["s3"][p] for p, e in end["s3"].items())
+            and batch.num_rows <= 2000
+        )
+        got += _rows_of(batch)
+        # the same batch planned by a restarted query (Spark replays it from its offset
+        # log): one catalog read, the same splits
+        again = _reader(root, subscribe="s3", startingOffsets="earliest")
+        before = len(reads)
+        assert [p.value for p in again.partitions(start, end)] == [p.value for p in parts]
+        assert len(reads) - before == 1
+        start = end
+    batch = spark.read.format("seglake").load(root).select(*_COLS).collect()
+    assert sorted(got) == sorted(tuple(r) for r in batch)
+
+
+_COLS = ["topic", "partition", "offset", "key", "value", "timestampType"]
+
+
+def _rows_of(t: pa.Table) -> list[tuple]:
+    return [tuple(r[c] for c in _COLS) for r in t.to_pylist()]
+
+
+def test_min_offsets_per_trigger_waits_for_max_trigger_delay_as_kafka(spark, tmp_path):
+    root = str(tmp_path / "lake")
+    _ingest(spark, root, 1000, seed=8, topic="s4", partitions=1)
+    r = _reader(root, minOffsetsPerTrigger=500, maxTriggerDelay="10s")
+    now = [100.0]
+    r.clock = lambda: now[0]
+    limit = r.getDefaultReadLimit()
+    assert limit == ReadMinRows(500)
+
+    def at(offset: int) -> dict:
+        return {"s4": {"0": offset}}
+
+    assert r.latestOffset(at(900), limit) == at(1000)  # the first trigger is let through
+    now[0] = 101.0
+    assert r.latestOffset(at(800), limit) == at(800)  # 200 new < 500: wait
+    now[0] = 109.9
+    assert r.latestOffset(at(800), limit) == at(800)
+    assert r.latestOffset(at(800), ReadAllAvailable()) == at(1000)  # never waits
+    now[0] = 110.0  # maxTriggerDelay is over: a batch, and the delay starts again
+    assert r.latestOffset(at(800), limit) == at(1000)
+    now[0] = 111.0
+    assert r.latestOffset(at(999), limit) == at(999)
+    assert r.latestOffset(at(400), limit) == at(1000)  # 600 new >= 500: no wait
+    # with maxOffsetsPerTrigger too: Spark hands the max (Python has no composite
+    # limit); the source still waits for the min, then cuts at the max
+    both = _reader(root, minOffsetsPerTrigger=500, maxOffsetsPerTrigger=300)
+    both.clock, both.last_trigger = (lambda: 0.0), 0.0
+    assert both.getDefaultReadLimit() == ReadMaxRows(300)
+    assert both.latestOffset(at(600), ReadMaxRows(300)) == at(600)
+    assert both.latestOffset(at(100), ReadMaxRows(300)) == at(400)
+    # Trigger.AvailableNow never waits (it must end): every record, batches of <= 300
+    out = str(tmp_path / "out")
+    opts = {"startingOffsets": "earliest", "minOffsetsPerTrigger": 10**6, "maxTriggerDelay": "1h"}
+    progress = _stream(spark, root, str(tmp_path / "cp"), out, **opts, maxOffsetsPerTrigger=300)
+    assert max(p["numInputRows"] for p in progress) <= 300
+    assert spark.read.parquet(out).count() == 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "ms"), [("500ms", 500), ("30s", 30_000), ("2m", 120_000), ("1h", 3_600_000)]
+)
+def test_max_trigger_delay_takes_kafkas_durations(value, ms):
+    assert StreamLimits.parse({"maxTriggerDelay": value}).max_delay_ms == ms
+
+
+def test_bad_stream_limits_are_one_clear_error():
+    with pytest.raises(ConfigError, match="maxTriggerDelay: 'soon' is not a duration"):
+        StreamLimits.parse({"maxTriggerDelay": "soon"})
+    with pytest.raises(ConfigError, match="minOffsetsPerTrigger: 0 is below 1"):
+        StreamLimits.parse({"minOffsetsPerTrigger": "0"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), max_size=40), st.integers(1, 3))
+def test_the_rows_a_split_keeps_are_the_filters_rows(mask, chunks):
+    """read_splits' ``_keep``: a zero-copy slice when the kept rows are one run, else the
+    filter; always the filter's rows."""
+    n = len(mask)
+    t = pa.table({"offset": pa.chunked_array(np.array_split(np.arange(n), chunks))})
+    got = _keep(t, pa.chunked_array([pa.array(mask, pa.bool_())]))
+    assert got.column("offset").to_pylist() == [i for i, m in enumerate(mask) if m]

@@ -52,20 +52,17 @@ from seglake.spark.read_options import (
     ReadOptions,
     parse_options,
 )
-from seglake.spark.read_plan import Pushed, _partition_log, _select, plan_read, plan_splits
+from seglake.spark.read_plan import Pushed, plan_read
 from seglake.storage.index_cache import get_cache
 
-__all__ = [  # with what the stream source takes from here
+__all__ = [  # with the planning names tests take from here
     "OPTIONS",
     "Pushed",
     "ReadOptions",
     "SeglakeDataSource",
     "SeglakeReader",
-    "_partition_log",
-    "_select",
     "parse_options",
     "plan_read",
-    "plan_splits",
     "register",
 ]
 
@@ -156,7 +153,7 @@ class SeglakeDataSource(DataSource):
         """``spark.readStream.format("seglake")``: see :mod:`seglake.spark.stream_source`."""
         from seglake.spark.stream_source import SeglakeStreamReader
 
-        return SeglakeStreamReader(self.options)
+        return SeglakeStreamReader(self.options, self.bytes_accumulator, self.parallelism)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         """``df.writeStream.format("seglake")``: see :mod:`seglake.spark.stream_sink`."""

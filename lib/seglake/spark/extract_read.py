@@ -126,7 +126,16 @@ def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
         aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
         tx = t.column("transactional").to_numpy(zero_copy_only=False)
         mask = pc.and_(mask, pa.array(~(aborted & tx)))
-    return to_kafka_source(t.filter(mask), split["topic"], split["partition"])
+    return to_kafka_source(_keep(t, mask), split["topic"], split["partition"])
+
+
+def _keep(t: pa.Table, mask: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """``t.filter(mask)``, as a zero-copy slice when the rows kept are one run (a split's
+    offsets cut only its first and last batch: the usual case)."""
+    keep = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+    if len(keep) and keep[-1] - keep[0] + 1 == len(keep):
+        return t.slice(int(keep[0]), len(keep))
+    return t.filter(mask)
 
 
 def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:

@@ -24,7 +24,16 @@ from seglake.storage.log import PartitionLog
 from seglake.storage.naming import validate_partition, validate_topic
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 
-__all__ = ["ALL", "OPTIONS", "Bound", "Range", "ReadOptions", "TopicPartition", "parse_options"]
+__all__ = [
+    "ALL",
+    "OPTIONS",
+    "Bound",
+    "Range",
+    "ReadOptions",
+    "TopicPartition",
+    "int_option",
+    "parse_options",
+]
 
 TopicPartition = tuple[str, int]
 Range = tuple[int, int]  # [lo, hi)
@@ -74,7 +83,8 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return value == "true"
 
 
-def _int(name: str, value: Any, *, minimum: int) -> int:
+def int_option(name: str, value: Any, *, minimum: int) -> int:
+    """Option `name`'s integer value, at least `minimum` (ConfigError naming both)."""
     try:
         n = int(str(value).strip())
     except ValueError:
@@ -174,7 +184,7 @@ class Bound:
                 f"Kafka's source); use {word[default]!r} or JSON offsets"
             )
         if raw.lower() != word[default]:
-            offsets = _per_partition(name, raw, lambda v: _int(name, v, minimum=-2))
+            offsets = _per_partition(name, raw, lambda v: int_option(name, v, minimum=-2))
             bad = {f"{t}-{p}": o for (t, p), o in offsets.items() if o == refused}
             if bad:
                 raise ConfigError(
@@ -348,7 +358,9 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
         include_headers=_bool(options, "includeHeaders", False),
         isolation_level=levels.pop() if levels else "read_uncommitted",
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        split_bytes=_int("splitBytes", options.get("splitBytes", DEFAULT_SPLIT_BYTES), minimum=1),
-        version=None if version is None else _int("versionAsOf", version, minimum=0),
+        split_bytes=int_option(
+            "splitBytes", options.get("splitBytes", DEFAULT_SPLIT_BYTES), minimum=1
+        ),
+        version=None if version is None else int_option("versionAsOf", version, minimum=0),
         on_corrupt="skip" if _bool(options, "ignoreCorruptBatches", False) else "raise",
     )

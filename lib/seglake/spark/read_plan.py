@@ -1,8 +1,9 @@
 """Planning the ``seglake`` data source's reads (no Spark session needed: it runs where
 Spark plans Python data sources): the pushed filters as ranges (:class:`Pushed`), the
-subscribed partitions' catalog rows (:func:`_select`), and the splits of a read
-(:func:`plan_read`) or of a stream's micro-batch (:func:`plan_splits`), each partition's
-cut by extract's :func:`~seglake.spark.extract_plan.plan_partition` (filter mode).
+subscribed partitions' catalog rows (:func:`subscribed`) and logs
+(:func:`partition_logs`), and the splits of a read (:func:`plan_read`) or of a stream's
+micro-batch (:func:`plan_splits`), each partition's cut by extract's
+:func:`~seglake.spark.extract_plan.plan_partition` (filter mode).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from seglake.spark.read_options import (
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 
-__all__ = ["Pushed", "plan_read", "plan_splits"]
+__all__ = ["Logs", "Pushed", "partition_logs", "plan_read", "plan_splits", "subscribed"]
+
+Logs = dict[TopicPartition, tuple[pa.Table, PartitionLog]]  # catalog rows and log
 
 
 # ------------------------------------------------------------------------------ filters
@@ -146,13 +149,6 @@ class Pushed:
 
 
 # ------------------------------------------------------------------------------ planning
-def _partition_log(
-    cache: IndexCache, root: str, tp: TopicPartition, rows: pa.Table, on_corrupt: str = "raise"
-) -> PartitionLog:
-    """:meth:`IndexCache.partition_log` (the stream source's name for it)."""
-    return cache.partition_log(root, tp, rows, on_corrupt)
-
-
 def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     """Catalog rows (sorted by topic, partition) split per topic-partition."""
     keys = list(
@@ -167,7 +163,7 @@ def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
     return out
 
 
-def _select(
+def subscribed(
     opts: ReadOptions, catalog: Catalog, version: int, *, strict: bool = True
 ) -> dict[TopicPartition, pa.Table]:
     """The subscribed partitions' catalog rows; unknown topics/partitions are errors
@@ -204,6 +200,16 @@ def _select(
     return parts
 
 
+def partition_logs(
+    opts: ReadOptions, parts: dict[TopicPartition, pa.Table], cache: IndexCache
+) -> Logs:
+    """Each partition's catalog rows and its log (segments from ``cache``)."""
+    return {
+        tp: (rows, cache.partition_log(opts.root, tp, rows, opts.on_corrupt))
+        for tp, rows in parts.items()
+    }
+
+
 def _names(tps: list[TopicPartition]) -> str:
     shown = ", ".join(f"{t}-{p}" for t, p in tps[:20])
     return shown + (f" and {len(tps) - 20} more" if len(tps) > 20 else "")
@@ -218,15 +224,12 @@ def plan_read(
     cache = cache or get_cache()
     catalog = Catalog(opts.root)
     version = catalog.version() if opts.version is None else opts.version
-    parts = _select(opts, catalog, version)
+    parts = subscribed(opts, catalog, version)
     if pushed.nothing():
         return []
     ranges: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # per topic
-    logs: dict[TopicPartition, tuple[pa.Table, PartitionLog]] = {}
-    for tp, rows in parts.items():
-        if not pushed.admits(tp):
-            continue
-        log = cache.partition_log(opts.root, tp, rows, opts.on_corrupt)
+    logs = partition_logs(opts, {tp: r for tp, r in parts.items() if pushed.admits(tp)}, cache)
+    for tp, (_, log) in logs.items():
         start, end = (
             b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
             for b in (opts.starting, opts.ending)
@@ -240,7 +243,6 @@ def plan_read(
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: plan_partition prunes and seeks (filter mode)
             ranges[tp[0]][tp[1]] = (lo, hi)
-            logs[tp] = (rows, log)
     return plan_splits(
         opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp, logs=logs
     )
@@ -253,7 +255,7 @@ def plan_splits(
     version: int,
     cache: IndexCache,
     timestamp: Range = ALL,
-    logs: dict[TopicPartition, tuple[pa.Table, PartitionLog]] | None = None,
+    logs: Logs | None = None,
 ) -> list[dict]:
     """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
     ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``:
@@ -261,10 +263,7 @@ def plan_splits(
     partition's catalog rows and log, when the caller has them (else one catalog read)."""
     if logs is None:
         rows = _by_partition(Catalog(opts.root).segments(tuple(ranges), version=version))
-        logs = {
-            tp: (r, cache.partition_log(opts.root, tp, r, opts.on_corrupt))
-            for tp, r in rows.items()
-        }
+        logs = partition_logs(opts, rows, cache)
     splits: list[dict] = []
     for topic, bounds in ranges.items():
         for p, (lo, hi) in sorted(bounds.items()):

@@ -9,13 +9,19 @@ topic, micro-batch by micro-batch.
                partitions join from their log start, as Kafka's source adds them), cut
                by ``maxOffsetsPerTrigger`` (split over the partitions by lag; never more
                than N in all), held back by ``minOffsetsPerTrigger`` until
-               ``maxTriggerDelay``; ``Trigger.AvailableNow`` stops at the log ends seen
-               when the query started
-    batch      partitions(start, end): ONE catalog version read, its segments between the
-               two offsets split like the batch data source's (plan_extract), each split
-               read by read_split; a start offset below the partition's log start
-               (retention, compaction) is Kafka's data loss: an error with
-               ``failOnDataLoss=true`` (default), else the batch starts at the log start
+               ``maxTriggerDelay`` (Kafka's delayBatch: not a query's first trigger;
+               never with ``Trigger.AvailableNow``, which stops at the log ends seen
+               when the query started)
+    batch      ONE catalog read per micro-batch: latestOffset reads the catalog and keeps
+               that version (a :class:`Snapshot`); partitions(start, end) for the end it
+               returned plans from the same version (a batch replayed after a restart
+               reads the catalog once); its segments between the two offsets split like
+               the batch data source's (plan_splits) and packed into tasks as it packs
+               them (pack_splits: about the session's parallelism, at most splitBytes
+               each), each task's splits read and decoded together (read_splits); a
+               start offset below the partition's log start (retention, compaction) is
+               Kafka's data loss: an error with ``failOnDataLoss=true`` (default), else
+               the batch starts at the log start
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -38,8 +44,10 @@ from pyspark.sql.streaming.datasource import (
 
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
-from seglake.spark.datasource import SeglakeReader, _partition_log, _select, plan_splits
-from seglake.spark.read_options import ReadOptions, TopicPartition, _int, parse_options
+from seglake.spark.datasource import SeglakeReader
+from seglake.spark.extract_plan import pack_splits
+from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
+from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribed
 from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
@@ -71,8 +79,8 @@ class StreamLimits:
             unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
             ms = int(m.group(1)) * unit[m.group(2)]
         return cls(
-            None if mx is None else _int("maxOffsetsPerTrigger", mx, minimum=1),
-            None if mn is None else _int("minOffsetsPerTrigger", mn, minimum=1),
+            None if mx is None else int_option("maxOffsetsPerTrigger", mx, minimum=1),
+            None if mn is None else int_option("minOffsetsPerTrigger", mn, minimum=1),
             ms,
         )
 
@@ -107,52 +115,70 @@ def rate_limit(
     return {tp: start.get(tp, e) + min(take[tp], lag[tp]) for tp, e in end.items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The subscribed partitions at one catalog version (-1: no catalog yet)."""
+
+    version: int
+    logs: Logs
+
+    @property
+    def ends(self) -> dict[TopicPartition, int]:
+        """Each partition's log end offset."""
+        return {tp: log.log_end_offset for tp, (_, log) in self.logs.items()}
+
+    @property
+    def starts(self) -> dict[TopicPartition, int]:
+        """Each partition's log start offset."""
+        return {tp: log.log_start_offset for tp, (_, log) in self.logs.items()}
+
+
 class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The source; offsets and planning on the driver, ``read`` in the tasks."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(
+        self, options: Mapping[str, str], bytes_accumulator: Any = None, parallelism: int = 0
+    ) -> None:
         self.opts: ReadOptions = parse_options(options, stream=True)
         self.limits = StreamLimits.parse(options)
+        self.reader = SeglakeReader(self.opts, bytes_accumulator, parallelism)
         self.target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
-        self.waiting_since: float | None = None  # minOffsetsPerTrigger
+        self.clock: Callable[[], float] = time.monotonic  # seconds (tests set it)
+        self.last_trigger: float | None = None  # minOffsetsPerTrigger: clock() let through
+        self.snapshot: Snapshot | None = None  # the catalog version read last
+        self.planned: tuple[Offsets, Snapshot] | None = None  # latestOffset's end, its version
 
     # -- offsets (driver) -------------------------------------------------------------
-    def _logs(self, strict: bool = False) -> tuple[int, dict[TopicPartition, Any]]:
+    def _read_catalog(self, strict: bool = False) -> Snapshot:
+        """The newest catalog version's subscribed partitions (kept as ``snapshot``)."""
         catalog = Catalog(self.opts.root)
         if not catalog.exists():
             if strict and (self.opts.topics or self.opts.assign):
                 raise ConfigError(f"{self.opts.root}: no lake (no catalog) there")
-            return -1, {}
+            self.snapshot = Snapshot(-1, {})
+            return self.snapshot
         version = catalog.version()
-        cache = get_cache()
-        parts = _select(self.opts, catalog, version, strict=strict)
-        logs = {tp: _partition_log(cache, self.opts.root, tp, rows) for tp, rows in parts.items()}
-        return version, logs
+        parts = subscribed(self.opts, catalog, version, strict=strict)
+        self.snapshot = Snapshot(version, partition_logs(self.opts, parts, get_cache()))
+        return self.snapshot
 
     def initialOffset(self) -> Offsets:
-        _, logs = self._logs(strict=True)
+        snap = self._read_catalog(strict=True)
         return to_json(
             {
                 tp: self.opts.starting.resolve(
                     tp, log, fail_on_data_loss=self.opts.fail_on_data_loss
                 )
-                for tp, log in logs.items()
+                for tp, (_, log) in snap.logs.items()
             }
         )
 
-    def _log_ends(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        """Each subscribed partition's (log end offset, log start offset), now."""
-        logs = self._logs()[1]
-        return (
-            {tp: log.log_end_offset for tp, log in logs.items()},
-            {tp: log.log_start_offset for tp, log in logs.items()},
-        )
-
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self._log_ends()[0]
+        self.target = self._read_catalog().ends
 
     def reportLatestOffset(self) -> Offsets:
-        return to_json(self._log_ends()[0])
+        """The log ends of the version latestOffset just read (Spark asks right after it)."""
+        return to_json((self.snapshot or self._read_catalog()).ends)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.limits.max_offsets is not None:
@@ -163,7 +189,8 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         begin = from_json(start)
-        ends, starts = self._log_ends()
+        snap = self._read_catalog()
+        ends, starts = snap.ends, snap.starts
         if self.target is not None:  # Trigger.AvailableNow: nothing past the first look
             ends = {tp: min(e, self.target.get(tp, starts[tp])) for tp, e in ends.items()}
         for tp, o in begin.items():  # partitions gone from the catalog stay where they were
@@ -175,37 +202,38 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         if not isinstance(limit, ReadAllAvailable) and self.limits.max_offsets is not None:
             ends = rate_limit(first, ends, self.limits.max_offsets)
-        return to_json(ends)
+        self.planned = (to_json(ends), snap)
+        return self.planned[0]
 
     def _hold_back(
         self, first: dict[TopicPartition, int], ends: dict[TopicPartition, int], limit: ReadLimit
     ) -> bool:
-        """Skip this trigger: fewer than ``minOffsetsPerTrigger`` new offsets and
-        ``maxTriggerDelay`` not over since the last batch (Kafka's rule; not with
-        Trigger.AvailableNow, which must end)."""
+        """Skip this trigger (Kafka's delayBatch): ``maxTriggerDelay`` not over since the
+        last trigger that was let through and fewer than ``minOffsetsPerTrigger`` new
+        offsets. As Kafka's, the query's first trigger is let through, and so is any
+        trigger once the delay is over (which restarts it). Not with
+        Trigger.AvailableNow or ReadAllAvailable: such a query must end."""
         if self.target is not None or self.limits.min_offsets is None:
             return False
         if isinstance(limit, ReadAllAvailable):
             return False
-        now = time.monotonic()
-        if self.waiting_since is None:
-            self.waiting_since = now
-        new = sum(e - first[tp] for tp, e in ends.items())
-        waited_ms = (now - self.waiting_since) * 1000
-        if new >= self.limits.min_offsets or (new and waited_ms >= self.limits.max_delay_ms):
-            self.waiting_since = now
-            return False
-        return True
+        now, last = self.clock(), self.last_trigger
+        waiting = last is not None and (now - last) * 1000 < self.limits.max_delay_ms
+        if waiting and sum(e - first[tp] for tp, e in ends.items()) < self.limits.min_offsets:
+            return True
+        self.last_trigger = now
+        return False
 
     # -- a micro-batch (driver plans, tasks read) -------------------------------------
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         begin, stop = from_json(start), from_json(end)
-        version, logs = self._logs()
+        planned = self.planned
+        snap = planned[1] if planned and planned[0] == end else self._read_catalog()
         ranges: dict[str, dict[int, tuple[int, int]]] = {}
         for tp, hi in sorted(stop.items()):
-            log = logs.get(tp)
-            if log is None:
+            if tp not in snap.logs:
                 continue
+            log = snap.logs[tp][1]
             lo = begin.get(tp, log.log_start_offset)
             lso = log.log_start_offset
             if lo < lso:
@@ -221,11 +249,15 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.setdefault(tp[0], {})[tp[1]] = (lo, hi)
         if not ranges:
             return []
-        splits = plan_splits(self.opts, ranges, version=version, cache=get_cache())
-        return [InputPartition(s) for s in splits]
+        splits = plan_splits(
+            self.opts, ranges, version=snap.version, cache=get_cache(), logs=snap.logs
+        )
+        tasks = pack_splits(splits, self.reader.parallelism, max_bytes=self.opts.split_bytes)
+        return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from SeglakeReader(self.opts).read(partition)
+        """A task's splits (the batch data source's read)."""
+        yield from self.reader.read(partition)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: the lake keeps what retention keeps."""
@@ -234,6 +266,7 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 __all__ = [
     "DataLossError",
     "SeglakeStreamReader",
+    "Snapshot",
     "StreamLimits",
     "from_json",
     "rate_limit",
