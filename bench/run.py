@@ -75,7 +75,16 @@ def summary(path: Path) -> str:
         if target is None:
             continue
         out.append(f"{target}  [{title[3:]}]")
-        out += [f"    {line}" for line in part.splitlines()[1:] if "**" in line]
+        head, prev = None, ""
+        for line in part.splitlines()[1:]:
+            if line.startswith("|") and not prev.startswith("|"):
+                head = line  # a table's header: printed before its first bold row
+            if "**" in line:
+                if head and line.startswith("|"):
+                    out.append(f"    {head}")
+                    head = None
+                out.append(f"    {line}")
+            prev = line
     return "\n".join(out)
 
 
