@@ -4,9 +4,10 @@
 
 Full sizes (the figures of bench/RESULTS.md): each bench's defaults, plus issue 14's P3
 (extract of a 10% window of 32M messages). ``--quick`` (``make bench QUICK=1``) runs small
-sizes, two rounds each (a ratio needs two), cheapest first, in under 10 minutes on 2
-shared cores, and writes its tables to bench/RESULTS-quick.md (emptied first unless
-``--only``), so a smoke run never replaces the measured figures. Each bench runs in its
+sizes, two rounds each (a ratio needs two), cheapest first (meant for under 10 minutes
+on 2 quiet cores; 25 minutes at load average 19-27, ingest 10 of them), and writes its
+tables to bench/RESULTS-quick.md (emptied first unless ``--only``), so a smoke run never
+replaces the measured figures. Each bench runs in its
 own process (its own SparkSession); a failing bench is reported and the others still run;
 the exit status is 1 if any failed. At the end, every line of the results holding a
 ratio in bold is printed under its issue-14 target (the summary).
