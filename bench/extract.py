@@ -1,7 +1,7 @@
 """Time-window extraction: seglake extract vs Spark reading the same messages from parquet.
 
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/extract.py [--messages N] [--growth G]
-        [--dir DIR]
+        [--window PCT] [--repeat R] [--no-floors] [--dir DIR]
 
 Workload: N messages (default 2,000,000) of one topic, 4 partitions, 100-byte values,
 non-monotonic CreateTime (seglake.sample: 1 message per ms, +-2 s jitter), lz4, 8 MiB
@@ -11,19 +11,21 @@ written by pyarrow as they arrive (one row group per million messages, snappy, p
 index on): so a time filter prunes row groups by their statistics and pages by the page
 index, the best case for parquet.
 
-Query: the messages of a 1% time window (N/100 ms) in the middle of the log, every
-column. seglake: ``extract(mode="filter")`` (exactly the records with start <=
-timestamp < end, as the parquet filter). parquet: ``spark.read.parquet`` filtered on the
-``timestamp`` column (pushed down). Both sides deliver the same rows (checked: count,
-sum of value lengths and of offsets); timed: (a) ``toArrow()``, every column of every
-row collected in the driver, (b) a ``noop`` write, every row materialised in the JVM.
-Also Kafka's semantics for the same window (``mode="offsets"``, rows differ a little).
-Then the log grows G times (default 16) and the same window (same number of messages)
-is timed again.
+Query: the messages of a 1% time window (N/100 ms; ``--window PCT``: PCT% of N) in the
+middle of the log, every column. seglake: ``extract(mode="filter")`` (exactly the records
+with start <= timestamp < end, as the parquet filter). parquet: ``spark.read.parquet``
+filtered on the ``timestamp`` column (pushed down). Both sides deliver the same rows
+(checked: count, sum of value lengths and of offsets); timed: (a) ``toArrow()``, every
+column of every row collected in the driver, (b) a ``noop`` write, every row
+materialised in the JVM. Also Kafka's semantics for the same window
+(``mode="offsets"``, rows differ a little). Then the log grows G times (default 16) and
+the same window (same number of messages) is timed again.
 
-local[2]; both sides warmed up first; best of 7 runs each, every round running every
-case of both sizes in turn (a busy spell of the shared machine hits all alike).
-Replaces the "## extract (bench/extract.py)" section of bench/RESULTS.md.
+local[2]; both sides warmed up first; best of 7 runs each (``--repeat``), every round
+running every case of both sizes in turn (a busy spell of the shared machine hits all
+alike). Replaces the "## extract (bench/extract.py)" section of bench/RESULTS.md, or with
+another ``--window`` its own section (issue 14's P3: ``--messages 32000000 --growth 1
+--window 10``, 3.2M rows). ``--no-floors`` leaves out the two floor cases.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ TOPIC = "bench"
 PARTITIONS = 4
 CHUNK = 1_000_000
 SEGMENT_BYTES = 8 << 20
+FLOOR_BATCH = 65536  # rows per Arrow batch of the Python floor's file
 REPEAT = int(os.environ.get("SEGLAKE_BENCH_REPEAT", "7"))
 
 
@@ -140,9 +143,16 @@ def best(fns: dict, repeat: int = 3) -> dict:
     return {k: (min(v), outs[k]) for k, v in times.items()}
 
 
-def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
+def section(pct: float) -> str:
+    """The RESULTS.md section of a window of ``pct`` % of the first log."""
+    return (
+        SECTION if pct == 1 else f"## extract, {pct:g}% window (bench/extract.py --window {pct:g})"
+    )
+
+
+def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[dict, dict]:
     """``(runs, facts)``: the timed functions of one lake (same rows checked, warmed up)
-    and what to report besides the times."""
+    and what to report besides the times (``floors``: with the two floor cases)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
@@ -176,31 +186,40 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
     def check(df) -> tuple:
         return tuple(df.agg(F.count("*"), F.sum(F.length("value")), F.sum("offset")).first())
 
-    # the floor: the same rows already decoded, memory-mapped from an Arrow file by one
-    # mapInArrow task (what any Python reader pays to hand rows to Spark)
-    rows_file = root + "-window.arrow"
-    window = seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA)
-    with pa.ipc.new_file(rows_file, KAFKA_SOURCE_SCHEMA) as out:
-        out.write_table(window)
+    # the floor: the same rows already decoded, memory-mapped from an Arrow file (batches
+    # of 64k rows) by one mapInArrow task per core, each emitting its share of the batches
+    # (what any Python reader pays to hand rows to Spark)
+    rows_file = root + f"-window-{n_window}.arrow"
     # ... and what a reader inside the JVM could reach: the same rows in one parquet file
-    # (uncompressed, one row group), read whole by Spark's own reader
-    jvm_file = root + "-window.parquet"
-    pq.write_table(window, jvm_file, compression="none")
+    # (uncompressed, row groups of 500k rows), read whole by Spark's own reader
+    jvm_file = root + f"-window-{n_window}.parquet"
+    if floors:
+        window = seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA)
+        with pa.ipc.new_file(rows_file, KAFKA_SOURCE_SCHEMA) as out:
+            out.write_table(window, max_chunksize=FLOOR_BATCH)
+        pq.write_table(window, jvm_file, compression="none", row_group_size=CHUNK // 2)
+        del window
+    floor_tasks = min(spark.sparkContext.defaultParallelism, -(-n_window // FLOOR_BATCH))
 
     def jvm_floor():
         return spark.read.parquet(jvm_file)
 
     def floor():
         def emit(batches):
-            for _ in batches:
-                pass
-            yield from pa.ipc.open_file(pa.memory_map(rows_file)).read_all().to_batches()
+            mine = [k for b in batches for k in b.column(0).to_pylist()]
+            f = pa.ipc.open_file(pa.memory_map(rows_file))
+            for k in mine:
+                for i in range(k, f.num_record_batches, floor_tasks):
+                    yield f.get_batch(i)
 
-        return spark.range(1, numPartitions=1).mapInArrow(emit, spark_schema(KAFKA_SOURCE_SCHEMA))
+        return spark.range(floor_tasks, numPartitions=floor_tasks).mapInArrow(
+            emit, spark_schema(KAFKA_SOURCE_SCHEMA)
+        )
 
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
-    assert check(seglake()) == check(parquet()) == check(floor()) == check(jvm_floor())
-    for fn in (seglake, parquet, kafka, floor, jvm_floor):  # warm up: workers, JIT, cache
+    same = [seglake, parquet] + ([floor, jvm_floor] if floors else [])
+    assert len({check(fn()) for fn in same}) == 1, "seglake and parquet rows differ"
+    for fn in [*same, kafka]:  # warm up: workers, JIT, cache
         fn().toArrow()
     runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
@@ -214,6 +233,8 @@ def window_runs(spark, root: str, n_window: int) -> tuple[dict, dict]:
         "floor_noop": lambda: noop(floor()),
         "jvm_floor_noop": lambda: noop(jvm_floor()),
     }
+    if not floors:
+        runs = {k: fn for k, fn in runs.items() if "floor" not in k}
     facts = {
         "total": total,
         "planned": plan.planned_bytes,
@@ -227,19 +248,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=2_000_000)
     ap.add_argument("--growth", type=int, default=16)
+    ap.add_argument("--window", type=float, default=1.0, help="window, %% of the first log")
+    ap.add_argument("--repeat", type=int, default=REPEAT, help="best of this many rounds")
+    ap.add_argument("--no-floors", action="store_true", help="leave out the floor cases")
     ap.add_argument("--dir", default=None, help="build (or reuse) the lakes here, keep them")
     args = ap.parse_args(argv)
     tmp = args.dir or tempfile.mkdtemp(prefix="seglake-bench-extract-")
     spark = session()
     try:
         sizes = [args.messages] + ([args.messages * args.growth] if args.growth > 1 else [])
-        n_window = args.messages // 100
+        n_window = int(args.messages * args.window / 100)
         built = sum(build(lake_path(tmp, n), n) for n in sizes)
         runs, facts = {}, {}
         for n in sizes:
-            mine, facts[n] = window_runs(spark, lake_path(tmp, n), n_window)
+            mine, facts[n] = window_runs(spark, lake_path(tmp, n), n_window, not args.no_floors)
             runs.update({(n, k): fn for k, fn in mine.items()})
-        got = best(runs, repeat=REPEAT)  # every size in every round: alike conditions
+        got = best(runs, repeat=args.repeat)  # every size in every round: alike conditions
         results = [
             (
                 n,
@@ -249,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             for n in sizes
         ]
-        text = report(results, n_window, built, args.growth)
+        text = report(results, n_window, built, args.growth, args.window, args.repeat)
         print(text)
-        replace_section(SECTION, text)
+        replace_section(section(args.window), text)
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -263,20 +287,27 @@ def lake_path(base: str, n: int) -> str:
     return os.path.join(base, f"lake-{n}")
 
 
-def report(results: list[tuple[int, dict]], n_window: int, built: float, growth: int) -> str:
+def report(
+    results: list[tuple[int, dict]],
+    n_window: int,
+    built: float,
+    growth: int,
+    pct: float = 1.0,
+    repeat: int = REPEAT,
+) -> str:
     def ratio(r: dict, k: str, peer: str) -> str:
         return f"{r[k]:.2f} s, **{r[k] / r[peer]:.2f}x**"
 
     lines = [
-        SECTION,
+        section(pct),
         "",
         f"`local[2]`, {os.cpu_count()} CPUs shared with other engineers' Spark jobs "
-        f"(ratios are within one run; best of {REPEAT}, each round running every "
+        f"(ratios are within one run; best of {repeat}, each round running every "
         f"case of every size in turn); "
         f"{PARTITIONS} partitions, lz4, 8 MiB segments; window = {n_window:,} messages "
-        f"(1% of the first log) in the middle of the log; lakes built without Spark "
+        f"({pct:g}% of the first log) in the middle of the log; lakes built without Spark "
         f"({f'{built:.0f} s' if built else 'reused'}). Ratio = seglake time / parquet "
-        "time (target <= 0.5x); "
+        f"time (target <= {0.5 if pct == 1 else 0.6}x); "
         "`toArrow()` collects every column of every row in the driver, `noop` "
         "materialises them in the JVM.",
         "",
@@ -310,18 +341,23 @@ def report(results: list[tuple[int, dict]], n_window: int, built: float, growth:
             f"{ratio(r, 'kafka', 'parquet')} | "
             f"{ratio(r, 'kafka_noop', 'parquet_noop')} |"
         )
-    lines += [
-        "",
-        "The floor of any reader in Python: the same rows as the first table, "
-        "decoded beforehand and memory-mapped from an Arrow file by one "
-        "`mapInArrow` task (no planning, no reading, no decoding); and the floor "
-        "of a reader inside the JVM: the same rows in one uncompressed parquet "
-        "file read whole by Spark; ratios against the same parquet runs:",
-        "",
-        "| log messages | floor toArrow | floor noop | JVM floor toArrow | JVM floor noop |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for n, r in results:
+    floors = "floor" in results[0][1]
+    lines += (
+        []
+        if not floors
+        else [
+            "",
+            "The floor of any reader in Python: the same rows as the first table, "
+            "decoded beforehand and memory-mapped from an Arrow file by one "
+            "`mapInArrow` task per core (no planning, no reading, no decoding); and the floor "
+            "of a reader inside the JVM: the same rows in one uncompressed parquet "
+            "file read whole by Spark; ratios against the same parquet runs:",
+            "",
+            "| log messages | floor toArrow | floor noop | JVM floor toArrow | JVM floor noop |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+    )
+    for n, r in results if floors else []:
         lines.append(
             f"| {n:,} | {ratio(r, 'floor', 'parquet')} | "
             f"{ratio(r, 'floor_noop', 'parquet_noop')} | "

@@ -5,6 +5,7 @@ CreateTime)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -14,6 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
@@ -22,7 +25,7 @@ from seglake.record.decode import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import extract
 from seglake.spark.extract_plan import pack_splits, parse_time, plan_extract
-from seglake.spark.extract_read import read_split, read_splits
+from seglake.spark.extract_read import iter_splits, keep_rows, read_split, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE
@@ -255,6 +258,49 @@ def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():
         len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100, min_bytes=1)
     ] == [1, 1]
     assert pack_splits([], 2) == []
+    # 250 bytes in tasks of at most 100: 3 would take two rounds of 2 cores, 4 take 1.5
+    even = pack_splits([split(i, 10) for i in range(25)], 2, max_bytes=100, min_bytes=1)
+    assert [sum(s["end_pos"] for s in t) for t in even] == [70, 60, 60, 60]
+
+
+@given(st.lists(st.booleans(), max_size=60), st.integers(0, 3))
+@settings(max_examples=200, deadline=None)
+def test_keep_rows_is_filter_and_slices_the_longest_run(bits, chunks):
+    n = len(bits)
+    cut = sorted({0, n, *range(0, n, max(1, n // (chunks + 1)))})
+    t = pa.Table.from_batches(
+        [
+            pa.record_batch(
+                {"o": pa.array(range(a, b)), "v": pa.array([b"x%d" % i for i in range(a, b)])}
+            )
+            for a, b in itertools.pairwise(cut)
+        ],
+        schema=pa.schema([("o", pa.int64()), ("v", pa.binary())]),
+    )
+    mask = np.array(bits, dtype=bool)
+    got = keep_rows(t, mask)
+    assert got.equals(t.filter(pa.array(mask, pa.bool_())))
+    if n and mask.all():
+        assert got is t
+    run = np.diff(np.flatnonzero(np.diff(np.concatenate(([0], mask, [0])))))[::2]
+    if len(run) == 1 and chunks == 0:  # one run of a one-chunk table: a view, no copy
+        assert (
+            got.column("v").chunk(0).buffers()[2].address
+            == t.column("v").chunk(0).buffers()[2].address
+        )
+
+
+def test_iter_splits_groups_match_read_splits(lake):
+    """Decoded group by group (bounded memory), the rows are read_splits' rows."""
+    root, recs = lake
+    t1 = recs[recs["topic"] == "t1"]
+    lo_ts, hi_ts = int(t1["timestamp"].quantile(0.2)), int(t1["timestamp"].quantile(0.7))
+    plan = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode="filter", split_bytes=4096)
+    splits = plan.splits.to_pylist()
+    cache = IndexCache()
+    groups = list(iter_splits(cache, root, splits, group_bytes=8192))
+    assert 1 < len(groups) < len(splits)
+    assert pa.concat_tables(groups).equals(read_splits(cache, root, splits))
 
 
 def test_extract_job_appends_delta_from_the_executors(spark, lake, tmp_path, monkeypatch):

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import shutil
 
-import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import seglake.spark
@@ -19,7 +16,6 @@ from seglake.errors import ConfigError
 from seglake.lake.retention import apply_retention
 from seglake.lake.table import CatalogTable
 from seglake.sample import generate
-from seglake.spark.extract_read import _keep
 from seglake.spark.ingest import ingest
 from seglake.spark.stream_source import SeglakeStreamReader, StreamLimits
 from seglake.storage.retention import RetentionRules
@@ -238,14 +234,3 @@ def test_bad_stream_limits_are_one_clear_error():
         StreamLimits.parse({"maxTriggerDelay": "soon"})
     with pytest.raises(ConfigError, match="minOffsetsPerTrigger: 0 is below 1"):
         StreamLimits.parse({"minOffsetsPerTrigger": "0"})
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.booleans(), max_size=40), st.integers(1, 3))
-def test_the_rows_a_split_keeps_are_the_filters_rows(mask, chunks):
-    """read_splits' ``_keep``: a zero-copy slice when the kept rows are one run, else the
-    filter; always the filter's rows."""
-    n = len(mask)
-    t = pa.table({"offset": pa.chunked_array(np.array_split(np.arange(n), chunks))})
-    got = _keep(t, pa.chunked_array([pa.array(mask, pa.bool_())]))
-    assert got.column("offset").to_pylist() == [i for i, m in enumerate(mask) if m]

@@ -87,8 +87,8 @@ def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
         [
             records.column("key"),
             records.column("value"),
-            pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
-            pa.array([partition] * n, pa.int32()) if n else pa.array([], pa.int32()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
             records.column("offset"),
             ts_us,
             records.column("timestamp_type"),

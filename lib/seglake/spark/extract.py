@@ -19,7 +19,9 @@
                   ``split_bytes``), no shuffle, no DataFrame of splits to ship
     executors: ``spark.range(tasks).mapInArrow``: each task reads its splits, one ranged
                read per split (plus the header and batch after it for the split that ends
-               a range), and decodes the batches that overlap, all splits in one call;
+               a range), and decodes the batches that overlap, the splits of about 8 MiB
+               of log in one call (``iter_splits``), handing each group's rows to Spark
+               before decoding the next;
                then filters offsets (and timestamps), drops control batches and, under
                read_committed, records of aborted transactions (``.txnindex``)
 
@@ -42,7 +44,7 @@ from seglake.spark.extract_plan import (
     pack_splits,
     plan_extract,
 )
-from seglake.spark.extract_read import read_splits
+from seglake.spark.extract_read import iter_splits
 from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 
@@ -122,17 +124,17 @@ def extract(
             for task in b.column(0).to_pylist():
                 skipped: list[str] = []
                 with lakefs.IO_STATS.counting(acc):
-                    t = read_splits(
+                    for t in iter_splits(
                         cache,
                         root,
                         mine[task],
                         isolation_level=level,
                         on_corrupt=on_corrupt,
                         skipped=skipped,
-                    )
+                    ):
+                        yield from t.to_batches()
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)
-                yield from t.to_batches()
 
     return spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(
         read, spark_schema(KAFKA_SOURCE_SCHEMA)

@@ -5,9 +5,10 @@ timestamps, control batches and aborted transactions filtered.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from seglake.errors import CorruptIndexError
 from seglake.record.batch import HEADER_SIZE
@@ -41,6 +42,40 @@ def read_split(
         on_corrupt=on_corrupt,
         skipped=skipped,
     )
+
+
+GROUP_BYTES = 8 << 20  # log bytes decoded in one call by iter_splits
+
+
+def iter_splits(
+    cache: IndexCache,
+    root: str,
+    splits: list[dict],
+    *,
+    group_bytes: int = GROUP_BYTES,
+    isolation_level: str = "read_uncommitted",
+    on_corrupt: str = "raise",
+    skipped: list[str] | None = None,
+) -> Iterator[pa.Table]:
+    """The records of ``splits`` as :func:`read_splits` returns them, one table per group
+    of consecutive splits of about ``group_bytes`` log bytes (a larger split alone): a
+    task's memory stays bounded by the group, and Spark takes a group's rows while the
+    next one decodes."""
+    group: list[dict] = []
+    size = 0
+    for i, s in enumerate(splits):
+        group.append(s)
+        size += s["end_pos"] - s["start_pos"]
+        if size >= group_bytes or i == len(splits) - 1:
+            yield read_splits(
+                cache,
+                root,
+                group,
+                isolation_level=isolation_level,
+                on_corrupt=on_corrupt,
+                skipped=skipped,
+            )
+            group, size = [], 0
 
 
 def read_splits(
@@ -111,11 +146,11 @@ def _split_batches(
 def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
     """Decoded records of a split's batches -> the split's rows (Kafka source schema)."""
     lo, hi, ts_lo, ts_hi = split["lo"], split["hi"], split["ts_lo"], split["ts_hi"]
-    off = t.column("offset")
-    mask = pc.and_(pc.greater_equal(off, lo), pc.less(off, hi))
+    off = t.column("offset").to_numpy()
+    mask = (off >= lo) & (off < hi)
     if ts_lo > NO_TS_LO or ts_hi < NO_TS_HI:
-        ts = t.column("timestamp")
-        mask = pc.and_(mask, pc.and_(pc.greater_equal(ts, ts_lo), pc.less(ts, ts_hi)))
+        ts = t.column("timestamp").to_numpy()
+        mask &= (ts >= ts_lo) & (ts < ts_hi)
     if isolation_level == "read_committed" and split["aborted_pid"]:
         txn = TransactionIndex()
         for p, f, last in sorted(
@@ -123,19 +158,33 @@ def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
             key=lambda x: x[2],
         ):
             txn.append(AbortedTxn(p, f, last, last))
-        aborted = txn.aborted_mask(off.to_numpy(), t.column("producer_id").to_numpy())
+        aborted = txn.aborted_mask(off, t.column("producer_id").to_numpy())
         tx = t.column("transactional").to_numpy(zero_copy_only=False)
-        mask = pc.and_(mask, pa.array(~(aborted & tx)))
-    return to_kafka_source(_keep(t, mask), split["topic"], split["partition"])
+        mask &= ~(aborted & tx)
+    return to_kafka_source(keep_rows(t, mask), split["topic"], split["partition"])
 
 
-def _keep(t: pa.Table, mask: pa.ChunkedArray | pa.Array) -> pa.Table:
-    """``t.filter(mask)``, as a zero-copy slice when the rows kept are one run (a split's
-    offsets cut only its first and last batch: the usual case)."""
-    keep = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-    if len(keep) and keep[-1] - keep[0] + 1 == len(keep):
-        return t.slice(int(keep[0]), len(keep))
-    return t.filter(mask)
+def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
+    """``t.filter(mask)`` copying only what it must: the longest run of kept rows is a
+    zero-copy slice, the rows before and after it are filtered (copied). A window's rows
+    are one run with its edges ragged (CreateTime is not monotonic), so most rows go to
+    Spark straight from the decoder's buffers.
+
+        mask  0 0 1 0 1 1 1 1 1 1 1 0 1 0 0
+              '- filter -''---- slice ----''- filter -'
+    """
+    drop = np.flatnonzero(~mask)
+    if not len(drop):
+        return t
+    # runs of kept rows lie between dropped ones (and the ends): the longest one
+    bounds = np.concatenate(([-1], drop, [len(mask)]))
+    k = int(np.argmax(np.diff(bounds)))
+    a, b = int(bounds[k]) + 1, int(bounds[k + 1])
+    if b - a == len(mask) - len(drop):  # the only run: no copy at all
+        return t.slice(a, b - a)
+    pieces = [t.slice(0, a).filter(pa.array(mask[:a])), t.slice(a, b - a)]
+    pieces.append(t.slice(b).filter(pa.array(mask[b:])))
+    return pa.concat_tables(pieces)
 
 
 def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:
