@@ -17,10 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError, TruncatedBatchError
+from seglake.record import native
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.batch_walk import Walked, walk_batches
 from seglake.record.codecs import MAX_BLOCK_OUTPUT
-from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_records
+from seglake.record.decode_native import decode_native, header_structs
+from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
     MIN_HEADER_SIZE,
@@ -113,10 +115,16 @@ def decode_batches(
     :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
     least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
     """
-    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
-    if r is None:
+    limits = (max_batch_bytes, max_decompressed_bytes)
+    sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
+    if not len(sel):
         return empty_records()
-    data, f, rec_batch, sel = r.data, r.fields, r.ctx.rec_batch, r.sel
+    lib = native.kernel()
+    table = decode_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    if table is not None:
+        return table
+    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
+    data, f, rec_batch = r.data, r.fields, r.ctx.rec_batch
     columns = [
         pa.array(r.offset),
         pa.array(r.timestamp),
@@ -179,7 +187,7 @@ def _headers(
     np.cumsum(count, out=offsets[1:])
     values = _binary(data, h.value_pos, h.value_len)
     return pa.ListArray.from_arrays(
-        pa.array(offsets), _header_structs(keys, values), type=HEADERS_TYPE
+        pa.array(offsets), header_structs(keys, values), type=HEADERS_TYPE
     )
 
 
@@ -196,16 +204,6 @@ def _header_keys(data: np.ndarray, h: HeaderFields, ctx: BatchContext) -> pa.Arr
         i = _first_bad_utf8(keys)
         owner = int(h.owner[np.searchsorted(h.first, i, side="right") - 1])
         raise ctx.record_error(owner, "a header key is not valid UTF-8") from None
-
-
-def _header_structs(
-    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray
-) -> pa.StructArray:
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return pa.StructArray.from_arrays([keys.cast(pa.string()), values], fields=list(HEADER_TYPE))
 
 
 def _first_bad_utf8(keys: pa.Array | pa.ChunkedArray) -> int:
