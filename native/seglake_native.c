@@ -26,7 +26,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -44,6 +44,10 @@ i64 sl_abi_version(void) { return ABI_VERSION; }
 /* Zig-zag varint at data[p], at most max bytes and ending before data[end]: its size
    (0: it does not end in time) and value. */
 static inline int get_varint(const u8 *data, i64 p, i64 end, int max, i64 *out) {
+    if (__builtin_expect(p < end && data[p] < 0x80, 1)) { /* one byte: -64..63 */
+        *out = (i64)(data[p] >> 1) ^ -(i64)(data[p] & 1);
+        return 1;
+    }
     u64 z = 0;
     for (int k = 0; k < max; k++) {
         if (p + k >= end) return 0;
@@ -398,6 +402,17 @@ void sl_gather(const u8 *data, i64 nb, const i64 *start, const i64 *end, u8 *key
             }
             p = last;
         }
+    }
+}
+
+/* Each record's size without its length, timestampDelta and offsetDelta varints:
+ * attributes, key and value with their lengths (-1: null), headers (hbytes: count varint
+ * and headers, or NULL for none: a 0 count). */
+void sl_extra(i64 n, const i64 *klen, const i64 *vlen, const i64 *hbytes, i64 *out) {
+    for (i64 i = 0; i < n; i++) {
+        i64 kl = klen[i], vl = vlen[i];
+        out[i] = 1 + vsize(zigzag(kl)) + (kl > 0 ? kl : 0) + vsize(zigzag(vl)) +
+                 (vl > 0 ? vl : 0) + (hbytes ? hbytes[i] : 1);
     }
 }
 

@@ -25,7 +25,7 @@ from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.record import native
 from seglake.record.batch import SCAN_COLUMNS, scan_batches
-from seglake.record.decode import decode_batches, read_log
+from seglake.record.decode import decode_batches, read_log, record_times
 from seglake.record.encode import encode_batches
 from tests.unit.test_encode import record_lists, table
 from tests.unit.test_fuzz import mutated_logs
@@ -112,6 +112,8 @@ def test_encode_and_decode_match_numpy(recs, batch_size, max_records, codec):
     (t1, s1), (t2, s2) = both(read_log, buf)
     same_scan(s1, s2)
     assert t1.equals(t2) and t1.num_rows == len(recs)
+    for a, b in zip(*both(record_times, buf, s1), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @needs_kernel
@@ -144,6 +146,11 @@ def test_mutated_logs_give_the_same_scan_table_or_error(buf, verify, skip, stop)
     s1, s2 = both(scan_batches, buf, verify_crc=verify, skip_corrupt=skip, stop_after_offset=stop)
     same_scan(s1, s2)
     same_outcome(*both(decode_batches, buf, s1))
+    t1, t2 = both(record_times, buf, s1)
+    if isinstance(t1, tuple) and isinstance(t1[0], type):
+        assert t1 == t2
+    else:
+        np.testing.assert_array_equal(np.array(t1), np.array(t2))
     capped, _ = both(scan_batches, buf, max_batches=2, verify_crc=verify)
     same_scan(capped, _)
 

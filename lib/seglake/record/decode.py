@@ -7,6 +7,10 @@ columns, where keys/values (and headers) are gathered by Arrow: a ``binary_view`
 pointing into the records blocks, cast to ``binary``. :func:`record_times` runs the first
 two stages only: the offsets and timestamps, every record checked all the same.
 
+With the compiled kernel (:mod:`seglake.record.native`), the last two stages are one C walk
+and one C copy (:mod:`seglake.record.decode_native`); the numpy stages run where it is
+absent or refuses the bytes, and name the problem.
+
 Bytes that do not decode raise :class:`CorruptRecordError` naming the file, the batch
 position, the record and the numbers; nothing is allocated from an unchecked length.
 """
@@ -19,9 +23,9 @@ import pyarrow as pa
 from seglake.errors import CorruptRecordError, TruncatedBatchError
 from seglake.record import native
 from seglake.record.batch import BatchScan, scan_batches
-from seglake.record.batch_walk import Walked, walk_batches
+from seglake.record.batch_walk import walk_batches
 from seglake.record.codecs import MAX_BLOCK_OUTPUT
-from seglake.record.decode_native import decode_native, header_structs
+from seglake.record.decode_native import decode_native, header_structs, times_native
 from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
@@ -116,7 +120,7 @@ def decode_batches(
     least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
     """
     limits = (max_batch_bytes, max_decompressed_bytes)
-    sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
+    sel = _selected(scan, skip_control)
     if not len(sel):
         return empty_records()
     lib = native.kernel()
@@ -155,9 +159,15 @@ def record_times(
     one check left out: a key or value of over 1 GiB in a buffer of over 2 GiB, which
     :func:`decode_batches` cannot put in a column.)
     """
-    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
-    if r is None:
+    limits = (max_batch_bytes, max_decompressed_bytes)
+    sel = _selected(scan, skip_control)
+    if not len(sel):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lib = native.kernel()
+    times = times_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    if times is not None:
+        return times
+    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
     f = r.fields
     h = walk_headers(r.data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
     if len(h.key_pos):
@@ -165,16 +175,9 @@ def record_times(
     return r.offset, r.timestamp
 
 
-def _walk(
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    skip_control: bool,
-    path: str | None,
-    limits: tuple[int, int | None],
-) -> Walked | None:
-    """Decompress, walk and check the records of ``scan``; ``None``: no batch selected."""
-    sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
-    return walk_batches(buf, scan, sel, path, limits) if len(sel) else None
+def _selected(scan: BatchScan, skip_control: bool) -> np.ndarray:
+    """The batches of ``scan`` to decode."""
+    return np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
 
 
 def _headers(

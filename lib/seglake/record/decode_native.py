@@ -13,6 +13,7 @@ refuses the bytes, a header key is not UTF-8, or a column would pass int32 offse
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ from seglake.record.batch import TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.batch_walk import batch_blocks
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA
 
-__all__ = ["decode_native", "header_structs"]
+__all__ = ["decode_native", "header_structs", "times_native"]
 
 
 def decode_native(
@@ -34,6 +35,63 @@ def decode_native(
     limits: tuple[int, int | None],
 ) -> pa.Table | None:
     """The records of the batches ``sel`` of ``scan`` as :data:`RECORD_SCHEMA`, or None."""
+    r = _walk(lib, buf, scan, sel, path, limits)
+    if r is None:
+        return None
+    w, g, counts = r.walk, native.gather(lib, r.data, r.start, r.end, r.walk), r.counts
+    headers = _headers(w, g)
+    if headers is None:
+        return None
+    n = len(w.offset)
+    columns = [
+        pa.array(w.offset),
+        pa.array(w.timestamp),
+        pa.array(np.repeat(r.log_append.astype(np.int32), counts)),
+        _binary(n, w.key_off, w.key_valid, w.totals[5], g.key_data),
+        _binary(n, w.value_off, w.value_valid, w.totals[6], g.value_data),
+        headers,
+        pa.array(np.repeat(scan.producer_id[sel], counts)),
+        pa.array(np.repeat(scan.is_transactional[sel], counts)),
+    ]
+    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+def times_native(
+    lib: ctypes.CDLL,
+    buf: bytes | bytearray | memoryview,
+    scan: BatchScan,
+    sel: np.ndarray,
+    path: str | None,
+    limits: tuple[int, int | None],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(offset, timestamp)`` of the records :func:`decode_native` returns, every record
+    checked the same way (header keys' UTF-8 too), or None."""
+    r = _walk(lib, buf, scan, sel, path, limits)
+    if r is None:
+        return None
+    w = r.walk
+    if w.totals[2] and _headers(w, native.gather(lib, r.data, r.start, r.end, w)) is None:
+        return None
+    return w.offset, w.timestamp
+
+
+class _Walked(NamedTuple):
+    walk: native.Walk
+    data: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    counts: np.ndarray
+    log_append: np.ndarray
+
+
+def _walk(
+    lib: ctypes.CDLL,
+    buf: bytes | bytearray | memoryview,
+    scan: BatchScan,
+    sel: np.ndarray,
+    path: str | None,
+    limits: tuple[int, int | None],
+) -> _Walked | None:
     data, _, start, end = batch_blocks(buf, scan, sel, path, limits)
     counts = scan.records_count[sel]
     log_append = (scan.attributes[sel] & TIMESTAMP_TYPE_BIT) != 0
@@ -42,29 +100,20 @@ def decode_native(
     w = native.walk(
         lib, data, start, end, counts, bases, log_append, scan.last_offset[sel] - base_offset
     )
-    if w is None:
-        return None
-    g = native.gather(lib, data, start, end, w)
-    n = len(w.offset)
-    _, _, nh, _, _, null_keys, null_values, null_hvalues = w.totals
+    return None if w is None else _Walked(w, data, start, end, counts, log_append)
+
+
+def _headers(w: native.Walk, g: native.Gathered) -> pa.Array | None:
+    """The headers column; None if a header key is not UTF-8."""
+    nh, null_values = w.totals[2], w.totals[7]
     try:
         structs = header_structs(
             _binary(nh, g.hkey_off, None, 0, g.hkey_data),
-            _binary(nh, g.hvalue_off, g.hvalue_valid, null_hvalues, g.hvalue_data),
+            _binary(nh, g.hvalue_off, g.hvalue_valid, null_values, g.hvalue_data),
         )
-    except pa.ArrowInvalid:  # a header key that is not UTF-8
+    except pa.ArrowInvalid:
         return None
-    columns = [
-        pa.array(w.offset),
-        pa.array(w.timestamp),
-        pa.array(np.repeat(log_append.astype(np.int32), counts)),
-        _binary(n, w.key_off, w.key_valid, null_keys, g.key_data),
-        _binary(n, w.value_off, w.value_valid, null_values, g.value_data),
-        pa.ListArray.from_arrays(pa.array(w.header_off), structs, type=HEADERS_TYPE),
-        pa.array(np.repeat(scan.producer_id[sel], counts)),
-        pa.array(np.repeat(scan.is_transactional[sel], counts)),
-    ]
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    return pa.ListArray.from_arrays(pa.array(w.header_off), structs, type=HEADERS_TYPE)
 
 
 def _binary(

@@ -182,15 +182,16 @@ def encode_batches(
     btype = pa.large_binary() if estimate > _BINARY_LIMIT else pa.binary()
     headers = prepare_headers(hcol[0], hcol[1], btype) if hcol else None
 
-    zk, zv = zigzag(klen), zigzag(vlen)
-    vk, vv = vsize_z(zk), vsize_z(zv)
-    fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1  # attributes .. value
-    if headers is not None:
-        zc = zigzag(headers.count)
-        vc = vsize_z(zc)
-        fixed += vc + headers.entry_bytes
+    # each record's size but its length and delta varints: attributes .. headers
+    hbytes = None if headers is None else vsize_z(zigzag(headers.count)) + headers.entry_bytes
+    lib = native.kernel()  # None: the numpy code (both give the same bytes)
+    if lib is not None:
+        fixed = native.record_extra(lib, klen, vlen, hbytes)
     else:
-        fixed += 1  # headerCount 0
+        zk, zv = zigzag(klen), zigzag(vlen)
+        vk, vv = vsize_z(zk), vsize_z(zv)
+        fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1
+        fixed += 1 if hbytes is None else hbytes  # headerCount 0, or count and headers
     lo, hi = int(ts.min()), int(ts.max())
     if hi - lo > 2**63 - 1:
         raise InputSchemaError(
@@ -198,7 +199,6 @@ def encode_batches(
             "difference, a possible timestampDelta, overflows int64"
         )
 
-    lib = native.kernel()  # None: the numpy code (both give the same bytes)
     pieces: list[RelVarints] = []  # the numpy path's varints, in cache-sized pieces
     if batch_starts is None:
         check_plan_args(config.batch_size, config.batch_max_records)

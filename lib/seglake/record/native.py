@@ -34,12 +34,13 @@ __all__ = [
     "kernel",
     "load",
     "plan",
+    "record_extra",
     "scan",
     "walk",
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 2  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 3  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -50,6 +51,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
     "sl_walk": (_I, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P]),
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "sl_extra": (None, [_I, _P, _P, _P, _P]),
     "sl_plan": (_I, [_I, _P, _P, _P, _I, _I, _P, _P]),
     "sl_sizes": (None, [_I, _I, _P, _P, _P, _P, _P, _P, _P]),
     # n, nb, starts, base offsets, base timestamps, headers, offset, timestamp, extra;
@@ -245,6 +247,18 @@ def gather(
         *(_ptr(a) if nh else None for a in g[2:]),
     )
     return g
+
+
+def record_extra(
+    lib: ctypes.CDLL, klen: np.ndarray, vlen: np.ndarray, hbytes: np.ndarray | None
+) -> np.ndarray:
+    """Each record's size without its length and delta varints (``extra`` below): key and
+    value lengths (-1 null), ``hbytes`` the headers' count varint and bytes (None: none)."""
+    out = np.empty(len(klen), np.int64)
+    k, v = _i64(klen), _i64(vlen)
+    h = None if hbytes is None else _i64(hbytes)
+    lib.sl_extra(len(k), _ptr(k), _ptr(v), None if h is None else _ptr(h), _ptr(out))
+    return out
 
 
 def plan(
