@@ -177,7 +177,10 @@ def walk(
 ) -> Walk | None:
     """Walk and check the records of blocks ``data[start[b]:end[b]]`` (``counts[b]``
     records each; ``bases``: base offset, base timestamp, max timestamp per block).
-    ``None``: bytes the kernel refuses, or a column past int32 offsets."""
+    ``None``: bytes the kernel refuses, or a column past int32 offsets. Nothing is
+    allocated from a count that does not fit its block (7 bytes a record at least)."""
+    if ((counts < 0) | (counts > (end - start) // 7)).any():
+        return None
     n = int(counts.sum())
     bits = (n + 7) // 8
     out = Walk(
