@@ -260,6 +260,24 @@ i64 sl_scan(const u8 *buf, i64 pos, i64 end, i64 max_batches, i64 verify_crc, i6
     return k;
 }
 
+/* A key or value of record i at data[*q]: length varint (-1 null) then bytes, leaving room
+ * before last for what follows; adds to its bytes or nulls and sets its validity bit.
+ * Returns 0 where it does not fit. */
+static inline int length_and_bytes(const u8 *data, i64 *q, i64 last, i64 i, i64 *bytes,
+                                   i64 *nulls, u8 *valid) {
+    i64 len;
+    int s = get_varint(data, *q, last, VARINT, &len);
+    if (!s || (*q += s) >= last || len < -1 || (len > 0 && len >= last - *q)) return 0;
+    if (len >= 0) {
+        *q += len;
+        *bytes += len;
+        SET_BIT(valid, i);
+    } else {
+        (*nulls)++;
+    }
+    return 1;
+}
+
 /* Walk and check the records of nb records blocks data[start[b]:end[b]] (count[b] records
  * each). Per record: offset (baseOffset + offsetDelta), timestamp (baseTimestamp + delta,
  * or maxTimestamp where log_append[b]), key/value Arrow offsets (n + 1, int32) and validity
@@ -278,7 +296,7 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
         if (cnt < 0 || cnt > (lim - p) / MIN_RECORD || i + cnt > n) return 1;
         if (cnt == 0 && lim > p) return 1;
         for (i64 k = 0; k < cnt; k++, i++) {
-            i64 len, td, od, kl, vl, hc;
+            i64 len, td, od, hc;
             int s;
             if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 1;
             i64 q = p + s;
@@ -289,24 +307,8 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
             if (!(s = get_varint(data, q, last, VARINT, &od)) || (q += s) >= last) return 1;
             if (od < 0 || od > last_delta[b] || od <= prev) return 1;
             prev = od;
-            if (!(s = get_varint(data, q, last, VARINT, &kl)) || (q += s) >= last) return 1;
-            if (kl < -1 || (kl > 0 && kl >= last - q)) return 1;
-            if (kl >= 0) {
-                q += kl;
-                kb += kl;
-                SET_BIT(key_valid, i);
-            } else {
-                kn++;
-            }
-            if (!(s = get_varint(data, q, last, VARINT, &vl)) || (q += s) >= last) return 1;
-            if (vl < -1 || (vl > 0 && vl >= last - q)) return 1;
-            if (vl >= 0) {
-                q += vl;
-                vb += vl;
-                SET_BIT(val_valid, i);
-            } else {
-                vn++;
-            }
+            if (!length_and_bytes(data, &q, last, i, &kb, &kn, key_valid)) return 1;
+            if (!length_and_bytes(data, &q, last, i, &vb, &vn, val_valid)) return 1;
             if (!(s = get_varint(data, q, last, VARINT, &hc))) return 1;
             q += s;
             if (hc < 0 || hc > (last - q) / 2) return 1;

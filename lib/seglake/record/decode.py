@@ -25,7 +25,12 @@ from seglake.record import native
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.batch_walk import walk_batches
 from seglake.record.codecs import MAX_BLOCK_OUTPUT
-from seglake.record.decode_native import decode_native, header_structs, times_native
+from seglake.record.decode_native import (
+    decode_native,
+    header_structs,
+    times_native,
+    walk_native,
+)
 from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
@@ -124,7 +129,8 @@ def decode_batches(
     if not len(sel):
         return empty_records()
     lib = native.kernel()
-    table = decode_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    table = decode_native(walked, scan, sel) if walked is not None else None
     if table is not None:
         return table
     r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
@@ -164,7 +170,8 @@ def record_times(
     if not len(sel):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     lib = native.kernel()
-    times = times_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    times = times_native(walked) if walked is not None else None
     if times is not None:
         return times
     r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong

@@ -23,22 +23,45 @@ from seglake.record.batch import TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.batch_walk import batch_blocks
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA
 
-__all__ = ["decode_native", "header_structs", "times_native"]
+__all__ = ["Walked", "decode_native", "header_structs", "times_native", "walk_native"]
 
 
-def decode_native(
+class Walked(NamedTuple):
+    """Records blocks (:func:`~seglake.record.batch_walk.batch_blocks`) the kernel walked."""
+
+    lib: ctypes.CDLL
+    walk: native.Walk
+    data: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    counts: np.ndarray
+    log_append: np.ndarray
+
+
+def walk_native(
     lib: ctypes.CDLL,
     buf: bytes | bytearray | memoryview,
     scan: BatchScan,
     sel: np.ndarray,
     path: str | None,
     limits: tuple[int, int | None],
-) -> pa.Table | None:
-    """The records of the batches ``sel`` of ``scan`` as :data:`RECORD_SCHEMA`, or None."""
-    r = _walk(lib, buf, scan, sel, path, limits)
-    if r is None:
-        return None
-    w, g, counts = r.walk, native.gather(lib, r.data, r.start, r.end, r.walk), r.counts
+) -> Walked | None:
+    """Decompress (as the numpy walk does) and walk the records of the batches ``sel``
+    of ``scan``; None where the kernel refuses them."""
+    data, _, start, end = batch_blocks(buf, scan, sel, path, limits)
+    counts = scan.records_count[sel]
+    log_append = (scan.attributes[sel] & TIMESTAMP_TYPE_BIT) != 0
+    base_offset = scan.base_offset[sel]
+    bases = (base_offset, scan.base_timestamp[sel], scan.max_timestamp[sel])
+    w = native.walk(
+        lib, data, start, end, counts, bases, log_append, scan.last_offset[sel] - base_offset
+    )
+    return None if w is None else Walked(lib, w, data, start, end, counts, log_append)
+
+
+def decode_native(r: Walked, scan: BatchScan, sel: np.ndarray) -> pa.Table | None:
+    """The walked records as :data:`RECORD_SCHEMA` (``sel``: their batches of ``scan``)."""
+    w, g, counts = r.walk, native.gather(r.lib, r.data, r.start, r.end, r.walk), r.counts
     headers = _headers(w, g)
     if headers is None:
         return None
@@ -56,51 +79,13 @@ def decode_native(
     return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
 
 
-def times_native(
-    lib: ctypes.CDLL,
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    sel: np.ndarray,
-    path: str | None,
-    limits: tuple[int, int | None],
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(offset, timestamp)`` of the records :func:`decode_native` returns, every record
-    checked the same way (header keys' UTF-8 too), or None."""
-    r = _walk(lib, buf, scan, sel, path, limits)
-    if r is None:
-        return None
+def times_native(r: Walked) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(offset, timestamp)`` of the walked records, every record checked as
+    :func:`decode_native` checks it (header keys' UTF-8 too), or None."""
     w = r.walk
-    if w.totals[2] and _headers(w, native.gather(lib, r.data, r.start, r.end, w)) is None:
+    if w.totals[2] and _headers(w, native.gather(r.lib, r.data, r.start, r.end, w)) is None:
         return None
     return w.offset, w.timestamp
-
-
-class _Walked(NamedTuple):
-    walk: native.Walk
-    data: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    counts: np.ndarray
-    log_append: np.ndarray
-
-
-def _walk(
-    lib: ctypes.CDLL,
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    sel: np.ndarray,
-    path: str | None,
-    limits: tuple[int, int | None],
-) -> _Walked | None:
-    data, _, start, end = batch_blocks(buf, scan, sel, path, limits)
-    counts = scan.records_count[sel]
-    log_append = (scan.attributes[sel] & TIMESTAMP_TYPE_BIT) != 0
-    base_offset = scan.base_offset[sel]
-    bases = (base_offset, scan.base_timestamp[sel], scan.max_timestamp[sel])
-    w = native.walk(
-        lib, data, start, end, counts, bases, log_append, scan.last_offset[sel] - base_offset
-    )
-    return None if w is None else _Walked(w, data, start, end, counts, log_append)
 
 
 def _headers(w: native.Walk, g: native.Gathered) -> pa.Array | None:

@@ -149,6 +149,11 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _offsets_and_bits(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrow int32 offsets (``n + 1``) and zeroed validity bits of an ``n``-value column."""
+    return np.zeros(n + 1, np.int32), np.zeros((n + 7) // 8, np.uint8)
+
+
 class Walk(NamedTuple):
     """Per record: ``offset``, ``timestamp``; Arrow buffers of the key and value columns
     (int32 offsets, validity bits) and of the headers list (int32 offsets); ``totals``:
@@ -182,14 +187,11 @@ def walk(
     if ((counts < 0) | (counts > (end - start) // 7)).any():
         return None
     n = int(counts.sum())
-    bits = (n + 7) // 8
     out = Walk(
         np.empty(n, np.int64),
         np.empty(n, np.int64),
-        np.empty(n + 1, np.int32),
-        np.zeros(bits, np.uint8),
-        np.empty(n + 1, np.int32),
-        np.zeros(bits, np.uint8),
+        *_offsets_and_bits(n),
+        *_offsets_and_bits(n),
         np.empty(n + 1, np.int32),
         [],
     )
@@ -236,8 +238,7 @@ def gather(
         np.empty(vb, np.uint8),
         np.zeros(nh + 1, np.int32),
         np.empty(hkb, np.uint8),
-        np.zeros(nh + 1, np.int32),
-        np.zeros((nh + 7) // 8, np.uint8),
+        *_offsets_and_bits(nh),
         np.empty(hvb, np.uint8),
     )
     s, e = _i64(start), _i64(end)
