@@ -166,6 +166,14 @@ def test_crc32c_matches_the_crc32c_package(data, skip):
     assert LIB.sl_crc32c(arr.ctypes.data, len(arr)) == crc32c(arr.tobytes())
 
 
+def test_one_abi_version():
+    """The C source, its package version and the wrapper name the same ABI version."""
+    source = (ROOT / "native" / "seglake_native.c").read_text()
+    project = (ROOT / "native" / "pyproject.toml").read_text()
+    assert f"#define ABI_VERSION {native.ABI_VERSION}\n" in source
+    assert f'version = "{native.ABI_VERSION}"' in project
+
+
 def test_absent_stale_or_switched_off_kernel_falls_back(tmp_path, monkeypatch):
     not_a_library = tmp_path / "seglake_native.so"
     not_a_library.write_bytes(b"not a shared library")

@@ -1,11 +1,12 @@
 """The optional compiled kernel of the record codec: ``seglake_native``, plain C
-(``native/seglake_native.c``, built by ``make venv``), loaded with ctypes.
+(``native/seglake_native.c``), loaded with ctypes.
 
-It is a top-level extension module installed with the venv, outside the package:
-``spark-submit.sh`` zips ``lib/seglake`` for the executors, and a shared library cannot
-be loaded from a zip. :func:`kernel` is ``None``, and the numpy code runs, when the module
-is absent or does not load, was built for another :data:`ABI_VERSION`, or the environment
-sets ``SEGLAKE_NATIVE=0``. Both paths give the same bytes and arrays (tests compare them).
+``make venv`` installs it (``pip install ./native``) as a top-level module into the venv's
+site-packages, outside the package: ``spark-submit.sh`` zips ``lib/seglake`` for the
+executors and a shared library cannot be loaded from a zip, while a packed venv carries
+it. :func:`kernel` is ``None``, and the numpy code runs, when the module is absent or does
+not load, was built for another :data:`ABI_VERSION`, or the environment sets
+``SEGLAKE_NATIVE=0``. Both paths give the same bytes and arrays (tests compare them).
 
 The wrappers take and return numpy arrays; a decode wrapper returns ``None`` where the
 kernel refuses the bytes, and the caller walks them again with numpy, which names the
