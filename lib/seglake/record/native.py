@@ -57,8 +57,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_plan": (_I, [_I, _P, _P, _P, _I, _I, _P, _P]),
     "sl_sizes": (None, [_I, _I, _P, _P, _P, _P, _P, _P, _P]),
     # n, nb, starts, base offsets, base timestamps, headers, offset, timestamp, extra;
-    # key, value, headers: lengths, offsets, int64 offsets?, data; out
-    # ...; crc: 1 to write the CRCs; out
+    # key, value, headers: lengths, offsets, int64 offsets?, data; crc (1: write them); out
     "sl_assemble": (_I, [_I, _I, *[_P] * 7, *_COLUMN * 3, _I, _P]),
 }
 _loaded: list[ctypes.CDLL | None] = []  # [the kernel or None] once looked for
