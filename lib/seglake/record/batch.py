@@ -53,6 +53,9 @@ DELETE_HORIZON_BIT = 0x40
 NO_PRODUCER_ID = -1
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
+# below these, the compiled kernel's fixed cost (~30 us) is more than the Python scan's
+NATIVE_SCAN_BYTES = 1 << 16
+NATIVE_SCAN_BATCHES = 8
 
 HEADER_DTYPE = np.dtype(
     [
@@ -291,7 +294,11 @@ def scan_batches(
     lib = native.kernel()
     plain = np.zeros((0, 14), np.int64)  # batches the kernel found plainly valid
     stopped = False  # by stop_after_offset, in the kernel
-    if lib is not None:
+    if (
+        lib is not None
+        and end - pos >= NATIVE_SCAN_BYTES
+        and (max_batches is None or max_batches >= NATIVE_SCAN_BATCHES)
+    ):
         data = np.frombuffer(view if view.format == "B" else view.cast("B"), np.uint8)
         plain, pos, stopped = native.scan(
             lib, data, pos, end, max_batches, verify_crc, prev_last, stop_after_offset
