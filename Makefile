@@ -12,10 +12,14 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# native/: the optional C kernel of the record codec, installed into site-packages (a
+# packed venv carries it to executors); without a C compiler seglake runs its numpy code.
+$(STAMP): pyproject.toml native/pyproject.toml native/setup.py native/seglake_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[spark,test]'
+	$(PY) -m pip install --quiet --force-reinstall --no-deps ./native \
+	  || echo "seglake_native (C kernel) not built: seglake runs its numpy code"
 	touch $(STAMP)
 
 demo: $(STAMP)

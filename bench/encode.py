@@ -14,7 +14,9 @@ something to do), keys ``key-<i mod 10000>``, 10 records per millisecond, batche
   value, offset and timestamp.
 
 MB/s is computed on the *uncompressed* log size for every row, so rows compare; each figure
-is the best of ``--repeat`` runs (both sides). Results go to stdout as a markdown table and
+is the best of ``--repeat`` runs (both sides). With the compiled kernel (``seglake_native``)
+installed, the uncompressed rows are run again on the numpy path (``SEGLAKE_NATIVE=0``)
+against the same kafka-python figures. Results go to stdout as a markdown table and
 replace the "## encode / decode (bench/encode.py)" section of bench/RESULTS.md.
 """
 
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from seglake.record import native
 from seglake.record.batch import scan_batches
 from seglake.record.codecs import compress
 from seglake.record.encode import encode_batches
@@ -143,6 +146,7 @@ def run(n: int, repeat: int) -> tuple[list[dict], str]:
     log_bytes = plain.nbytes  # MB/s basis for every row
     starts = plain.record_start.tolist()
     rows = []
+    kp_none: dict[str, tuple] = {}
     for name, codec in CODECS.items():
         sl = best(lambda c=codec: encode_batches(table, codec=c), repeat)
         kp = best(
@@ -153,6 +157,8 @@ def run(n: int, repeat: int) -> tuple[list[dict], str]:
         if codec == 0 and b"".join(kp[2]) != buf:
             raise SystemExit("kafka-python and seglake disagree on the uncompressed bytes")
         rows.append(_row("encode", name, n, log_bytes, sl, kp))
+        if not codec:
+            kp_none["encode"] = kp
         if codec:  # how much of it is the codec itself (the same for both sides)
             view = memoryview(plain.data)
             blocks = [
@@ -172,9 +178,24 @@ def run(n: int, repeat: int) -> tuple[list[dict], str]:
             if kp[2] != n:
                 raise SystemExit(f"kafka-python decoded {kp[2]} records, expected {n}")
             rows.append(_row("decode", name, n, log_bytes, sl, kp))
+            if not codec:
+                kp_none["decode"] = kp
+    kernel = native.kernel() is not None
+    if kernel:  # the same uncompressed rows on the numpy path
+        os.environ["SEGLAKE_NATIVE"] = "0"
+        try:
+            sl = best(lambda: encode_batches(table, codec=0), repeat)
+            rows.append(_row("encode", "none, numpy path", n, log_bytes, sl, kp_none["encode"]))
+            if decode_batches is not None:
+                raw = plain.tobytes()
+                sl = best(lambda: seglake_decode(decode_batches, raw), repeat)
+                rows.append(_row("decode", "none, numpy path", n, log_bytes, sl, kp_none["decode"]))
+        finally:
+            del os.environ["SEGLAKE_NATIVE"]
     env = (
         f"{n:,} records, 100-byte values, batch.size {BATCH_SIZE}, {len(plain):,} batches, "
         f"log {log_bytes / 1e6:.1f} MB uncompressed; best of {repeat}; "
+        f"compiled kernel (seglake_native): {'yes' if kernel else 'no, numpy path'}; "
         f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pa.__version__},"
         f" kafka-python {importlib.import_module('kafka').__version__}"
     )
@@ -189,6 +210,7 @@ def _row(op: str, codec: str, n: int, log_bytes: int, sl: tuple, kp: tuple) -> d
         "sl_s": sl_s,
         "kp_s": kp_s,
         "sl_mbs": log_bytes / sl_s / 1e6,
+        "sl_cpu_mbs": log_bytes / sl_cpu / 1e6,
         "kp_mbs": log_bytes / kp_s / 1e6,
         "sl_rps": n / sl_s,
         "kp_rps": n / kp_s,
@@ -199,13 +221,14 @@ def _row(op: str, codec: str, n: int, log_bytes: int, sl: tuple, kp: tuple) -> d
 
 def markdown(rows: list[dict], env: str) -> str:
     lines = [
-        "| op | codec | seglake s | seglake MB/s | seglake rec/s | kafka-python s "
+        "| op | codec | seglake s | seglake MB/s | MB/s per CPU s | seglake rec/s | kafka-python s "
         "| kafka-python MB/s | kafka-python rec/s | ratio (wall) | ratio (CPU) |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['op']} | {r['codec']} | {r['sl_s']:.3f} | {r['sl_mbs']:,.0f} "
+            f"| {r['sl_cpu_mbs']:,.0f} "
             f"| {r['sl_rps'] / 1e6:.2f} M | {r['kp_s']:.3f} | {r['kp_mbs']:,.1f} "
             f"| {r['kp_rps'] / 1e6:.2f} M | **{r['ratio']:.1f}x** | {r['cpu_ratio']:.1f}x |"
         )
@@ -223,7 +246,8 @@ def write_section(text: str, path: Path = RESULTS) -> None:
     """Replace (or append) this bench's section of RESULTS.md, leaving the others."""
     body = (
         f"{SECTION}\n\n`.venv/bin/python bench/encode.py`: MB/s and rec/s on wall time and "
-        f"the uncompressed log size; ratio = kafka-python time / seglake time, on wall and on "
+        f"the uncompressed log size (MB/s per CPU s: on this process's CPU time, i.e. per "
+        f"core); ratio = kafka-python time / seglake time, on wall and on "
         f"CPU time (steadier when the machine is shared).\n\n{text}"
     )
     old = path.read_text() if path.exists() else "# Benchmark results\n"

@@ -25,7 +25,7 @@ from kafka.record.memory_records import MemoryRecords
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
 from seglake.record import encode as encode_mod
-from seglake.record import plan, varint_columns
+from seglake.record import plan, prefixes, varint_columns
 from seglake.record.batch import (
     HEADER,
     HEADER_SIZE,
@@ -227,10 +227,11 @@ def test_wide_timestamp_deltas_are_byte_identical(recs):
     assert eb.tobytes() == kp_build(recs)
 
 
-def test_general_prefix_path_matches_fast_path():
+def test_general_prefix_path_matches_fast_path(monkeypatch):
+    monkeypatch.setenv("SEGLAKE_NATIVE", "0")  # the numpy assembly's two prefix paths
     recs = [(i, 1_000 + i * 7919, b"k%d" % i, b"v" * (i * 37 % 300), None) for i in range(500)]
     fast = encode_batches(table(recs), config=LogConfig(batch_size=2000))
-    with patch.object(encode_mod, "prefix_array", _general_prefix):
+    with patch.object(prefixes, "prefix_array", _general_prefix):
         general = encode_batches(table(recs), config=LogConfig(batch_size=2000))
     assert fast.tobytes() == general.tobytes()
 
@@ -252,7 +253,8 @@ def _general_prefix(pieces, z_key, s_key, starts, headers, btype):
     return varint_columns.from_numpy(btype, offsets, data), False
 
 
-def test_large_binary_path_is_identical():
+def test_large_binary_path_is_identical(monkeypatch):
+    monkeypatch.setenv("SEGLAKE_NATIVE", "0")  # the numpy assembly's Arrow join
     recs = [
         (i, 5 + i, b"key", b"value-%d" % i, [("h", b"x")] if i % 3 else None) for i in range(300)
     ]

@@ -61,8 +61,9 @@ def valid_log(codec: int) -> bytes:
 
 
 @st.composite
-def mutated_logs(draw) -> bytes:
-    buf = bytearray(valid_log(draw(st.sampled_from([0, 1, 2, 3, 4]))))
+def mutated_logs(draw, base: bytes | None = None) -> bytes:
+    """A valid log (``base``, or :func:`valid_log` of any codec) with a few mutations."""
+    buf = bytearray(base if base is not None else valid_log(draw(st.sampled_from([0, 1, 2, 3, 4]))))
     for _ in range(draw(st.integers(1, 6))):
         op = draw(st.sampled_from(["flip", "set", "truncate", "splice", "length", "count"]))
         if not buf:

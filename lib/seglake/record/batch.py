@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from seglake.record import native
 from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -52,6 +53,9 @@ DELETE_HORIZON_BIT = 0x40
 NO_PRODUCER_ID = -1
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
+# below these, the compiled kernel's fixed cost (~30 us) is more than the Python scan's
+NATIVE_SCAN_BYTES = 1 << 16
+NATIVE_SCAN_BATCHES = 8
 
 HEADER_DTYPE = np.dtype(
     [
@@ -287,9 +291,23 @@ def scan_batches(
     error = None
     truncated = False
     prev_last = None
+    lib = native.kernel()
+    plain = np.zeros((0, 14), np.int64)  # batches the kernel found plainly valid
+    stopped = False  # by stop_after_offset, in the kernel
+    if (
+        lib is not None
+        and end - pos >= NATIVE_SCAN_BYTES
+        and (max_batches is None or max_batches >= NATIVE_SCAN_BATCHES)
+    ):
+        data = np.frombuffer(view if view.format == "B" else view.cast("B"), np.uint8)
+        plain, pos, stopped = native.scan(
+            lib, data, pos, end, max_batches, verify_crc, prev_last, stop_after_offset
+        )
+        if len(plain):
+            prev_last = int(plain[-1, 0] + plain[-1, 6])
     unpack = HEADER.unpack_from
-    while pos < end:
-        if max_batches is not None and len(rows) >= max_batches:
+    while pos < end and not stopped:
+        if max_batches is not None and len(plain) + len(rows) >= max_batches:
             break
         if end - pos < HEADER_SIZE:
             error = f"position {pos}: {end - pos} bytes left, less than a batch header"
@@ -319,7 +337,7 @@ def scan_batches(
         pos += h.size
         if stop_after_offset is not None and h.last_offset >= stop_after_offset:
             break
-    scan = _from_rows(rows, pos, error, crcs)
+    scan = _from_rows(rows, pos, error, crcs, plain)
     scan.truncated, scan.skipped = truncated and error is not None, tuple(skipped)
     return scan
 
@@ -337,10 +355,20 @@ def _plausible_end(view: memoryview, at: int, end: int) -> bool:
 
 
 def _from_rows(
-    rows: list, valid_bytes: int, error: str | None, crcs: list[bool] | None = None
+    rows: list,
+    valid_bytes: int,
+    error: str | None,
+    crcs: list[bool] | None = None,
+    plain: np.ndarray | None = None,
 ) -> BatchScan:
-    # 13 header fields + position per row
+    """13 header fields + position per row; ``plain``: rows before them, as an array,
+    whose CRC matched or was not checked."""
     a = np.array(rows, dtype=np.int64) if rows else np.zeros((0, 14), dtype=np.int64)
+    if crcs is None:
+        crcs = [True] * len(rows)
+    if plain is not None and len(plain):
+        a = np.concatenate((plain, a)) if rows else plain
+        crcs = [True] * len(plain) + crcs
     return BatchScan(
         position=a[:, 13],
         size=a[:, 1] + LOG_OVERHEAD,
@@ -354,7 +382,7 @@ def _from_rows(
         producer_epoch=a[:, 10],
         base_sequence=a[:, 11],
         leader_epoch=a[:, 2],
-        crc_valid=np.array(crcs if crcs is not None else [True] * len(rows), dtype=bool),
+        crc_valid=np.array(crcs, dtype=bool),
         valid_bytes=valid_bytes,
         error=error,
     )

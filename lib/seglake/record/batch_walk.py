@@ -24,7 +24,7 @@ from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.codecs import Inflater, OutputLimitError, inflate_budget
 from seglake.record.walk import BatchContext, read_fields, walk_records
 
-__all__ = ["Walked", "record_blocks", "walk_batches"]
+__all__ = ["Walked", "batch_blocks", "record_blocks", "walk_batches"]
 
 
 class Walked(NamedTuple):
@@ -62,37 +62,8 @@ def walk_batches(
     :func:`inflate_budget`), may decompress to. Errors name the batch by ``path`` and
     its position (by its index in ``sel`` with a list ``buf``).
     """
-    position, size = scan.position[sel], scan.size[sel]
-    if isinstance(buf, list):
-        views = [
-            memoryview(b).cast("B")[HEADER_SIZE:z] for b, z in zip(buf, size.tolist(), strict=True)
-        ]
-        ctx = BatchContext(
-            path, np.arange(len(sel)), scan.base_offset[sel], scan.records_count[sel]
-        )
-        data = np.zeros(0, dtype=np.uint8)
-    else:
-        data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
-        end = position + size
-        if len(sel) and (int(position.min()) < 0 or int(end.max()) > len(data)):
-            raise CorruptRecordError(
-                f"scan describes batches up to byte {int(end.max())}, the buffer has {len(data)}",
-                path=path,
-            )
-        views = None
-        ctx = BatchContext(path, position, scan.base_offset[sel], scan.records_count[sel])
     ok = np.ones(len(sel), dtype=bool)
-    codec = scan.codec[sel]
-    if views is None and not ((codec != 0) & (size > HEADER_SIZE)).any():
-        start, end = position + HEADER_SIZE, position + size  # no copy
-    else:
-        if views is None:
-            mv = memoryview(data)  # type: ignore[arg-type]  # ndarray
-            views = [
-                mv[a + HEADER_SIZE : a + z]
-                for a, z in zip(position.tolist(), size.tolist(), strict=True)
-            ]
-        data, start, end = record_blocks(views, codec, ctx, limits, ok if set_aside else None)
+    data, ctx, start, end = batch_blocks(buf, scan, sel, path, limits, ok if set_aside else None)
     counts = scan.records_count[sel]
     while True:
         ctx.counts = np.where(ok, counts, 0)
@@ -116,6 +87,51 @@ def walk_batches(
     )
     offset = scan.base_offset[sel][rec_batch] + f["offset_delta"]
     return Walked(sel, data, ctx, block, end, body, rec_end, f, log_append, offset, timestamp, ok)
+
+
+def batch_blocks(
+    buf: bytes | bytearray | memoryview | list,
+    scan: BatchScan,
+    sel: np.ndarray,
+    path: str | None,
+    limits: tuple[int, int | None],
+    ok: np.ndarray | None = None,
+) -> tuple[np.ndarray, BatchContext, np.ndarray, np.ndarray]:
+    """``(data, ctx, start, end)``: the records blocks of the batches ``sel`` (arguments
+    as :func:`walk_batches`), block ``b`` is ``data[start[b]:end[b]]``: the buffer itself
+    when no block is compressed, else :func:`record_blocks` (with ``ok``: a block that
+    does not decompress is set aside)."""
+    position, size = scan.position[sel], scan.size[sel]
+    if isinstance(buf, list):
+        views = [
+            memoryview(b).cast("B")[HEADER_SIZE:z] for b, z in zip(buf, size.tolist(), strict=True)
+        ]
+        ctx = BatchContext(
+            path, np.arange(len(sel)), scan.base_offset[sel], scan.records_count[sel]
+        )
+        data = np.zeros(0, dtype=np.uint8)
+    else:
+        data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+        end = position + size
+        if len(sel) and (int(position.min()) < 0 or int(end.max()) > len(data)):
+            raise CorruptRecordError(
+                f"scan describes batches up to byte {int(end.max())}, the buffer has {len(data)}",
+                path=path,
+            )
+        views = None
+        ctx = BatchContext(path, position, scan.base_offset[sel], scan.records_count[sel])
+    codec = scan.codec[sel]
+    if views is None and not ((codec != 0) & (size > HEADER_SIZE)).any():
+        start, end = position + HEADER_SIZE, position + size  # no copy
+    else:
+        if views is None:
+            mv = memoryview(data)  # type: ignore[arg-type]  # ndarray
+            views = [
+                mv[a + HEADER_SIZE : a + z]
+                for a, z in zip(position.tolist(), size.tolist(), strict=True)
+            ]
+        data, start, end = record_blocks(views, codec, ctx, limits, ok)
+    return data, ctx, start, end
 
 
 def _check_offset_deltas(

@@ -7,6 +7,10 @@ columns, where keys/values (and headers) are gathered by Arrow: a ``binary_view`
 pointing into the records blocks, cast to ``binary``. :func:`record_times` runs the first
 two stages only: the offsets and timestamps, every record checked all the same.
 
+With the compiled kernel (:mod:`seglake.record.native`), the last two stages are one C walk
+and one C copy (:mod:`seglake.record.decode_native`); the numpy stages run where it is
+absent or refuses the bytes, and name the problem.
+
 Bytes that do not decode raise :class:`CorruptRecordError` naming the file, the batch
 position, the record and the numbers; nothing is allocated from an unchecked length.
 """
@@ -17,10 +21,17 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError, TruncatedBatchError
+from seglake.record import native
 from seglake.record.batch import BatchScan, scan_batches
-from seglake.record.batch_walk import Walked, walk_batches
+from seglake.record.batch_walk import walk_batches
 from seglake.record.codecs import MAX_BLOCK_OUTPUT
-from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_records
+from seglake.record.decode_native import (
+    decode_native,
+    header_structs,
+    times_native,
+    walk_native,
+)
+from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
     MIN_HEADER_SIZE,
@@ -113,10 +124,17 @@ def decode_batches(
     :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
     least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
     """
-    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
-    if r is None:
+    limits = (max_batch_bytes, max_decompressed_bytes)
+    sel = _selected(scan, skip_control)
+    if not len(sel):
         return empty_records()
-    data, f, rec_batch, sel = r.data, r.fields, r.ctx.rec_batch, r.sel
+    lib = native.kernel()
+    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    table = decode_native(walked, scan, sel) if walked is not None else None
+    if table is not None:
+        return table
+    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
+    data, f, rec_batch = r.data, r.fields, r.ctx.rec_batch
     columns = [
         pa.array(r.offset),
         pa.array(r.timestamp),
@@ -147,9 +165,16 @@ def record_times(
     one check left out: a key or value of over 1 GiB in a buffer of over 2 GiB, which
     :func:`decode_batches` cannot put in a column.)
     """
-    r = _walk(buf, scan, skip_control, path, (max_batch_bytes, max_decompressed_bytes))
-    if r is None:
+    limits = (max_batch_bytes, max_decompressed_bytes)
+    sel = _selected(scan, skip_control)
+    if not len(sel):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lib = native.kernel()
+    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    times = times_native(walked) if walked is not None else None
+    if times is not None:
+        return times
+    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
     f = r.fields
     h = walk_headers(r.data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
     if len(h.key_pos):
@@ -157,16 +182,9 @@ def record_times(
     return r.offset, r.timestamp
 
 
-def _walk(
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    skip_control: bool,
-    path: str | None,
-    limits: tuple[int, int | None],
-) -> Walked | None:
-    """Decompress, walk and check the records of ``scan``; ``None``: no batch selected."""
-    sel = np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
-    return walk_batches(buf, scan, sel, path, limits) if len(sel) else None
+def _selected(scan: BatchScan, skip_control: bool) -> np.ndarray:
+    """The batches of ``scan`` to decode."""
+    return np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
 
 
 def _headers(
@@ -179,7 +197,7 @@ def _headers(
     np.cumsum(count, out=offsets[1:])
     values = _binary(data, h.value_pos, h.value_len)
     return pa.ListArray.from_arrays(
-        pa.array(offsets), _header_structs(keys, values), type=HEADERS_TYPE
+        pa.array(offsets), header_structs(keys, values), type=HEADERS_TYPE
     )
 
 
@@ -196,16 +214,6 @@ def _header_keys(data: np.ndarray, h: HeaderFields, ctx: BatchContext) -> pa.Arr
         i = _first_bad_utf8(keys)
         owner = int(h.owner[np.searchsorted(h.first, i, side="right") - 1])
         raise ctx.record_error(owner, "a header key is not valid UTF-8") from None
-
-
-def _header_structs(
-    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray
-) -> pa.StructArray:
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return pa.StructArray.from_arrays([keys.cast(pa.string()), values], fields=list(HEADER_TYPE))
 
 
 def _first_bad_utf8(keys: pa.Array | pa.ChunkedArray) -> int:

@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
+from seglake.record import native
 from seglake.record.batch import (
     CRC_OFFSET,
     HEADER_DTYPE,
@@ -71,6 +72,7 @@ from seglake.record.encode_input import (
 )
 from seglake.record.encoded import EncodedBatches, batch_crcs, compress_batches, empty_batches
 from seglake.record.plan import (
+    RelVarints,
     check_deltas,
     check_plan_args,
     check_starts,
@@ -78,9 +80,9 @@ from seglake.record.plan import (
     plan_exact,
     rel_varints_for,
 )
-from seglake.record.prefixes import prefix_array
+from seglake.record.prefixes import join_records
 from seglake.record.varint import zigzag
-from seglake.record.varint_columns import data_of, from_numpy, join_binary, varint_array, vsize_z
+from seglake.record.varint_columns import vsize_z
 
 __all__ = ["EncodedBatches", "encode_batches", "plan_batches"]
 
@@ -180,15 +182,16 @@ def encode_batches(
     btype = pa.large_binary() if estimate > _BINARY_LIMIT else pa.binary()
     headers = prepare_headers(hcol[0], hcol[1], btype) if hcol else None
 
-    zk, zv = zigzag(klen), zigzag(vlen)
-    vk, vv = vsize_z(zk), vsize_z(zv)
-    fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1  # attributes .. value
-    if headers is not None:
-        zc = zigzag(headers.count)
-        vc = vsize_z(zc)
-        fixed += vc + headers.entry_bytes
+    # each record's size but its length and delta varints: attributes .. headers
+    hbytes = None if headers is None else vsize_z(zigzag(headers.count)) + headers.entry_bytes
+    lib = native.kernel()  # None: the numpy code (both give the same bytes)
+    if lib is not None:
+        fixed = native.record_extra(lib, klen, vlen, hbytes)
     else:
-        fixed += 1  # headerCount 0
+        zk, zv = zigzag(klen), zigzag(vlen)
+        vk, vv = vsize_z(zk), vsize_z(zv)
+        fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1
+        fixed += 1 if hbytes is None else hbytes  # headerCount 0, or count and headers
     lo, hi = int(ts.min()), int(ts.max())
     if hi - lo > 2**63 - 1:
         raise InputSchemaError(
@@ -196,11 +199,17 @@ def encode_batches(
             "difference, a possible timestampDelta, overflows int64"
         )
 
+    pieces: list[RelVarints] = []  # the numpy path's varints, in cache-sized pieces
     if batch_starts is None:
         check_plan_args(config.batch_size, config.batch_max_records)
-        starts, pieces = plan_exact(
-            fixed, off, ts, batch_size=config.batch_size, max_records=config.batch_max_records
-        )
+        if lib is not None:
+            starts, size = native.plan(
+                lib, fixed, off, ts, config.batch_size, config.batch_max_records
+            )
+        else:
+            starts, pieces = plan_exact(
+                fixed, off, ts, batch_size=config.batch_size, max_records=config.batch_max_records
+            )
     else:
         starts = check_starts(batch_starts, n)
         if batch_bases is not None:
@@ -217,12 +226,17 @@ def encode_batches(
                 )
             batch_bases = (b_off, b_ts)
         check_deltas(off, starts)  # (from a lower base offset: checked again below)
-        pieces = rel_varints_for(fixed, off, ts, starts, batch_bases)
+        if lib is not None:
+            bases = (off[starts], ts[starts]) if batch_bases is None else batch_bases
+            size = native.batch_sizes(lib, fixed, off, ts, starts, bases)
+        else:
+            pieces = rel_varints_for(fixed, off, ts, starts, batch_bases)
     nb = len(starts)
     ends = np.append(starts[1:], n)
     counts = ends - starts
-    sizes = np.concatenate([p.size for p in pieces])  # of each record
-    size = np.add.reduceat(sizes, starts) + HEADER_SIZE
+    if lib is None:
+        sizes = np.concatenate([p.size for p in pieces])  # of each record
+        size = np.add.reduceat(sizes, starts) + HEADER_SIZE
     if int(size.max()) - LOG_OVERHEAD > INT32_MAX:
         i = int(np.argmax(size))
         raise InputSchemaError(
@@ -262,40 +276,34 @@ def encode_batches(
     hdr["base_sequence"] = sequence
     hdr["records_count"] = counts
 
-    # parts of each record, joined row by row (see the module docstring)
-    prefix, with_headers = prefix_array(
-        pieces, zk, vk, starts, hdr.view(np.uint8).reshape(nb, HEADER_SIZE), btype
-    )
-    parts = [
-        prefix,
-        cast_binary(key, btype),
-        varint_array(zv, vv, btype),
-        cast_binary(value, btype),
-    ]
-    if not with_headers:
-        header_off = np.zeros(n + 1, dtype=np.int64)
-        header_off[starts + 1] = HEADER_SIZE
-        np.cumsum(header_off, out=header_off)
-        parts.insert(0, from_numpy(btype, header_off, hdr.view(np.uint8)))
-    if headers is None:
-        parts.append(
-            from_numpy(btype, np.arange(n + 1, dtype=np.int64), np.zeros(n, dtype=np.uint8))
+    total = int(size.sum())
+    raw = hdr.view(np.uint8).reshape(nb, HEADER_SIZE)
+    if lib is not None:
+        hc = None if headers is None else _column(headers.joined, headers.count)
+        data = native.assemble(
+            lib,
+            total,
+            starts,
+            (first_off, first_ts),
+            raw,
+            (off, ts, fixed),
+            _column(cast_binary(key, key.type), klen),
+            _column(cast_binary(value, value.type), vlen),
+            hc,
+            codec == 0 and native.has_crc(lib),
         )
     else:
-        parts += [varint_array(zc, vc, btype), headers.joined]
-    buf, first = data_of(join_binary(parts, btype))
-    total = int(size.sum())
-    data = np.frombuffer(buf, dtype=np.uint8, count=total, offset=first)
-    if not data.flags.writeable:
-        data = data.copy()
+        data = join_records(
+            pieces, (zk, vk), (zv, vv), key, value, headers, starts, raw, btype, total
+        )
     position = np.zeros(nb, dtype=np.int64)
     np.cumsum(size[:-1], out=position[1:])
 
-    if codec == 0:
+    if codec:
+        data, position, size = compress_batches(data, position, size, hdr, codec, level)
+    elif lib is None or not native.has_crc(lib):  # (else the kernel wrote the CRCs)
         crcs = batch_crcs(data, position, size)
         data[position[:, None] + _CRC_COLUMNS] = crcs.astype(">u4").view(np.uint8).reshape(nb, 4)
-    else:
-        data, position, size = compress_batches(data, position, size, hdr, codec, level)
     return EncodedBatches(
         data=data,
         position=position,
@@ -313,3 +321,11 @@ def encode_batches(
         producer_epoch=producer_epoch,
         leader_epoch=leader_epoch,
     )
+
+
+def _column(arr: pa.Array, lens: np.ndarray) -> native.Column:
+    """A (large) binary array's buffers for :func:`seglake.record.native.assemble`."""
+    wide = pa.types.is_large_binary(arr.type)
+    offsets, data = arr.buffers()[1:3]
+    at = offsets.address + arr.offset * (8 if wide else 4) if offsets is not None else 0
+    return native.Column(lens, at, wide, data.address if data is not None else 0, arr)

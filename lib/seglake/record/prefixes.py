@@ -1,7 +1,8 @@
-"""Record prefixes of :func:`seglake.record.encode.encode_batches`: for each record,
+"""The numpy/Arrow assembly of :func:`seglake.record.encode.encode_batches` (the path
+without the compiled kernel): record prefixes, for each record
 ``[batch header][length][attributes=0][timestampDelta][offsetDelta][keyLength]`` as one
 element of an Arrow binary array (the batch header, 61 bytes, only on a batch's first
-record), ready to be joined with the keys, values and headers.
+record), joined row by row with the keys, values and headers (:func:`join_records`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.record.batch import HEADER_SIZE, INT32_MAX
+from seglake.record.encode_input import EncodedHeaders, cast_binary
 from seglake.record.plan import RelVarints
-from seglake.record.varint_columns import POW256, U32, U64, from_numpy, pack_varints, varint_word
+from seglake.record.varint import zigzag
+from seglake.record.varint_columns import (
+    POW256,
+    U32,
+    U64,
+    data_of,
+    from_numpy,
+    join_binary,
+    pack_varints,
+    varint_array,
+    varint_word,
+    vsize_z,
+)
 
-__all__ = ["prefix_array"]
+__all__ = ["join_records", "prefix_array"]
 
 _SHR64 = np.array([64 - 8 * k if k else 0 for k in range(8)], dtype=U64)
 
@@ -104,3 +118,44 @@ def prefix_array(
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return from_numpy(btype, offsets, data), False
+
+
+def join_records(
+    pieces: list[RelVarints],
+    key_varints: tuple[np.ndarray, np.ndarray],
+    value_varints: tuple[np.ndarray, np.ndarray],
+    key: pa.ChunkedArray,
+    value: pa.ChunkedArray,
+    headers: EncodedHeaders | None,
+    starts: np.ndarray,
+    batch_headers: np.ndarray,
+    btype: pa.DataType,
+    total: int,
+) -> np.ndarray:
+    """The ``total`` bytes of the batches (writable): each record's parts joined row by row
+    by Arrow's ``binary_join_element_wise``, the batch headers (``(nb, 61)`` uint8) in the
+    first record's prefix. ``key_varints``/``value_varints``: zig-zagged lengths, sizes."""
+    (zk, vk), (zv, vv) = key_varints, value_varints
+    n = len(zk)
+    prefix, with_headers = prefix_array(pieces, zk, vk, starts, batch_headers, btype)
+    parts = [
+        prefix,
+        cast_binary(key, btype),
+        varint_array(zv, vv, btype),
+        cast_binary(value, btype),
+    ]
+    if not with_headers:
+        header_off = np.zeros(n + 1, dtype=np.int64)
+        header_off[starts + 1] = HEADER_SIZE
+        np.cumsum(header_off, out=header_off)
+        parts.insert(0, from_numpy(btype, header_off, batch_headers.reshape(-1)))
+    if headers is None:
+        parts.append(
+            from_numpy(btype, np.arange(n + 1, dtype=np.int64), np.zeros(n, dtype=np.uint8))
+        )
+    else:
+        zc = zigzag(headers.count)
+        parts += [varint_array(zc, vsize_z(zc), btype), headers.joined]
+    buf, first = data_of(join_binary(parts, btype))
+    data = np.frombuffer(buf, dtype=np.uint8, count=total, offset=first)
+    return data if data.flags.writeable else data.copy()

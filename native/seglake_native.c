@@ -1,0 +1,513 @@
+/* seglake_native: the optional compiled kernel of seglake's record codec (issue 14, P2).
+ *
+ * Plain C over raw buffers, no Python objects: seglake.record.native loads this file with
+ * ctypes and keeps the numpy code as the fallback (and as the reference the tests compare
+ * it with). Every function walks RecordBatch v2 records (layout in seglake.record.walk):
+ *
+ *   record = length:varint attributes:int8 timestampDelta:varlong offsetDelta:varint
+ *            keyLength:varint key valueLength:varint value headerCount:varint
+ *            [headerKeyLength:varint headerKey headerValueLength:varint headerValue]*
+ *
+ * Decode: sl_walk checks every record exactly as the numpy walk does and fills the
+ * offsets, timestamps and Arrow offset/validity buffers; sl_gather copies keys, values and
+ * headers into the Arrow data buffers. Any bytes sl_walk refuses return 1, and the caller
+ * re-walks them with numpy, which names the problem.
+ * Encode: sl_plan (batch boundaries, kafka-python's rule), sl_sizes (batch sizes for
+ * given boundaries), sl_assemble (the records, after each batch's 61-byte header).
+ */
+#ifdef SEGLAKE_PYTHON_MODULE /* built by setup.py: also an (empty) importable module */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "seglake_native",
+                                    "seglake's record codec kernel (used through ctypes)", -1,
+                                    NULL, NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
+#endif
+#include <stdint.h>
+#include <string.h>
+
+#define ABI_VERSION 3
+#define HEADER_SIZE 61
+#define MIN_BODY 6
+#define MIN_RECORD 7
+#define VARINT 5
+#define VARLONG 10
+#define I32MAX 2147483647LL
+
+typedef int64_t i64;
+typedef uint64_t u64;
+typedef uint8_t u8;
+typedef int32_t i32;
+
+i64 sl_abi_version(void) { return ABI_VERSION; }
+
+/* Zig-zag varint at data[p], at most max bytes and ending before data[end]: its size
+   (0: it does not end in time) and value. */
+static inline int get_varint(const u8 *data, i64 p, i64 end, int max, i64 *out) {
+    if (__builtin_expect(p < end && data[p] < 0x80, 1)) { /* one byte: -64..63 */
+        *out = (i64)(data[p] >> 1) ^ -(i64)(data[p] & 1);
+        return 1;
+    }
+    u64 z = 0;
+    for (int k = 0; k < max; k++) {
+        if (p + k >= end) return 0;
+        u8 b = data[p + k];
+        z |= (u64)(b & 0x7F) << (7 * k);
+        if (b < 0x80) {
+            *out = (i64)(z >> 1) ^ -(i64)(z & 1);
+            return k + 1;
+        }
+    }
+    return 0;
+}
+
+/* The same for bytes already checked. */
+static inline i64 read_varint(const u8 *data, i64 *p) {
+    u64 z = 0;
+    int shift = 0;
+    u8 b;
+    do {
+        b = data[(*p)++];
+        z |= (u64)(b & 0x7F) << shift;
+        shift += 7;
+    } while (b >= 0x80);
+    return (i64)(z >> 1) ^ -(i64)(z & 1);
+}
+
+static inline u64 zigzag(i64 v) { return ((u64)v << 1) ^ (u64)(v >> 63); }
+
+static inline i64 vsize(u64 z) {
+    i64 s = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        s++;
+    }
+    return s;
+}
+
+static inline i64 put_varint(u8 *o, u64 z) {
+    i64 k = 0;
+    while (z >= 0x80) {
+        o[k++] = (u8)(z | 0x80);
+        z >>= 7;
+    }
+    o[k++] = (u8)z;
+    return k;
+}
+
+#define SET_BIT(bits, i) ((bits)[(i) >> 3] |= (u8)(1u << ((i) & 7)))
+
+/* ---- CRC-32C (Castagnoli), with SSE4.2's crc32 instruction on three independent streams
+ * (Mark Adler's crc32c.c method: the streams' CRCs are combined by "zeros" operators).
+ * sl_has_crc() is 0 where there is no such instruction, and the caller computes it. */
+#define POLY 0x82f63b78u
+#define CRC_SHORT 256
+static uint32_t crc_zeros_short[4][256];
+static int crc_hw = 0;
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1) sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++) square[n] = gf2_times(mat, mat[n]);
+}
+
+/* crc_zeros_short: the operator appending CRC_SHORT zero bytes to a CRC, byte by byte */
+static void crc_init_tables(void) {
+    uint32_t odd[32], even[32], row = 1;
+    size_t len = CRC_SHORT;
+    odd[0] = POLY; /* one zero bit */
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_square(even, odd); /* two zero bits */
+    gf2_square(odd, even); /* four */
+    for (;;) {             /* one zero byte in even, then doubling until len is used up */
+        gf2_square(even, odd);
+        len >>= 1;
+        if (len == 0) break;
+        gf2_square(odd, even);
+        len >>= 1;
+        if (len == 0) {
+            memcpy(even, odd, sizeof even);
+            break;
+        }
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 0; k < 4; k++) crc_zeros_short[k][n] = gf2_times(even, n << (8 * k));
+}
+
+static inline uint32_t crc_shift(uint32_t crc) {
+    return crc_zeros_short[0][crc & 0xff] ^ crc_zeros_short[1][(crc >> 8) & 0xff] ^
+           crc_zeros_short[2][(crc >> 16) & 0xff] ^ crc_zeros_short[3][crc >> 24];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+__attribute__((constructor)) static void crc_init(void) {
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+    crc_init_tables();
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c(const u8 *next, size_t len) {
+    u64 crc0 = 0xffffffffu, crc1, crc2;
+    while (len && ((uintptr_t)next & 7)) {
+        crc0 = _mm_crc32_u8((uint32_t)crc0, *next++);
+        len--;
+    }
+    while (len >= 3 * CRC_SHORT) {
+        crc1 = crc2 = 0;
+        const u8 *stop = next + CRC_SHORT;
+        do {
+            u64 a, b, c;
+            memcpy(&a, next, 8);
+            memcpy(&b, next + CRC_SHORT, 8);
+            memcpy(&c, next + 2 * CRC_SHORT, 8);
+            crc0 = _mm_crc32_u64(crc0, a);
+            crc1 = _mm_crc32_u64(crc1, b);
+            crc2 = _mm_crc32_u64(crc2, c);
+            next += 8;
+        } while (next < stop);
+        crc0 = crc_shift((uint32_t)crc0) ^ crc1;
+        crc0 = crc_shift((uint32_t)crc0) ^ crc2;
+        next += 2 * CRC_SHORT;
+        len -= 3 * CRC_SHORT;
+    }
+    while (len >= 8) {
+        u64 a;
+        memcpy(&a, next, 8);
+        crc0 = _mm_crc32_u64(crc0, a);
+        next += 8;
+        len -= 8;
+    }
+    while (len--) crc0 = _mm_crc32_u8((uint32_t)crc0, *next++);
+    return (uint32_t)crc0 ^ 0xffffffffu;
+}
+#else
+static uint32_t crc32c(const u8 *next, size_t len) { (void)next; (void)len; return 0; }
+#endif
+
+i64 sl_has_crc(void) { return crc_hw; }
+
+/* CRC-32C of data[0:len) (only where sl_has_crc()). */
+i64 sl_crc32c(const u8 *data, i64 len) { return crc32c(data, (size_t)len); }
+
+static inline void put_be32(u8 *o, uint32_t v) {
+    o[0] = (u8)(v >> 24);
+    o[1] = (u8)(v >> 16);
+    o[2] = (u8)(v >> 8);
+    o[3] = (u8)v;
+}
+
+static inline i64 get_be(const u8 *p, int bytes) {
+    u64 v = 0;
+    for (int k = 0; k < bytes; k++) v = (v << 8) | p[k];
+    int shift = 64 - 8 * bytes;
+    return shift ? (i64)(v << shift) >> shift : (i64)v;
+}
+
+/* Batch headers of buf[pos:end) (layout in seglake.record.batch), as the Python scan reads
+ * them, while each is plainly valid: a whole header and batch, batchLength >= 49, magic 2,
+ * counts >= 0, base offset above the last offset before it (prev_last, or none if
+ * has_prev is 0), and with verify_crc a matching CRC-32C. Stops before the first other
+ * batch (the caller looks at it), after max_batches, or after the first batch whose last
+ * offset is >= stop_after (if has_stop). rows: 14 int64 per batch, the 13 header fields
+ * and the position. state: [position reached, 1 if stopped by stop_after]. Returns the
+ * number of batches. */
+i64 sl_scan(const u8 *buf, i64 pos, i64 end, i64 max_batches, i64 verify_crc, i64 has_prev,
+            i64 prev_last, i64 has_stop, i64 stop_after, i64 *rows, i64 *state) {
+    static const int width[13] = {8, 4, 4, 1, 4, 2, 4, 8, 8, 8, 2, 4, 4};
+    i64 k = 0;
+    state[1] = 0;
+    if (verify_crc && !crc_hw) {
+        state[0] = pos;
+        return 0;
+    }
+    while (pos < end && k < max_batches && end - pos >= HEADER_SIZE) {
+        const u8 *h = buf + pos;
+        i64 *row = rows + 14 * k;
+        int at = 0;
+        for (int f = 0; f < 13; f++) {
+            row[f] = get_be(h + at, width[f]);
+            at += width[f];
+        }
+        row[4] &= 0xffffffffLL; /* crc: unsigned */
+        i64 size = row[1] + 12, last = row[0] + row[6];
+        if (row[1] < HEADER_SIZE - 12 || size > end - pos || row[3] != 2 || row[12] < 0 ||
+            row[6] < 0 || (has_prev && row[0] <= prev_last))
+            break;
+        if (verify_crc && crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)row[4]) break;
+        row[13] = pos;
+        k++;
+        has_prev = 1;
+        prev_last = last;
+        pos += size;
+        if (has_stop && last >= stop_after) {
+            state[1] = 1;
+            break;
+        }
+    }
+    state[0] = pos;
+    return k;
+}
+
+/* A key or value of record i at data[*q]: length varint (-1 null) then bytes, leaving room
+ * before last for what follows; adds to its bytes or nulls and sets its validity bit.
+ * Returns 0 where it does not fit. */
+static inline int length_and_bytes(const u8 *data, i64 *q, i64 last, i64 i, i64 *bytes,
+                                   i64 *nulls, u8 *valid) {
+    i64 len;
+    int s = get_varint(data, *q, last, VARINT, &len);
+    if (!s || (*q += s) >= last || len < -1 || (len > 0 && len >= last - *q)) return 0;
+    if (len >= 0) {
+        *q += len;
+        *bytes += len;
+        SET_BIT(valid, i);
+    } else {
+        (*nulls)++;
+    }
+    return 1;
+}
+
+/* Walk and check the records of nb records blocks data[start[b]:end[b]] (count[b] records
+ * each). Per record: offset (baseOffset + offsetDelta), timestamp (baseTimestamp + delta,
+ * or maxTimestamp where log_append[b]), key/value Arrow offsets (n + 1, int32) and validity
+ * bits (caller zeroes them), header list offsets (n + 1). totals: [key bytes, value bytes,
+ * headers, header key bytes, header value bytes, null keys, null values, null header values].
+ * Returns 0; 1: bytes that do not walk (or a count that is not the total); 2: a column
+ * over int32 offsets. */
+i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 *count,
+            const i64 *base_offset, const i64 *base_ts, const i64 *max_ts, const u8 *log_append,
+            const i64 *last_delta, i64 n, i64 *offset, i64 *timestamp, i32 *key_off,
+            u8 *key_valid, i32 *val_off, u8 *val_valid, i32 *hdr_off, i64 *totals) {
+    i64 i = 0, kb = 0, vb = 0, nh = 0, hkb = 0, hvb = 0, kn = 0, vn = 0, hvn = 0;
+    key_off[0] = val_off[0] = hdr_off[0] = 0;
+    for (i64 b = 0; b < nb; b++) {
+        i64 p = start[b], lim = end[b], cnt = count[b], prev = -1;
+        if (cnt < 0 || cnt > (lim - p) / MIN_RECORD || i + cnt > n) return 1;
+        if (cnt == 0 && lim > p) return 1;
+        for (i64 k = 0; k < cnt; k++, i++) {
+            i64 len, td, od, hc;
+            int s;
+            if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 1;
+            i64 q = p + s;
+            if (len < MIN_BODY || len > lim - q) return 1;
+            i64 last = q + len;
+            q += 1; /* attributes */
+            if (!(s = get_varint(data, q, last, VARLONG, &td)) || (q += s) >= last) return 1;
+            if (!(s = get_varint(data, q, last, VARINT, &od)) || (q += s) >= last) return 1;
+            if (od < 0 || od > last_delta[b] || od <= prev) return 1;
+            prev = od;
+            if (!length_and_bytes(data, &q, last, i, &kb, &kn, key_valid)) return 1;
+            if (!length_and_bytes(data, &q, last, i, &vb, &vn, val_valid)) return 1;
+            if (!(s = get_varint(data, q, last, VARINT, &hc))) return 1;
+            q += s;
+            if (hc < 0 || hc > (last - q) / 2) return 1;
+            for (i64 h = 0; h < hc; h++) {
+                i64 hk, hv;
+                if (!(s = get_varint(data, q, last, VARINT, &hk))) return 1;
+                q += s;
+                if (hk < 0 || hk >= last - q) return 1;
+                q += hk;
+                hkb += hk;
+                if (!(s = get_varint(data, q, last, VARINT, &hv))) return 1;
+                q += s;
+                if (hv < -1 || (hv > 0 && hv > last - q)) return 1;
+                if (hv >= 0) {
+                    q += hv;
+                    hvb += hv;
+                } else {
+                    hvn++;
+                }
+                if (h + 1 < hc && q >= last) return 1;
+            }
+            if (q != last) return 1;
+            nh += hc;
+            offset[i] = base_offset[b] + od;
+            timestamp[i] = log_append[b] ? max_ts[b] : (i64)((u64)base_ts[b] + (u64)td);
+            if (kb > I32MAX || vb > I32MAX || nh > I32MAX) return 2;
+            key_off[i + 1] = (i32)kb;
+            val_off[i + 1] = (i32)vb;
+            hdr_off[i + 1] = (i32)nh;
+            p = last;
+        }
+        if (p != lim) return 1;
+    }
+    if (i != n) return 1;
+    if (hkb > I32MAX || hvb > I32MAX) return 2;
+    totals[0] = kb;
+    totals[1] = vb;
+    totals[2] = nh;
+    totals[3] = hkb;
+    totals[4] = hvb;
+    totals[5] = kn;
+    totals[6] = vn;
+    totals[7] = hvn;
+    return 0;
+}
+
+/* Copy the keys, values and headers of records sl_walk accepted into the Arrow data
+ * buffers; fills the header keys' and values' offsets (nh + 1) and value validity bits
+ * (zeroed by the caller). hk_off may be NULL when there are no headers. */
+void sl_gather(const u8 *data, i64 nb, const i64 *start, const i64 *end, u8 *key_data,
+               u8 *val_data, i32 *hk_off, u8 *hk_data, i32 *hv_off, u8 *hv_valid,
+               u8 *hv_data) {
+    i64 kw = 0, vw = 0, hw = 0, hkw = 0, hvw = 0;
+    if (hk_off) hk_off[0] = hv_off[0] = 0;
+    for (i64 b = 0; b < nb; b++) {
+        i64 p = start[b], lim = end[b];
+        while (p < lim) {
+            i64 len = read_varint(data, &p);
+            i64 last = p + len, q = p + 1;
+            while (data[q++] >= 0x80) { /* timestampDelta */
+            }
+            while (data[q++] >= 0x80) { /* offsetDelta */
+            }
+            i64 kl = read_varint(data, &q);
+            if (kl > 0) {
+                memcpy(key_data + kw, data + q, (size_t)kl);
+                kw += kl;
+                q += kl;
+            }
+            i64 vl = read_varint(data, &q);
+            if (vl > 0) {
+                memcpy(val_data + vw, data + q, (size_t)vl);
+                vw += vl;
+                q += vl;
+            }
+            if (q < last) {
+                i64 hc = read_varint(data, &q);
+                for (i64 h = 0; h < hc; h++, hw++) {
+                    i64 hk = read_varint(data, &q);
+                    memcpy(hk_data + hkw, data + q, (size_t)hk);
+                    hkw += hk;
+                    q += hk;
+                    hk_off[hw + 1] = (i32)hkw;
+                    i64 hv = read_varint(data, &q);
+                    if (hv >= 0) {
+                        memcpy(hv_data + hvw, data + q, (size_t)hv);
+                        hvw += hv;
+                        q += hv;
+                        SET_BIT(hv_valid, hw);
+                    }
+                    hv_off[hw + 1] = (i32)hvw;
+                }
+            }
+            p = last;
+        }
+    }
+}
+
+/* Each record's size without its length, timestampDelta and offsetDelta varints:
+ * attributes, key and value with their lengths (-1: null), headers (hbytes: count varint
+ * and headers, or NULL for none: a 0 count). */
+void sl_extra(i64 n, const i64 *klen, const i64 *vlen, const i64 *hbytes, i64 *out) {
+    for (i64 i = 0; i < n; i++) {
+        i64 kl = klen[i], vl = vlen[i];
+        out[i] = 1 + vsize(zigzag(kl)) + (kl > 0 ? kl : 0) + vsize(zigzag(vl)) +
+                 (vl > 0 ? vl : 0) + (hbytes ? hbytes[i] : 1);
+    }
+}
+
+/* Encoded size of record i (length varint included) in a batch based at (bo, bt): extra[i]
+ * is its size without the length, timestampDelta and offsetDelta varints. */
+static inline i64 record_size(i64 i, const i64 *extra, const i64 *off, const i64 *ts, i64 bo,
+                              i64 bt) {
+    i64 body = extra[i] + vsize(zigzag(off[i] - bo)) + vsize(zigzag((i64)((u64)ts[i] - (u64)bt)));
+    return body + vsize(zigzag(body));
+}
+
+/* kafka-python's batch rule over records of sizes extra[i] + their deltas' varints: a batch
+ * takes the next record unless it is not empty and 61 + its records + that one would pass
+ * batch_size, it holds max_records (0: no limit), or the offset delta would pass int32.
+ * Writes each batch's first record and whole size; returns the number of batches. */
+i64 sl_plan(i64 n, const i64 *extra, const i64 *off, const i64 *ts, i64 batch_size,
+            i64 max_records, i64 *starts, i64 *sizes) {
+    i64 budget = batch_size - HEADER_SIZE, nb = 0, s = 0, acc = 0;
+    for (i64 i = 0; i < n; i++) {
+        i64 size = record_size(i, extra, off, ts, off[s], ts[s]);
+        if (i > s && (acc + size > budget || (max_records && i - s >= max_records) ||
+                      off[i] - off[s] > I32MAX)) {
+            starts[nb] = s;
+            sizes[nb++] = acc + HEADER_SIZE;
+            s = i;
+            acc = 0;
+            size = record_size(i, extra, off, ts, off[s], ts[s]);
+        }
+        acc += size;
+    }
+    starts[nb] = s;
+    sizes[nb++] = acc + HEADER_SIZE;
+    return nb;
+}
+
+/* Whole size of each batch (header included) for given boundaries and bases. */
+void sl_sizes(i64 n, i64 nb, const i64 *starts, const i64 *base_off, const i64 *base_ts,
+              const i64 *extra, const i64 *off, const i64 *ts, i64 *sizes) {
+    for (i64 b = 0; b < nb; b++) {
+        i64 e = b + 1 < nb ? starts[b + 1] : n, acc = HEADER_SIZE;
+        for (i64 i = starts[b]; i < e; i++) acc += record_size(i, extra, off, ts, base_off[b], base_ts[b]);
+        sizes[b] = acc;
+    }
+}
+
+static inline i64 offset_at(const void *offsets, int wide, i64 i) {
+    return wide ? ((const i64 *)offsets)[i] : (i64)((const i32 *)offsets)[i];
+}
+
+/* Write the batches: batch b's 61-byte header (hdr + 61 * b) then its records. Keys and
+ * values: lengths (-1 null) and Arrow offsets (int32, or int64 where *_wide) into their
+ * data; headers: count per record and each record's encoded headers (Arrow offsets into
+ * hdata), or hcount NULL for none. With crc (only where sl_has_crc()), also writes each
+ * batch's CRC-32C. Returns the bytes written. */
+i64 sl_assemble(i64 n, i64 nb, const i64 *starts, const i64 *base_off, const i64 *base_ts,
+                const u8 *hdr, const i64 *off, const i64 *ts, const i64 *extra,
+                const i64 *klen, const void *koff, int k_wide, const u8 *kdata,
+                const i64 *vlen, const void *voff, int v_wide, const u8 *vdata,
+                const i64 *hcount, const void *hoff, int h_wide, const u8 *hdata, i64 crc,
+                u8 *out) {
+    i64 w = 0;
+    for (i64 b = 0; b < nb; b++) {
+        i64 e = b + 1 < nb ? starts[b + 1] : n, bo = base_off[b], bt = base_ts[b], w0 = w;
+        memcpy(out + w, hdr + HEADER_SIZE * b, HEADER_SIZE);
+        w += HEADER_SIZE;
+        for (i64 i = starts[b]; i < e; i++) {
+            u64 zo = zigzag(off[i] - bo), zt = zigzag((i64)((u64)ts[i] - (u64)bt));
+            i64 body = extra[i] + vsize(zo) + vsize(zt);
+            w += put_varint(out + w, zigzag(body));
+            out[w++] = 0;
+            w += put_varint(out + w, zt);
+            w += put_varint(out + w, zo);
+            i64 kl = klen[i], vl = vlen[i];
+            w += put_varint(out + w, zigzag(kl));
+            if (kl > 0) {
+                memcpy(out + w, kdata + offset_at(koff, k_wide, i), (size_t)kl);
+                w += kl;
+            }
+            w += put_varint(out + w, zigzag(vl));
+            if (vl > 0) {
+                memcpy(out + w, vdata + offset_at(voff, v_wide, i), (size_t)vl);
+                w += vl;
+            }
+            if (hcount) {
+                w += put_varint(out + w, zigzag(hcount[i]));
+                i64 h0 = offset_at(hoff, h_wide, i), h1 = offset_at(hoff, h_wide, i + 1);
+                memcpy(out + w, hdata + h0, (size_t)(h1 - h0));
+                w += h1 - h0;
+            } else {
+                out[w++] = 0;
+            }
+        }
+        if (crc) put_be32(out + w0 + 17, crc32c(out + w0 + 21, (size_t)(w - w0 - 21)));
+    }
+    return w;
+}
