@@ -88,6 +88,17 @@ class SegmentFiles:
                 raise
             return lakefs.read_range(self.fs, self.log_path, start, length)
 
+    def read_ranges_into(self, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
+        """:meth:`_read_range` of each ``(start, length)`` into ``out``, back to back,
+        the ``.log`` opened once; returns the bytes each read got."""
+        self._locate()
+        try:
+            return lakefs.read_ranges_into(self.fs, self.log_path, ranges, out)
+        except SegmentNotFoundError:
+            if not self._fallback():
+                raise
+            return lakefs.read_ranges_into(self.fs, self.log_path, ranges, out)
+
     def _read_file(self, suffix: str) -> bytes:
         self._locate()
         try:
