@@ -248,13 +248,9 @@ def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes
 def read_ranges_into(
     fs: pafs.FileSystem, path: str, ranges: list[tuple[int, int]], out: memoryview
 ) -> list[int]:
-    """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order)
-    with the file opened once; returns the bytes each read got (fewer if the file ends).
-
-    Raises:
-        SegmentNotFoundError: the file does not exist.
-        ValueError: negative ``start`` or ``length``, or ``out`` too small.
-    """
+    """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order),
+    the file opened once; returns the bytes each read got (fewer if the file ends).
+    Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short)."""
     if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got, at = [], 0
