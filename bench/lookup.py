@@ -16,9 +16,10 @@ partitions, lz4, 8 MiB segments) and their parquet copies (same records). Q (def
   for an exact peer. seglake's answers are checked against numpy on the parquet copy
   (running maximum of timestamps + searchsorted).
 
-seglake: ``lookup()`` (catalog arrays broadcast; one pass over the queries; per task the
-queries grouped by segment, index intervals read once, the answer records found by one
-walk over the batches holding them and decoded in one call). Both sides aggregate the
+seglake: ``lookup()`` (catalog arrays broadcast; 10,000 queries are one task: one stage,
+no exchange, also under the aggregation; the queries grouped by segment, index intervals
+read once into one buffer, each file opened once, the answer records found by one walk
+over the batches holding them and decoded in one call). Both sides aggregate the
 same thing over the answers (count and sum of value lengths, checked equal for offsets).
 local[2]; warmed up; best of 5, every round running every case of every size in turn.
 Replaces the "## lookup (bench/lookup.py)" section of bench/RESULTS.md.

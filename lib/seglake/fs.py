@@ -41,6 +41,7 @@ __all__ = [
     "move",
     "read_all",
     "read_range",
+    "read_ranges_into",
     "renames_atomically",
     "resolve",
     "safe_join",
@@ -69,11 +70,11 @@ class IOStats:
         self.reads = 0
         self.files_opened = 0
 
-    def record(self, nbytes: int, *, opened: int = 1) -> None:
-        """Count one read of ``nbytes`` bytes (and ``opened`` file opens)."""
+    def record(self, nbytes: int, *, opened: int = 1, reads: int = 1) -> None:
+        """Count ``reads`` reads of ``nbytes`` bytes in all (and ``opened`` file opens)."""
         with self._lock:
             self.bytes_read += nbytes
-            self.reads += 1
+            self.reads += reads
             self.files_opened += opened
 
     def reset(self) -> None:
@@ -242,6 +243,24 @@ def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes
         data = f.read_at(length, start) if length else b""
     IO_STATS.record(len(data))
     return bytes(data)
+
+
+def read_ranges_into(
+    fs: pafs.FileSystem, path: str, ranges: list[tuple[int, int]], out: memoryview
+) -> list[int]:
+    """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order),
+    the file opened once; returns the bytes each read got (fewer if the file ends).
+    Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short)."""
+    if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
+        raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
+    got, at = [], 0
+    with _missing_as_not_found(path), fs.open_input_file(path) as f:
+        for start, length in ranges:
+            f.seek(start)
+            got.append(f.readinto(out[at : at + length]) if length else 0)
+            at += length
+    IO_STATS.record(sum(got), reads=len(ranges))
+    return got
 
 
 def read_all(fs: pafs.FileSystem, path: str) -> bytes:

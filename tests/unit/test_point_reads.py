@@ -1,5 +1,6 @@
-"""Point reads' plumbing: the joined buffer grows without copying what it holds each
-round; the reads go through the segment (its other copy when the files move)."""
+"""Point reads' plumbing: ranges read by rounds straight into one buffer, each segment's
+file opened once a round; the reads go through the segment (its other copy when the files
+move)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,40 @@ from seglake.storage.segment import LogSegment
 from tests.unit.test_corrupt_reads import brute, lake, logs, offsets, pristine  # noqa: F401
 
 
-def test_chains_join_keeps_every_read_in_order(tmp_path):
-    blob = np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes()
-    (tmp_path / "00000000000000000000.log").write_bytes(blob)
+def test_chains_fetch_keeps_every_read_in_place_one_open_per_segment(tmp_path):
+    """Ranges of two segments added interleaved, read by rounds: each buffer's bytes are
+    where ``headers`` says, each segment's file opened once per round."""
+    from seglake import fs as lakefs
+
+    rng = np.random.default_rng(1)
+    blobs, segs = [], []
+    for i in range(2):
+        blobs.append(rng.integers(0, 256, 5000, dtype=np.uint8).tobytes())
+        (tmp_path / f"{i:020d}.log").write_bytes(blobs[i])
+        segs.append(LogSegment(pafs.LocalFileSystem(), str(tmp_path / f"{i:020d}.log")))
+    chains = Chains()
+    rounds = [[(0, 0, 100)], [(1, 300, 900), (0, 50, 60), (1, 4990, 5100)], [(0, 4000, 5000)]]
+    bufs = []
+    for ranges in rounds:
+        before = lakefs.IO_STATS.snapshot()["files_opened"]
+        for i, start, end in ranges:
+            bufs.append((chains.add(segs[i], start, end), i, start, end))
+        assert chains.fetch() == {}
+        assert lakefs.IO_STATS.snapshot()["files_opened"] - before == len({i for i, _, _ in ranges})
+        for buf, i, start, end in bufs:  # every buffer so far, also earlier rounds'
+            at, room, _ = chains.headers(np.array([buf]), np.array([start]))
+            want = blobs[i][start:end]
+            assert int(room[0]) == len(want)
+            assert chains.data[int(at[0]) : int(at[0]) + len(want)].tobytes() == want
+
+
+def test_chains_fetch_names_the_segment_it_cannot_read(tmp_path):
     seg = LogSegment(pafs.LocalFileSystem(), str(tmp_path / "00000000000000000000.log"))
     chains = Chains()
-    want = b""
-    for ranges in [[(0, 100)], [(300, 900), (50, 60)], [(4000, 5000)]]:
-        for start, end in ranges:
-            assert chains.read(seg, start, end) >= 0
-            want += blob[start:end]
-        chains.join()
-        assert chains.data.tobytes() == want
-        at, room, _ = chains.headers(np.array([len(chains.bufs) - 1]), np.array([ranges[-1][0]]))
-        assert int(at[0]) == len(want) - (ranges[-1][1] - ranges[-1][0])
-        assert int(room[0]) == ranges[-1][1] - ranges[-1][0]
+    buf = chains.add(seg, 0, 100)
+    failed = chains.fetch()
+    assert list(failed) == [id(seg)] and "no such file" in str(failed[id(seg)])
+    assert int(chains.headers(np.array([buf]), np.array([0]))[1][0]) == 0  # nothing read
 
 
 def test_point_reads_of_a_moved_segment_read_through_the_segment(lake, monkeypatch):  # noqa: F811

@@ -28,6 +28,7 @@ import cramjam
 import numpy as np
 
 from seglake.errors import CorruptRecordError
+from seglake.record.lz4_frame import inflate_frame
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -128,7 +129,8 @@ class Inflater:
             if codec == SNAPPY:
                 n = self._snappy(memoryview(data), limit)
             else:
-                n = self._stream(_STREAMS[codec], data, limit)
+                fast = inflate_frame(data, self._room, limit) if codec == LZ4 else None
+                n = self._stream(_STREAMS[codec], data, limit) if fast is None else fast
         except CorruptRecordError as exc:
             raise type(exc)(f"{name} block of {len(data)} bytes: {exc}") from None
         except Exception as exc:  # cramjam raises its own DecompressionError / ValueError

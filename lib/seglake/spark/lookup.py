@@ -3,10 +3,13 @@
     driver:    read the catalog once (pinned version) -> per (topic, partition) sorted
                numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id),
                broadcast
-    executors: mapInArrow over the queries as they are partitioned (no shuffle; with
-               ``num_tasks``, first a pass that keys each query by its segment and a
-               repartition that puts a segment's queries together): per task, up to
-               ``chunk_rows`` queries at a time,
+    executors: mapInArrow over the queries as they are partitioned (no shuffle; a
+               query set the plan's statistics show small, e.g. 10,000 queries, is
+               coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
+               also for an aggregation over the answers; with ``num_tasks``, first a
+               pass that keys each query by its segment and a repartition that puts a
+               segment's queries together): per task, up to ``chunk_rows`` queries at
+               a time,
                - numpy.searchsorted maps each query to its segment (offset: floor on
                  base_offset; timestamp: first segment whose running-max max_timestamp
                  >= target), queries grouped by segment;
@@ -14,7 +17,8 @@
                  ``seglake.index.cache.bytes``); all its targets are searched in its
                  offset/time index at once; targets whose index intervals touch (or lie
                  within ``READ_GAP``) share one ranged read of those intervals (plus the
-                 batch after them only when it holds an answer), the file opened once;
+                 batch after them only when it holds an answer), read straight into one
+                 buffer, each segment's file opened once per round of reads;
                  batch headers are followed from each target's index floor for all
                  targets together (numpy); where the index and the log disagree, the
                  careful path (``LogSegment._span``, which rebuilds the index);
@@ -23,12 +27,14 @@
                  records are decoded, in one call.
 
 Every query gets exactly one output row: the Kafka source columns of the record found
-(for a timestamp, the first record with timestamp >= it, as ``offsetsForTimes``), plus
-``query_offset``, ``query_timestamp`` and ``status``:
+(for an offset, the record there, or where there is none (removed by the cleaner, a
+transaction marker) the next one, as a fetch from that offset returns it: ``offset`` >
+``query_offset`` then; for a timestamp, the first record with timestamp >= it, as
+``offsetsForTimes``), plus ``query_offset``, ``query_timestamp`` and ``status``:
 
     ok                       record returned
     offset_out_of_range      offset < log start offset or >= log end offset
-    no_record_at_offset      inside the log, but no data record there (control/compacted)
+    no_record_at_offset      inside the log, but no data record from there to its end
     corrupt_batch            the offset lies in a damaged batch that was skipped
                              (``on_corrupt="skip"``; by default a damaged batch raises
                              CorruptRecordError and the job fails with one line, exit 2)
@@ -69,6 +75,8 @@ from seglake.storage.index_cache import get_cache
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
+TASK_QUERIES = 25_000  # queries per task when the plan's statistics count them
+_QUERY_BYTES = 8  # a query's least size in a plan's statistics (parquet: about 7 bytes)
 _KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
 __all__ = [
@@ -100,16 +108,18 @@ def lookup(
     Args:
         spark: the session.
         root: lake root.
-        queries_df: columns ``topic``, ``partition`` and ``offset`` and/or ``timestamp``
+        queries_df: a DataFrame (Spark, or pandas / Arrow on the driver) with columns
+            ``topic``, ``partition`` and ``offset`` and/or ``timestamp``
             (epoch ms, a Spark timestamp, or strings: epoch ms or ISO-8601; -2 earliest, -1
             latest, -3 max timestamp).
             Per row exactly one of offset/timestamp is non-null.
         version: catalog version to read (default: the current one, pinned).
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
         num_tasks: ``None`` (default): answer the queries where they are, one pass, no
-            shuffle. A number: first repartition them into that many tasks by segment, so
-            that each segment's queries meet in one task (worth it when many queries
-            share batches).
+            shuffle (a small query set coalesced into one task per
+            :data:`TASK_QUERIES`). A number: first repartition them into that many
+            tasks by segment, so that each segment's queries meet in one task (worth it
+            when many queries share batches).
         chunk_rows: queries a task answers together (one decode call).
         io_accumulators: two Spark accumulators that receive the bytes the tasks read
             (index and log files) and the files they opened.
@@ -148,8 +158,14 @@ def lookup(
                 yield from out.to_batches()
                 pending = []
 
+    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
+        queries_df = spark.createDataFrame(queries_df)
     q = normalize_queries(queries_df)
-    if num_tasks:
+    if not num_tasks:
+        few = _few_tasks(queries_df)
+        if few is not None:  # one stage, no exchange: 10,000 queries are one task
+            q = q.coalesce(few)
+    else:
 
         def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             parts = bc.value
@@ -170,3 +186,20 @@ def lookup(
             .sortWithinPartitions("topic", "partition", "_seg")
         )
     return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+
+
+def _few_tasks(df) -> int | None:
+    """Tasks for the queries of ``df`` by its plan's statistics (rows, or bytes at
+    :data:`_QUERY_BYTES` a query): one per :data:`TASK_QUERIES`; ``None`` when the
+    statistics are unknown or large (the queries then stay where they are)."""
+    try:
+        stats = df._jdf.queryExecution().optimizedPlan().stats()
+        rows = stats.rowCount()
+        n = (
+            int(str(rows.get()))
+            if rows.isDefined()
+            else int(str(stats.sizeInBytes())) // _QUERY_BYTES
+        )
+    except Exception:  # no JVM plan (Spark Connect) or no statistics: leave them
+        return None
+    return -(-max(n, 1) // TASK_QUERIES) if n < 1000 * TASK_QUERIES else None

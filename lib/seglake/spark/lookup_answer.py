@@ -41,6 +41,7 @@ log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as befo
 
 
 EARLIEST, LATEST, MAX_TS = -2, -1, -3
+ANY_TIME = -1  # every record's timestamp is >= -1 (NO_TIMESTAMP): "the next record"
 
 LOOKUP_SCHEMA = pa.schema(
     [
@@ -195,7 +196,7 @@ def answer_queries(
     ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
     has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
     ans, gather = _Answers(q.num_rows, on_corrupt), Gather()
-    by_off: list[np.ndarray] = []  # queries answered by an offset: (query, target) pairs
+    by_off: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
     target = np.where(has_off, off, ts)
@@ -226,7 +227,7 @@ def answer_queries(
             )
             if req is not None:
                 reqs.append((req, which, (k, a, s, qi)))
-                by_off.append(qi)
+                by_off.append((qi, (k, a, s, None)))
         # timestamps (-3: the largest one): the first segment whose running max reaches it
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
         top = int(np.argmax(a["max_timestamp"]))
@@ -260,7 +261,7 @@ def answer_queries(
     ans.status[failed], ans.batch[failed] = "read_error", -1
     record = np.full(q.num_rows, -1, dtype=np.int64)
     if by_off:
-        qi = np.concatenate(by_off)
+        qi = np.concatenate([qi for qi, _ in by_off])
         record[qi] = gather.offset_records(ans.batch[qi], target[qi])
     for qi, (_, _, _, log_start) in by_ts:
         record[qi] = gather.timestamp_records(ans.batch[qi], target[qi], log_start)
@@ -268,7 +269,7 @@ def answer_queries(
     ans.tables, ans.rows = [table], table.num_rows
     ans.status[(record >= 0) & (ans.row < 0)] = "read_error"  # did not decode (logged)
     if by_off:
-        qi = np.concatenate(by_off)
+        qi = np.concatenate([qi for qi, _ in by_off])
         qi = qi[ans.status[qi] != "read_error"]
         ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
     if on_corrupt == "skip":
@@ -279,11 +280,16 @@ def answer_queries(
     for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
         for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
             _scan_on(cache, root, ans, i, int(target[i]), where)
+    for qi, (k, a, s, _) in by_off:  # nothing kept from there to its segment's end: on
+        for i in qi[ans.status[qi] == "no_record_at_offset"].tolist():
+            _scan_on(cache, root, ans, i, ANY_TIME, (k, a, s, int(target[i])))
     return _assemble(q, ans)
 
 
 def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
-    """Query ``i``'s answer by scanning from segment ``s`` on (rare: see scan_time)."""
+    """Query ``i``'s answer, the first record with timestamp >= ``t`` and offset >= ``lo``
+    (``where`` = (key, arrays, s, lo)), by scanning from segment ``s`` on (rare: see
+    scan_time; an offset query is ``t`` = :data:`ANY_TIME`)."""
     (topic, partition), a, s, log_start = where
     for j in range(s, len(a["base_offset"])):
         try:
@@ -296,21 +302,18 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
             return
         if found.num_rows:
             ans.add(i, found.slice(0, 1))
+            ans.status[i] = "ok"
             return
-    ans.status[i] = "no_record_for_timestamp"
+    ans.status[i] = "no_record_at_offset" if t == ANY_TIME else "no_record_for_timestamp"
 
 
 def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.ndarray) -> None:
-    """``corrupt_batch`` for offset queries answered "no record" whose offset lies in a
-    batch their segment skipped."""
+    """``corrupt_batch`` (and no record) for offset queries whose offset lies in a batch
+    their segment skipped."""
     for r, (_, _, _, qi) in reqs:
-        if not r.seg.skipped:
-            continue
-        none = qi[ans.status[qi] == "no_record_at_offset"]
         for b in r.seg.skipped.values():
-            ans.status[none[(target[none] >= b.base_offset) & (target[none] <= b.last_offset)]] = (
-                "corrupt_batch"
-            )
+            hit = qi[(target[qi] >= b.base_offset) & (target[qi] <= b.last_offset)]
+            ans.status[hit], ans.row[hit] = "corrupt_batch", -1
 
 
 def _open(

@@ -25,50 +25,65 @@ _NEXT_BYTES = 16 * 1024  # read past a chain's end when its next header was not 
 
 
 class Chains:
-    """Bytes of many segments' .log files, read once per group of targets whose ranges
-    touch, in one buffer; batch-header chains followed in it for all targets at once."""
+    """Bytes of many segments' .log files in one buffer (:attr:`data`), read by rounds:
+    :meth:`add` the ranges, :meth:`fetch` reads them straight into the buffer, each
+    segment's file opened once per round; batch-header chains followed in it for all
+    targets at once."""
 
     def __init__(self) -> None:
-        self.bufs: list[bytes] = []
-        self.file_at: list[int] = []  # file position of each buffer's first byte
-        self.data_at: list[int] = [0]  # its position in the joined data
-        self.data = np.zeros(0, dtype=np.uint8)  # the buffers joined so far
-        self._store = self.data  # ``data`` and spare room (capacity doubles)
-        self._joined = 0  # buffers already in ``data``
+        self.data = np.zeros(0, dtype=np.uint8)
+        self.file_at = np.zeros(0, dtype=np.int64)  # file position of each buffer
+        self.data_at = np.zeros(0, dtype=np.int64)  # its position in ``data``
+        self.got = np.zeros(0, dtype=np.int64)  # the bytes its read got
+        self._pending: dict[int, tuple[LogSegment, list[tuple[int, int]]]] = {}
+        self._order: list[int] = []  # id(segment) of each range added, in order
 
-    def read(self, seg: LogSegment, start: int, end: int) -> int:
-        """Read ``[start, end)`` of ``seg``'s ``.log`` (the segment's own ranged read: its
-        staged or retired copy when the catalog's path is not there yet or any more);
-        returns the buffer's number."""
-        buf = seg._read_range(start, max(0, end - start))
-        self.bufs.append(buf)
-        self.file_at.append(start)
-        self.data_at.append(self.data_at[-1] + len(buf))
-        return len(self.bufs) - 1
+    def add(self, seg: LogSegment, start: int, end: int) -> int:
+        """Plan a read of ``[start, end)`` of ``seg``'s ``.log``; returns its buffer's
+        number (its bytes are there after the next :meth:`fetch`)."""
+        self._pending.setdefault(id(seg), (seg, []))[1].append((start, max(0, end - start)))
+        self._order.append(id(seg))
+        return len(self.file_at) + len(self._order) - 1
 
-    def join(self) -> None:
-        """Append the buffers read since the last join to ``data``: each byte is copied
-        O(1) times however many rounds a chain needs (the capacity doubles)."""
-        n = self.data_at[-1]
-        if n > len(self._store):
-            store = np.empty(max(n, 2 * len(self._store)), dtype=np.uint8)
-            store[: len(self.data)] = self.data
-            self._store = store
-        for i in range(self._joined, len(self.bufs)):
-            at = self.data_at[i]
-            self._store[at : self.data_at[i + 1]] = np.frombuffer(self.bufs[i], dtype=np.uint8)
-            self.bufs[i] = b""  # its bytes live in ``data`` now
-        self._joined = len(self.bufs)
-        self.data = self._store[:n]
+    def fetch(self) -> dict[int, Exception]:
+        """Read the ranges added since the last fetch straight into ``data`` (appended),
+        through each segment (its staged or retired copy when the catalog's path is not
+        there yet or any more), each file opened once; returns the errors by
+        ``id(segment)`` (their buffers hold nothing)."""
+        pending, order = self._pending, self._order
+        self._pending, self._order = {}, []
+        # buffers numbered as added; laid out segment by segment (one open each)
+        group = {k: j for j, k in enumerate(pending)}
+        rank = np.argsort(np.array([group[k] for k in order], dtype=np.int64), kind="stable")
+        ranges = [r for _, rs in pending.values() for r in rs]
+        lengths = np.array([n for _, n in ranges], dtype=np.int64)
+        at = len(self.data) + np.cumsum(lengths) - lengths
+        data = np.empty(len(self.data) + int(lengths.sum()), dtype=np.uint8)
+        data[: len(self.data)] = self.data
+        view, got, errors, i = memoryview(data), np.zeros(len(ranges), np.int64), {}, 0
+        for k, (seg, rs) in pending.items():
+            try:
+                got[i : i + len(rs)] = seg.read_ranges_into(rs, view[int(at[i]) :])
+            except (SeglakeError, OSError) as exc:
+                errors[k] = exc
+            i += len(rs)
+        place = np.empty(len(rank), dtype=np.int64)
+        place[rank] = np.arange(len(rank))  # layout slot of each buffer added
+        self.data = data
+        starts = np.array([a for a, _ in ranges], dtype=np.int64)
+        self.file_at = np.concatenate([self.file_at, starts[place]])
+        self.data_at = np.concatenate([self.data_at, at[place]])
+        self.got = np.concatenate([self.got, got[place]])
+        return errors
 
     def headers(
         self, buf: np.ndarray, pos: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(at, room, header)``: where file position ``pos`` of buffer ``buf`` is in
-        the joined data, the bytes from there to the buffer's end, and the batch header
-        there (garbage where ``room`` < a header)."""
-        at = np.asarray(self.data_at)[buf] + pos - np.asarray(self.file_at)[buf]
-        room = np.asarray(self.data_at)[buf + 1] - at
+        the joined data, the bytes read from there on, and the batch header there
+        (garbage where ``room`` < a header)."""
+        at = self.data_at[buf] + pos - self.file_at[buf]
+        room = self.data_at[buf] + self.got[buf] - at
         if not len(self.data):
             return at, room, np.zeros(len(at), dtype=HEADER_DTYPE)
         idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(HEADER_SIZE)
@@ -98,7 +113,7 @@ def locate(reqs: list[Request], gather: Gather) -> None:
             floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
             buf = np.zeros(n, dtype=np.int64)
             for g in touching(start, end):
-                buf[g] = chains.read(
+                buf[g] = chains.add(
                     r.seg, int(start[g].min()), min(r.seg.size, int(end[g].max()) + HEADER_SIZE)
                 )
         except (SeglakeError, OSError) as exc:
@@ -122,10 +137,15 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     if not spans:
         return
     c = {k: np.concatenate(v) for k, v in cols.items()}
-    chains.join()
+    failed = chains.fetch()
+    for j in spans:
+        reqs[j].error = failed.get(id(reqs[j].seg), reqs[j].error)
     buf, size = c["buf"], c["size"]
-    # state: 0 on the way, 1 found, -1 none in this segment, -2 careful path
+    # state: 0 on the way, 1 found, -1 none in this segment (or its read failed), -2
+    # careful path
     pos, state = c["start"].copy(), np.zeros(len(buf), dtype=np.int8)
+    if failed:
+        state[np.isin(c["req"], [j for j in spans if reqs[j].error is not None])] = -1
     found_at = np.zeros(len(buf), dtype=np.int64)
     for step in range(_MAX_STEPS):
         run = np.flatnonzero(state == 0)
@@ -142,8 +162,10 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         good = whole & ~bad
         data = (h["attributes"] & CONTROL_BIT) == 0
         lo, is_ts = c["lo"][run], c["is_ts"][run]
-        hit = (last >= lo) & data & np.where(is_ts, h["max_timestamp"] >= c["ts"][run], base <= lo)
-        done = np.where(is_ts, hit | (base > c["hi"][run]), last >= lo)
+        # offsets: the first data batch holding offsets >= lo (where lo was removed by
+        # the cleaner or is a marker, a fetch from it returns the next record)
+        hit = (last >= lo) & data & (~is_ts | (h["max_timestamp"] >= c["ts"][run]))
+        done = hit | (is_ts & (base > c["hi"][run]))
         fits = room >= bsize
         state[run[bad]] = -2
         state[run[good & hit & fits]] = 1
@@ -155,21 +177,24 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         if need.any():
             more = run[need]
             length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
+            added = []
             for fi, p, w in np.unique(
                 np.stack([c["file"][more], pos[more], length]), axis=1
             ).T.tolist():
                 mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
-                try:
-                    buf[mine] = chains.read(reqs[fi].seg, p, min(int(size[mine[0]]), p + w))
-                except (SeglakeError, OSError):
+                seg = reqs[fi].seg
+                buf[mine] = chains.add(seg, p, min(int(size[mine[0]]), p + w))
+                added.append((id(seg), mine))
+            failed = chains.fetch()
+            for k, mine in added:
+                if k in failed:
                     state[mine] = -2
-            chains.join()
     found = np.flatnonzero(state == 1)
     ids = np.where(state == -1, -1, -2)
     if len(found):
         batches, which = np.unique(found_at[found], return_inverse=True)
         scan, crc_ok = headers_at(chains.data, batches, verify_crc=True)
-        w = Window(0, chains.data.tobytes(), scan)
+        w = Window(0, chains.data, scan)  # type: ignore[arg-type]  # ndarray: a buffer
         owner = c["req"][found]
         ids_of = np.full(len(batches), -2, dtype=np.int64)
         for j in np.unique(owner).tolist():  # one gather part per segment (names its file)

@@ -53,7 +53,8 @@ class Gather:
         return ~self.records.ok
 
     def offset_records(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """The record at each target offset (in batch ``ids``), or -1."""
+        """The first record at or after each target offset in batch ``ids`` (the record
+        at the offset, or the next one where the cleaner removed it), or -1."""
         walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
         ok = np.flatnonzero(ids >= 0)
         if walk is None or not len(ok) or not len(walk.offset):
@@ -67,7 +68,7 @@ class Gather:
             np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0, 2**32 - 1)),
             len(keys) - 1,
         )
-        hit = (batch[at] == g) & (walk.offset[at] == targets[ok])
+        hit = (batch[at] == g) & (walk.offset[at] >= targets[ok])
         out[ok[hit]] = at[hit]
         return out
 

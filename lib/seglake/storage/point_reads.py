@@ -67,11 +67,12 @@ def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: Gather) -> np
     for qi in touching(*byte_ranges(seg, targets, targets)[1:]):
         sel = targets[qi]
         w = seg._span(int(sel.min()), int(sel.max()))
-        b = np.searchsorted(w.scan.last_offset, sel, side="left")
-        inside = b < len(w.scan)
-        inside[inside] &= (w.scan.base_offset[b[inside]] <= sel[inside]) & ~(
-            w.scan.is_control[b[inside]]
-        )
+        # the first data batch holding offsets >= the target (-1 past the window: the
+        # answer's caller reads on from there)
+        data = np.flatnonzero(~w.scan.is_control)
+        at = np.searchsorted(data, np.searchsorted(w.scan.last_offset, sel, side="left"))
+        inside = at < len(data)
+        b = data[np.minimum(at, max(len(data) - 1, 0))] if len(data) else at
         if inside.any():
             batches, which = np.unique(b[inside], return_inverse=True)
             out[qi[inside]] = gather.add(w, batches, seg.log_path)[which]
@@ -128,7 +129,12 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
         raise req.error
     assert req.ids is not None  # set by plan_requests
     gather.walk()
-    table, row = gather.decode(gather.offset_records(req.ids, targets))
+    rec = gather.offset_records(req.ids, targets)
+    assert gather.records is not None  # walked
+    rec[rec >= 0] = np.where(
+        gather.records.offset[rec[rec >= 0]] == targets[rec >= 0], rec[rec >= 0], -1
+    )
+    table, row = gather.decode(rec)  # exactly the targets (no next record)
     return table.take(pa.array(row[row >= 0]))
 
 

@@ -55,10 +55,12 @@ def byte_ranges(
 
 @dataclasses.dataclass
 class Request:
-    """Targets in one segment. Offsets (``ts`` None): the data batch holding ``lo``
-    (= ``hi``). Timestamps: the first data batch holding offsets >= ``lo`` (and starting
-    at or before ``hi``) whose largest timestamp is >= ``ts``. :func:`plan_requests` sets ``ids``
-    (batch ids in the gather, -1: none in this segment) or ``error``."""
+    """Targets in one segment. Offsets (``ts`` None): the first data batch holding
+    offsets >= ``lo`` (= ``hi``): the one holding ``lo``, or after a gap the cleaner left
+    (or a marker) the next, as a fetch from ``lo`` returns it. Timestamps: the first data
+    batch holding offsets >= ``lo`` (and starting at or before ``hi``) whose largest
+    timestamp is >= ``ts``. :func:`plan_requests` sets ``ids`` (batch ids in the gather,
+    -1: none in this segment) or ``error``."""
 
     seg: LogSegment
     lo: np.ndarray

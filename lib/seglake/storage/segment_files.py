@@ -11,7 +11,8 @@ later run retired (:class:`SegmentFiles`, mixed into
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import pyarrow.fs as pafs
 
@@ -20,6 +21,8 @@ from seglake.errors import SegmentNotFoundError, SegmentReplacedError
 from seglake.storage.naming import LOG_SUFFIX
 
 __all__ = ["SegmentFiles"]
+
+_T = TypeVar("_T")
 
 
 class SegmentFiles:
@@ -79,14 +82,23 @@ class SegmentFiles:
         self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
         return True
 
-    def _read_range(self, start: int, length: int) -> bytes:
+    def _log_read(self, read: Callable[[str], _T]) -> _T:
+        """``read(path of the .log in use)``, once more on the other copy if it is gone."""
         self._locate()
         try:
-            return lakefs.read_range(self.fs, self.log_path, start, length)
+            return read(self.log_path)
         except SegmentNotFoundError:
             if not self._fallback():
                 raise
-            return lakefs.read_range(self.fs, self.log_path, start, length)
+            return read(self.log_path)
+
+    def _read_range(self, start: int, length: int) -> bytes:
+        return self._log_read(lambda p: lakefs.read_range(self.fs, p, start, length))
+
+    def read_ranges_into(self, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
+        """:meth:`_read_range` of each ``(start, length)`` into ``out``, back to back,
+        the ``.log`` opened once; returns the bytes each read got."""
+        return self._log_read(lambda p: lakefs.read_ranges_into(self.fs, p, ranges, out))
 
     def _read_file(self, suffix: str) -> bytes:
         self._locate()
@@ -107,13 +119,14 @@ class SegmentFiles:
         (``None`` otherwise): for copying its bytes without reading them into Python."""
         if not lakefs.is_local(self.fs):
             return None
-        self._locate()
-        try:
-            return open(self.log_path, "rb")  # the caller closes it
-        except FileNotFoundError:
-            if not self._fallback():
-                raise SegmentNotFoundError(f"{self.log_path}: no such file") from None
-            return open(self.log_path, "rb")
+
+        def opened(path: str) -> BinaryIO:
+            try:
+                return open(path, "rb")  # the caller closes it
+            except FileNotFoundError:
+                raise SegmentNotFoundError(f"{path}: no such file") from None
+
+        return self._log_read(opened)
 
     def log_bytes(self) -> bytes:
         """The whole ``.log``."""
