@@ -49,7 +49,8 @@ def inflate_frame(
     if flg >> 6 != 1 or flg & 0b11 or block_max is None:
         return None
     linked, block_sum = not flg & 0x20, 4 if flg & 0x10 else 0
-    pos, blocks = 7 + (8 if flg & 0x08 else 0), []
+    pos = 7 + (8 if flg & 0x08 else 0)
+    blocks: list[tuple[int, int, int]] = []
     while True:  # the blocks: (position, size, stored uncompressed)
         if pos + 4 > n:
             return None
@@ -75,7 +76,10 @@ def inflate_frame(
                 out[total : total + size] = np.frombuffer(v[pos : pos + size], dtype=np.uint8)
                 total += size
             else:
-                total += cramjam.lz4.decompress_block_into(v[pos : pos + size], out[total:])
+                total += cramjam.lz4.decompress_block_into(
+                    v[pos : pos + size],
+                    memoryview(out[total:]),  # type: ignore[arg-type]
+                )
     except Exception:  # cramjam's DecompressionError (or a full buffer): the usual path
         return None
     return total

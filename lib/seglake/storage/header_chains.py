@@ -60,7 +60,9 @@ class Chains:
         at = len(self.data) + np.cumsum(lengths) - lengths
         data = np.empty(len(self.data) + int(lengths.sum()), dtype=np.uint8)
         data[: len(self.data)] = self.data
-        view, got, errors, i = memoryview(data), np.zeros(len(ranges), np.int64), {}, 0
+        view = memoryview(data)  # type: ignore[arg-type]
+        got, i = np.zeros(len(ranges), np.int64), 0
+        errors: dict[int, Exception] = {}
         for k, (seg, rs) in pending.items():
             try:
                 got[i : i + len(rs)] = seg.read_ranges_into(rs, view[int(at[i]) :])
