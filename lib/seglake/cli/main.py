@@ -14,6 +14,7 @@ from seglake.cli.consume import add_parser as add_consume_parser
 from seglake.cli.consume import record_dict, run_consume
 from seglake.cli.jobargs import retention_arguments, retention_from_args
 from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--index-interval-bytes",
         type=int,
-        default=4096,
+        default=DEFAULT_INTERVAL,
         help="for rebuilt indexes (a lake uses each segment's recorded value first)",
     )
     rc.add_argument(

@@ -86,14 +86,13 @@ def _split_batches(
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    seg = cache.segment(
-        root,
-        split["path"],
-        size=split["size"],
-        run_id=split["run_id"],
-        load_indexes=False,
-        on_corrupt=on_corrupt,
-    )
+    row = {
+        "path": split["path"],
+        "size_bytes": split["size"],
+        "run_id": split["run_id"],
+        "index_interval_bytes": split.get("index_interval_bytes"),
+    }
+    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt)
     w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     if skipped is not None:
         skipped += [

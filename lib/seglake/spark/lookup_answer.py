@@ -77,6 +77,11 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "run_id",
         )
     }
+    cols["index_interval_bytes"] = (  # 0: not recorded (an older row)
+        segments.column("index_interval_bytes").fill_null(0).to_numpy()
+        if "index_interval_bytes" in segments.column_names
+        else np.zeros(segments.num_rows, dtype=np.int64)
+    )
     for k, ix in groups(segments.column("topic"), segments.column("partition")):
         ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
         a = {
@@ -87,6 +92,7 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "path": cols["path"][ix].astype(object),
             "size": cols["size_bytes"][ix].astype(np.int64),
             "run_id": cols["run_id"][ix].astype(object),
+            "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
         }
         a["running_max"] = np.maximum.accumulate(a["max_timestamp"])
         out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
@@ -316,15 +322,15 @@ def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.n
 def _open(
     cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int, on_corrupt: str = "raise"
 ) -> LogSegment:
-    return cache.segment(
-        root,
-        str(a["path"][s]),
-        size=int(a["size"][s]),
-        next_offset=int(a["next_offset"][s]),
-        max_timestamp=int(a["max_timestamp"][s]),
-        run_id=a["run_id"][s] or None,
-        on_corrupt=on_corrupt,
-    )
+    row = {
+        "path": str(a["path"][s]),
+        "size_bytes": int(a["size"][s]),
+        "next_offset": int(a["next_offset"][s]),
+        "max_timestamp": int(a["max_timestamp"][s]),
+        "run_id": a["run_id"][s] or None,
+        "index_interval_bytes": int(a["index_interval_bytes"][s]) or None,
+    }
+    return cache.segment(root, row, on_corrupt=on_corrupt)
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:
