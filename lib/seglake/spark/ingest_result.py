@@ -1,6 +1,6 @@
 """What an ingest run did (:class:`IngestResult`, with a table for people) and its run id.
 
-    run id:  20261125T020715Z-1a2b3c4d   (UTC time, sortable; 8 random hex digits)
+run id:  20261125T020715Z-1a2b3c4d   (UTC time, sortable; 8 random hex digits)
 """
 
 from __future__ import annotations
