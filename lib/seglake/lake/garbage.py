@@ -35,8 +35,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError, VersionSupersededError
+from seglake.errors import SeglakeError, SegmentNotFoundError, VersionSupersededError
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from seglake.storage.segment import LogSegment
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
@@ -47,6 +48,8 @@ __all__ = [
     "retire",
     "retired_paths",
     "row_identities",
+    "short_file_error",
+    "superseded_at",
     "superseded_error",
 ]
 
@@ -232,6 +235,48 @@ def superseded_error(
         superseded_by=by,
         operation=op,
     )
+
+
+def superseded_at(
+    root: str, version: int | None, topic: str, partition: int, exc: Exception
+) -> Exception:
+    """:func:`superseded_error` for a reader that has only the lake's ``root`` and its
+    pinned ``version`` (a Spark task: ``None`` when not pinned): the catalog is read
+    only here, on the error path. ``exc`` itself when the catalog cannot tell."""
+    if (
+        version is None
+        or not isinstance(exc, SegmentNotFoundError)
+        or isinstance(exc, VersionSupersededError)
+    ):
+        return exc
+    from seglake.lake.catalog import Catalog
+
+    try:
+        catalog = Catalog(root)
+        pinned = catalog.segments(topic, partition, version=version)
+        return superseded_error(catalog, version, topic, partition, pinned, exc)
+    except SeglakeError:
+        return exc
+
+
+def short_file_error(
+    catalog, version: int, topic: str, partition: int, pinned: pa.Table, seg: LogSegment
+) -> Exception | None:
+    """A committed segment ``seg`` of catalog ``version`` read a file shorter than its
+    row's ``size_bytes`` (``seg.short_read``, cleared here): ``None`` for a torn tail
+    (the newest version still has the row), else the :class:`VersionSupersededError`
+    of a row a later version replaced in place (one catalog version check; the rows
+    only when it moved on)."""
+    seg.short_read = False
+    if catalog.version() == version:
+        return None
+    now = row_identities(catalog.segments(topic, partition))
+    mine = [i for i in row_identities(pinned) if i[0] == seg.base_offset]
+    if not mine or mine[0] in now:
+        return None
+    exc = seg.not_row_file("the file there is shorter than size_bytes")
+    err = superseded_error(catalog, version, topic, partition, pinned, exc)
+    return None if err is exc else err
 
 
 # a commit in flight has written its data file but not yet its log entry: never younger
