@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 import urllib.parse
 import uuid
@@ -36,7 +37,13 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import SeglakeError, SegmentNotFoundError, VersionSupersededError
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+)
 from seglake.storage.segment import LogSegment
 
 __all__ = [
@@ -51,6 +58,7 @@ __all__ = [
     "short_file_error",
     "superseded_at",
     "superseded_error",
+    "superseded_from_text",
 ]
 
 RETIRED = "_retired"
@@ -237,12 +245,30 @@ def superseded_error(
     )
 
 
-def superseded_at(
-    root: str, version: int | None, topic: str, partition: int, exc: Exception
-) -> Exception:
+_SUPERSEDED = re.compile(r"catalog version (\d+) was superseded")
+_SINCE = re.compile(r"since version (\d+) \(([^)]*)\)")
+
+
+def superseded_from_text(message: str) -> VersionSupersededError:
+    """The :class:`VersionSupersededError` whose message :func:`superseded_error` wrote
+    (a Spark task's error, rebuilt on the driver from its text)."""
+    v, by = _SUPERSEDED.search(message), _SINCE.search(message)
+    return VersionSupersededError(
+        message,
+        version=int(v[1]) if v else -1,
+        superseded_by=int(by[1]) if by else None,
+        operation=by[2] if by else None,
+    )
+
+
+_SEGMENT_PATH = re.compile(r"([^/\s]+)/\d{20}\.(?:log|index|timeindex|txnindex)\b")
+
+
+def superseded_at(root: str, version: int | None, exc: Exception) -> Exception:
     """:func:`superseded_error` for a reader that has only the lake's ``root`` and its
-    pinned ``version`` (a Spark task: ``None`` when not pinned): the catalog is read
-    only here, on the error path. ``exc`` itself when the catalog cannot tell."""
+    pinned ``version`` (a Spark task; ``None``: not pinned), the partition taken from the
+    segment path ``exc`` names: the catalog is read only here, on the error path.
+    ``exc`` itself when the catalog cannot tell."""
     if (
         version is None
         or not isinstance(exc, SegmentNotFoundError)
@@ -252,6 +278,10 @@ def superseded_at(
     from seglake.lake.catalog import Catalog
 
     try:
+        found = _SEGMENT_PATH.findall(str(exc))
+        if not found:
+            return exc
+        topic, partition = parse_partition_dir(found[0])
         catalog = Catalog(root)
         pinned = catalog.segments(topic, partition, version=version)
         return superseded_error(catalog, version, topic, partition, pinned, exc)

@@ -43,7 +43,7 @@ from seglake.spark.extract_plan import (
     plan_extract,
 )
 from seglake.spark.extract_read import read_splits
-from seglake.spark.session import spark_schema
+from seglake.spark.session import pinned_reads, spark_schema
 from seglake.storage.index_cache import get_cache
 
 __all__ = ["extract"]
@@ -114,6 +114,7 @@ def extract(
     tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, max_bytes=split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
     payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
+    version = plan.catalog_version  # a file gone since: VersionSupersededError in the task
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cache = get_cache(cache_bytes)
@@ -121,7 +122,7 @@ def extract(
         for b in batches:
             for task in b.column(0).to_pylist():
                 skipped: list[str] = []
-                with lakefs.IO_STATS.counting(acc):
+                with pinned_reads(root, version), lakefs.IO_STATS.counting(acc):
                     t = read_splits(
                         cache,
                         root,

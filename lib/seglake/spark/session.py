@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from seglake import errors
-from seglake.errors import SeglakeError
+from seglake.errors import SeglakeError, SegmentNotFoundError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
@@ -99,6 +101,28 @@ def task_error(exc: BaseException) -> SeglakeError | None:
         return None
     name, message = found[-1]
     cls = getattr(errors, name, None)
+    if cls is errors.VersionSupersededError:  # its version and run are in the text
+        from seglake.lake.garbage import superseded_from_text
+
+        return superseded_from_text(message.strip())
     if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
         cls = SeglakeError
     return cls(message.strip())
+
+
+@contextlib.contextmanager
+def pinned_reads(root: str, version: int | None) -> Iterator[None]:
+    """Around a task's reads of catalog ``version`` of the lake at ``root``: a missing
+    file (or a file that is not its row's) becomes the notebook's one-line
+    :class:`~seglake.errors.VersionSupersededError` when a later version removed or
+    replaced the segment (:func:`seglake.lake.garbage.superseded_at`; the catalog is
+    read on that error path only)."""
+    try:
+        yield
+    except SegmentNotFoundError as exc:
+        from seglake.lake.garbage import superseded_at
+
+        err = superseded_at(root, version, exc)
+        if err is exc:
+            raise
+        raise err from exc
