@@ -112,6 +112,7 @@ class SeglakeReader(DataSourceReader):
                 isolation_level=self.opts.isolation_level,
                 on_corrupt=self.opts.on_corrupt,
                 skipped=skipped,
+                version=self.opts.version,
             )
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)

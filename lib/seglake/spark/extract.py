@@ -130,6 +130,7 @@ def extract(
                         isolation_level=level,
                         on_corrupt=on_corrupt,
                         skipped=skipped,
+                        version=version,
                     )
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)
