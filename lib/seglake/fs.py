@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import ConfigError, InvalidTopicError, NoSpaceError, SegmentNotFoundError
@@ -39,7 +40,9 @@ __all__ = [
     "join",
     "listdir",
     "move",
+    "open_ranged",
     "read_all",
+    "read_at",
     "read_range",
     "renames_atomically",
     "resolve",
@@ -236,12 +239,36 @@ def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes
         SegmentNotFoundError: the file does not exist.
         ValueError: negative ``start`` or ``length``.
     """
+    _check_range(path, start, length)
+    with open_ranged(fs, path) as f:
+        return read_at(f, path, start, length)
+
+
+def open_ranged(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
+    """``path`` opened for ranged reads (:func:`read_at`). On an object store this is the
+    one metadata request (S3: a HEAD for the size) a read costs; every read through the
+    handle is then one ranged GET.
+
+    Raises:
+        SegmentNotFoundError: the file does not exist.
+    """
+    with _missing_as_not_found(path):
+        return fs.open_input_file(path)
+
+
+def read_at(f: pa.NativeFile, path: str, start: int, length: int, *, opened: int = 1) -> bytes:
+    """``length`` bytes at ``start`` of ``f`` (opened by :func:`open_ranged` on ``path``),
+    one ranged read; ``opened``: file opens to count with it (0 for a kept handle)."""
+    _check_range(path, start, length)
+    with _missing_as_not_found(path):
+        data = f.read_at(length, start) if length else b""
+    IO_STATS.record(len(data), opened=opened)
+    return bytes(data)
+
+
+def _check_range(path: str, start: int, length: int) -> None:
     if start < 0 or length < 0:
         raise ValueError(f"{path}: negative read range start={start} length={length}")
-    with _missing_as_not_found(path), fs.open_input_file(path) as f:
-        data = f.read_at(length, start) if length else b""
-    IO_STATS.record(len(data))
-    return bytes(data)
 
 
 def read_all(fs: pafs.FileSystem, path: str) -> bytes:

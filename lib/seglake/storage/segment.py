@@ -142,11 +142,11 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         if self._size is None:
             self._locate()
             try:
-                self._size = lakefs.file_size(self.fs, self.log_path)
+                self._size = self._file_size()
             except SegmentNotFoundError:
                 if not self._fallback():
                     raise
-                self._size = lakefs.file_size(self.fs, self.log_path)
+                self._size = self._file_size()
         return self._size
 
     @property
