@@ -14,14 +14,13 @@ import pytest
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
-from seglake.lake.rows import rows_table, segment_row
 from seglake.spark.extract_plan import plan_extract
 from seglake.spark.extract_read import read_split
 from seglake.spark.lookup_answer import _open, partition_arrays
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
-from seglake.storage.recovery import recover_segment
+from tests.unit.test_compact_rules import lake_of
 
 INTERVAL = 512  # what the rows record (not the default 4096)
 
@@ -40,16 +39,8 @@ def lake_without_indexes(tmp_path: Path) -> tuple[str, list[dict], dict[str, np.
             "value": pa.array([b"v" * 40] * n, pa.binary()),
         }
     )
-    d = root / "c-0"
-    d.mkdir(parents=True)
     cfg = LogConfig(segment_bytes=6000, batch_size=200, index_interval_bytes=INTERVAL)
-    PartitionLog.open(str(d)).append(recs, config=cfg)
-    fs, _ = lakefs.resolve(str(root))
-    seg_rows = [
-        segment_row("c", 0, recover_segment(fs, str(p), interval=INTERVAL), f"c-0/{p.name}")
-        for p in sorted(d.glob("*.log"))
-    ]
-    Catalog(str(root)).commit(rows_table(seg_rows), "setup")
+    lake_of(root, "c", recs, cfg, interval=INTERVAL)
     rows = Catalog(str(root)).segments("c", 0).to_pylist()
     assert {r["index_interval_bytes"] for r in rows} == {INTERVAL}
     written = {}

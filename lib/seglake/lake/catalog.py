@@ -60,15 +60,9 @@ __all__ = [
 
 
 class Catalog(CatalogWriter):
-    """The segment catalog of one lake: reads (:class:`CatalogTable`), the one-commit
-    protocol (:class:`CatalogWriter`) and the changes below.
-
-    Args:
-        root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
-        storage_options: extra deltalake storage options (see :class:`CatalogTable`).
-        max_attempts: how often a change is re-planned after losing the race for the next
-            table version before giving up with :class:`ConcurrentRunError`.
-    """
+    """The segment catalog of one lake at ``root`` (``<root>/_catalog``): reads
+    (:class:`CatalogTable`), the one-commit protocol and the constructor's arguments
+    (:class:`CatalogWriter`), and the changes below."""
 
     def commit(
         self,
