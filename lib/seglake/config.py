@@ -326,7 +326,11 @@ def read_properties(path: str | Path) -> dict[str, str]:
     if not p.exists():
         raise ConfigError(f"{p}: no such properties file")
     out: dict[str, str] = {}
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+    try:
+        text = p.read_text()
+    except (UnicodeDecodeError, IsADirectoryError) as exc:
+        raise ConfigError(f"{p}: not a text .properties file ({exc})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] in "#!":
             continue

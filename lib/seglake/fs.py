@@ -375,8 +375,11 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
     Raises:
         SegmentNotFoundError: ``path`` does not exist (unless ``missing_ok``).
     """
-    with _missing_as_not_found(path, "directory"):
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
+    try:
+        with _missing_as_not_found(path, "directory"):
+            infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
+    except NotADirectoryError:
+        raise SegmentNotFoundError(f"{path}: is a file, not a directory") from None
     return sorted(info.base_name for info in infos)
 
 

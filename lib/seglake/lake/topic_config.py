@@ -26,9 +26,9 @@ from typing import Any
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.record.schema import LONG_MAX
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
-LONG_MAX = 2**63 - 1
 POLICIES = ("delete", "compact", "compact,delete")
 
 
