@@ -110,6 +110,27 @@ def task_error(exc: BaseException) -> SeglakeError | None:
     return cls(message.strip())
 
 
+def spark_error(exc: BaseException) -> Exception | None:
+    """Spark's own refusal of what it was given (a file it cannot read, an output path
+    that exists, a value it cannot cast): ``exc`` with its first line only, the JVM's
+    stack trace dropped; ``None`` for anything else (a bug keeps its traceback)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException, PythonException
+
+    if isinstance(exc, PythonException):  # a Python task failed: keep its traceback
+        return None
+    if isinstance(exc, CapturedException):
+        text = exc.getMessage()
+    elif isinstance(exc, Py4JJavaError):
+        text = str(exc.java_exception)
+    else:
+        return None
+    if "PythonException" in str(text):
+        return None
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return SeglakeError(lines[0] if lines else type(exc).__name__)
+
+
 @contextlib.contextmanager
 def pinned_reads(root: str, version: int | None) -> Iterator[None]:
     """Around a task's reads of catalog ``version`` of the lake at ``root``: a missing
