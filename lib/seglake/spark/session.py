@@ -114,15 +114,14 @@ def spark_error(exc: BaseException) -> Exception | None:
     """Spark's own refusal of what it was given (a file it cannot read, an output path
     that exists, a value it cannot cast): ``exc`` with its first line only, the JVM's
     stack trace dropped; ``None`` for anything else (a bug keeps its traceback)."""
-    from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException, PythonException
 
     if isinstance(exc, PythonException):  # a Python task failed: keep its traceback
         return None
     if isinstance(exc, CapturedException):
         text = exc.getMessage()
-    elif isinstance(exc, Py4JJavaError):
-        text = str(exc.java_exception)
+    elif type(exc).__name__ == "Py4JJavaError":  # py4j.protocol's (no type stubs)
+        text = str(getattr(exc, "java_exception", exc))
     else:
         return None
     if "PythonException" in str(text):
