@@ -227,38 +227,24 @@ def _missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
 
 
 def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes:
-    """Read ``length`` bytes at ``start`` with one ranged read.
-
-    Args:
-        fs: the lake filesystem.
-        path: file path on ``fs``.
-        start: first byte.
-        length: bytes wanted; fewer come back if the file ends first.
-
-    Raises:
-        SegmentNotFoundError: the file does not exist.
-        ValueError: negative ``start`` or ``length``.
-    """
+    """``length`` bytes at ``start`` (fewer if the file ends first), one ranged read.
+    Raises :class:`SegmentNotFoundError` (no such file), ``ValueError`` (negative)."""
     _check_range(path, start, length)
     with open_ranged(fs, path) as f:
         return read_at(f, path, start, length)
 
 
 def open_ranged(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
-    """``path`` opened for ranged reads (:func:`read_at`). On an object store this is the
-    one metadata request (S3: a HEAD for the size) a read costs; every read through the
-    handle is then one ranged GET.
-
-    Raises:
-        SegmentNotFoundError: the file does not exist.
-    """
+    """``path`` opened for :func:`read_at`: on an object store the one metadata request
+    (S3: a HEAD for the size), then one ranged GET per read. Raises
+    :class:`SegmentNotFoundError` if there is no such file."""
     with _missing_as_not_found(path):
         return fs.open_input_file(path)
 
 
 def read_at(f: pa.NativeFile, path: str, start: int, length: int, *, opened: int = 1) -> bytes:
-    """``length`` bytes at ``start`` of ``f`` (opened by :func:`open_ranged` on ``path``),
-    one ranged read; ``opened``: file opens to count with it (0 for a kept handle)."""
+    """``length`` bytes at ``start`` of ``f`` (:func:`open_ranged` of ``path``), one ranged
+    read; ``opened``: file opens to count with it (0 for a kept handle)."""
     _check_range(path, start, length)
     with _missing_as_not_found(path):
         data = f.read_at(length, start) if length else b""
