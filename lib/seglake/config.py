@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from seglake.errors import ConfigError
+from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 INT32_MAX = 2**31 - 1
@@ -41,7 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
         "log.index.interval.bytes",
         "index_interval_bytes",
         int,
-        4096,
+        DEFAULT_INTERVAL,
         "bytes of batches between two index entries",
         0,
     ),
@@ -206,7 +207,7 @@ class LogConfig:
     """Resolved settings; attribute names are the Kafka names in snake case."""
 
     segment_bytes: int = 1 << 30
-    index_interval_bytes: int = 4096
+    index_interval_bytes: int = DEFAULT_INTERVAL
     index_size_max_bytes: int = 10 * 1024 * 1024
     roll_ms: int = 168 * 3600 * 1000
     roll_jitter_ms: int = 0
@@ -325,7 +326,11 @@ def read_properties(path: str | Path) -> dict[str, str]:
     if not p.exists():
         raise ConfigError(f"{p}: no such properties file")
     out: dict[str, str] = {}
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+    try:
+        text = p.read_text()
+    except (UnicodeDecodeError, IsADirectoryError) as exc:
+        raise ConfigError(f"{p}: not a text .properties file ({exc})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] in "#!":
             continue

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import ConfigError, InvalidTopicError, NoSpaceError, SegmentNotFoundError
@@ -39,7 +40,9 @@ __all__ = [
     "join",
     "listdir",
     "move",
+    "open_ranged",
     "read_all",
+    "read_at",
     "read_range",
     "read_ranges_into",
     "renames_atomically",
@@ -225,24 +228,34 @@ def _missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
 
 
 def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes:
-    """Read ``length`` bytes at ``start`` with one ranged read.
+    """``length`` bytes at ``start`` (fewer if the file ends first), one ranged read.
+    Raises :class:`SegmentNotFoundError` (no such file), ``ValueError`` (negative)."""
+    _check_range(path, start, length)
+    with open_ranged(fs, path) as f:
+        return read_at(f, path, start, length)
 
-    Args:
-        fs: the lake filesystem.
-        path: file path on ``fs``.
-        start: first byte.
-        length: bytes wanted; fewer come back if the file ends first.
 
-    Raises:
-        SegmentNotFoundError: the file does not exist.
-        ValueError: negative ``start`` or ``length``.
-    """
+def open_ranged(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
+    """``path`` opened for :func:`read_at`: on an object store the one metadata request
+    (S3: a HEAD for the size), then one ranged GET per read. Raises
+    :class:`SegmentNotFoundError` if there is no such file."""
+    with _missing_as_not_found(path):
+        return fs.open_input_file(path)
+
+
+def read_at(f: pa.NativeFile, path: str, start: int, length: int, *, opened: int = 1) -> bytes:
+    """``length`` bytes at ``start`` of ``f`` (:func:`open_ranged` of ``path``), one ranged
+    read; ``opened``: file opens to count with it (0 for a kept handle)."""
+    _check_range(path, start, length)
+    with _missing_as_not_found(path):
+        data = f.read_at(length, start) if length else b""
+    IO_STATS.record(len(data), opened=opened)
+    return bytes(data)
+
+
+def _check_range(path: str, start: int, length: int) -> None:
     if start < 0 or length < 0:
         raise ValueError(f"{path}: negative read range start={start} length={length}")
-    with _missing_as_not_found(path), fs.open_input_file(path) as f:
-        data = f.read_at(length, start) if length else b""
-    IO_STATS.record(len(data))
-    return bytes(data)
 
 
 def read_ranges_into(
@@ -367,8 +380,11 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
     Raises:
         SegmentNotFoundError: ``path`` does not exist (unless ``missing_ok``).
     """
-    with _missing_as_not_found(path, "directory"):
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
+    try:
+        with _missing_as_not_found(path, "directory"):
+            infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
+    except NotADirectoryError:
+        raise SegmentNotFoundError(f"{path}: is a file, not a directory") from None
     return sorted(info.base_name for info in infos)
 
 

@@ -140,3 +140,33 @@ def test_task_error_rebuilds_the_seglake_error() -> None:
     assert type(err).__name__ == "NoSpaceError"
     assert str(err) == "/l/_staging/r/t-0/0.log: no space left on the device while writing it"
     assert task_error(RuntimeError("java.lang.OutOfMemoryError")) is None
+
+
+def _spark_refusals(d) -> dict[str, tuple[str, list[str], str]]:
+    """Inputs Spark itself refuses, and a schema error of ours (was three lines)."""
+    n = 3
+    ns = pa.array([1_700_000_000_000_000_000 + i for i in range(n)], pa.timestamp("ns", "UTC"))
+    pq.write_table(pa.table({"value": [b"v"] * n, "timestamp": ns}), d / "nanos.parquet")
+    (d / "damaged.parquet").write_bytes(b"PAR1" + bytes(range(256)) + b"PAR1")
+    (d / "ints.json").write_text("\n".join(json.dumps({"value": i}) for i in range(n)))
+    (d / "q.json").write_text(json.dumps({"topic": "t", "partition": "zero", "offset": 1}))
+    return {
+        "nanosecond timestamps": ("ingest", ["--input", str(d / "nanos.parquet")], "NANOS"),
+        "damaged parquet": ("ingest", ["--input", str(d / "damaged.parquet")], "damaged.parquet"),
+        "value of ints": ("ingest", ["--input", str(d / "ints.json")], "wrong type for value"),
+        "output exists": ("extract", ["--topic", "t", "--output", str(d / "ints.json")], "exists"),
+        "partition 'zero'": ("lookup", ["--queries", str(d / "q.json"), "--output", "x"], "'zero'"),
+    }
+
+
+def test_what_spark_refuses_is_one_line(capsys, lake, tmp_path):
+    """Old code: a Py4J/AnalysisException traceback, exit 1 (a schema error: 3 lines)."""
+    version = Catalog(lake).version()
+    for name, (job, args, named) in _spark_refusals(tmp_path).items():
+        capsys.readouterr()
+        assert main(job, ["--root", lake, *args]) == 2, name
+        lines = capsys.readouterr().err.splitlines()
+        err = [x for x in lines if x.strip() and not x.startswith('{"ts"')]  # pyspark's log
+        assert len(err) == 1 and err[0].startswith(f"seglake {job}: error: "), (name, err)
+        assert named in err[0], (name, err)
+    assert Catalog(lake).version() == version  # nothing was published

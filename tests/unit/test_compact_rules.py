@@ -40,6 +40,20 @@ def txn_lake(root: Path, *, seed: int, codec: int) -> pd.DataFrame:
     return truth
 
 
+def lake_of(root: Path, topic: str, recs: pa.Table, cfg: LogConfig, *, interval: int) -> None:
+    """Partition ``topic``-0 of ``recs`` written with ``cfg``, its rows (recording
+    ``index.interval.bytes`` ``interval``) committed to a lake at ``root``."""
+    d = root / f"{topic}-0"
+    d.mkdir(parents=True)
+    PartitionLog.open(str(d)).append(recs, config=cfg)
+    fs, _ = lakefs.resolve(str(root))
+    rows = [
+        segment_row(topic, 0, recover_segment(fs, str(p), interval=interval), f"{d.name}/{p.name}")
+        for p in sorted(d.glob("*.log"))
+    ]
+    Catalog(str(root)).commit(rows_table(rows), "setup")
+
+
 def keyed_lake(root: Path, *, n: int = 600, seed: int = 0, codec: str = "lz4") -> pd.DataFrame:
     """Updates of 20 keys, a fifth of them tombstones, some null keys, jittered times."""
     rng = np.random.default_rng(seed)
@@ -53,16 +67,8 @@ def keyed_lake(root: Path, *, n: int = 600, seed: int = 0, codec: str = "lz4") -
             "value": pa.array(values, pa.binary()),
         }
     )
-    d = root / "c-0"
-    d.mkdir(parents=True)
     cfg = LogConfig(segment_bytes=2000, batch_size=300, compression_type=codec)
-    PartitionLog.open(str(d)).append(recs, config=cfg)
-    fs, _ = lakefs.resolve(str(root))
-    rows = [
-        segment_row("c", 0, recover_segment(fs, str(p), interval=512), f"c-0/{p.name}")
-        for p in sorted(d.glob("*.log"))
-    ]
-    Catalog(str(root)).commit(rows_table(rows), "setup")
+    lake_of(root, "c", recs, cfg, interval=512)
     df = recs.to_pandas()
     df["aborted"] = False
     return df

@@ -18,6 +18,9 @@ from seglake.errors import SegmentReplacedError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.staging import cleanup
+from seglake.spark.extract_plan import plan_extract
+from seglake.spark.extract_read import read_splits
+from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake
 
@@ -83,3 +86,37 @@ def test_a_longer_file_with_a_batch_across_the_size_is_another_segment(tmp_path:
     fs, base = lakefs.resolve(str(root))
     with pytest.raises(SegmentReplacedError, match="runs past the size"):
         PartitionLog.from_rows(fs, base, row).read(0, 10_000)
+
+
+def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> None:
+    """Opened (not read) before a compaction cleaned its segments in place under their
+    names (shorter files, whole batches, offsets below the old next offsets): once
+    ``cleanup`` deleted the retired copies, a read is one VersionSupersededError, not the
+    compacted subset read as a torn tail (RELIABILITY.md's open item)."""
+    root = tmp_path / "lake"
+    keyed_lake(root)
+    lake = seglake.open(str(root))
+    pinned = lake.version
+    first = Catalog(str(root)).segments("c", 0).to_pylist()[0]
+    p = lake.partition("c", 0)  # opened while current: no exact size check planned
+    plan = plan_extract(str(root), "c", version=pinned)  # a Spark read's splits, as planned
+    assert run_compaction(
+        str(root), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
+    ).committed
+    new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
+    assert new["path"] == first["path"] and new["size_bytes"] < first["size_bytes"]
+    cleanup(str(root), delete_delay_s=0)
+    with pytest.raises(VersionSupersededError) as err:
+        p.read(0, 3)
+    assert f"catalog version {pinned}" in str(err.value) and first["path"] in str(err.value)
+    # the tasks of a Spark read of the pinned version (extract, versionAsOf) alike
+    splits = plan.splits.to_pylist()
+    with pytest.raises(VersionSupersededError, match=f"catalog version {pinned}"):
+        read_splits(IndexCache(), str(root), splits, version=pinned)
+    # a real torn tail of the current version still reads up to the tear
+    cur = seglake.open(str(root)).partition("c", 0)
+    last = Catalog(str(root)).segments("c", 0).to_pylist()[-1]
+    path = root / last["path"]
+    path.write_bytes(path.read_bytes()[:-10])
+    got = cur.read(0, 10_000, as_="arrow").column("offset").to_pylist()
+    assert got and last["base_offset"] <= got[-1] < last["next_offset"] - 1

@@ -176,10 +176,11 @@ def test_cli_retention(tmp_path: Path, pristine: Path, capsys) -> None:  # noqa:
     make_lake(root, pristine)
     assert main(["retention", str(root), "--retention-bytes", "0", "--dry-run"]) == 0
     assert "would remove" in capsys.readouterr().out
-    assert (
-        main(["retention", str(root), "--log-start-offset", "t:0:100000", "--retention-ms", "-1"])
-        == 0
-    )
+    leo = Catalog(str(root)).log_end_offsets()[("t", 0)]
+    past = ["--log-start-offset", f"t:0:{leo + 1}", "--retention-ms", "-1"]
+    assert main(["retention", str(root), *past]) == 2  # Kafka: OFFSET_OUT_OF_RANGE
+    at_end = ["--log-start-offset", f"t:0:{leo}", "--retention-ms", "-1"]
+    assert main(["retention", str(root), *at_end]) == 0
     assert len(Catalog(str(root)).segments("t", 0)) == 1
     assert main(["retention", str(root), "--log-start-offset", "../x:0:1"]) == 2
 

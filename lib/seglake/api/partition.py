@@ -59,24 +59,33 @@ class LRU:
 
 
 def _pinned(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A missing file met by a read of the pinned version: one
-    :class:`~seglake.errors.VersionSupersededError` if a later catalog version removed
-    the segment (and its file was deleted after ``file.delete.delay.ms``)."""
+    """A read of the pinned version that met a missing file, or a file shorter than its
+    row's ``size_bytes``: one :class:`~seglake.errors.VersionSupersededError` if a later
+    catalog version removed or replaced (in place) the segment and its own file was
+    deleted after ``file.delete.delay.ms``."""
 
     @functools.wraps(method)
     def read(self: Partition, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except SegmentNotFoundError as exc:
-            from seglake.lake.garbage import superseded_error
+        from seglake.lake.garbage import short_file_error, superseded_error
 
-            lake = self.lake
+        lake = self.lake
+        try:
+            out = method(self, *args, **kwargs)
+        except SegmentNotFoundError as exc:
             err = superseded_error(
                 lake.catalog, lake.version, self.topic, self.partition, self.rows, exc
             )
             if err is exc:
                 raise
             raise err from exc
+        for seg in self.log.segments:
+            if seg.short_read:  # a torn tail, or a segment replaced in place since
+                found = short_file_error(
+                    lake.catalog, lake.version, self.topic, self.partition, self.rows, seg
+                )
+                if found is not None:
+                    raise found
+        return out
 
     return read
 

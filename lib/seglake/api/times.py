@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from seglake.errors import ConfigError
+from seglake.record.schema import LONG_MAX
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 TimeLike = int | str | dt.datetime | dt.date | np.datetime64 | Any
@@ -40,6 +41,8 @@ def to_millis(ts: TimeLike, *, allow_special: bool = False) -> int:
                 f"time {ms}: expected epoch ms >= 0"
                 + (" or -1 (latest), -2 (earliest), -3 (max)" if allow_special else "")
             )
+        if ms > LONG_MAX:
+            raise ConfigError(f"time {ms}: past the largest epoch ms, {LONG_MAX}")
         return ms
     if isinstance(ts, np.datetime64):
         return int(ts.astype("datetime64[ms]").astype(np.int64))

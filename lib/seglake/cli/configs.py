@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from seglake.config import parse_overrides
+from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.topic_config import resolve
 from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
@@ -33,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     catalog = Catalog(args.root)
+    if not catalog.exists():  # --set would create a lake at a mistyped path
+        raise SegmentNotFoundError(f"{args.root}: not a lake (no _catalog/ in it)")
     if args.set or args.delete:
         result = alter_config(
             catalog,

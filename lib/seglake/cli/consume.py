@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.record.schema import LONG_MAX
 from seglake.storage.log import PartitionLog
 from seglake.storage.txn_index import collect_aborted
 
@@ -278,13 +279,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--formatter", default="default", help="default (Kafka's) or json")
     from seglake.cli.main import _skip_corrupt  # the flag of `seglake read`
 
-    _skip_corrupt(c)
-
-    def error(message: str) -> None:  # one line, exit 2
-        print(f"seglake consume: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    c.error = error
+    _skip_corrupt(c)  # argument errors: one line, exit 2 (jobargs.Parser, the parent's class)
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -293,8 +288,8 @@ def run_consume(args: argparse.Namespace) -> int:
     offset = args.offset if args.offset is not None else "earliest"
     if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():
         raise ConfigError(f"--offset {offset!r}: expected a number, earliest or latest")
-    if offset.lstrip("-").isdigit() and int(offset) < 0:
-        raise ConfigError(f"--offset {offset}: expected >= 0")
+    if offset.lstrip("-").isdigit() and not 0 <= int(offset) <= LONG_MAX:
+        raise ConfigError(f"--offset {offset}: expected 0..{LONG_MAX}")
     if offset.isdigit() and args.partition is None:
         raise ConfigError("--offset N needs --partition (as in kafka-console-consumer)")
     if args.max_messages is not None and args.max_messages < 0:
@@ -302,6 +297,11 @@ def run_consume(args: argparse.Namespace) -> int:
     formatter = Formatter.from_properties(args.property, args.formatter)
     from_ms = None if args.from_timestamp is None else to_millis(args.from_timestamp)
     to_ms = None if args.to_timestamp is None else to_millis(args.to_timestamp)
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise ConfigError(
+            f"--from-timestamp {args.from_timestamp} ({from_ms} ms) is after --to-timestamp "
+            f"{args.to_timestamp} ({to_ms} ms)"
+        )
     if args.skip_corrupt:  # each skipped batch is named once, below
         warnings.simplefilter("ignore")
     logs = partition_logs(

@@ -3,8 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+from typing import NoReturn
+
+from seglake.record.schema import LONG_MAX
 
 FORMATS = ("parquet", "json", "csv", "delta")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with Kafka tools' one error line: ``PROG: error: why (see PROG --help)``,
+    exit 2 (argparse prints the whole usage first). Sub-commands' parsers are of this
+    class too."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def non_negative(value: str) -> int:
+    """An ``int`` argument in ``0..2^63-1`` (offsets, counts, sizes, epoch ms)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not 0 <= n <= LONG_MAX:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..{LONG_MAX}")
+    return n
+
+
+def seconds(value: str) -> float:
+    """A finite ``float`` argument >= 0 (an age in seconds)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"{value} is not a number of seconds >= 0")
+    return x
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -24,9 +61,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _job_parser(job: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``./spark-submit.sh JOB``."""
-    return argparse.ArgumentParser(
-        prog=f"./spark-submit.sh {job}", description=description, epilog=epilog
-    )
+    return Parser(prog=f"./spark-submit.sh {job}", description=description, epilog=epilog)
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -73,8 +108,8 @@ def extract_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", default=None, help="comma-separated, e.g. 0,3 (default all)")
     p.add_argument("--start", default=None, help="ISO-8601 time or epoch ms (inclusive)")
     p.add_argument("--end", default=None, help="ISO-8601 time or epoch ms (exclusive)")
-    p.add_argument("--start-offset", type=int, default=None)
-    p.add_argument("--end-offset", type=int, default=None)
+    p.add_argument("--start-offset", type=non_negative, default=None)
+    p.add_argument("--end-offset", type=non_negative, default=None)
     p.add_argument(
         "--mode",
         choices=("offsets", "filter"),
@@ -156,7 +191,7 @@ def retention_arguments(p: argparse.ArgumentParser) -> None:
         help="also apply log.retention.ms/.bytes from --conf-file, else Kafka's defaults "
         "(7 days, unlimited), where not given; without it only the rules given apply",
     )
-    p.add_argument("--now-ms", type=int, default=None)
+    p.add_argument("--now-ms", type=non_negative, default=None)
     p.add_argument("--dry-run", action="store_true", help="print what would go, change nothing")
 
 
@@ -202,7 +237,9 @@ def compact_parser() -> argparse.ArgumentParser:
         "(the default for cleanup.policy=delete topics)",
     )
     p.add_argument("--dry-run", action="store_true", help="plan and report, write nothing")
-    p.add_argument("--now-ms", type=int, default=None, help="the cleaner's clock (default now)")
+    p.add_argument(
+        "--now-ms", type=non_negative, default=None, help="the cleaner's clock (default now)"
+    )
     p.add_argument("--run-id", default=None)
     _common(p)
     return p

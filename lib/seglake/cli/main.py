@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from seglake.cli.consume import add_parser as add_consume_parser
 from seglake.cli.consume import record_dict, run_consume
-from seglake.cli.jobargs import retention_arguments, retention_from_args
-from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.cli.jobargs import (
+    Parser,
+    non_negative,
+    retention_arguments,
+    retention_from_args,
+    seconds,
+)
+from seglake.errors import InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
+    p = Parser(prog="seglake", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
@@ -37,7 +45,10 @@ def _parser() -> argparse.ArgumentParser:
         help="check index entries against the .log beside them",
     )
     d.add_argument(
-        "--max-bytes", type=int, default=None, help="read at most this many bytes of each .log"
+        "--max-bytes",
+        type=non_negative,
+        default=None,
+        help="read at most this many bytes of each .log",
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
 
@@ -57,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
     r.add_argument("--offset", type=int, required=True)
-    r.add_argument("--max-records", type=int, default=10)
+    r.add_argument("--max-records", type=non_negative, default=10)
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     _skip_corrupt(r)
 
@@ -67,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("root", metavar="LAKE")
     c.add_argument(
         "--older-than",
-        type=float,
+        type=seconds,
         default=3600.0,
         metavar="SECONDS",
         help="keep staging of uncommitted runs touched more recently: they may "
@@ -88,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     rc.add_argument(
         "--index-interval-bytes",
-        type=int,
-        default=4096,
+        type=non_negative,
+        default=DEFAULT_INTERVAL,
         help="for rebuilt indexes (a lake uses each segment's recorded value first)",
     )
     rc.add_argument(
@@ -242,20 +253,27 @@ def run(argv: list[str] | None = None) -> int:
 def _open_partition(path: str, *, on_corrupt: str = "raise"):
     """The partition directory's log; an error if it holds no segment (``.log`` named by
     a 20-digit base offset): an empty answer would look like an empty partition."""
-    import pyarrow.fs as pafs
 
-    from seglake import fs as lakefs
     from seglake.storage.log import PartitionLog
 
     log = PartitionLog.open(path, on_corrupt=on_corrupt)
     if not log.segments:
-        fs, d = lakefs.resolve(path)
-        names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(d)))
-        others = f"; other files: {names[:5]}{' ...' if len(names) > 5 else ''}" if names else ""
-        raise SegmentNotFoundError(
-            f"{path}: no segment in this directory (no <20-digit base offset>.log file){others}"
-        )
+        raise _no_segments(path, "")
     return log
+
+
+def _no_segments(path: str, what: str) -> SegmentNotFoundError:
+    """The error for a directory without segments, naming the files it has."""
+    import pyarrow.fs as pafs
+
+    from seglake import fs as lakefs
+
+    fs, d = lakefs.resolve(path)
+    names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(d)))
+    others = f"; other files: {names[:5]}{' ...' if len(names) > 5 else ''}" if names else ""
+    return SegmentNotFoundError(
+        f"{path}: no segment in this directory (no <20-digit base offset>.log file){what}{others}"
+    )
 
 
 def _past_end(path: str, offset: int, start: int, end: int) -> None:
@@ -280,10 +298,14 @@ def _check_lake(root: str) -> None:
         raise SegmentNotFoundError(f"{root}: not a lake (no {CATALOG_DIR}/ or {STAGING}/ in it)")
 
 
+_SEGMENT_FILE = re.compile(r"\d{20}\.")  # a segment's files, leftovers (.swap, .deleted) too
+
+
 def _recover(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.recovery import recover_lake
+    from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
     fs, path = lakefs.resolve(args.target)
@@ -301,6 +323,14 @@ def _recover(args: argparse.Namespace) -> int:
         else:
             print(rep)
         return 0
+    names = lakefs.listdir(fs, path)
+    if not any(_SEGMENT_FILE.match(n) for n in names):  # nor a leftover .swap/.deleted
+        try:
+            parse_partition_dir(path.rstrip("/").rsplit("/", 1)[-1])
+        except InvalidTopicError:
+            names.append("")  # not <topic>-<n> either: not what recover is for
+        if names:
+            raise _no_segments(args.target, f" and no {CATALOG_DIR}/ (not a partition or a lake)")
     part = recover_partition(
         args.target, dry_run=args.dry_run, force=args.force, interval=args.index_interval_bytes
     )

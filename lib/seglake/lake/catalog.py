@@ -22,21 +22,12 @@ is one Delta commit that:
 from __future__ import annotations
 
 import datetime as dt
-import os
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from seglake.errors import (
-    CatalogError,
-    ConcurrentRunError,
-    OffsetOrderError,
-    SeglakeError,
-)
+from seglake.errors import CatalogError, OffsetOrderError
 from seglake.lake.checks import (
     check_commit,
     check_removal,
@@ -55,8 +46,8 @@ from seglake.lake.rows import (
     listing,
     normalize_rows,
 )
-from seglake.lake.table import CATALOG_DIR, CatalogTable, HistoryEntry, app_id
-from seglake.testing_hooks import crash_point
+from seglake.lake.table import CATALOG_DIR, HistoryEntry, app_id
+from seglake.lake.transact import CatalogWriter, CommitResult, overwrite
 
 __all__ = [
     "CATALOG_DIR",
@@ -67,141 +58,11 @@ __all__ = [
     "catalog_schema",
 ]
 
-DEFAULT_MAX_ATTEMPTS = 20
 
-
-@dataclass(frozen=True)
-class CommitResult:
-    """Outcome of a catalog change.
-
-    Attributes:
-        committed: this call wrote a new table version.
-        already_committed: the run id had committed before; nothing was written.
-        version: table version after the call.
-        run_id: the run.
-        rows_added: catalog rows added (replacements included).
-        rows_removed: catalog rows removed (replaced rows included).
-        attempts: commit attempts (more than 1 when another writer committed meanwhile).
-    """
-
-    committed: bool
-    already_committed: bool
-    version: int
-    run_id: str
-    rows_added: int = 0
-    rows_removed: int = 0
-    attempts: int = 1
-
-
-_Plan = Callable[[pa.Table], tuple[Callable[[Any, Any], None], int, int]]
-
-
-class Catalog(CatalogTable):
-    """The segment catalog of one lake: reads (:class:`CatalogTable`) and changes.
-
-    Args:
-        root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
-        storage_options: extra deltalake storage options (see :class:`CatalogTable`).
-        max_attempts: how often a change is re-planned after losing the race for the next
-            table version before giving up with :class:`ConcurrentRunError`.
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        storage_options: Mapping[str, str] | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    ) -> None:
-        super().__init__(root, storage_options=storage_options)
-        if max_attempts < 1:
-            raise CatalogError(f"max_attempts must be >= 1, got {max_attempts}")
-        self.max_attempts = max_attempts
-
-    # ------------------------------------------------------------------ writes
-
-    def _transact(
-        self,
-        op: str,
-        run_id: str,
-        *,
-        topics: list[str],
-        expected_version: int | None,
-        plan: _Plan,
-        metadata: Mapping[str, str] | None = None,
-    ) -> CommitResult:
-        """Plan against version V, commit as V + 1 or re-plan; see the module docstring."""
-        from deltalake import CommitProperties, Transaction
-        from deltalake.exceptions import CommitFailedError, DeltaError
-
-        aid = app_id(run_id)
-        crash_point(f"catalog.{op}")
-        self.create_if_missing()
-        lost: tuple[int, int] | None = None  # (read version, version that beat us)
-        for attempt in range(1, self.max_attempts + 1):
-            table = self._open()
-            version = int(table.version())
-            if table.transaction_version(aid) is not None:
-                return CommitResult(
-                    committed=False,
-                    already_committed=True,
-                    version=version,
-                    run_id=run_id,
-                    attempts=attempt,
-                )
-            if expected_version is not None and version != expected_version:
-                raise ConcurrentRunError(
-                    f"{op} of run {run_id!r}: catalog is at version {version}, not the expected "
-                    f"{expected_version}; another run committed first, nothing was published"
-                )
-            try:
-                write, added, removed = plan(self._read(table, topics))
-            except SeglakeError as exc:
-                if lost is None:
-                    raise
-                raise ConcurrentRunError(  # the state it was planned on is gone
-                    f"{op} of run {run_id!r} lost the race for catalog version {lost[0] + 1} "
-                    f"and no longer applies at version {version}: {exc}"
-                ) from exc
-            props = CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(app_id=aid, version=1)],
-                custom_metadata={
-                    "seglake.run_id": run_id,
-                    "seglake.operation": op,
-                    "seglake.rows_added": added,
-                    "seglake.rows_removed": removed,
-                    **(metadata or {}),
-                },
-            )
-            try:
-                crash_point(f"catalog.{op}.write")
-                write(table, props)
-            except CommitFailedError as exc:
-                now = self.version()
-                if now <= version:
-                    raise CatalogError(
-                        f"{op} of run {run_id!r} failed at catalog version {version}: {exc}"
-                    ) from exc
-                lost = (version, now)
-                time.sleep(random.uniform(0, 0.01 * attempt))
-                continue
-            except DeltaError as exc:
-                raise CatalogError(f"{op} of run {run_id!r} failed: {exc}") from exc
-            crash_point(f"catalog.{op}.done")
-            return CommitResult(
-                committed=True,
-                already_committed=False,
-                version=int(table.version()),
-                run_id=run_id,
-                rows_added=added,
-                rows_removed=removed,
-                attempts=attempt,
-            )
-        raise ConcurrentRunError(
-            f"{op} of run {run_id!r} lost the race for the next catalog version "
-            f"{self.max_attempts} times in a row; nothing was published"
-        )
+class Catalog(CatalogWriter):
+    """The segment catalog of one lake at ``root`` (``<root>/_catalog``): reads
+    (:class:`CatalogTable`), the one-commit protocol and the constructor's arguments
+    (:class:`CatalogWriter`), and the changes below."""
 
     def commit(
         self,
@@ -272,7 +133,7 @@ class Catalog(CatalogTable):
                 from deltalake import write_deltalake
 
                 if replaced:  # the grown segments' rows go, the new ones come, atomically
-                    _overwrite(table, new, predicate, props)
+                    overwrite(table, new, predicate, props)
                     return
                 write_deltalake(
                     table, new, mode="append", commit_properties=props, schema_mode="merge"
@@ -389,7 +250,7 @@ class Catalog(CatalogTable):
             def write(table: Any, props: Any) -> None:
 
                 if new.num_rows:
-                    _overwrite(table, new, predicate, props)
+                    overwrite(table, new, predicate, props)
                 else:
                     table.delete(predicate, commit_properties=props)
 
@@ -402,17 +263,3 @@ class Catalog(CatalogTable):
             expected_version=expected_version,
             plan=plan,
         )
-
-
-def _overwrite(table: Any, new: pa.Table, predicate: str, props: Any) -> None:
-    """Replace the rows matching ``predicate`` with ``new`` in one Delta commit."""
-    from deltalake import write_deltalake
-
-    write_deltalake(
-        table,
-        new,
-        mode="overwrite",
-        predicate=predicate,
-        commit_properties=props,
-        schema_mode="merge",  # upgrades an older catalog
-    )

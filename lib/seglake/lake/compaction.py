@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,6 +29,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
@@ -57,7 +57,8 @@ def parse_partitions(partitions: str | Iterable[int] | None) -> list[int] | None
 
 
 def new_run_id() -> str:
-    return "compact-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    """``compact-<UTC time>-<8 hex digits>``."""
+    return runs.new_run_id("compact-")
 
 
 @dataclasses.dataclass

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 import urllib.parse
 import uuid
@@ -35,8 +36,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError, VersionSupersededError
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from seglake.errors import SeglakeError, SegmentNotFoundError, VersionSupersededError
+from seglake.storage.naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+)
+from seglake.storage.segment import LogSegment
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
@@ -47,7 +55,10 @@ __all__ = [
     "retire",
     "retired_paths",
     "row_identities",
+    "short_file_error",
+    "superseded_at",
     "superseded_error",
+    "superseded_from_text",
 ]
 
 RETIRED = "_retired"
@@ -232,6 +243,70 @@ def superseded_error(
         superseded_by=by,
         operation=op,
     )
+
+
+_SUPERSEDED = re.compile(r"catalog version (\d+) was superseded")
+_SINCE = re.compile(r"since version (\d+) \(([^)]*)\)")
+
+
+def superseded_from_text(message: str) -> VersionSupersededError:
+    """The :class:`VersionSupersededError` whose message :func:`superseded_error` wrote
+    (a Spark task's error, rebuilt on the driver from its text)."""
+    v, by = _SUPERSEDED.search(message), _SINCE.search(message)
+    return VersionSupersededError(
+        message,
+        version=int(v[1]) if v else -1,
+        superseded_by=int(by[1]) if by else None,
+        operation=by[2] if by else None,
+    )
+
+
+_SEGMENT_PATH = re.compile(r"([^/\s]+)/\d{20}\.(?:log|index|timeindex|txnindex)\b")
+
+
+def superseded_at(root: str, version: int | None, exc: Exception) -> Exception:
+    """:func:`superseded_error` for a reader that has only the lake's ``root`` and its
+    pinned ``version`` (a Spark task; ``None``: not pinned), the partition taken from the
+    segment path ``exc`` names: the catalog is read only here, on the error path.
+    ``exc`` itself when the catalog cannot tell."""
+    if (
+        version is None
+        or not isinstance(exc, SegmentNotFoundError)
+        or isinstance(exc, VersionSupersededError)
+    ):
+        return exc
+    from seglake.lake.catalog import Catalog
+
+    try:
+        found = _SEGMENT_PATH.findall(str(exc))
+        if not found:
+            return exc
+        topic, partition = parse_partition_dir(found[0])
+        catalog = Catalog(root)
+        pinned = catalog.segments(topic, partition, version=version)
+        return superseded_error(catalog, version, topic, partition, pinned, exc)
+    except SeglakeError:
+        return exc
+
+
+def short_file_error(
+    catalog, version: int, topic: str, partition: int, pinned: pa.Table, seg: LogSegment
+) -> Exception | None:
+    """A committed segment ``seg`` of catalog ``version`` read a file shorter than its
+    row's ``size_bytes`` (``seg.short_read``, cleared here): ``None`` for a torn tail
+    (the newest version still has the row), else the :class:`VersionSupersededError`
+    of a row a later version replaced in place (one catalog version check; the rows
+    only when it moved on)."""
+    seg.short_read = False
+    if catalog.version() == version:
+        return None
+    now = row_identities(catalog.segments(topic, partition))
+    mine = [i for i in row_identities(pinned) if i[0] == seg.base_offset]
+    if not mine or mine[0] in now:
+        return None
+    exc = seg.not_row_file("the file there is shorter than size_bytes")
+    err = superseded_error(catalog, version, topic, partition, pinned, exc)
+    return None if err is exc else err
 
 
 # a commit in flight has written its data file but not yet its log entry: never younger

@@ -99,6 +99,8 @@ def register(
     fs, base = lakefs.resolve(root)
     if sfs.get_file_info(src).type != pafs.FileType.Directory:
         raise SegmentNotFoundError(f"{broker_data_dir}: no such broker data directory")
+    if fs.get_file_info(base).type == pafs.FileType.File:
+        raise SegmentNotFoundError(f"{root}: is a file, not a lake directory")
     in_place = not copy
     if in_place and (src != base or type(sfs) is not type(fs)):
         raise ConfigError(

@@ -109,6 +109,21 @@ def finish_interrupted_deletes(
     return found
 
 
+def _check_log_starts(root: str, rules: RetentionRules, leo: dict[tuple[str, int], int]) -> None:
+    """Kafka's deleteRecords: a partition the lake has not (UNKNOWN_TOPIC_OR_PARTITION)
+    or an offset past its log end offset (OFFSET_OUT_OF_RANGE) is an error, not a no-op."""
+    for (t, p), offset in sorted((rules.log_start_offsets or {}).items()):
+        if (t, p) not in leo:
+            have = sorted(q for s, q in leo if s == t)
+            where = f"topic {t!r} has partitions {have}" if have else f"no topic {t!r}"
+            raise ConfigError(f"{root}: log start offset {t}:{p}:{offset}: {where} in the lake")
+        if offset > leo[(t, p)]:
+            raise ConfigError(
+                f"{root}: log start offset {t}:{p}:{offset} is past the partition's log end "
+                f"offset {leo[(t, p)]}"
+            )
+
+
 def apply_retention(
     root: str,
     rules: RetentionRules,
@@ -131,6 +146,7 @@ def apply_retention(
     catalog = Catalog(root)
     version = catalog.version()
     rows = catalog.segments(topics, version=version)
+    _check_log_starts(root, rules, catalog.log_end_offsets(version=version))
     per_topic, asked = topic_rules(catalog, rows, rules, version=version)
     if not asked:
         raise ConfigError(

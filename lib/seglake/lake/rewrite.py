@@ -23,8 +23,8 @@ from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
-from seglake.storage.naming import partition_dir_name, row_copies
-from seglake.storage.segment import LogSegment
+from seglake.storage.naming import partition_dir_name
+from seglake.storage.segment import row_segment
 
 __all__ = ["commit_rewrite", "merge_group", "open_sources", "plan_merge_groups"]
 
@@ -61,16 +61,7 @@ def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
     fs, base = lakefs.resolve(root)
     out = []
     for r in rows:
-        staged, retired = row_copies(base, r["path"], r.get("run_id"))
-        seg = LogSegment(
-            fs,
-            lakefs.safe_join(base, r["path"]),
-            size=r["size_bytes"],
-            next_offset=r["next_offset"],
-            max_timestamp=r["max_timestamp"],
-            staged_path=staged,
-            retired_path=retired,
-        )
+        seg = row_segment(fs, base, r)
         out.append(
             MergeSource(
                 seg,

@@ -20,16 +20,31 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from seglake.errors import RunReuseError
 
-__all__ = ["INPUT_KEY", "RunInput", "check_reuse", "committed_input", "describe_input"]
+__all__ = [
+    "INPUT_KEY",
+    "RunInput",
+    "check_reuse",
+    "committed_input",
+    "describe_input",
+    "new_run_id",
+]
 
 INPUT_KEY = "seglake.input"
 MAX_PATHS = 5
 Counts = Mapping[tuple[str, int], int]
+
+
+def new_run_id(prefix: str = "") -> str:
+    """A sortable, unique run id: ``prefix`` + UTC time + 8 random hex digits
+    (``compact-20261125T020715Z-1a2b3c4d``)."""
+    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
 def _sha(items: Iterable[Any]) -> str:

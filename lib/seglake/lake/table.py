@@ -127,7 +127,8 @@ class CatalogTable:
         try:
             return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         except TableNotFoundError as exc:
-            raise CatalogError(f"no catalog at {self.uri}: {exc}") from exc
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else "not found"
+            raise CatalogError(f"no catalog at {self.uri} (not a lake?): {why}") from exc
         except DeltaError as exc:
             at = f" version {version}" if version is not None else ""
             raise CatalogError(f"cannot open catalog {self.uri}{at}: {exc}") from exc

@@ -26,8 +26,9 @@ from typing import Any
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.record.schema import LONG_MAX
+from seglake.storage.index_builder import DEFAULT_INTERVAL
 
-LONG_MAX = 2**63 - 1
 POLICIES = ("delete", "compact", "compact,delete")
 
 
@@ -85,7 +86,12 @@ TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
         4,
     ),
     TopicSetting(
-        "index.interval.bytes", "log.index.interval.bytes", "index_interval_bytes", int, 4096, 0
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        "index_interval_bytes",
+        int,
+        DEFAULT_INTERVAL,
+        0,
     ),
     TopicSetting("retention.ms", "log.retention.ms", "retention_ms", int, 7 * 86_400_000, -1),
     TopicSetting("retention.bytes", "log.retention.bytes", "retention_bytes", int, -1, -1),
@@ -105,7 +111,7 @@ class TopicConfig:
     delete_retention_ms: int = 86_400_000
     segment_bytes: int = 1 << 30
     segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
+    index_interval_bytes: int = DEFAULT_INTERVAL
     retention_ms: int = 7 * 86_400_000
     retention_bytes: int = -1
 

@@ -22,9 +22,10 @@ import pyarrow.compute
 
 from seglake.errors import InputSchemaError
 
+LONG_MAX = 2**63 - 1  # Java's Long.MAX_VALUE: Kafka's offsets and timestamps are int64
 # the last epoch ms a microsecond timestamp (Spark's, the Kafka source's column) holds:
 # +294247-01-10T04:00:54.775Z. Kafka takes any timestamp >= 0; ingest refuses later ones.
-MAX_TIMESTAMP_MS = (2**63 - 1) // 1000
+MAX_TIMESTAMP_MS = LONG_MAX // 1000
 HEADER_TYPE = pa.struct(
     [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
 )

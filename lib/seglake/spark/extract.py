@@ -45,7 +45,7 @@ from seglake.spark.extract_plan import (
     plan_extract,
 )
 from seglake.spark.extract_read import iter_splits
-from seglake.spark.session import spark_schema
+from seglake.spark.session import pinned_reads, spark_schema
 from seglake.storage.index_cache import get_cache
 
 __all__ = ["extract"]
@@ -116,6 +116,7 @@ def extract(
     tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, max_bytes=split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
     payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
+    version = plan.catalog_version  # a file gone since: VersionSupersededError in the task
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cache = get_cache(cache_bytes)
@@ -123,7 +124,7 @@ def extract(
         for b in batches:
             for task in b.column(0).to_pylist():
                 skipped: list[str] = []
-                with lakefs.IO_STATS.counting(acc):
+                with pinned_reads(root, version), lakefs.IO_STATS.counting(acc):
                     for t in iter_splits(
                         cache,
                         root,
@@ -131,6 +132,7 @@ def extract(
                         isolation_level=level,
                         on_corrupt=on_corrupt,
                         skipped=skipped,
+                        version=version,
                     ):
                         yield from t.to_batches()
                 if skipped and skipped_accumulator is not None:

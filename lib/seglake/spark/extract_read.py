@@ -56,6 +56,7 @@ def iter_splits(
     isolation_level: str = "read_uncommitted",
     on_corrupt: str = "raise",
     skipped: list[str] | None = None,
+    version: int | None = None,
 ) -> Iterator[pa.Table]:
     """The records of ``splits`` as :func:`read_splits` returns them, one table per group
     of consecutive splits of about ``group_bytes`` log bytes (a larger split alone): a
@@ -74,6 +75,7 @@ def iter_splits(
                 isolation_level=isolation_level,
                 on_corrupt=on_corrupt,
                 skipped=skipped,
+                version=version,
             )
             group, size = [], 0
 
@@ -86,14 +88,17 @@ def read_splits(
     isolation_level: str = "read_uncommitted",
     on_corrupt: str = "raise",
     skipped: list[str] | None = None,
+    version: int | None = None,
 ) -> pa.Table:
     """Records of several splits: each read as :func:`read_split` does, the batches of
     all of them walked and decoded together (vectorised over all their batches).
 
     A damaged batch raises :class:`~seglake.errors.CorruptRecordError` (file, position,
     offsets), or with ``on_corrupt="skip"`` is left out and described in ``skipped``
-    (one line each)."""
-    parts = [_split_batches(cache, root, s, on_corrupt, skipped) for s in splits]
+    (one line each). ``version``: the catalog version the splits were planned on; a file
+    read shorter than its row's size is checked against it (a torn tail, or a segment a
+    later version replaced in place: :class:`~seglake.errors.VersionSupersededError`)."""
+    parts = [_split_batches(cache, root, s, on_corrupt, skipped, version) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
@@ -117,19 +122,27 @@ def read_splits(
 
 
 def _split_batches(
-    cache: IndexCache, root: str, split: dict, on_corrupt: str, skipped: list[str] | None
+    cache: IndexCache,
+    root: str,
+    split: dict,
+    on_corrupt: str,
+    skipped: list[str] | None,
+    version: int | None = None,
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    seg = cache.segment(
-        root,
-        split["path"],
-        size=split["size"],
-        run_id=split["run_id"],
-        load_indexes=False,
-        on_corrupt=on_corrupt,
-    )
-    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    row = {
+        "path": split["path"],
+        "size_bytes": split["size"],
+        "run_id": split["run_id"],
+        "index_interval_bytes": split.get("index_interval_bytes"),
+    }
+    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt)
+    try:
+        w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    finally:  # a file shorter than its row's size (a split over it fails): replaced since?
+        if seg.short_read and version is not None:
+            _check_short(root, version, split["topic"], split["partition"], seg)
     if skipped is not None:
         skipped += [
             b.describe(seg.log_path)
@@ -141,6 +154,23 @@ def _split_batches(
     if split["ts_lo"] > NO_TS_LO:
         keep &= s.max_timestamp >= split["ts_lo"]
     return w, keep, seg.log_path
+
+
+def _check_short(root: str, version: int, topic: str, partition: int, seg: LogSegment) -> None:
+    """``seg`` (of catalog ``version``) read a file shorter than its row's size: a torn
+    tail reads on; a segment a later version replaced in place raises (the catalog is
+    read on this path only)."""
+    from seglake.lake.catalog import Catalog
+    from seglake.lake.garbage import short_file_error
+
+    catalog = Catalog(root)
+    if catalog.version() == version:
+        seg.short_read = False
+        return
+    pinned = catalog.segments(topic, partition, version=version)
+    err = short_file_error(catalog, version, topic, partition, pinned, seg)
+    if err is not None:
+        raise err
 
 
 def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:

@@ -24,11 +24,9 @@ id finishes any pending moves and changes nothing else.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,59 +45,13 @@ from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
+from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.spark.session import spark_schema, task_error
 from seglake.storage.naming import validate_topic
 
 log = logging.getLogger("seglake.ingest")
-
-
-@dataclasses.dataclass
-class IngestResult:
-    """What an ingest run did."""
-
-    run_id: str
-    committed: bool
-    already_committed: bool
-    segments: pa.Table
-    seconds: float
-    catalog_version: int | None = None
-
-    @property
-    def records(self) -> int:
-        return int(pa.compute.sum(self.segments["record_count"]).as_py() or 0)
-
-    @property
-    def bytes(self) -> int:
-        return int(pa.compute.sum(self.segments["size_bytes"]).as_py() or 0)
-
-    def summary(self) -> str:
-        """A table for people: topics, partitions, segments, records, bytes, s, MB/s."""
-        if self.already_committed:
-            return f"run {self.run_id} was already committed: nothing to do"
-        seg = self.segments.to_pandas()
-        lines = [f"{'topic':<24}{'partitions':>11}{'segments':>10}{'records':>12}{'bytes':>14}"]
-        for topic, g in seg.groupby("topic"):
-            lines.append(
-                f"{topic:<24}{g['partition'].nunique():>11}{len(g):>10}"
-                f"{int(g['record_count'].sum()):>12,}{int(g['size_bytes'].sum()):>14,}"
-            )
-        mbs = self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-        lines.append(
-            f"{'total':<24}{seg.groupby(['topic', 'partition']).ngroups:>11}"
-            f"{len(seg):>10}{self.records:>12,}{self.bytes:>14,}"
-        )
-        lines.append(
-            f"run {self.run_id}: {self.seconds:.1f} s, {mbs:.1f} MB/s, "
-            f"catalog version {self.catalog_version}"
-        )
-        return "\n".join(lines)
-
-
-def new_run_id() -> str:
-    """A sortable, unique run id: UTC time + random suffix."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
 def ingest(

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
-from seglake.spark.session import get_session, list_accumulator, task_error
+from seglake.spark.session import get_session, list_accumulator, spark_error, task_error
 
 
 def _print_skipped(acc) -> None:
@@ -385,7 +385,7 @@ def main(job: str, argv: list[str]) -> int:
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
-        err = task_error(exc)
+        err = task_error(exc) or spark_error(exc)
         if err is None:
             raise
         print(f"seglake {job}: error: {type(err).__name__}: {err}", file=sys.stderr)

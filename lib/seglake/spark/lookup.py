@@ -152,6 +152,7 @@ def lookup(
                         pa.Table.from_batches(pending, QUERY_SCHEMA),
                         on_corrupt=on_corrupt,
                         skipped=skipped,
+                        version=version,
                     )
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)

@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.errors import CorruptRecordError, SeglakeError
+from seglake.errors import CorruptRecordError, SeglakeError, SegmentNotFoundError
+from seglake.lake.garbage import superseded_at
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.point_reads import (
@@ -78,6 +79,11 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "run_id",
         )
     }
+    cols["index_interval_bytes"] = (  # 0: not recorded (an older row)
+        segments.column("index_interval_bytes").fill_null(0).to_numpy()
+        if "index_interval_bytes" in segments.column_names
+        else np.zeros(segments.num_rows, dtype=np.int64)
+    )
     for k, ix in groups(segments.column("topic"), segments.column("partition")):
         ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
         a = {
@@ -88,6 +94,7 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "path": cols["path"][ix].astype(object),
             "size": cols["size_bytes"][ix].astype(np.int64),
             "run_id": cols["run_id"][ix].astype(object),
+            "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
         }
         a["running_max"] = np.maximum.accumulate(a["max_timestamp"])
         out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
@@ -143,8 +150,11 @@ def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray
 class _Answers:
     """Per query: status, the record found (a row of the gathered or scanned records)."""
 
-    def __init__(self, n: int, on_corrupt: str = "raise") -> None:
+    def __init__(
+        self, n: int, on_corrupt: str = "raise", pinned: tuple[str, int | None] = ("", None)
+    ) -> None:
         self.on_corrupt = on_corrupt
+        self.pinned = pinned  # (lake root, catalog version read)
         self.status = np.full(n, "ok", dtype=object)
         self.resolved = np.full(n, -1, dtype=np.int64)  # offsets of log_end_offset answers
         self.batch = np.full(n, -1, dtype=np.int64)  # batch (in gather) with the answer
@@ -166,11 +176,20 @@ class _Answers:
             self.fail(where, exc)
             return None
 
+    def superseded(self, exc: Exception) -> None:
+        """A file of the version read is gone because a later version removed or
+        replaced its segment: the whole answer is stale, one VersionSupersededError."""
+        if isinstance(exc, SegmentNotFoundError) and self.pinned[1] is not None:
+            err = superseded_at(*self.pinned, exc)
+            if err is not exc:
+                raise err from exc
+
     def fail(self, where: tuple, exc: Exception) -> None:
         """``read_error`` for the queries of ``where``; a damaged batch raises (unless
         skipped: the reads did not raise then)."""
         if isinstance(exc, CorruptRecordError):
             raise exc
+        self.superseded(exc)
         (topic, partition), a, s, qi = where
         log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][s], exc)
         self.status[qi] = "read_error"
@@ -184,18 +203,22 @@ def answer_queries(
     *,
     on_corrupt: str = "raise",
     skipped: list[str] | None = None,
+    version: int | None = None,
 ) -> pa.Table:
     """One :data:`LOOKUP_SCHEMA` row per query of ``q`` (:data:`QUERY_SCHEMA`), in order;
     ``parts`` is the broadcast of :func:`partition_arrays`. What the executors run.
 
     A damaged batch raises :class:`CorruptRecordError`; with ``on_corrupt="skip"`` it is
-    skipped: offsets in it get ``corrupt_batch``, and ``skipped`` one line per batch."""
+    skipped: offsets in it get ``corrupt_batch``, and ``skipped`` one line per batch. A
+    segment that cannot be read answers ``read_error``, unless catalog ``version`` (the
+    one ``parts`` holds) was superseded and the file deleted since: then one
+    :class:`~seglake.errors.VersionSupersededError`."""
     q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
     off = q_off.fill_null(-1).to_numpy().astype(np.int64)
     has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
     ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
     has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
-    ans, gather = _Answers(q.num_rows, on_corrupt), Gather()
+    ans, gather = _Answers(q.num_rows, on_corrupt, (root, version)), Gather()
     by_off: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
@@ -297,6 +320,7 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
         except (SeglakeError, OSError) as exc:
             if isinstance(exc, CorruptRecordError):
                 raise
+            ans.superseded(exc)
             log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][j], exc)
             ans.status[i] = "read_error"
             return
@@ -319,15 +343,15 @@ def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.n
 def _open(
     cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int, on_corrupt: str = "raise"
 ) -> LogSegment:
-    return cache.segment(
-        root,
-        str(a["path"][s]),
-        size=int(a["size"][s]),
-        next_offset=int(a["next_offset"][s]),
-        max_timestamp=int(a["max_timestamp"][s]),
-        run_id=a["run_id"][s] or None,
-        on_corrupt=on_corrupt,
-    )
+    row = {
+        "path": str(a["path"][s]),
+        "size_bytes": int(a["size"][s]),
+        "next_offset": int(a["next_offset"][s]),
+        "max_timestamp": int(a["max_timestamp"][s]),
+        "run_id": a["run_id"][s] or None,
+        "index_interval_bytes": int(a["index_interval_bytes"][s]) or None,
+    }
+    return cache.segment(root, row, on_corrupt=on_corrupt)
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:

@@ -42,7 +42,7 @@ HEADERS_TYPE = T.ArrayType(
 def _schema_error(df: DataFrame, problem: str) -> InputSchemaError:
     given = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in df.schema.fields)
     expected = ", ".join(f"{k}: {v}" for k, v in EXPECTED.items())
-    return InputSchemaError(f"{problem}\n  expected columns: {expected}\n  given columns: {given}")
+    return InputSchemaError(f"{problem}; expected columns: {expected}; given columns: {given}")
 
 
 def _check_types(df: DataFrame) -> dict[str, T.DataType]:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from seglake.errors import ConfigError
 from seglake.record.batch import BatchScan
 from seglake.storage.offset_index import INT32_MAX, InvalidIndexAppendError, OffsetIndex
 from seglake.storage.time_index import NO_TIMESTAMP, TimeIndex
@@ -84,6 +85,8 @@ class IndexBuilder:
     ) -> None:
         self._base = int(base_offset)
         self._interval = int(index_interval_bytes)
+        if self._interval < 0:  # Kafka's minimum is 0 (an entry per batch)
+            raise ConfigError(f"index.interval.bytes {self._interval}: expected >= 0")
         if offset_index is None:
             offset_index = OffsetIndex(
                 self._base, None if max_index_entries is None else max_index_entries * 8

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -21,8 +22,8 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.storage.log import PartitionLog
-from seglake.storage.naming import partition_dir_name, row_copies
-from seglake.storage.segment import LogSegment
+from seglake.storage.naming import partition_dir_name
+from seglake.storage.segment import LogSegment, row_segment
 
 ENTRY_OVERHEAD = 512
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -67,16 +68,7 @@ class IndexCache:
         read once per process, and only when a lookup needs them)."""
         fs, base = self.resolve(root)
         segs = [
-            self.segment(
-                root,
-                r["path"],
-                size=r["size_bytes"],
-                next_offset=r["next_offset"],
-                max_timestamp=r["max_timestamp"],
-                run_id=r["run_id"],
-                load_indexes=False,
-                on_corrupt=on_corrupt,
-            )
+            self.segment(root, r, load_indexes=False, on_corrupt=on_corrupt)
             for r in rows.to_pylist()
         ]
         return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
@@ -84,18 +76,16 @@ class IndexCache:
     def segment(
         self,
         root: str,
-        path: str,
+        row: Mapping[str, Any],
         *,
-        size: int,
-        next_offset: int | None = None,
-        max_timestamp: int | None = None,
-        run_id: str | None = None,
         load_indexes: bool = True,
         on_corrupt: str = "raise",
     ) -> LogSegment:
-        """The segment at ``path`` (relative to ``root``, a lake's: ``size`` committed),
-        indexes loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s."""
-        key = (root, path, run_id, int(size), on_corrupt)
+        """The segment of catalog row ``row`` of the lake at ``root`` (``path``,
+        ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id``,
+        ``index_interval_bytes``: :func:`~seglake.storage.segment.row_segment`), indexes
+        loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s."""
+        key = (root, row["path"], row.get("run_id") or None, int(row["size_bytes"]), on_corrupt)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -104,18 +94,7 @@ class IndexCache:
                 return hit[0]
             self.misses += 1
         fs, base = self.resolve(root)
-        staged, retired = row_copies(base, path, run_id)
-        seg = LogSegment(
-            fs,
-            lakefs.safe_join(base, path),
-            size=int(size),
-            next_offset=next_offset,
-            max_timestamp=max_timestamp,
-            staged_path=staged,
-            committed=True,
-            on_corrupt=on_corrupt,
-            retired_path=retired,
-        )
+        seg = row_segment(fs, base, row, on_corrupt=on_corrupt)
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
         if self.max_bytes <= 0:

@@ -27,9 +27,8 @@ from seglake.storage.naming import (
     LOG_SUFFIX,
     parse_partition_dir,
     parse_segment_file_name,
-    row_copies,
 )
-from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset
+from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset, row_segment
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
 EARLIEST_TIMESTAMP = -2
@@ -118,22 +117,10 @@ class PartitionLog:
         segments = []
         directory = root
         for r in rows.to_pylist():
-            path = lakefs.safe_join(root, r["path"])
-            directory = path.rsplit("/", 1)[0]
-            staged, retired = row_copies(root, r["path"], r.get("run_id"))
+            directory = lakefs.safe_join(root, r["path"]).rsplit("/", 1)[0]
             segments.append(
-                LogSegment(
-                    fs,
-                    path,
-                    size=r["size_bytes"],
-                    next_offset=r["next_offset"],
-                    max_timestamp=r["max_timestamp"],
-                    staged_path=staged,
-                    committed=True,
-                    on_corrupt=on_corrupt,
-                    index_interval_bytes=r.get("index_interval_bytes") or DEFAULT_INTERVAL,
-                    retired_path=retired,
-                    exact_size=r["base_offset"] in replaced,
+                row_segment(
+                    fs, root, r, on_corrupt=on_corrupt, exact_size=r["base_offset"] in replaced
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)

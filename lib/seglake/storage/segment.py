@@ -23,11 +23,10 @@ which raises or is skipped): :mod:`seglake.storage.segment_window`.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
@@ -43,7 +42,6 @@ from seglake.record.batch import (
     BatchScan,
     SkippedBatch,
 )
-from seglake.record.decode import decode_batches
 from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -51,22 +49,21 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_segment_file_name,
+    row_copies,
 )
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.segment_files import SegmentFiles
+from seglake.storage.segment_reads import SegmentReads, TimestampOffset
 from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
+__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset", "row_segment"]
+
 log = logging.getLogger(__name__)
 
 
-class TimestampOffset(NamedTuple):
-    timestamp: int
-    offset: int
-
-
-class LogSegment(SegmentFiles, WindowReads):
+class LogSegment(SegmentFiles, WindowReads, SegmentReads):
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -145,11 +142,11 @@ class LogSegment(SegmentFiles, WindowReads):
         if self._size is None:
             self._locate()
             try:
-                self._size = lakefs.file_size(self.fs, self.log_path)
+                self._size = self._file_size()
             except SegmentNotFoundError:
                 if not self._fallback():
                     raise
-                self._size = lakefs.file_size(self.fs, self.log_path)
+                self._size = self._file_size()
         return self._size
 
     @property
@@ -319,102 +316,31 @@ class LogSegment(SegmentFiles, WindowReads):
             return True
         return False
 
-    # -- reads ------------------------------------------------------------------------
-    def read_records(
-        self,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        *,
-        max_records: int | None = None,
-        skip_control: bool = True,
-    ) -> pa.Table:
-        """Records with ``start_offset <= offset < end_offset`` (internal record schema),
-        at most ``max_records`` of them."""
-        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
-        hi = (end_offset - 1) if end_offset is not None else None
-        if max_records is not None and (hi is None or hi > lo + max_records - 1):
-            hi = lo + max_records - 1  # offsets are unique: max_records records lie within
-        if hi is None:
-            start = self._floor_position(lo)
-            w = self.window(start, self.size)
-            if self._bad_start(w, start):
-                return self.read_records(
-                    start_offset, end_offset, max_records=max_records, skip_control=skip_control
-                )
-        else:
-            if hi < lo:
-                return decode_batches(b"", BatchScan.empty())
-            w = self._span(lo, hi)
-        keep = w.scan.last_offset >= lo
-        if hi is not None:
-            keep &= w.scan.base_offset <= hi
-        table = w.decode(keep, skip_control=skip_control, path=self.log_path)
-        off = table.column("offset")
-        mask = pc.greater_equal(off, lo)
-        if hi is not None:
-            mask = pc.and_(mask, pc.less_equal(off, hi))
-        return table.filter(mask)
 
-    def read(
-        self,
-        start_offset: int,
-        max_size: int,
-        *,
-        max_position: int | None = None,
-        min_one_message: bool = True,
-    ) -> Window:
-        """Kafka's ``LogSegment.read``: whole batches from the one holding ``start_offset``,
-        at most ``max_size`` bytes (with ``min_one_message`` the first batch even if it is
-        larger), not starting at or past ``max_position``."""
-        limit = self.size if max_position is None else min(max_position, self.size)
-        w = self._span(start_offset, start_offset)
-        hits = np.nonzero(w.scan.last_offset >= start_offset)[0]
-        if not len(hits):
-            return Window(limit, b"", BatchScan.empty())
-        first = int(w.positions[hits[0]])
-        first_size = int(w.scan.size[hits[0]])
-        budget = max(max_size, first_size) if min_one_message else max_size
-        if first >= limit or budget < first_size:
-            return Window(first, b"", BatchScan.empty())
-        return self.window(first, min(limit, first + budget))
-
-    def find_offset_by_timestamp(
-        self, timestamp: int, start_offset: int | None = None
-    ) -> TimestampOffset | None:
-        """First record (offset >= ``start_offset``) with timestamp >= ``timestamp``, or
-        ``None``. Exact under non-monotonic CreateTime (strict time-index floor)."""
-        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
-        ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
-        from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
-        pos = first = self._floor_position(from_offset)
-        oi_positions = self.offset_index.positions
-        while pos < self.size:
-            # one index interval at a time: up to the next index entry after pos
-            i = int(np.searchsorted(oi_positions, pos, side="right"))
-            end = int(oi_positions[i]) if i < len(oi_positions) else self.size
-            w = self.window(pos, end)
-            if w.end == pos:
-                # a batch larger than the chunk (or a torn tail): read it whole
-                head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
-                if len(head) == HEADER_SIZE:
-                    w = self.window(
-                        pos, pos + int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
-                    )
-            if pos == first and self._bad_start(w, first):
-                return self.find_offset_by_timestamp(timestamp, start_offset)
-            if w.end == pos:
-                return None  # a torn tail
-            # control batches hold no records to return (their markers are skipped)
-            hits = np.nonzero(
-                (w.scan.max_timestamp >= timestamp)
-                & (w.scan.last_offset >= lo)
-                & ~w.scan.is_control
-            )[0]
-            for b in hits:
-                # offsets and timestamps only (each batch checked whole, as decode does)
-                offs, ts = w.record_times(slice(int(b), int(b) + 1), path=self.log_path)
-                ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
-                if len(ok):
-                    return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
-            pos = w.end
-        return None
+def row_segment(
+    fs: pafs.FileSystem,
+    root: str,
+    row: Mapping[str, Any],
+    *,
+    on_corrupt: str = "raise",
+    exact_size: bool = False,
+) -> LogSegment:
+    """The committed segment of one catalog row (``path`` relative to ``root``,
+    ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id`` and
+    ``index_interval_bytes``): read where the row's version is (:func:`row_copies`),
+    indexes rebuilt, if need be, with the interval they were written with."""
+    path = row["path"]
+    staged, retired = row_copies(root, path, row.get("run_id"))
+    return LogSegment(
+        fs,
+        lakefs.safe_join(root, path),
+        size=int(row["size_bytes"]),
+        next_offset=row.get("next_offset"),
+        max_timestamp=row.get("max_timestamp"),
+        index_interval_bytes=row.get("index_interval_bytes") or DEFAULT_INTERVAL,
+        staged_path=staged,
+        committed=True,
+        on_corrupt=on_corrupt,
+        retired_path=retired,
+        exact_size=exact_size,
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
@@ -37,6 +38,7 @@ class SegmentFiles:
     _located: bool
     exact_size: bool
     _replaced: SegmentReplacedError | None = None  # set once the exact size check failed
+    _handle: tuple[str, pa.NativeFile] | None = None  # object stores: the open .log
 
     if TYPE_CHECKING:
 
@@ -53,14 +55,14 @@ class SegmentFiles:
             return
         self._located = True
         retired = self._retired_path
-        if retired is not None and lakefs.exists(self.fs, retired):
+        if retired is not None and self._exists(retired):
             self._other_path = None
             self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
-        elif self._other_path is not None and lakefs.exists(self.fs, self._other_path):
+        elif self._other_path is not None and self._exists(self._other_path):
             self._fallback()
         if self.exact_size:
             try:
-                length = lakefs.file_size(self.fs, self.log_path)
+                length = self._file_size()
             except SegmentNotFoundError:
                 return  # the read that follows names the missing file
             if length != self.size:
@@ -71,12 +73,12 @@ class SegmentFiles:
         """Switch between the final and the staged copy (the one in use is missing: not
         moved out of staging yet, or moved since); False if the other is missing too."""
         retired = self._retired_path
-        if retired is not None and retired != self.log_path and lakefs.exists(self.fs, retired):
+        if retired is not None and retired != self.log_path and self._exists(retired):
             self._other_path = None  # retired while in use: the copy of this row's version
             self.log_path, self.stem = retired, retired[: -len(LOG_SUFFIX)]
             return True
         other = self._other_path
-        if other is None or not lakefs.exists(self.fs, other):
+        if other is None or not self._exists(other):
             return False
         self._other_path = self.log_path
         self.log_path, self.stem = other, other[: -len(LOG_SUFFIX)]
@@ -92,8 +94,43 @@ class SegmentFiles:
                 raise
             return read(self.log_path)
 
+    def _exists(self, log_path: str) -> bool:
+        """Whether a ``.log`` is at ``log_path``. On an object store by opening it (one
+        HEAD, no listing), the handle kept for the reads that follow."""
+        if lakefs.renames_atomically(self.fs):
+            return lakefs.exists(self.fs, log_path)
+        try:
+            self._handle = (log_path, lakefs.open_ranged(self.fs, log_path))
+        except SegmentNotFoundError:
+            return False
+        return True
+
+    def _file_size(self) -> int:
+        """Bytes of the ``.log`` in use (from its kept handle, if it has one)."""
+        kept = self._handle
+        if kept is not None and kept[0] == self.log_path:
+            return int(kept[1].size())
+        return lakefs.file_size(self.fs, self.log_path)
+
+    def _ranged(self, start: int, length: int) -> bytes:
+        """One ranged read of the ``.log`` in use. On an object store its handle is kept
+        (opening costs a metadata request, S3's HEAD: one per file, not one per read);
+        a kept handle whose object went away since is dropped and the file opened anew
+        (which names a missing file). A local open costs nothing: one per read."""
+        if lakefs.renames_atomically(self.fs):
+            return lakefs.read_range(self.fs, self.log_path, start, length)
+        kept = self._handle
+        if kept is not None and kept[0] == self.log_path:
+            try:
+                return lakefs.read_at(kept[1], self.log_path, start, length, opened=0)
+            except OSError:  # the object was deleted or replaced since it was opened
+                self._handle = None
+        f = lakefs.open_ranged(self.fs, self.log_path)
+        self._handle = (self.log_path, f)
+        return lakefs.read_at(f, self.log_path, start, length)
+
     def _read_range(self, start: int, length: int) -> bytes:
-        return self._log_read(lambda p: lakefs.read_range(self.fs, p, start, length))
+        return self._log_read(lambda _: self._ranged(start, length))
 
     def read_ranges_into(self, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
         """:meth:`_read_range` of each ``(start, length)`` into ``out``, back to back,
@@ -112,7 +149,7 @@ class SegmentFiles:
     def longer(self) -> bool:
         """Whether the ``.log`` in use is longer than ``size`` (one metadata request)."""
         self._locate()
-        return lakefs.file_size(self.fs, self.log_path) > self.size
+        return self._file_size() > self.size
 
     def open_local_log(self) -> BinaryIO | None:
         """The ``.log`` in use, opened for reading, when the filesystem is the local one

@@ -110,6 +110,11 @@ class WindowReads:
     skipped: dict[int, SkippedBatch]
     index_source: str
     _offset_index: OffsetIndex | None
+    # a committed segment's file read shorter than its row's size_bytes: a torn tail, or
+    # the file of a segment a later catalog version replaced in place (whole batches,
+    # fewer bytes); the reader that knows the catalog tells which (lake/garbage.py
+    # short_file_error) and clears it
+    short_read: bool = False
 
     if TYPE_CHECKING:
 
@@ -133,6 +138,8 @@ class WindowReads:
         """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
         see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
         (module docstring)."""
+        if eof == "file" and self.committed:
+            self.short_read = True
         scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
         for b in scan.skipped:
             self._skip(b, start)
