@@ -44,7 +44,7 @@ from seglake.record.batch import (
     SkippedBatch,
 )
 from seglake.record.decode import decode_batches
-from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
+from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -224,7 +224,11 @@ class LogSegment(SegmentFiles, WindowReads):
             )
             oi.sanity_check()
             ti.sanity_check()
-            if len(oi) and int(oi.positions[-1]) >= self.size:
+            nxt = self._next_offset
+            grown = prefix_indexes(oi, ti, self.size, nxt) if self.committed and nxt else None
+            if grown is not None:  # appended to in place since this row's version
+                oi, ti = grown
+            elif len(oi) and int(oi.positions[-1]) >= self.size:
                 raise CorruptIndexError(
                     f"last entry's position {int(oi.positions[-1])} is "
                     f"past the end of the log ({self.size} bytes)",
