@@ -15,6 +15,7 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
 from seglake.lake import staging as staging_module
 from seglake.lake.catalog import Catalog
+from seglake.lake.recovery import recover_lake
 from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces, rebase
 from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.writer import SegmentWriter
@@ -227,6 +228,12 @@ def test_a_crash_between_the_append_and_the_commit_is_cut_then_appended_once(tmp
     # readers of the committed version see exactly it (indexes clipped to the row)
     assert Catalog(str(root)).version() == version
     assert lake_records(str(root)).equals(before)
+    # recover (before the restart) cuts the uncommitted bytes instead of committing them
+    recover_lake(str(root))
+    assert lake_records(str(root)).equals(before)
+    assert all(
+        (root / p).stat().st_size == s for p, s in zip(rows.path, rows.size_bytes, strict=True)
+    )
     # Spark replays the batch (its tasks stage new pieces): cut, appended once
     replay = _batches(root, 2)[1]
     _commit(root, "stream-q-1", replay, True, append="true")

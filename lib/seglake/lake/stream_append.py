@@ -40,7 +40,7 @@ from seglake.storage.recovery_checks import codec_name
 from seglake.storage.time_index import TimeIndex
 from seglake.testing_hooks import crash_point
 
-__all__ = ["appends_in_place", "grow", "locked"]
+__all__ = ["appends_in_place", "cut_uncommitted", "grow", "locked"]
 
 
 def appends_in_place(fs: pafs.FileSystem) -> bool:
@@ -144,3 +144,33 @@ def _resume(fs: pafs.FileSystem, stem: str, tail: dict, interval: int) -> IndexB
     builder = IndexBuilder(base, index_interval_bytes=interval)
     builder.add_batches(scan.position, scan.size, scan.last_offset, scan.max_timestamp)
     return builder
+
+
+def cut_uncommitted(fs: pafs.FileSystem, root: str, rows: list[dict]) -> list[str]:
+    """Cut each catalogued ``.log`` of one partition (its catalog ``rows``) back to its
+    row's ``size_bytes`` where an in-place append never committed (``recover`` does this
+    first: it would otherwise find those batches whole and commit them, and the restarted
+    stream batch append them again). Under each file's lock, against the row as it is
+    then (an appender may have committed meanwhile). Returns the paths cut."""
+    if not rows or not appends_in_place(fs):
+        return []
+    _, base = lakefs.resolve(root)
+    longer = {}
+    for r in rows:
+        path = lakefs.safe_join(base, r["path"])
+        try:
+            if os.path.getsize(path) > r["size_bytes"]:
+                longer[path] = r["base_offset"]
+        except OSError:
+            continue
+    if not longer:
+        return []
+    from seglake.lake.catalog import Catalog
+
+    with locked(list(longer)) as fds:
+        now = Catalog(root).segments(rows[0]["topic"], rows[0]["partition"]).to_pylist()
+        size = {lakefs.safe_join(base, r["path"]): r["size_bytes"] for r in now}
+        cut = [p for p, fd in fds.items() if p in size and os.fstat(fd).st_size > size[p]]
+        for p in cut:
+            os.ftruncate(fds[p], size[p])
+    return cut
