@@ -278,3 +278,19 @@ def test_segment_ms_rolls_the_newest_segment(tmp_path):
     for s in segs.itertuples():  # no segment spans more than log.roll.ms of batch time
         mine = recs[(recs.offset >= s.base_offset) & (recs.offset < s.next_offset)]
         assert mine.timestamp.max() - mine.timestamp.min() <= 5000 + 997
+
+
+def test_a_batch_planned_on_a_tail_that_grew_since_is_a_conflict(tmp_path, monkeypatch):
+    """Two appenders of one newest segment (staged copies: no lock): the second must not
+    replace the first's grown row with its own (that would drop the first's records)."""
+    from seglake.errors import ConcurrentRunError
+    from seglake.lake import stream_commit
+
+    root = tmp_path / "lake"
+    batches = _batches(root, 3)
+    _commit(root, "stream-q-0", batches[0], True)
+    stale = stream_commit._newest(Catalog(str(root)))
+    _commit(root, "stream-a-1", batches[1], True)  # another query grows the tails first
+    monkeypatch.setattr(stream_commit, "_newest", lambda catalog: stale)
+    with pytest.raises(ConcurrentRunError, match="grown by another run first"):
+        _commit(root, "stream-b-1", batches[2], True)

@@ -180,7 +180,8 @@ def commit_pieces(
                 stage_replaced(
                     root, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
                 )
-            result = catalog.commit(table, run_id, contiguous=assigned, tails=tails)
+            ends = {k: newest[k[:2]]["next_offset"] for k in tails}
+            result = catalog.commit(table, run_id, contiguous=assigned, tails=tails, tail_ends=ends)
         except BaseException:
             lakefs.delete_dir(fs, out_dir)
             raise
