@@ -294,3 +294,18 @@ def test_a_batch_planned_on_a_tail_that_grew_since_is_a_conflict(tmp_path, monke
     monkeypatch.setattr(stream_commit, "_newest", lambda catalog: stale)
     with pytest.raises(ConcurrentRunError, match="grown by another run first"):
         _commit(root, "stream-b-1", batches[2], True)
+
+
+def test_pieces_at_their_final_offsets_are_moved_as_rewritten_ones_would_be(tmp_path):
+    """append=false: a piece numbered from the log end offset (the sink's first task of a
+    partition) is moved into place; one numbered from 0 is rebased and rewritten; the
+    lakes are equal byte for byte."""
+    lakes = {}
+    for name, starts in {"moved": (0, 30), "rebased": (0, 0)}.items():
+        root = lakes[name] = tmp_path / name
+        for i, first in enumerate(starts):
+            piece = _piece(root, f"s{i}", 0, {0: _records(first, 30, f"m{i}")})
+            r = _commit(root, f"stream-q-{i}", [piece], True, append="false")
+            assert r.result.committed
+    assert _files(lakes["moved"]) == _files(lakes["rebased"])
+    assert len(_files(lakes["moved"])) == 6  # two segments
