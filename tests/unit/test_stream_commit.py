@@ -309,3 +309,26 @@ def test_pieces_at_their_final_offsets_are_moved_as_rewritten_ones_would_be(tmp_
             assert r.result.committed
     assert _files(lakes["moved"]) == _files(lakes["rebased"])
     assert len(_files(lakes["moved"])) == 6  # two segments
+
+
+def test_an_in_place_append_planned_on_rows_read_before_another_append_rereads_them(
+    tmp_path, monkeypatch
+):
+    """The rows are read before the files are locked: when another batch grew a file in
+    between, the appender re-reads them under the lock and appends after that batch
+    (cutting to the stale size would destroy committed records)."""
+    from seglake.lake import stream_commit
+
+    root, ref = tmp_path / "lake", tmp_path / "ref"
+    for i, pieces in enumerate(_batches(ref, 3)):
+        _commit(ref, f"stream-q-{i}", pieces, True, append="true")
+    batches = _batches(root, 3)
+    _commit(root, "stream-q-0", batches[0], True, append="true")
+    stale = stream_commit._newest(Catalog(str(root)))
+    _commit(root, "stream-q-1", batches[1], True, append="true")
+    real = stream_commit._newest
+    first = iter([lambda catalog: stale])
+    monkeypatch.setattr(stream_commit, "_newest", lambda catalog: next(first, real)(catalog))
+    r = _commit(root, "stream-q-2", batches[2], True, append="true")
+    assert r.in_place
+    assert _files(root) == _files(ref)

@@ -40,7 +40,7 @@ from seglake.storage.recovery_checks import codec_name
 from seglake.storage.time_index import TimeIndex
 from seglake.testing_hooks import crash_point
 
-__all__ = ["appends_in_place", "cut_uncommitted", "grow", "locked"]
+__all__ = ["appends_in_place", "cut_uncommitted", "grow", "locked", "unchanged"]
 
 
 def appends_in_place(fs: pafs.FileSystem) -> bool:
@@ -67,6 +67,25 @@ def locked(paths: list[str]) -> Iterator[dict[str, int]]:
     finally:
         for fd in fds.values():
             os.close(fd)  # releases the lock
+
+
+def unchanged(fds: dict[str, int], rows: dict, base: str) -> bool:
+    """Whether each locked ``.log`` (``fds``) is still the file of its catalog row
+    (``rows``, read before locking) at exactly its size: then no appender grew it since
+    (an appender's bytes land before its commit) and nothing replaced it, so the rows
+    read before locking are current."""
+    for r in rows.values():
+        path = lakefs.safe_join(base, r["path"])
+        fd = fds.get(path)
+        if fd is None:
+            return False
+        try:
+            st, now = os.fstat(fd), os.stat(path)
+        except OSError:
+            return False
+        if st.st_ino != now.st_ino or st.st_size != r["size_bytes"]:
+            return False
+    return True
 
 
 def grow(

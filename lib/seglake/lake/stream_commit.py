@@ -41,7 +41,7 @@ from seglake.errors import ConfigError, OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import STAGING, publish_pending, stage_replaced
-from seglake.lake.stream_append import appends_in_place, grow, locked
+from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
 from seglake.lake.stream_segments import (
     Source,
     first_batch_timestamp,
@@ -164,8 +164,8 @@ def commit_pieces(
         publish_pending(root, t["run_id"])  # its files, if still staged
     paths = [lakefs.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
     with locked(paths) as fds:
-        if fds:  # the newest rows as they are now that no other appender can change them
-            newest = _newest(catalog)
+        if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
+            newest = _newest(catalog)  # as they are now that no other appender can change them
         try:
             done = _write_all(
                 fs, base, out_dir, pieces, stages, newest, growable, fds, config, assigned
