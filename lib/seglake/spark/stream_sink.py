@@ -55,6 +55,7 @@ from seglake.storage.naming import validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
 NO_TIMESTAMP = -1
+FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
 
 
 def query_id(checkpoint: str) -> str:
@@ -133,7 +134,11 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         validate_topic(topic)
     elif "topic" not in types:
         raise ConfigError("seglake sink: no topic: option('topic', NAME) or a 'topic' column")
-    config = LogConfig.load(overrides={k: v for k, v in opts.items() if k not in SINK_OPTIONS})
+    overrides = {k: v for k, v in opts.items() if k not in SINK_OPTIONS}
+    # a task encodes each input batch as it arrives, while the JVM converts the next one
+    # (a micro-batch is often one task: the pipelining is its second core)
+    overrides.setdefault("seglake.ingest.buffer.bytes", str(FLUSH_EVERY_BATCH))
+    config = LogConfig.load(overrides=overrides)
     if "offset" in types and "partition" not in types:
         raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
     catalog = Catalog(root)
