@@ -214,23 +214,23 @@ def _write_all(
 
     for key, sources in _plan(base, pieces, stages, newest, assigned).items():
         tail = newest.get(key)
-        path = lakefs.safe_join(base, tail["path"]) if tail is not None else None
+        path = ""  # the newest segment's, when it takes this batch's first records
         if (
             tail is not None
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
             and tail["size_bytes"] < config.segment_bytes
         ):
+            path = lakefs.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
         groups = roll(sources, config, rolling)
-        if groups and groups[0] == [sources[0]] and sources[0].path == path:
-            groups = groups[1:]  # nothing fits the newest segment: it stays as it is
-        elif groups and groups[0][0].path == path:  # the newest segment takes the first group
+        if path and tail is not None and len(groups[0]) > 1:  # the newest segment grows
             tails.append((*key, tail["base_offset"]))
             if path in fds:
                 rows.append(grow(fs, fds[path], key, tail, groups[0], interval))
                 grown.append(tails[-1])
             else:
                 rows.append(_write(fs, out_dir, key, groups[0], interval))
+        if path:  # grown, or nothing fits it: it stays as it is
             groups = groups[1:]
         rows.extend(_write(fs, out_dir, key, g, interval) for g in groups)
     return (rows_table(rows), tails, grown) if rows else None
