@@ -91,6 +91,9 @@ def test_driver_killed_before_and_after_the_commit_restarts_exactly_once(spark, 
     assert Catalog(root).version() == 1  # created with batch 0's commit
     assert same_records_as_input(lake_records(root), msgs[0])
     assert _staged(root), "batch 1's pieces were staged when the driver died"
+    rows = Catalog(root).segments().to_pandas()  # and appended in place, uncommitted
+    sizes = zip(rows.path, rows.size_bytes, strict=True)
+    assert any(Path(root, p).stat().st_size > s for p, s in sizes)
     msgs += [_write_file(folder, i) for i in (2, 3)]
     # batch 1 replayed and committed; batch 2 committed, the driver dies before Spark's
     # commit log records it

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglake.errors import CorruptIndexError, OffsetOrderError, SeglakeError
-from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.index_builder import IndexBuilder, prefix_indexes
 from seglake.storage.offset_index import (
     DEFAULT_MAX_INDEX_SIZE,
     INT32_MAX,
@@ -544,6 +544,54 @@ def test_builder_equals_kafka_loop(seed: int, n: int, interval: int, cuts: list[
         assert builder.batches == n
     assert vec.bytes_since_last_entry == one.bytes_since_last_entry
     assert vec.offset_of_max_timestamp == one.offset_of_max_timestamp
+
+
+@SETTINGS
+@given(
+    st.integers(0, 2**32),
+    st.integers(1, 400),
+    st.sampled_from([0, 1, 100, 4096]),
+    st.lists(st.integers(1, 399), min_size=1, max_size=3),
+)
+def test_resumed_closed_segments_equal_one_pass(
+    seed: int, n: int, interval: int, cuts: list[int]
+) -> None:
+    """A segment closed (finish), then grown by appends (IndexBuilder.resume) and closed
+    again, as often as ``cuts`` says: the indexes of one pass over every batch (Kafka's
+    loop); and prefix_indexes of the grown ones gives each earlier closed segment's
+    entries but for a final time index entry that finish forced."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(61, 3000, n)
+    positions = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    last = 7 + np.cumsum(rng.integers(1, 5, n)) - 1
+    mts = rng.integers(-3, 50, n) + (np.arange(n) if seed % 3 else 0)
+    oi_ref, ti_ref = kafka_reference(
+        positions.tolist(), sizes.tolist(), last.tolist(), mts.tolist(), interval, 7
+    )
+    bounds = [0, *sorted({c for c in cuts if c < n}), n]
+    builder = IndexBuilder(7, index_interval_bytes=interval)
+    closed = []
+    for a, b in itertools.pairwise(bounds):
+        if a:
+            builder = IndexBuilder.resume(
+                *closed[-1][1:],
+                size_bytes=int(positions[a]),
+                last_offset=int(last[a - 1]),
+                index_interval_bytes=interval,
+            )
+        assert builder.add_batches(positions[a:b], sizes[a:b], last[a:b], mts[a:b]) == b - a
+        oi, ti = builder.finish()
+        closed.append(
+            (b, OffsetIndex.from_bytes(oi.to_bytes(), 7), TimeIndex.from_bytes(ti.to_bytes(), 7))
+        )
+    assert list(closed[-1][1]) == oi_ref
+    assert list(closed[-1][2]) == ti_ref
+    for b, oi, ti in closed[:-1]:
+        end = int(positions[b]) if b < n else int(positions[-1] + sizes[-1])
+        clipped = prefix_indexes(closed[-1][1], closed[-1][2], end, int(last[b - 1]) + 1)
+        got_oi, got_ti = clipped if clipped is not None else closed[-1][1:]
+        assert list(got_oi) == list(oi)
+        assert list(got_ti) in (list(ti), list(ti)[:-1])
 
 
 @SETTINGS

@@ -15,7 +15,8 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
 from seglake.lake import staging as staging_module
 from seglake.lake.catalog import Catalog
-from seglake.lake.stream_commit import Piece, commit_pieces, rebase
+from seglake.lake.recovery import recover_lake
+from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces, rebase
 from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.writer import SegmentWriter
 from tests.lake_check import lake_records
@@ -51,24 +52,12 @@ def _piece(root: Path, stage: str, order: int, parts: dict[int, pa.Table]) -> Pi
         d = root / "_staging" / stage / f"t-{p}"
         w = SegmentWriter(FS, str(d), config=CONF, min_offset=int(recs["offset"][0].as_py()))
         infos = w.append(recs) + w.close()
-        for i in infos:
-            rows.append(
-                {
-                    "topic": "t",
-                    "partition": p,
-                    "base_offset": i.base_offset,
-                    "next_offset": i.next_offset,
-                    "size_bytes": i.size_bytes,
-                    "path": f"t-{p}/{Path(i.log_path).name}",
-                    "min_timestamp": i.min_timestamp,
-                    "tail_min_timestamps": i.tail_min_timestamps,
-                }
-            )
-    return Piece(stage, order, pa.Table.from_pylist(rows))
+        rows += [i.catalog_row("t", p, f"t-{p}/{Path(i.log_path).name}") for i in infos]
+    return Piece(stage, order, pa.Table.from_pylist(rows).select(list(PIECE_COLUMNS)))
 
 
-def _commit(root: Path, run: str, pieces: list[Piece], assigned: bool):
-    return commit_pieces(str(root), run, pieces, config=CONF, assigned=assigned)
+def _commit(root: Path, run: str, pieces: list[Piece], assigned: bool, append: str = "copy"):
+    return commit_pieces(str(root), run, pieces, config=CONF, assigned=assigned, append=append)
 
 
 def test_rebase_equals_writing_at_the_final_offsets(tmp_path):
@@ -165,3 +154,181 @@ def test_a_grown_segment_not_yet_published_reads_from_staging(tmp_path, monkeypa
     assert got.value.tolist()[20:] == _records(0, 20, "b")["value"].to_pylist()
     staging_module.publish_pending(str(root), "stream-q-1")
     assert lake_records(str(root)).equals(got)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every segment file of the lake's partition directories."""
+    return {
+        str(f.relative_to(root)): f.read_bytes()
+        for f in sorted(root.glob("t-*/*"))
+        if f.suffix in (".log", ".index", ".timeindex")
+    }
+
+
+def _batches(root: Path, n: int) -> list[list[Piece]]:
+    """``n`` micro-batches of two tasks each over three partitions (non-monotonic
+    timestamps; sizes that fill the 4000-byte segments every few batches)."""
+    out = []
+    for i in range(n):
+        a, b = _records(0, 7 + 5 * i, f"a{i}"), _records(0, 11 + 3 * i, f"b{i}")
+        out.append(
+            [
+                _piece(root, f"s{i}-0", 0, {0: a, 1: b}),
+                _piece(root, f"s{i}-1", 1, {0: b, 2: a}),
+            ]
+        )
+    return out
+
+
+def test_in_place_append_equals_the_staged_copy_byte_for_byte(tmp_path):
+    roots = {mode: tmp_path / mode for mode in ("true", "copy")}
+    in_place = []
+    for mode, root in roots.items():
+        for i, pieces in enumerate(_batches(root, 8)):
+            r = _commit(root, f"stream-q-{i}", pieces, True, append=mode)
+            if mode == "true":
+                in_place += r.in_place
+    assert in_place, "some batches grew a segment in place"
+    grown, copied = (_files(r) for r in roots.values())
+    assert grown == copied
+    cols = [c for c in Catalog(str(roots["copy"])).segments().schema.names if c != "committed_at"]
+    assert (
+        Catalog(str(roots["true"]))
+        .segments()
+        .select(cols)
+        .equals(Catalog(str(roots["copy"])).segments().select(cols))
+    )
+    # nothing retired or staged for segments grown in place
+    assert not (roots["true"] / "_retired").exists() or not any(
+        (roots["true"] / "_retired").rglob("*.log")
+    )
+
+
+def test_a_crash_between_the_append_and_the_commit_is_cut_then_appended_once(tmp_path, monkeypatch):
+    root, ref = tmp_path / "lake", tmp_path / "ref"
+    batches = _batches(root, 3)
+    for i, pieces in enumerate(_batches(ref, 3)):
+        _commit(ref, f"stream-q-{i}", pieces, True, append="copy")
+    _commit(root, "stream-q-0", batches[0], True, append="true")
+    before = lake_records(str(root))
+    version = Catalog(str(root)).version()
+
+    def die(*a, **k):
+        raise KeyboardInterrupt("the driver died before the catalog commit")
+
+    monkeypatch.setattr(Catalog, "commit", die)
+    with pytest.raises(KeyboardInterrupt):
+        _commit(root, "stream-q-1", batches[1], True, append="true")
+    monkeypatch.undo()
+    rows = Catalog(str(root)).segments().to_pandas()
+    longer = [
+        (root / p).stat().st_size > s for p, s in zip(rows.path, rows.size_bytes, strict=True)
+    ]
+    assert any(longer), "bytes were appended past the catalog size"
+    # readers of the committed version see exactly it (indexes clipped to the row)
+    assert Catalog(str(root)).version() == version
+    assert lake_records(str(root)).equals(before)
+    # recover (before the restart) cuts the uncommitted bytes instead of committing them
+    recover_lake(str(root))
+    assert lake_records(str(root)).equals(before)
+    assert all(
+        (root / p).stat().st_size == s for p, s in zip(rows.path, rows.size_bytes, strict=True)
+    )
+    # Spark replays the batch (its tasks stage new pieces): cut, appended once
+    replay = _batches(root, 2)[1]
+    _commit(root, "stream-q-1", replay, True, append="true")
+    _commit(root, "stream-q-2", batches[2], True, append="true")
+    assert _files(root) == _files(ref)
+    assert lake_records(str(root)).equals(lake_records(str(ref)))
+
+
+def test_a_reader_pinned_before_an_append_reads_its_version(tmp_path):
+    from seglake.api.lake import Lake
+
+    root = tmp_path / "lake"
+    batches = _batches(root, 2)
+    _commit(root, "stream-q-0", batches[0], True, append="true")
+    pinned = Lake(str(root))
+    first = lake_records(str(root))
+    r = _commit(root, "stream-q-1", batches[1], True, append="true")
+    assert r.in_place
+    for p in (0, 1, 2):
+        part = pinned.partition("t", p)
+        got = part.read(0, 10_000, as_="arrow")
+        want = first[first.partition == p]
+        assert got.column("offset").to_pylist() == want.offset.tolist()
+        assert got.column("value").to_pylist() == want.value.tolist()
+
+
+def test_segment_ms_rolls_the_newest_segment(tmp_path):
+    root = tmp_path / "lake"
+    conf = CONF.with_overrides({"log.roll.ms": "5000", "log.segment.bytes": "1000000"})
+    base = _records(0, 20, "a")
+    for i in range(4):  # batch i's timestamps are i * 3 s later
+        recs = base.set_column(
+            1, "timestamp", pa.compute.add(base["timestamp"], pa.scalar(3000 * i, pa.int64()))
+        )
+        pieces = [_piece(root, f"s{i}", 0, {0: recs})]
+        commit_pieces(str(root), f"stream-q-{i}", pieces, config=conf, assigned=True)
+    segs = Catalog(str(root)).segments().to_pandas().sort_values("base_offset")
+    # batches 0 and 1 are within 5 s of the segment's first batch, 2 is not: rolls; 3 joins 2
+    assert segs.base_offset.tolist() == [0, 40]
+    assert segs.next_offset.tolist() == [40, 80]
+    recs = lake_records(str(root))
+    for s in segs.itertuples():  # no segment spans more than log.roll.ms of batch time
+        mine = recs[(recs.offset >= s.base_offset) & (recs.offset < s.next_offset)]
+        assert mine.timestamp.max() - mine.timestamp.min() <= 5000 + 997
+
+
+def test_a_batch_planned_on_a_tail_that_grew_since_is_a_conflict(tmp_path, monkeypatch):
+    """Two appenders of one newest segment (staged copies: no lock): the second must not
+    replace the first's grown row with its own (that would drop the first's records)."""
+    from seglake.errors import ConcurrentRunError
+    from seglake.lake import stream_commit
+
+    root = tmp_path / "lake"
+    batches = _batches(root, 3)
+    _commit(root, "stream-q-0", batches[0], True)
+    stale = stream_commit._newest(Catalog(str(root)))
+    _commit(root, "stream-a-1", batches[1], True)  # another query grows the tails first
+    monkeypatch.setattr(stream_commit, "_newest", lambda catalog: stale)
+    with pytest.raises(ConcurrentRunError, match="grown by another run first"):
+        _commit(root, "stream-b-1", batches[2], True)
+
+
+def test_pieces_at_their_final_offsets_are_moved_as_rewritten_ones_would_be(tmp_path):
+    """append=false: a piece numbered from the log end offset (the sink's first task of a
+    partition) is moved into place; one numbered from 0 is rebased and rewritten; the
+    lakes are equal byte for byte."""
+    lakes = {}
+    for name, starts in {"moved": (0, 30), "rebased": (0, 0)}.items():
+        root = lakes[name] = tmp_path / name
+        for i, first in enumerate(starts):
+            piece = _piece(root, f"s{i}", 0, {0: _records(first, 30, f"m{i}")})
+            r = _commit(root, f"stream-q-{i}", [piece], True, append="false")
+            assert r.result.committed
+    assert _files(lakes["moved"]) == _files(lakes["rebased"])
+    assert len(_files(lakes["moved"])) == 6  # two segments
+
+
+def test_an_in_place_append_planned_on_rows_read_before_another_append_rereads_them(
+    tmp_path, monkeypatch
+):
+    """The rows are read before the files are locked: when another batch grew a file in
+    between, the appender re-reads them under the lock and appends after that batch
+    (cutting to the stale size would destroy committed records)."""
+    from seglake.lake import stream_commit
+
+    root, ref = tmp_path / "lake", tmp_path / "ref"
+    for i, pieces in enumerate(_batches(ref, 3)):
+        _commit(ref, f"stream-q-{i}", pieces, True, append="true")
+    batches = _batches(root, 3)
+    _commit(root, "stream-q-0", batches[0], True, append="true")
+    stale = stream_commit._newest(Catalog(str(root)))
+    _commit(root, "stream-q-1", batches[1], True, append="true")
+    real = stream_commit._newest
+    first = iter([lambda catalog: stale])
+    monkeypatch.setattr(stream_commit, "_newest", lambda catalog: next(first, real)(catalog))
+    r = _commit(root, "stream-q-2", batches[2], True, append="true")
+    assert r.in_place
+    assert _files(root) == _files(ref)

@@ -68,7 +68,26 @@ class Lake:
         if rows is None or self.catalog.version() == self.version:
             return set()
         now = row_identities(self.catalog.segments(topic, int(partition)))
-        return {b for b, n, s in row_identities(rows) - now}
+        gone = {(b, n, s) for b, n, s in row_identities(rows) - now}
+        if gone and self._only_appends_since():  # grown tails: the old row is their prefix
+            grown = {b: (n, s) for b, n, s in now}
+            gone = {
+                (b, n, s)
+                for b, n, s in gone
+                if b not in grown or grown[b][0] < n or grown[b][1] < s
+            }
+        return {b for b, _, _ in gone}
+
+    def _only_appends_since(self) -> bool:
+        """Every catalog change after this version is a ``commit`` (ingest, stream batch):
+        those replace a row only by growing a partition's newest segment, whose file then
+        starts with the old row's bytes (a copy, or the same file appended in place)."""
+        newer = self.catalog.version() - self.version
+        return all(
+            h.seglake_operation == "commit"
+            for h in self.catalog.history(limit=newer)
+            if h.version > self.version
+        )
 
     def refresh(self, version: int | None = None) -> Lake:
         """Move to the catalog's newest version (or ``version``); returns ``self``.

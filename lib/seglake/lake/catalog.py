@@ -32,6 +32,7 @@ from seglake.lake.checks import (
     check_commit,
     check_removal,
     check_replacement,
+    check_tail_ends,
     check_unchanged,
     group_by_partition,
     order_problems,
@@ -73,6 +74,7 @@ class Catalog(CatalogWriter):
         contiguous: bool = True,
         metadata: Mapping[str, str] | None = None,
         tails: Iterable[tuple[str, int, int]] = (),
+        tail_ends: Mapping[tuple[str, int, int], int] | None = None,
     ) -> CommitResult:
         """Publish the segments in ``rows`` in one Delta commit, once per run id.
 
@@ -92,6 +94,8 @@ class Catalog(CatalogWriter):
                 rows with the same key replace (a copy with records appended, as a stream
                 batch grows the newest segment): the new rows then continue the log from
                 the replaced segment's base offset, and it must still be the newest.
+            tail_ends: the ``next_offset`` of each of ``tails`` the rows were made from:
+                one that grew since (another batch appended to it) is a conflict.
 
         Returns:
             ``CommitResult(committed=True, ...)``, or ``already_committed=True`` for a rerun.
@@ -118,6 +122,7 @@ class Catalog(CatalogWriter):
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
             existing = group_by_partition(current)
             require_present(replaced, existing)
+            check_tail_ends(existing, tail_ends or {}, run_id)
             kept = {
                 key: [s for s in segs if (*key, s.base) not in replaced]
                 for key, segs in existing.items()

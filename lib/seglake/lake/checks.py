@@ -24,6 +24,7 @@ __all__ = [
     "check_commit",
     "check_removal",
     "check_replacement",
+    "check_tail_ends",
     "check_unchanged",
     "group_by_partition",
     "order_problems",
@@ -83,6 +84,25 @@ def require_present(keys: set[tuple[str, int, int]], existing: dict[Key, list[Se
         raise SegmentNotFoundError(
             "segments not in the catalog: "
             + listing([f"{t}-{p} segment {b}" for t, p, b in missing])
+        )
+
+
+def check_tail_ends(
+    existing: dict[Key, list[Seg]], ends: Mapping[tuple[str, int, int], int], run_id: str
+) -> None:
+    """Segments a commit grows (``ends``: their ``next_offset`` when its rows were made)
+    must not have grown since: else :class:`ConcurrentRunError` (another batch appended
+    to the same newest segment first; committing would drop its records)."""
+    grew = [
+        f"{t}-{p} segment {s.base} ends at {s.next}, not {ends[(t, p, s.base)]}"
+        for (t, p), segs in existing.items()
+        for s in segs
+        if (t, p, s.base) in ends and s.next != ends[(t, p, s.base)]
+    ]
+    if grew:
+        raise ConcurrentRunError(
+            f"commit of run {run_id!r}: segments it grows were grown by another run first: "
+            f"{listing(grew)}; nothing was published"
         )
 
 

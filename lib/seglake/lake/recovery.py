@@ -36,6 +36,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.stream_append import cut_uncommitted
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -111,6 +112,8 @@ def recover_partition_rows(
     topic, part = current[0]["topic"], int(current[0]["partition"])
     directory = lakefs.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
     by_base = {int(r["base_offset"]): r for r in current}
+    if not dry_run:  # bytes a stream batch appended in place and never committed
+        cut_uncommitted(fs, root, current)
     if fs.get_file_info(directory).type != pafs.FileType.Directory:
         report = PartitionRecovery(
             directory=directory, dry_run=dry_run, deleted_segments=sorted(by_base)

@@ -2,41 +2,55 @@
 the partitions' segments, one catalog commit idempotent per (query id, batch id).
 
     tasks:   _staging/<piece>/<topic>-<p>/<base>.log/.index/.timeindex    one piece per
-             task attempt; assigned offsets relative (the task's first record of a
-             partition is offset 0), given offsets as given
-    here:    per partition, in task order: each piece's batches rebased onto the log end
-             offset (the 8-byte baseOffset of a RecordBatch v2 is outside its CRC, so
-             this is what a broker does to a producer's batch), appended after the bytes
-             of the partition's newest segment while it is under ``log.segment.bytes``
-             (a new staged copy with the same base offset and name), rolled at
-             ``log.segment.bytes``; indexes rebuilt by the index interval rule over the
-             whole segment (as Kafka's ``LogSegment.recover``), the row from the batch
-             headers and the sources' rows
+             task attempt; assigned offsets from the log end offsets the driver read
+             when it planned the batch (each task as if it were the partition's first),
+             given offsets as given
+    here:    per partition, in task order: each piece's batches rebased where their
+             offsets are not the final ones (the 8-byte baseOffset of a RecordBatch v2 is
+             outside its CRC, so this is what a broker does to a producer's batch), then
+             grouped by the roll rules (``log.segment.bytes``, ``log.roll.ms``, int32
+             relative offsets; lake/stream_segments.py), the partition's newest segment
+             first while it is under ``log.segment.bytes``:
+               newest segment, local lake: appended in place (lake/stream_append.py: lock,
+               cut to the catalog size, append, indexes continued)
+               newest segment, object store (or ``seglake.stream.append=copy``): a new
+               staged copy with the same name (indexes rebuilt by the interval rule)
+               other groups: new staged segments (a piece already at its final offsets
+               and alone in its group is moved, not rewritten)
           -> _staging/<run>/<topic>-<p>/...   then ONE catalog commit of run
-             ``stream-<query id>-<batch id>`` (the replaced newest segments in the same
-             commit), then the files are published and the pieces dropped
+             ``stream-<query id>-<batch id>`` (the grown newest segments' rows replaced in
+             the same commit), then the files are published and the pieces dropped
 
 A replayed batch (the driver died after the commit, before Spark's commit log) finds its
 run id committed: it only finishes the publish and drops the pieces. A batch whose driver
 died before the commit is rewritten by Spark: its first pieces are garbage that
-``seglake cleanup`` (or the next ingest's sweep) removes.
+``seglake cleanup`` (or the next ingest's sweep) removes, and bytes it appended in place
+past the catalog size are cut by the next append.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Sequence
 
-import numpy as np
 import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import OffsetOrderError, SeglakeError
+from seglake.errors import ConfigError, OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog, CommitResult
-from seglake.lake.rows import rows_table, segment_row
+from seglake.lake.rows import rows_table
 from seglake.lake.staging import STAGING, publish_pending, stage_replaced
+from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
+from seglake.lake.stream_segments import (
+    Source,
+    first_batch_timestamp,
+    joined_row,
+    read_rebased,
+    rebase,
+    roll,
+    source,
+)
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -47,9 +61,10 @@ from seglake.storage.naming import (
     segment_file_name,
 )
 from seglake.storage.recovery_checks import codec_name
-from seglake.storage.tail_minima import TAIL_POINTS
 
-MAX_RELATIVE = (1 << 31) - 1  # offsets in a segment's indexes are int32 from its base
+__all__ = ["APPEND_MODES", "PIECE_COLUMNS", "BatchCommit", "Piece", "commit_pieces", "rebase"]
+
+APPEND_MODES = ("true", "copy", "false")  # seglake.stream.append: in place where possible
 # what a piece's rows (and the newest segment's) must say of each segment
 PIECE_COLUMNS = (
     "topic",
@@ -59,39 +74,36 @@ PIECE_COLUMNS = (
     "size_bytes",
     "path",
     "min_timestamp",
+    "max_timestamp",
     "tail_min_timestamps",
+    "record_count",
+    "index_entries",
+    "time_index_entries",
+    "codec",
+    "index_interval_bytes",
 )
 
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """What one write task staged: ``rows`` (topic, partition, base_offset, next_offset,
-    size_bytes, path relative to ``_staging/<stage>/``), ``order`` its input order."""
+    """What one write task staged: ``rows`` (:data:`PIECE_COLUMNS`, ``path`` relative to
+    ``_staging/<stage>/``), ``order`` its input order."""
 
     stage: str
     order: int
     rows: pa.Table
 
 
-@dataclasses.dataclass(frozen=True)
-class _Source:
-    path: str  # absolute on the lake's filesystem
-    delta: int  # added to every batch's base offset
-    base: int  # first offset after rebasing
-    next: int
-    size: int
-    min_timestamp: int  # -1: no record
-    tail_minima: list[dict] | None  # offsets before rebasing
-
-
 @dataclasses.dataclass
 class BatchCommit:
-    """What :func:`commit_pieces` did."""
+    """What :func:`commit_pieces` did (``tails``: the grown newest segments, ``in_place``
+    those grown in place)."""
 
     run_id: str
     result: CommitResult | None  # None: the batch had no records
     rows: pa.Table
     tails: list[tuple[str, int, int]]
+    in_place: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def already_committed(self) -> bool:
@@ -106,24 +118,6 @@ def stream_run_id(query_id: str, batch_id: int) -> str:
     return f"stream-{query_id}-{int(batch_id)}"
 
 
-def rebase(buf: bytes, delta: int) -> bytes:
-    """``buf`` (whole RecordBatches) with ``delta`` added to each batch's baseOffset.
-
-    RecordBatch v2: ``baseOffset int64 | batchLength int32 | ... | crc uint32 | attributes
-    ...``; the CRC-32C covers ``attributes`` to the end, so the offsets move without
-    re-encoding or a new CRC."""
-    if delta == 0 or not buf:
-        return buf
-    scan = scan_batches(buf, verify_crc=False)
-    if scan.valid_bytes != len(buf):
-        raise SeglakeError(f"staged batches end in {len(buf) - scan.valid_bytes} bad bytes")
-    out = np.frombuffer(bytearray(buf), dtype=np.uint8)
-    pos = np.asarray(scan.position, dtype=np.int64)
-    bases = np.asarray(scan.base_offset, dtype=np.int64) + delta
-    out[(pos[:, None] + np.arange(8)).ravel()] = bases.astype(">i8").view(np.uint8)
-    return out.tobytes()
-
-
 def commit_pieces(
     root: str,
     run_id: str,
@@ -131,7 +125,7 @@ def commit_pieces(
     *,
     config: LogConfig,
     assigned: bool,
-    append_to_newest: bool = True,
+    append: str = "true",
 ) -> BatchCommit:
     """Rebase, join and commit the pieces of one micro-batch (see the module docstring).
 
@@ -139,12 +133,16 @@ def commit_pieces(
         root: the lake.
         run_id: the batch's run id (:func:`stream_run_id`).
         pieces: every task's staged piece (order: input order of the tasks).
-        config: ``log.segment.bytes`` and ``log.index.interval.bytes``.
-        assigned: offsets were assigned by the tasks (relative, from 0 per piece and
-            partition); else they are the input's and are kept.
-        append_to_newest: grow a partition's newest segment while under
-            ``log.segment.bytes``.
+        config: ``log.segment.bytes``, ``log.roll.ms`` and ``log.index.interval.bytes``.
+        assigned: offsets were assigned by the tasks (each piece's first offset of a
+            partition is a guess: the pieces follow each other from the log end offset);
+            else they are the input's and are kept.
+        append: grow a partition's newest segment while under ``log.segment.bytes``:
+            ``true`` in place where the files are local, else a staged copy; ``copy``
+            always a staged copy; ``false`` never.
     """
+    if append not in APPEND_MODES:
+        raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
     fs, base = lakefs.resolve(root)
     stages = [lakefs.join(base, STAGING, p.stage) for p in pieces]
     catalog = Catalog(root)
@@ -155,34 +153,87 @@ def commit_pieces(
         return dataclasses.replace(empty, result=_already(catalog, run_id))
     out_dir = lakefs.join(base, STAGING, run_id)
     lakefs.delete_dir(fs, out_dir)  # an earlier attempt of this batch
-    current = catalog.segments() if catalog.exists() else rows_table([])
-    newest = _newest(current)
-    rows: list[dict] = []
-    tails: list[tuple[str, int, int]] = []
-    try:
-        for key, sources in _plan(base, pieces, stages, newest, assigned).items():
-            tail = newest.get(key)
-            if append_to_newest and tail is not None and tail["size_bytes"] < config.segment_bytes:
-                publish_pending(root, tail["run_id"])  # its files, if still staged
-                sources.insert(0, _source(lakefs.safe_join(base, tail["path"]), 0, tail))
-                tails.append((*key, tail["base_offset"]))
-            for group in _roll(sources, config.segment_bytes):
-                rows.append(_write(fs, out_dir, key, group, config.index_interval_bytes))
-        if not rows:
+    newest = _newest(catalog)
+    in_place = append == "true" and appends_in_place(fs)
+    growable = {
+        k: t
+        for k, t in newest.items()
+        if append != "false" and t["size_bytes"] < config.segment_bytes
+    }
+    for t in growable.values():
+        publish_pending(root, t["run_id"])  # its files, if still staged
+    paths = [lakefs.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
+    with locked(paths) as fds:
+        if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
+            newest = _newest(catalog)  # as they are now that no other appender can change them
+        try:
+            done = _write_all(
+                fs, base, out_dir, pieces, stages, newest, growable, fds, config, assigned
+            )
+            if done is None:
+                lakefs.delete_dir(fs, out_dir)
+                _drop(fs, stages)
+                return empty
+            table, tails, grown = done
+            copied = [newest[(t, p)] for t, p, b in tails if (t, p, b) not in grown]
+            if copied:  # publishing moves the old files to _retired/ (readers of older versions)
+                stage_replaced(
+                    root, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
+                )
+            ends = {k: newest[k[:2]]["next_offset"] for k in tails}
+            result = catalog.commit(table, run_id, contiguous=assigned, tails=tails, tail_ends=ends)
+        except BaseException:
             lakefs.delete_dir(fs, out_dir)
-            _drop(fs, stages)
-            return empty
-        table = rows_table(rows)
-        if tails:  # publishing moves the old files to _retired/ (readers of older versions)
-            grown = [newest[(t, p)] for t, p, _ in tails]
-            stage_replaced(root, run_id, pa.Table.from_pylist(grown).select(["path", "run_id"]))
-        result = catalog.commit(table, run_id, contiguous=assigned, tails=tails)
-    except BaseException:
-        lakefs.delete_dir(fs, out_dir)
-        raise
+            raise
     publish_pending(root, run_id, table)
     _drop(fs, stages)
-    return BatchCommit(run_id, result, table, tails)
+    return BatchCommit(run_id, result, table, tails, grown)
+
+
+def _write_all(
+    fs,
+    base: str,
+    out_dir: str,
+    pieces: Sequence[Piece],
+    stages: list[str],
+    newest: dict[tuple[str, int], dict],
+    growable: dict[tuple[str, int], dict],
+    fds: dict[str, int],
+    config: LogConfig,
+    assigned: bool,
+) -> tuple[pa.Table, list[tuple[str, int, int]], list[tuple[str, int, int]]] | None:
+    """Every partition's segments: rows, grown tails, tails grown in place (None: no
+    record in the batch)."""
+    rows: list[dict] = []
+    tails: list[tuple[str, int, int]] = []
+    grown: list[tuple[str, int, int]] = []
+    interval = config.index_interval_bytes
+
+    def rolling(s: Source) -> int:
+        return first_batch_timestamp(fs, s.path)
+
+    for key, sources in _plan(base, pieces, stages, newest, assigned).items():
+        tail = newest.get(key)
+        path = ""  # the newest segment's, when it takes this batch's first records
+        if (
+            tail is not None
+            and growable.get(key, {}).get("base_offset") == tail["base_offset"]
+            and tail["size_bytes"] < config.segment_bytes
+        ):
+            path = lakefs.safe_join(base, tail["path"])
+            sources.insert(0, source(path, 0, tail))
+        groups = roll(sources, config, rolling)
+        if path and tail is not None and len(groups[0]) > 1:  # the newest segment grows
+            tails.append((*key, tail["base_offset"]))
+            if path in fds:
+                rows.append(grow(fs, fds[path], key, tail, groups[0], interval))
+                grown.append(tails[-1])
+            else:
+                rows.append(_write(fs, out_dir, key, groups[0], interval))
+        if path:  # grown, or nothing fits it: it stays as it is
+            groups = groups[1:]
+        rows.extend(_write(fs, out_dir, key, g, interval) for g in groups)
+    return (rows_table(rows), tails, grown) if rows else None
 
 
 def _already(catalog: Catalog, run_id: str) -> CommitResult:
@@ -194,14 +245,17 @@ def _drop(fs, stages: list[str]) -> None:
         lakefs.delete_dir(fs, s)
 
 
-def _newest(current: pa.Table) -> dict[tuple[str, int], dict]:
+def _newest(catalog: Catalog) -> dict[tuple[str, int], dict]:
     """Each partition's newest catalog row."""
     out: dict[tuple[str, int], dict] = {}
+    if not catalog.exists():
+        return out
+    current = catalog.segments()
     if current.num_rows == 0:
         return out
-    for r in current.select(
-        ["topic", "partition", "base_offset", *PIECE_COLUMNS[3:], "run_id"]
-    ).to_pylist():
+    have = set(current.schema.names)
+    cols = [c for c in (*PIECE_COLUMNS, "run_id") if c in have]
+    for r in current.select(cols).to_pylist():
         key = (r["topic"], r["partition"])
         if key not in out or r["base_offset"] > out[key]["base_offset"]:
             out[key] = r
@@ -214,20 +268,20 @@ def _plan(
     stages: list[str],
     newest: dict[tuple[str, int], dict],
     assigned: bool,
-) -> dict[tuple[str, int], list[_Source]]:
+) -> dict[tuple[str, int], list[Source]]:
     """Per partition, the staged segments in log order with their final offsets."""
     found: dict[tuple[str, int], list[tuple[int, int, dict]]] = {}
     for i, (piece, stage) in enumerate(zip(pieces, stages, strict=True)):
         for r in piece.rows.to_pylist():
             r["path"] = lakefs.join(stage, r["path"])
             found.setdefault((r["topic"], r["partition"]), []).append((piece.order, i, r))
-    plan: dict[tuple[str, int], list[_Source]] = {}
+    plan: dict[tuple[str, int], list[Source]] = {}
     for key in sorted(found):
         leo = newest[key]["next_offset"] if key in newest else 0
         segs = sorted(found[key], key=lambda s: (s[:2], s[2]["base_offset"]))
         if not assigned:
             segs.sort(key=lambda s: s[2]["base_offset"])
-        out: list[_Source] = []
+        out: list[Source] = []
         nxt = leo
         for _, _, r in segs:
             n = r["next_offset"] - r["base_offset"]
@@ -238,50 +292,38 @@ def _plan(
                     f" are below {nxt} (the log end offset, or another task's records of this "
                     "batch): offsets must increase and continue the lake's"
                 )
-            out.append(_source(r["path"], first - r["base_offset"], r))
+            out.append(source(r["path"], first - r["base_offset"], r))
             nxt = first + n
         plan[key] = out
     return plan
 
 
-def _roll(sources: list[_Source], segment_bytes: int) -> list[list[_Source]]:
-    """Sources joined into segments of at most ``segment_bytes`` (a source larger than
-    that alone) whose offsets fit the indexes' int32 relative offsets."""
-    groups: list[list[_Source]] = []
-    size = 0
-    for s in sources:
-        g = groups[-1] if groups else None
-        if g is None or size + s.size > segment_bytes or s.next - 1 - g[0].base > MAX_RELATIVE:
-            groups.append([s])
-            size = s.size
-        else:
-            g.append(s)
-            size += s.size
-    return groups
-
-
-def _source(path: str, delta: int, r: dict) -> _Source:
-    first = r["base_offset"] + delta
-    return _Source(
-        path,
-        delta,
-        first,
-        first + r["next_offset"] - r["base_offset"],
-        r["size_bytes"],
-        r["min_timestamp"],
-        r["tail_min_timestamps"],
-    )
-
-
-def _write(fs, out_dir: str, key: tuple[str, int], group: list[_Source], interval: int) -> dict:
-    """One segment from its sources: the rebased bytes, indexes rebuilt over all of them
-    by the index interval rule (Kafka's LogSegment.recover), its row from the batch
-    headers and the sources' rows (no record is decoded)."""
+def _write(fs, out_dir: str, key: tuple[str, int], group: list[Source], interval: int) -> dict:
+    """One staged segment from its sources: a lone source at its final offsets is moved
+    with its files; else the rebased bytes, indexes rebuilt over all of them by the index
+    interval rule (Kafka's LogSegment.recover), its row from the batch headers and the
+    sources' rows (no record is decoded)."""
     pdir = partition_dir_name(*key)
     stem = lakefs.join(out_dir, pdir, segment_file_name(group[0].base))[: -len(LOG_SUFFIX)]
     fs.create_dir(lakefs.join(out_dir, pdir), recursive=True)
-    data = b"".join(rebase(lakefs.read_all(fs, s.path), s.delta) for s in group)
-    scan = scan_batches(data)
+    if (
+        len(group) == 1
+        and group[0].delta == 0
+        and group[0].row.get("index_interval_bytes") == interval
+    ):
+        s = group[0]  # a piece already at its final offsets: its files are the segment's
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            lakefs.move(fs, s.path[: -len(LOG_SUFFIX)] + suffix, stem + suffix)
+        row = {c: s.row[c] for c in PIECE_COLUMNS if c not in ("path", "topic", "partition")}
+        return {
+            **row,
+            "topic": key[0],
+            "partition": key[1],
+            "path": f"{pdir}/{stem.rsplit('/', 1)[1]}{LOG_SUFFIX}",
+        }
+    parts = [read_rebased(fs, s) for s in group]
+    data = b"".join(d for d, _ in parts)
+    scan = scan_batches(data, verify_crc=False)  # each part's CRCs were checked
     if (
         scan.error
         or scan.valid_bytes != len(data)
@@ -295,43 +337,13 @@ def _write(fs, out_dir: str, key: tuple[str, int], group: list[_Source], interva
     lakefs.write_bytes(fs, stem + LOG_SUFFIX, data)
     lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
     lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
-    mins = [s.min_timestamp for s in group if s.min_timestamp >= 0]
-    stats = types.SimpleNamespace(
-        base_offset=group[0].base,
-        next_offset=group[-1].next,
-        record_count=int(scan.records_count.sum()),
-        min_timestamp=min(mins) if mins else -1,
+    return joined_row(
+        key,
+        group,
+        records=int(scan.records_count.sum()),
         max_timestamp=int(scan.max_timestamp.max()),
-        size_bytes=len(data),
-        index_entries=len(oi),
-        time_index_entries=len(ti),
+        size=len(data),
+        indexes=(oi, ti),
         codec=codec_name(scan),
-        tail_min_timestamps=join_minima(group),
-        index_interval_bytes=interval,
+        interval=interval,
     )
-    return segment_row(*key, stats, f"{pdir}/{segment_file_name(group[0].base)}")
-
-
-def join_minima(group: list[_Source]) -> list[dict] | None:
-    """Tail minima of joined segments: each source's checkpoints (offsets rebased) lowered
-    to the minimum of every later source, equal minima collapsed, thinned evenly to
-    :data:`TAIL_POINTS` (dropping checkpoints is safe: a filter reads further); None if a
-    source's are unknown."""
-    out: list[dict] = []
-    later = np.iinfo(np.int64).max
-    for s in reversed(group):
-        if s.tail_minima is None:
-            return None
-        out[:0] = [
-            {"offset": p["offset"] + s.delta, "min_timestamp": min(p["min_timestamp"], later)}
-            for p in s.tail_minima
-        ]
-        if s.min_timestamp >= 0:
-            later = min(later, s.min_timestamp)
-    kept = [
-        p for i, p in enumerate(out) if i == 0 or p["min_timestamp"] != out[i - 1]["min_timestamp"]
-    ]
-    if len(kept) > TAIL_POINTS:
-        pick = np.unique(np.linspace(0, len(kept) - 1, TAIL_POINTS).round().astype(int))
-        kept = [kept[i] for i in pick]
-    return kept

@@ -174,7 +174,7 @@ def _write(
     )
     leo = catalog.log_end_offsets() if catalog.exists() else {}
     has_offset = "offset" in norm.columns
-    n = None if "partition" in norm.columns else _num_partitions(topic, num_partitions, leo, config)
+    n = None if "partition" in norm.columns else partition_count(topic, num_partitions, leo, config)
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
     if splits and reader is not None:
@@ -249,7 +249,7 @@ def _recount(
     n = None
     if "partition" not in norm.columns:
         leo = catalog.log_end_offsets()
-        n = stored.num_partitions or _num_partitions(topic, num_partitions, leo, config)
+        n = stored.num_partitions or partition_count(topic, num_partitions, leo, config)
     counts: dict[tuple[str, int], int] = {}
     for r in _count(norm, n, "offset" in norm.columns):
         key = (r["topic"], int(r["partition"]))
@@ -316,7 +316,7 @@ def _with_fields(df: DataFrame, *fields: tuple[str, T.DataType]) -> T.StructType
     )
 
 
-def _num_partitions(
+def partition_count(
     topic: str | None,
     num_partitions: int | None,
     leo: Mapping[tuple[str, int], int],

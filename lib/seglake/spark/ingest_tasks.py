@@ -64,22 +64,24 @@ SEGMENT_ROWS = pa.schema(
 )
 RECORD_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
 
-__all__ = [  # with what ingest calls here from ingest_keys
+__all__ = [  # what ingest and the stream sink call, with ingest_keys' names
     "COUNT_ROWS",
     "RECORD_COLUMNS",
     "SEGMENT_ROWS",
+    "StagedWriters",
     "count_groups",
     "encoder",
     "group_rows",
     "local_writer",
     "prepare",
+    "record_table",
     "segment_rows",
     "task_id",
     "task_keys",
 ]
 
 
-def _records(b: pa.RecordBatch, idx: np.ndarray | None, offsets: np.ndarray) -> pa.Table:
+def record_table(b: pa.RecordBatch, idx: np.ndarray | None, offsets: np.ndarray) -> pa.Table:
     """The writer's columns of rows ``idx`` (all if None) with the given offsets."""
     rows = b if idx is None else b.take(pa.array(idx))
     cols = [pa.array(offsets, pa.int64())] + [rows.column(c) for c in RECORD_COLUMNS[1:]]
@@ -93,7 +95,7 @@ class _Group:
     pending: list[pa.Table] = dataclasses.field(default_factory=list)  # slices of held batches
 
 
-class _StagedWriters:
+class StagedWriters:
     """SegmentWriters of one task, one per staged partition directory, and their output."""
 
     def __init__(
@@ -158,7 +160,7 @@ def local_writer(
 
     def write(batches: Batches) -> Batches:
         task, suffix = task_id()
-        out = _StagedWriters(root, run_id, config, suffix, fail_after_records)
+        out = StagedWriters(root, run_id, config, suffix, fail_after_records)
         part = Partitioner(num_partitions, task)
         groups: dict[Key, _Group] = {}
         held = 0  # bytes of the input batches the pending slices keep alive
@@ -180,7 +182,7 @@ def local_writer(
                         )
                     g = groups[key] = _Group(out.open(key, start), start)
                 g.pending.append(
-                    _records(
+                    record_table(
                         b.slice(at, len(idx)),
                         None,
                         np.arange(g.next_offset, g.next_offset + len(idx)),
@@ -200,7 +202,7 @@ def local_writer(
     return write
 
 
-def _flush(out: _StagedWriters, key: Key, g: _Group) -> None:
+def _flush(out: StagedWriters, key: Key, g: _Group) -> None:
     if g.pending:
         out.append(key, g.writer, pa.concat_tables(g.pending))
         g.pending = []
@@ -276,7 +278,7 @@ def encoder(
     is one (topic, partition)'s offset range."""
 
     def encode(batches: Batches) -> Batches:
-        out = _StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
+        out = StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
         key: Key = ("", -1)  # set with writer
         chunk = None
@@ -297,7 +299,7 @@ def encoder(
                 else:
                     offsets = rows.column("offset").to_numpy()
                 assert writer is not None  # opened at the first run
-                out.append(key, writer, _records(rows, None, offsets))
+                out.append(key, writer, record_table(rows, None, offsets))
         if writer is not None:
             out.close(key, writer)
         yield from out.rows()

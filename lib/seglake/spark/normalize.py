@@ -45,7 +45,7 @@ def _schema_error(df: DataFrame, problem: str) -> InputSchemaError:
     return InputSchemaError(f"{problem}; expected columns: {expected}; given columns: {given}")
 
 
-def _check_types(df: DataFrame) -> dict[str, T.DataType]:
+def check_types(df: DataFrame) -> dict[str, T.DataType]:
     types = {f.name: f.dataType for f in df.schema.fields}
     unknown = [c for c in types if c not in EXPECTED]
     if unknown:
@@ -101,7 +101,7 @@ def normalize(
     ``log_append_time_ms`` is the run's append time, used when the input has no
     timestamp or when ``timestamp_type`` (``message.timestamp.type``) is LogAppendTime.
     """
-    types = _check_types(df)
+    types = check_types(df)
     if topic is None and "topic" not in types:
         raise _schema_error(df, "no topic: pass --topic NAME or give a 'topic' column")
     cols: list[Column] = []

@@ -1,16 +1,19 @@
 """Structured Streaming into a lake: ``df.writeStream.format("seglake")`` and
 :func:`ingest_batch` for an existing ``foreachBatch``.
 
+    driver, planning a micro-batch (``streamWriter``, once per batch): the options, the
+        catalog's log end offsets (read once) for the tasks
     executors, per task of a micro-batch (``write``):
         Arrow batches in the ingest input schema (only ``value`` required)
           -> the ingest's internal columns (as spark/normalize.py, on Arrow)
-          -> the ingest's task writers: staged segments under _staging/stream-<uuid>/,
-             assigned offsets from 0 per partition (the log end offset is not known in
-             a task), given offsets kept
+          -> the ingest's task writer (``local_writer``): staged segments under
+             _staging/stream-<uuid>/, assigned offsets from each partition's log end
+             offset (final for the partition's first task), given offsets kept
           -> a commit message: the piece's segment rows
     driver (``commit(messages, batchId)``, in a Python worker of the driver):
-        lake/stream_commit.commit_pieces: rebase onto the log end offsets, append to the
-        newest segments, ONE catalog commit of run ``stream-<query id>-<batch id>``
+        lake/stream_commit.commit_pieces: rebase the pieces that follow another task's,
+        append to the newest segments (in place on a local lake), ONE catalog commit
+        of run ``stream-<query id>-<batch id>``
 
 The query id is the one Spark keeps in ``<checkpointLocation>/metadata``: a restart from
 the same checkpoint replays an uncommitted batch with the same id, which is then either
@@ -38,6 +41,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.stream_commit import (
+    APPEND_MODES,
     PIECE_COLUMNS,
     BatchCommit,
     Piece,
@@ -45,12 +49,13 @@ from seglake.lake.stream_commit import (
     stream_run_id,
 )
 from seglake.spark import ingest_tasks as tasks
-from seglake.spark.ingest import IngestResult, _num_partitions, ingest
-from seglake.spark.normalize import _check_types
+from seglake.spark.ingest import IngestResult, ingest, partition_count
+from seglake.spark.normalize import check_types
 from seglake.storage.naming import validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
 NO_TIMESTAMP = -1
+FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
 
 
 def query_id(checkpoint: str) -> str:
@@ -106,7 +111,8 @@ class SinkOptions:
     topic: str | None
     num_partitions: int | None  # None: the input has a partition column
     has_offset: bool
-    append_to_newest: bool
+    append: str  # seglake.stream.append
+    log_end: Mapping[tuple[str, int], int]  # the catalog's when the batch was planned
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -122,24 +128,28 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         qid = query_id(opts["checkpointlocation"])
     else:
         raise ConfigError("seglake sink: needs option('checkpointLocation', ...)")
-    types = _check_types(cast(DataFrame, _Schema(schema)))  # reads only .schema
+    types = check_types(cast(DataFrame, _Schema(schema)))  # reads only .schema
     topic = opts.get("topic")
     if topic is not None:
         validate_topic(topic)
     elif "topic" not in types:
         raise ConfigError("seglake sink: no topic: option('topic', NAME) or a 'topic' column")
-    config = LogConfig.load(overrides={k: v for k, v in opts.items() if k not in SINK_OPTIONS})
+    overrides = {k: v for k, v in opts.items() if k not in SINK_OPTIONS}
+    # a task encodes each input batch as it arrives, while the JVM converts the next one
+    # (a micro-batch is often one task: the pipelining is its second core)
+    overrides.setdefault("seglake.ingest.buffer.bytes", str(FLUSH_EVERY_BATCH))
+    config = LogConfig.load(overrides=overrides)
     if "offset" in types and "partition" not in types:
         raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
-    n = None
-    if "partition" not in types:
-        catalog = Catalog(root)
-        leo = catalog.log_end_offsets() if catalog.exists() else {}
-        n = _num_partitions(topic, None, leo, config)
+    catalog = Catalog(root)
+    leo = catalog.log_end_offsets() if catalog.exists() else {}
+    n = None if "partition" in types else partition_count(topic, None, leo, config)
     append = opts.get("seglake.stream.append", "true").lower()
-    if append not in ("true", "false"):
-        raise ConfigError(f"seglake.stream.append must be true or false, got {append!r}")
-    return SinkOptions(root, qid, config, topic, n, "offset" in types, append == "true")
+    if append not in APPEND_MODES:
+        raise ConfigError(
+            f"seglake.stream.append must be one of {', '.join(APPEND_MODES)}, got {append!r}"
+        )
+    return SinkOptions(root, qid, config, topic, n, "offset" in types, append, dict(leo))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +179,8 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
         if o.has_offset:
             out = _write_given(o.root, stage, o.config, batches)
         else:
-            out = tasks.local_writer(o.root, stage, o.config, o.num_partitions, _FromZero(), None)(
+            starts = _FromLogEnd(o.log_end)
+            out = tasks.local_writer(o.root, stage, o.config, o.num_partitions, starts, None)(
                 batches
             )
         rows = pa.Table.from_batches(list(out), schema=tasks.SEGMENT_ROWS)
@@ -203,18 +214,23 @@ def commit_messages(
         pieces,
         config=opts.config,
         assigned=not opts.has_offset,
-        append_to_newest=opts.append_to_newest,
+        append=opts.append,
     )
 
 
-class _FromZero(Mapping):
-    """Task starts for the ingest's local writer: every (task, topic, partition) from 0."""
+@dataclasses.dataclass(frozen=True)
+class _FromLogEnd(Mapping):
+    """Task starts for the ingest's local writer: every (task, topic, partition) from the
+    partition's log end offset (the commit rebases a task's records that follow another
+    task's of the same partition)."""
+
+    log_end: Mapping[tuple[str, int], int]
 
     def __getitem__(self, key: Any) -> int:
-        return 0
+        return int(self.log_end.get((key[1], key[2]), 0))
 
     def get(self, key: Any, default: Any = None) -> int:
-        return 0
+        return self[key]
 
     def __iter__(self) -> Iterator[Any]:
         return iter(())
@@ -288,11 +304,13 @@ def _write_given(
             raise SeglakeError("input rows with an offset need a partition and no null offset")
         for key, idx in tasks.group_rows(b.column("topic"), b.column("partition").to_numpy()):
             groups.setdefault(key, []).append(b.take(pa.array(idx)))
-    out = tasks._StagedWriters(root, stage, config, tasks.task_id()[1], None)
+    out = tasks.StagedWriters(root, stage, config, tasks.task_id()[1], None)
     for key, parts in sorted(groups.items()):
         t = pa.Table.from_batches(parts).sort_by("offset")
         offsets = t.column("offset").to_numpy()
         writer = out.open(key, int(offsets[0]))
-        out.append(key, writer, tasks._records(t.combine_chunks().to_batches()[0], None, offsets))
+        out.append(
+            key, writer, tasks.record_table(t.combine_chunks().to_batches()[0], None, offsets)
+        )
         out.close(key, writer)
     yield from out.rows()

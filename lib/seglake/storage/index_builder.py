@@ -51,7 +51,7 @@ from seglake.record.batch import BatchScan
 from seglake.storage.offset_index import INT32_MAX, InvalidIndexAppendError, OffsetIndex
 from seglake.storage.time_index import NO_TIMESTAMP, TimeIndex
 
-__all__ = ["DEFAULT_INTERVAL", "IndexBuilder", "rebuild_indexes"]
+__all__ = ["DEFAULT_INTERVAL", "IndexBuilder", "prefix_indexes", "rebuild_indexes"]
 
 DEFAULT_INTERVAL = 4096  # log.index.interval.bytes: an entry after this many bytes
 
@@ -113,6 +113,42 @@ class IndexBuilder:
             else self._base - 1
         )
         self._batches = 0
+
+    @classmethod
+    def resume(
+        cls,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        *,
+        size_bytes: int,
+        last_offset: int,
+        index_interval_bytes: int = DEFAULT_INTERVAL,
+    ) -> IndexBuilder:
+        """Continue a closed segment's indexes as if its batches had never stopped:
+        the state :func:`rebuild_indexes` has after the segment's last batch, so appending
+        batches and calling :meth:`finish` gives the indexes a rebuild of the grown
+        segment gives, byte for byte (a broker restart instead resets the byte count).
+
+        ``offset_index``/``time_index``: the closed segment's (made by these rules and
+        :meth:`finish`), read-only is fine; ``size_bytes``: the ``.log``'s length;
+        ``last_offset``: its last batch's last offset. Kept state: bytes since the last
+        offset index entry (``size - its position``, all of it without one), the max
+        timestamp and its offset (the time index's last entry, which :meth:`finish`
+        forced); the forced entry itself is dropped unless an index moment wrote it (an
+        offset index entry at or after its offset).
+        """
+        base = offset_index.base_offset
+        oi = OffsetIndex.from_entries(base, offset_index.offsets, offset_index.positions)
+        ts, offs = time_index.timestamps, time_index.offsets
+        last = time_index.last_entry
+        if len(ts) and (not len(oi) or int(offs[-1]) > oi.last_offset):
+            ts, offs = ts[:-1], offs[:-1]  # forced by finish(), not at an index moment
+        self = cls(base, index_interval_bytes=index_interval_bytes, offset_index=oi)
+        self._ti = TimeIndex.from_entries(base, ts, offs)
+        self._max_ts, self._offset_of_max = int(last.timestamp), int(last.offset)
+        self._since = int(size_bytes) - (int(oi.positions[-1]) if len(oi) else 0)
+        self._last_offset = int(last_offset)
+        return self
 
     # ------------------------------------------------------------------------- properties
     @property
@@ -314,3 +350,21 @@ def rebuild_indexes(
             position=int(scan.position[added]),
         )
     return builder.finish()
+
+
+def prefix_indexes(
+    oi: OffsetIndex, ti: TimeIndex, size: int, next_offset: int
+) -> tuple[OffsetIndex, TimeIndex] | None:
+    """The indexes of a grown segment as they hold for its first ``size`` bytes (offsets
+    below ``next_offset``): the entries before them, read-only; None if no entry lies past
+    them. A segment grown in place (lake/stream_append.py) only appends entries, so these
+    are the older version's but for its final time index entry, which a lookup does
+    without (it reads on to the segment's end)."""
+    n_oi = int(np.searchsorted(oi.positions, size, side="left"))
+    n_ti = int(np.searchsorted(ti.offsets, next_offset, side="left"))
+    if n_oi == len(oi) and n_ti == len(ti):
+        return None
+    return (
+        OffsetIndex.from_bytes(oi.to_bytes()[: n_oi * 8], oi.base_offset, path=oi.path),
+        TimeIndex.from_bytes(ti.to_bytes()[: n_ti * 12], ti.base_offset, path=ti.path),
+    )

@@ -42,7 +42,7 @@ from seglake.record.batch import (
     BatchScan,
     SkippedBatch,
 )
-from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
+from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -221,7 +221,11 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             )
             oi.sanity_check()
             ti.sanity_check()
-            if len(oi) and int(oi.positions[-1]) >= self.size:
+            nxt = self._next_offset
+            grown = prefix_indexes(oi, ti, self.size, nxt) if self.committed and nxt else None
+            if grown is not None:  # appended to in place since this row's version
+                oi, ti = grown
+            elif len(oi) and int(oi.positions[-1]) >= self.size:
                 raise CorruptIndexError(
                     f"last entry's position {int(oi.positions[-1])} is "
                     f"past the end of the log ({self.size} bytes)",
