@@ -100,3 +100,29 @@ def test_cli_register(tmp_path: Path, capsys) -> None:
         main(["register", "--root", str(tmp_path / "lake"), str(FIXTURES), "--topics", "../etc"])
         == 2
     )
+
+
+@pytest.mark.parametrize("kafka_truncate", [False, True])
+def test_a_damaged_batch_keeps_the_later_ones(tmp_path: Path, kafka_truncate: bool) -> None:
+    """A flipped bit in a broker segment's first batch: the lake's rule (the default) cuts
+    out that batch only and keeps the later ones (a lake has no replica to refill them);
+    Kafka's rule (``kafka_truncate``) drops everything from the damaged batch on."""
+    broker = tmp_path / "broker"
+    shutil.copytree(FIXTURES / "sensor-data-0", broker / "sensor-data-0")
+    exp = load_expected("sensor-data-0")["00000000000000000000"]["batches"]
+    log = broker / "sensor-data-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[exp[0]["size"] - 1] ^= 0x01  # the first batch's last record byte (under its CRC)
+    log.write_bytes(bytes(data))
+    root = tmp_path / "lake"
+    register(str(root), str(broker), kafka_truncate=kafka_truncate)
+    rows = Catalog(str(root)).segments("sensor-data", 0).to_pylist()
+    if kafka_truncate:
+        assert rows == []  # the damaged batch was the first: nothing before it
+        return
+    kept = exp[1:]
+    assert [r["record_count"] for r in rows] == [sum(b["count"] for b in kept)]
+    got = open_partition(str(root), "sensor-data", 0).read(kept[0]["base_offset"])
+    assert got.column("offset").to_pylist() == [
+        o for b in kept for o in range(b["base_offset"], b["last_offset"] + 1)
+    ]

@@ -119,6 +119,12 @@ def _parser() -> argparse.ArgumentParser:
     rg.add_argument("--root", required=True, metavar="LAKE")
     rg.add_argument("--topics", nargs="+", default=None)
     rg.add_argument("--run-id", default=None)
+    rg.add_argument(
+        "--kafka-truncate",
+        action="store_true",
+        help="Kafka's recovery rule for damaged copies: delete everything after a damaged "
+        "batch (default: cut out only the damaged batch, keep the rest and report the gap)",
+    )
 
     rt = sub.add_parser(
         "retention",
@@ -227,7 +233,15 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "register":
         from seglake.lake.register import register
 
-        print(register(args.root, args.broker_dir, topics=args.topics, run_id=args.run_id))
+        print(
+            register(
+                args.root,
+                args.broker_dir,
+                topics=args.topics,
+                run_id=args.run_id,
+                kafka_truncate=args.kafka_truncate,
+            )
+        )
         return 0
     if args.command == "retention":
         from seglake.lake.retention import apply_retention

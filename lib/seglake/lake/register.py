@@ -77,6 +77,7 @@ def register(
     copy: bool = True,
     run_id: str | None = None,
     interval: int = DEFAULT_INTERVAL,
+    kafka_truncate: bool = False,
 ) -> RegisterReport:
     """Register the partitions of a broker data directory in the lake at ``root``.
 
@@ -88,6 +89,10 @@ def register(
             root; ``copy=False`` requires ``broker_data_dir`` to be the root).
         run_id: idempotency key (a rerun of a committed run id writes nothing).
         interval: ``log.index.interval.bytes`` for indexes that must be rebuilt.
+        kafka_truncate: recover the copies by Kafka's rule (a damaged batch deletes the
+            rest of the partition: a broker refills it from a replica). By default the
+            lake's rule: only the damaged batch is cut out, later segments are kept and the
+            gap is reported (a lake has no replica).
 
     Raises:
         ConfigError: ``copy=False`` for a directory that is not the lake root.
@@ -147,7 +152,9 @@ def register(
             if not lakefs.exists(fs, work):
                 skipped.append(f"{name} (no segments)")
                 continue
-        rep = recover_dir(fs, work, dry_run=False, interval=interval, force=False)
+        rep = recover_dir(
+            fs, work, dry_run=False, interval=interval, force=False, keep_valid=not kafka_truncate
+        )
         reports[name] = rep
         for rec in rep.segments:
             if rec.batches and rec.base_offset not in rep.deleted_segments:
