@@ -30,9 +30,9 @@ from seglake.errors import SeglakeError
 
 Split = Sequence[tuple[str, int, int]]  # (local path, start byte, length) of one task
 # Rows per batch read. The reader's transient memory is a few times the batch it builds
-# (64Ki rows of 100-byte values: ~12 MB batches, +90 MB peak RSS; 16Ki: +40 MB); smaller
-# batches do not change the output (batch boundaries follow batch.size, see
-# storage/writer.py) and cost no measurable CPU at this size (bench/RESULTS.md, P6).
+# (one row group of bench/ingest.py's input: 64Ki-row batches of 12 MB, +91 MB peak RSS;
+# 16Ki rows, 3 MB: +52 MB). Smaller batches do not change the output (batch boundaries
+# follow batch.size: storage/writer.py) and cost no measurable CPU at 16Ki (RESULTS, P6).
 BATCH_ROWS = 16_384
 READ_BUFFER = 1 << 20  # column chunks are streamed page by page through a 1 MiB buffer
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
