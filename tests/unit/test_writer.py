@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
@@ -22,6 +23,7 @@ from seglake.storage.log import PartitionLog
 from seglake.storage.naming import parse_segment_file_name
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.time_index import TimeIndex
+from seglake.storage.writer import SegmentWriter
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -303,3 +305,17 @@ def test_mixed_timestamp_types(tmp_path: Path) -> None:
     out = decoded(tmp_path / "t-0")
     assert out.column("timestamp_type").to_pylist() == tt.tolist()
     assert as_rows(out) == as_rows(recs)
+
+
+def test_held_back_records_do_not_keep_the_callers_batch_alive(tmp_path: Path) -> None:
+    """The last, unfilled batch is held back for the next append as a copy: a slice
+    would keep the caller's whole input (an ingest task's held batches) in memory."""
+    before = pa.total_allocated_bytes()
+    recs = make_records(2000, value_bytes=2000)  # ~4 MB of values, in Arrow's pool
+    assert pa.total_allocated_bytes() - before > 3_000_000
+    w = SegmentWriter(pafs.LocalFileSystem(), str(tmp_path / "t-0"), config=LogConfig())
+    w.append(recs)
+    del recs
+    assert pa.total_allocated_bytes() - before < 64_000  # the held back batch: < batch.size
+    w.close()
+    assert as_rows(decoded(tmp_path / "t-0")) == as_rows(make_records(2000, value_bytes=2000))

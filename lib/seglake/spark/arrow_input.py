@@ -9,7 +9,9 @@ them here, in the order Spark would, as the same internal columns ``normalize`` 
          (first column chunk's offset + the row group's compressed size // 2) falls in
          [start, start + length), parquet-mr's rule, so every row group is read by the
          same task as Spark's own reader would read it
-      -> iter_batches(batch_size) over those row groups, only the columns needed
+      -> iter_batches(batch_size) over those row groups, only the columns needed, on the
+         task's own thread (a Spark task has one core; decoding columns on Arrow's
+         thread pool only held more memory)
       -> Normalizer: topic, [partition], key, value, timestamp (epoch ms),
          timestamp_type, headers, exactly as spark/normalize.py computes them
 """
@@ -27,7 +29,11 @@ import pyarrow.parquet as pq
 from seglake.errors import SeglakeError
 
 Split = Sequence[tuple[str, int, int]]  # (local path, start byte, length) of one task
-BATCH_ROWS = 65_536  # as spark.sql.execution.arrow.maxRecordsPerBatch in spark/session.py
+# Rows per batch read. The reader's transient memory is a few times the batch it builds
+# (one row group of bench/ingest.py's input: 64Ki-row batches of 12 MB, +91 MB peak RSS;
+# 16Ki rows, 3 MB: +52 MB). Smaller batches do not change the output (batch boundaries
+# follow batch.size: storage/writer.py) and cost no measurable CPU at 16Ki (RESULTS, P6).
+BATCH_ROWS = 16_384
 READ_BUFFER = 1 << 20  # column chunks are streamed page by page through a 1 MiB buffer
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _MS_PER = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000)}  # (multiply, floor-divide) to ms
@@ -152,7 +158,9 @@ def read_split(
                     n = f.metadata.row_group(g).num_rows
                     yield from _empty_rows(n, batch_rows, normalize, path)
                 continue
-            for b in f.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns):
+            for b in f.iter_batches(
+                batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
+            ):
                 yield normalize(b, path)
 
 

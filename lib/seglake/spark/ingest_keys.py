@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import SeglakeError
 from seglake.record.partitioner import default_partition
+from seglake.spark.task_memory import in_task_pool
 
 __all__ = [
     "COUNT_ROWS",
@@ -76,7 +77,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     exactly as the write pass will partition (Kafka's default partitioner over ``key``
     when there is no ``partition``; null keys round robin from ``task * 7919``)."""
 
-    def count(batches: Batches) -> Batches:
+    def count(batches: Batches) -> list[pa.RecordBatch]:
         task = task_id()[0]
         part = Partitioner(num_partitions, task)
         stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
@@ -99,9 +100,11 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
                 s[0] += len(idx)
                 if lo is not None:
                     s[1], s[2] = min(s[1], lo), max(s[2], hi)
-        if stats:
-            cols = list(zip(*stats.values(), strict=True))
-            yield pa.RecordBatch.from_pydict(
+        if not stats:
+            return []
+        cols = list(zip(*stats.values(), strict=True))
+        return [
+            pa.RecordBatch.from_pydict(
                 {
                     "task": [task] * len(stats),
                     "topic": [k[0] for k in stats],
@@ -112,8 +115,9 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
                 },
                 schema=COUNT_ROWS,
             )
+        ]
 
-    return count
+    return in_task_pool(count)
 
 
 def group_rows(topics: pa.Array, parts: np.ndarray) -> list[tuple[Key, np.ndarray]]:

@@ -38,6 +38,7 @@ from seglake.spark.ingest_keys import (
     task_keys,
 )
 from seglake.spark.ingest_plan import PartitionPlan
+from seglake.spark.task_memory import in_task_pool
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
@@ -156,9 +157,9 @@ def local_writer(
     written as segments of their own. Each input batch is reordered by group with one
     take; the groups keep zero-copy slices of it, so all groups are flushed together once
     the batches held reach ``seglake.ingest.buffer.bytes``: memory is that plus one input
-    batch and one group's concatenated records."""
+    batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory)."""
 
-    def write(batches: Batches) -> Batches:
+    def write(batches: Batches) -> list[pa.RecordBatch]:
         task, suffix = task_id()
         out = StagedWriters(root, run_id, config, suffix, fail_after_records)
         part = Partitioner(num_partitions, task)
@@ -167,6 +168,7 @@ def local_writer(
         for b in batches:
             parts = part(b)
             split = group_rows(b.column("topic"), parts)
+            b = b.select(RECORD_COLUMNS[1:])  # topic and partition are in the keys
             if len(split) > 1:  # one take in group order, then zero-copy slices
                 b = b.take(pa.array(np.concatenate([idx for _, idx in split])))
             held += b.nbytes
@@ -197,9 +199,9 @@ def local_writer(
         for key, g in groups.items():
             _flush(out, key, g)
             out.close(key, g.writer)
-        yield from out.rows()
+        return list(out.rows())
 
-    return write
+    return in_task_pool(write)
 
 
 def _flush(out: StagedWriters, key: Key, g: _Group) -> None:
@@ -277,7 +279,7 @@ def encoder(
     per partition, numbered from its log end offset here); each run of equal ``_chunk``
     is one (topic, partition)'s offset range."""
 
-    def encode(batches: Batches) -> Batches:
+    def encode(batches: Batches) -> list[pa.RecordBatch]:
         out = StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
         key: Key = ("", -1)  # set with writer
@@ -302,9 +304,9 @@ def encoder(
                 out.append(key, writer, record_table(rows, None, offsets))
         if writer is not None:
             out.close(key, writer)
-        yield from out.rows()
+        return list(out.rows())
 
-    return encode
+    return in_task_pool(encode)
 
 
 def _chunk_runs(b: pa.RecordBatch) -> list[tuple[int, int]]:

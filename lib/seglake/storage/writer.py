@@ -190,7 +190,7 @@ class SegmentWriter:
         )
         n = len(batches)
         if hold_back_last and n:
-            self._pending = table.slice(int(batches.record_start[n - 1]))
+            self._pending = _own_copy(table.slice(int(batches.record_start[n - 1])))
             n -= 1
         if n:
             self._write_batches(batches, n)
@@ -318,6 +318,12 @@ class SegmentWriter:
     def _take_closed(self) -> list[SegmentInfo]:
         out, self._closed = self._closed, []
         return out
+
+
+def _own_copy(table: pa.Table) -> pa.Table:
+    """``table`` in buffers of its own: a held-back slice would keep the caller's whole
+    input batches alive until the next append."""
+    return table.take(pa.array(np.arange(table.num_rows)))
 
 
 def _timestamp_type_runs(table: pa.Table) -> list[pa.Table]:
