@@ -26,7 +26,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -283,12 +283,15 @@ static inline int length_and_bytes(const u8 *data, i64 *q, i64 last, i64 i, i64 
  * or maxTimestamp where log_append[b]), key/value Arrow offsets (n + 1, int32) and validity
  * bits (caller zeroes them), header list offsets (n + 1). totals: [key bytes, value bytes,
  * headers, header key bytes, header value bytes, null keys, null values, null header values].
+ * rec_start, rec_end (both NULL, or n each): where each record's bytes (its length varint
+ * first) begin and end in data.
  * Returns 0; 1: bytes that do not walk (or a count that is not the total); 2: a column
  * over int32 offsets. */
 i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 *count,
             const i64 *base_offset, const i64 *base_ts, const i64 *max_ts, const u8 *log_append,
             const i64 *last_delta, i64 n, i64 *offset, i64 *timestamp, i32 *key_off,
-            u8 *key_valid, i32 *val_off, u8 *val_valid, i32 *hdr_off, i64 *totals) {
+            u8 *key_valid, i32 *val_off, u8 *val_valid, i32 *hdr_off, i64 *totals,
+            i64 *rec_start, i64 *rec_end) {
     i64 i = 0, kb = 0, vb = 0, nh = 0, hkb = 0, hvb = 0, kn = 0, vn = 0, hvn = 0;
     key_off[0] = val_off[0] = hdr_off[0] = 0;
     for (i64 b = 0; b < nb; b++) {
@@ -338,6 +341,10 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
             key_off[i + 1] = (i32)kb;
             val_off[i + 1] = (i32)vb;
             hdr_off[i + 1] = (i32)nh;
+            if (rec_start) {
+                rec_start[i] = p;
+                rec_end[i] = last;
+            }
             p = last;
         }
         if (p != lim) return 1;

@@ -27,6 +27,9 @@ from seglake.record import batch, native
 from seglake.record.batch import SCAN_COLUMNS, scan_batches
 from seglake.record.decode import decode_batches, read_log, record_times
 from seglake.record.encode import encode_batches
+from seglake.storage import window_records
+from seglake.storage.segment_window import Window
+from seglake.storage.window_records import min_timestamps
 from tests.unit.test_encode import record_lists, table
 from tests.unit.test_fuzz import mutated_logs
 
@@ -220,3 +223,66 @@ def test_package_zipped_for_executors_still_encodes(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in ("True", "False")
+
+
+def walks(buf: bytes, cut: int):
+    """``(kernel's, numpy's)`` :func:`window_records.walk_batches` and :func:`min_timestamps`
+    of ``buf``'s batches (CRCs not checked: damaged records reach the walk), as two
+    windows split at batch ``cut``."""
+    scan = scan_batches(buf, verify_crc=False, stop_on_crc_error=False)
+    w = Window(0, buf, scan)
+    k = min(cut, len(scan))
+    parts = [(w, np.arange(k)), (w, np.arange(k, len(scan)))]
+    fast = outcome(lambda: (window_records.walk_batches(parts), min_timestamps(parts)))
+    with patch.object(native, "kernel", lambda: None):
+        slow = outcome(lambda: (window_records.walk_batches(parts), min_timestamps(parts)))
+    return fast, slow
+
+
+def same_walk(fast, slow) -> None:
+    assert type(fast) is type(slow)
+    if not isinstance(fast, tuple) or isinstance(fast[0], type):
+        assert fast == slow
+        return
+    (a, a_min), (b, b_min) = fast, slow
+    same_scan(a.scan, b.scan)
+    for name in ("ok", "first", "start", "end", "offset", "timestamp"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert bytes(a.data) == bytes(b.data)
+    np.testing.assert_array_equal(a_min, b_min)
+    if len(a.offset):  # the records decode alike from both walks' places
+        rec = np.unique(np.linspace(0, len(a.offset) - 1, 7).astype(np.int64))
+        same_outcome(outcome(a.decode, rec), outcome(b.decode, rec))
+
+
+@needs_kernel
+@HYPO
+@given(
+    buf=st.one_of(
+        st.sampled_from([0, 1, 2, 3, 4]).map(log_with_headers),
+        st.sampled_from([0, 3]).flatmap(lambda c: mutated_logs(log_with_headers(c))),
+        mutated_logs(),
+    ),
+    cut=st.integers(0, 6),
+)
+def test_window_walk_matches_numpy(buf, cut):
+    """The lookup's and extract's record walk: the kernel's places, offsets, timestamps and
+    batch minima are the numpy set-aside walk's, damaged logs included."""
+    same_walk(*walks(buf, cut))
+
+
+@needs_kernel
+def test_window_walk_uses_the_kernel():
+    """A clean log is walked by the kernel (walk_batches, then min_timestamps), with
+    every record's place."""
+    calls = []
+    real = window_records.walk_native
+
+    def spy(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    with patch.object(window_records, "walk_native", spy):
+        fast, slow = walks(log_with_headers(3), 2)
+    assert len(calls) == 2 and all(c is not None and c.walk.rec_start is not None for c in calls)
+    same_walk(fast, slow)

@@ -45,17 +45,19 @@ def walk_native(
     sel: np.ndarray,
     path: str | None,
     limits: tuple[int, int | None],
+    *,
+    places: bool = False,
 ) -> Walked | None:
     """Decompress (as the numpy walk does) and walk the records of the batches ``sel``
-    of ``scan``; None where the kernel refuses them."""
+    of ``scan`` (``places``: each record's start and end too, :func:`native.walk`); None
+    where the kernel refuses them."""
     data, _, start, end = batch_blocks(buf, scan, sel, path, limits)
     counts = scan.records_count[sel]
     log_append = (scan.attributes[sel] & TIMESTAMP_TYPE_BIT) != 0
     base_offset = scan.base_offset[sel]
     bases = (base_offset, scan.base_timestamp[sel], scan.max_timestamp[sel])
-    w = native.walk(
-        lib, data, start, end, counts, bases, log_append, scan.last_offset[sel] - base_offset
-    )
+    last_delta = scan.last_offset[sel] - base_offset
+    w = native.walk(lib, data, start, end, counts, bases, log_append, last_delta, places=places)
     return None if w is None else Walked(lib, w, data, start, end, counts, log_append)
 
 

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 3  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 4  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -51,7 +51,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_has_crc": (_I, []),
     "sl_crc32c": (_I, [_P, _I]),
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
-    "sl_walk": (_I, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "sl_walk": (_I, [_P, _I, *[_P] * 8, _I, *[_P] * 10]),
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     "sl_extra": (None, [_I, _P, _P, _P, _P]),
     "sl_plan": (_I, [_I, _P, _P, _P, _I, _I, _P, _P]),
@@ -167,7 +167,8 @@ class Walk(NamedTuple):
     """Per record: ``offset``, ``timestamp``; Arrow buffers of the key and value columns
     (int32 offsets, validity bits) and of the headers list (int32 offsets); ``totals``:
     key bytes, value bytes, headers, header key bytes, header value bytes, null keys,
-    null values, null header values."""
+    null values, null header values; with ``places``, where each record's bytes (its
+    length varint first) begin and end in the data (else None)."""
 
     offset: np.ndarray
     timestamp: np.ndarray
@@ -177,6 +178,8 @@ class Walk(NamedTuple):
     value_valid: np.ndarray
     header_off: np.ndarray
     totals: list[int]
+    rec_start: np.ndarray | None = None
+    rec_end: np.ndarray | None = None
 
 
 def walk(
@@ -188,9 +191,12 @@ def walk(
     bases: tuple[np.ndarray, np.ndarray, np.ndarray],
     log_append: np.ndarray,
     last_delta: np.ndarray,
+    *,
+    places: bool = False,
 ) -> Walk | None:
     """Walk and check the records of blocks ``data[start[b]:end[b]]`` (``counts[b]``
-    records each; ``bases``: base offset, base timestamp, max timestamp per block).
+    records each; ``bases``: base offset, base timestamp, max timestamp per block;
+    ``places``: each record's start and end too).
     ``None``: bytes the kernel refuses, or a column past int32 offsets. Nothing is
     allocated from a count that does not fit its block (7 bytes a record at least)."""
     if ((counts < 0) | (counts > (end - start) // 7)).any():
@@ -203,6 +209,7 @@ def walk(
         *_offsets_and_bits(n),
         np.empty(n + 1, np.int32),
         [],
+        *((_empty(n, np.int64), _empty(n, np.int64)) if places else ()),
     )
     totals = np.zeros(8, np.int64)
     args = [_i64(a) for a in (start, end, counts, *bases)]
@@ -217,6 +224,7 @@ def walk(
         n,
         *(_ptr(a) for a in out[:7]),
         _ptr(totals),
+        *(_ptr(a) if a is not None else None for a in out[8:]),
     )
     if rc:
         return None

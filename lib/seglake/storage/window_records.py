@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
+from seglake.record import native
 from seglake.record.batch import (
     CODEC_MASK,
     HEADER_DTYPE,
@@ -25,6 +26,7 @@ from seglake.record.batch import (
 from seglake.record.batch_walk import walk_batches as _walk
 from seglake.record.codecs import MAX_BLOCK_OUTPUT
 from seglake.record.decode import decode_batches
+from seglake.record.decode_native import walk_native
 from seglake.record.schema import empty_records
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import batch_minima
@@ -140,9 +142,11 @@ class RecordWalk:
 
 def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     """:class:`RecordWalk` of the batches ``sel`` of each ``(window, sel)``, parts one
-    after the other: the decoder's walk (:func:`seglake.record.batch_walk.walk_batches`,
-    vectorised over all batches) with its timestamp and offset deltas only. A batch that
-    does not walk is set aside (``ok`` False) and the others walked again."""
+    after the other: the compiled kernel's walk (:func:`walk_native`, every record
+    checked) where there is one and it takes every batch; else the decoder's numpy walk
+    (:func:`seglake.record.batch_walk.walk_batches`, vectorised over all batches) with
+    its timestamp and offset deltas only, where a batch that does not walk is set aside
+    (``ok`` False) and the others walked again. Both give the same fields."""
     scan = BatchScan(
         **{  # type: ignore[arg-type]  # the array columns
             f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
@@ -157,7 +161,25 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
         for w, sel in parts
         for p, z in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(), strict=True)
     ]
-    r = _walk(views, scan, np.arange(len(scan)), None, (MAX_BLOCK_OUTPUT, None), set_aside=True)
+    sel, limits = np.arange(len(scan)), (MAX_BLOCK_OUTPUT, None)
+    lib = native.kernel()
+    if lib is not None:
+        try:
+            k = walk_native(lib, views, scan, sel, None, limits, places=True)
+        except CorruptRecordError:  # a block that does not decompress
+            k = None
+        if k is not None:
+            return RecordWalk(
+                scan,
+                np.ones(len(scan), dtype=bool),
+                np.concatenate(([0], np.cumsum(k.counts))),
+                k.data,
+                k.walk.rec_start,  # type: ignore[arg-type]  # asked for (places)
+                k.walk.rec_end,  # type: ignore[arg-type]
+                k.walk.offset,
+                k.walk.timestamp,
+            )
+    r = _walk(views, scan, sel, None, limits, set_aside=True)
     counts = r.ctx.counts
     rec_start = np.empty_like(r.body)
     rec_start[1:] = r.rec_end[:-1]
