@@ -40,7 +40,7 @@ class Walked(NamedTuple):
 
 def walk_native(
     lib: ctypes.CDLL,
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | list,
     scan: BatchScan,
     sel: np.ndarray,
     path: str | None,
