@@ -19,16 +19,15 @@ import contextlib
 import errno
 import os
 import re
-import threading
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import ConfigError, InvalidTopicError, NoSpaceError, SegmentNotFoundError
+from seglake.io_stats import IO_STATS, IOStats
 
 __all__ = [
     "IO_STATS",
@@ -56,70 +55,6 @@ __all__ = [
 _ATOMIC_RENAME = frozenset({"local", "hdfs"})
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _UNSAFE_CHARS = re.compile(r"[\\:%?#~\x00-\x1f\x7f]")
-
-
-class IOStats:
-    """Bytes and reads done by :func:`read_range` / :func:`read_all` in this process.
-
-    Attributes:
-        bytes_read: bytes returned by reads since the last :meth:`reset`.
-        reads: read calls.
-        files_opened: files opened for reading.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.bytes_read = 0
-        self.reads = 0
-        self.files_opened = 0
-
-    def record(self, nbytes: int, *, opened: int = 1, reads: int = 1) -> None:
-        """Count ``reads`` reads of ``nbytes`` bytes in all (and ``opened`` file opens)."""
-        with self._lock:
-            self.bytes_read += nbytes
-            self.reads += reads
-            self.files_opened += opened
-
-    def reset(self) -> None:
-        """Set every counter back to zero."""
-        with self._lock:
-            self.bytes_read = 0
-            self.reads = 0
-            self.files_opened = 0
-
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a dict, read under the lock."""
-        with self._lock:
-            return {
-                "bytes_read": self.bytes_read,
-                "reads": self.reads,
-                "files_opened": self.files_opened,
-            }
-
-    @contextlib.contextmanager
-    def counting(
-        self, *accumulators: Any, keys: tuple[str, ...] = ("bytes_read",)
-    ) -> Iterator[None]:
-        """Add what this process reads inside the block to Spark accumulators, one per
-        counter in ``keys`` (``None`` accumulators are skipped)."""
-        before = self.snapshot()
-        try:
-            yield
-        finally:
-            after = self.snapshot()
-            for acc, k in zip(accumulators, keys, strict=True):
-                if acc is not None:
-                    acc.add(after[k] - before[k])
-
-    def __repr__(self) -> str:
-        s = self.snapshot()
-        return (
-            f"IOStats(bytes_read={s['bytes_read']}, reads={s['reads']}, "
-            f"files_opened={s['files_opened']})"
-        )
-
-
-IO_STATS = IOStats()
 
 
 def resolve(

@@ -131,7 +131,7 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "fs", "testing_hooks"}
+SHARED = {"errors", "config", "fs", "io_stats", "testing_hooks"}
 ALLOWED = {
     "record": {"", "record", "errors", "config"},
     "storage": {"", "record", "storage", *SHARED},
