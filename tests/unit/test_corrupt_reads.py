@@ -6,6 +6,7 @@ and says which batch it skipped. Brute force: every .log scanned whole, batch by
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -256,7 +257,9 @@ def test_cli_no_traceback(lake: Path) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=int(os.environ.get("SEGLAKE_DAMAGE_EXAMPLES", "15")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_random_damage_never_silently_drops(pristine: Path, tmp_path_factory, data) -> None:
@@ -293,5 +296,7 @@ def test_random_damage_never_silently_drops(pristine: Path, tmp_path_factory, da
     except CorruptRecordError:
         return
     missing = set(range(N)) - set(got)
-    reported = {o for _, b in s.skipped for o in range(b.base_offset, b.last_offset + 1)}
-    assert missing <= reported and set(whole) <= set(got), (missing, reported)
+    # only the damaged batch's records may be missing, and then a batch was reported (its
+    # header's offsets may be the forged ones: a range built from them can be billions long)
+    assert missing <= damaged and set(whole) <= set(got), sorted(missing)[:10]
+    assert not missing or s.skipped, "records left out without a report"
