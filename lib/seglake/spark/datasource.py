@@ -53,7 +53,6 @@ from seglake.spark.read_options import (
     parse_options,
 )
 from seglake.spark.read_plan import Pushed, plan_read
-from seglake.spark.session import pinned_reads
 from seglake.storage.index_cache import get_cache
 
 __all__ = [  # with the planning names tests take from here
@@ -103,8 +102,7 @@ class SeglakeReader(DataSourceReader):
             return
         value = partition.value
         skipped: list[str] = []
-        pinned = pinned_reads(self.opts.root, self.opts.version)  # versionAsOf
-        with pinned, lakefs.IO_STATS.counting(self.bytes_accumulator):
+        with lakefs.IO_STATS.counting(self.bytes_accumulator):
             t = read_splits(
                 get_cache(self.cache_bytes),
                 self.opts.root,
@@ -112,7 +110,7 @@ class SeglakeReader(DataSourceReader):
                 isolation_level=self.opts.isolation_level,
                 on_corrupt=self.opts.on_corrupt,
                 skipped=skipped,
-                version=self.opts.version,
+                version=self.opts.version,  # versionAsOf: pinned
             )
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)

@@ -45,7 +45,7 @@ from seglake.spark.extract_plan import (
     plan_extract,
 )
 from seglake.spark.extract_read import iter_splits
-from seglake.spark.session import pinned_reads, spark_schema
+from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 
 __all__ = ["extract"]
@@ -124,7 +124,7 @@ def extract(
         for b in batches:
             for task in b.column(0).to_pylist():
                 skipped: list[str] = []
-                with pinned_reads(root, version), lakefs.IO_STATS.counting(acc):
+                with lakefs.IO_STATS.counting(acc):
                     for t in iter_splits(
                         cache,
                         root,

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
+from seglake.lake.pinned import PinnedVersion
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache
@@ -95,10 +96,12 @@ def read_splits(
 
     A damaged batch raises :class:`~seglake.errors.CorruptRecordError` (file, position,
     offsets), or with ``on_corrupt="skip"`` is left out and described in ``skipped``
-    (one line each). ``version``: the catalog version the splits were planned on; a file
-    read shorter than its row's size is checked against it (a torn tail, or a segment a
-    later version replaced in place: :class:`~seglake.errors.VersionSupersededError`)."""
-    parts = [_split_batches(cache, root, s, on_corrupt, skipped, version) for s in splits]
+    (one line each). ``version``: the catalog version the splits were planned on: a file
+    of it gone, or read shorter than its row's size (a torn tail reads on), because a
+    later version removed or replaced the segment raises
+    :class:`~seglake.errors.VersionSupersededError` (:mod:`seglake.lake.pinned`)."""
+    pin = None if version is None else PinnedVersion(root, version)
+    parts = [_split_batches(cache, root, s, on_corrupt, skipped, pin) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
@@ -127,7 +130,7 @@ def _split_batches(
     split: dict,
     on_corrupt: str,
     skipped: list[str] | None,
-    version: int | None = None,
+    pin: PinnedVersion | None = None,
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
@@ -137,12 +140,8 @@ def _split_batches(
         "run_id": split["run_id"],
         "index_interval_bytes": split.get("index_interval_bytes"),
     }
-    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt)
-    try:
-        w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
-    finally:  # a file shorter than its row's size (a split over it fails): replaced since?
-        if seg.short_read and version is not None:
-            _check_short(root, version, split["topic"], split["partition"], seg)
+    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     if skipped is not None:
         skipped += [
             b.describe(seg.log_path)
@@ -154,23 +153,6 @@ def _split_batches(
     if split["ts_lo"] > NO_TS_LO:
         keep &= s.max_timestamp >= split["ts_lo"]
     return w, keep, seg.log_path
-
-
-def _check_short(root: str, version: int, topic: str, partition: int, seg: LogSegment) -> None:
-    """``seg`` (of catalog ``version``) read a file shorter than its row's size: a torn
-    tail reads on; a segment a later version replaced in place raises (the catalog is
-    read on this path only)."""
-    from seglake.lake.catalog import Catalog
-    from seglake.lake.garbage import short_file_error
-
-    catalog = Catalog(root)
-    if catalog.version() == version:
-        seg.short_read = False
-        return
-    pinned = catalog.segments(topic, partition, version=version)
-    err = short_file_error(catalog, version, topic, partition, pinned, seg)
-    if err is not None:
-        raise err
 
 
 def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
