@@ -130,7 +130,7 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     VersionSupersededError; not pinned, or a file missing at the current version: the
     plain error."""
     from seglake.spark.extract_plan import plan_extract
-    from seglake.spark.extract_read import read_splits
+    from seglake.spark.extract_read import SplitReads, read_splits
     from seglake.storage.index_cache import IndexCache
 
     root, segs, lake = opened
@@ -146,7 +146,7 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
         read_splits(cache, str(root), plan.splits.to_pylist())
     for c in (cache, IndexCache()):
         with pytest.raises(VersionSupersededError) as err:
-            read_splits(c, str(root), plan.splits.to_pylist(), version=pinned)
+            read_splits(c, str(root), plan.splits.to_pylist(), SplitReads(version=pinned))
         assert err.value.version == pinned and err.value.superseded_by == pinned + 1
         assert f"catalog version {pinned} was superseded" in str(err.value)
         assert "t-0" in str(err.value) and "\n" not in str(err.value)
@@ -154,5 +154,5 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     now = lake.refresh().version
     plan = plan_extract(str(root), "t", version=now)
     with pytest.raises(SegmentNotFoundError) as raised:
-        read_splits(IndexCache(), str(root), plan.splits.to_pylist(), version=now)
+        read_splits(IndexCache(), str(root), plan.splits.to_pylist(), SplitReads(version=now))
     assert not isinstance(raised.value, VersionSupersededError)

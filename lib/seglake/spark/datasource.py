@@ -46,7 +46,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.spark.extract_plan import pack_splits
-from seglake.spark.extract_read import read_splits
+from seglake.spark.extract_read import SplitReads, read_splits
 from seglake.spark.read_options import (
     OPTIONS,
     ReadOptions,
@@ -107,10 +107,12 @@ class SeglakeReader(DataSourceReader):
                 get_cache(self.cache_bytes),
                 self.opts.root,
                 value if isinstance(value, list) else [value],
-                isolation_level=self.opts.isolation_level,
-                on_corrupt=self.opts.on_corrupt,
-                skipped=skipped,
-                version=self.opts.version,  # versionAsOf: pinned
+                SplitReads(
+                    self.opts.isolation_level,
+                    self.opts.on_corrupt,
+                    skipped,
+                    self.opts.version,  # versionAsOf: pinned
+                ),
             )
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)
