@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import datasource as sds
 from pyspark.sql import functions as F
 
+import seglake
 import seglake.spark
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
@@ -113,6 +114,63 @@ def quantile_ms(recs: pd.DataFrame, q: float) -> int:
 
 
 # ------------------------------------------------------------------------------ results
+@pytest.mark.parametrize("which", ["generated", "broker-fixtures"])
+def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monkeypatch, which):
+    """A reader task decodes its splits a group of about ``group_bytes`` of log at a time
+    (``iter_splits``, as extract's tasks): with a small group a task makes several
+    decode calls, hands the first group's rows over before decoding the next, and its
+    rows are the whole task's ``read_splits`` (the old read) and the notebook API's."""
+    from seglake.lake.register import register as register_broker
+    from seglake.spark import extract_read
+    from seglake.storage.index_cache import get_cache
+    from tests.conftest import FIXTURES
+
+    if which == "generated":
+        root = source.root
+    else:
+        if not FIXTURES.exists():
+            pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
+        root = str(tmp_path / "lake")
+        register_broker(root, str(FIXTURES), run_id="fixtures")
+    opts = datasource.parse_options({"path": root})
+    reader = datasource.SeglakeReader(opts, parallelism=2)
+    reader.group_bytes = 1  # every split its own group
+    tasks = reader.partitions()
+    calls: list[int] = []
+    decode = extract_read.read_splits
+
+    def counted(*args: Any) -> pa.Table:
+        calls.append(len(args[2]))
+        return decode(*args)
+
+    monkeypatch.setattr(extract_read, "read_splits", counted)
+    names, got = opts.arrow_schema.names, []
+    for task in tasks:
+        calls.clear()
+        batches = reader.read(task)
+        first = next(batches, None)
+        assert first is not None and calls == [1]  # one split decoded before the first rows
+        rest = list(batches)
+        assert calls == [1] * len(task.value)
+        whole = decode(get_cache(), root, task.value).select(names)
+        assert pa.Table.from_batches([first, *rest], schema=whole.schema).equals(whole)
+        got += [first, *rest]
+    assert max(len(t.value) for t in tasks) > 1  # some task has several groups
+    rows = pa.Table.from_batches(got).to_pandas()
+    opened = seglake.open(root)
+    assert len(rows) >= 100
+    for (topic, partition), g in rows.groupby(["topic", "partition"]):
+        p = opened.partition(topic, partition)
+        n = p.log_end_offset - p.log_start_offset
+        exp = p.read(p.log_start_offset, n, as_="arrow")
+        assert g["offset"].tolist() == exp.column("offset").to_pylist()
+        assert g["value"].tolist() == exp.column("value").to_pylist()
+        assert g["key"].tolist() == exp.column("key").to_pylist()
+    every = {(t, q) for t in opened.topics() for q in opened.partitions(t)}
+    nonempty = {k for k in every if opened.partition(*k).log_end_offset > 0}
+    assert set(rows.groupby(["topic", "partition"]).groups) == nonempty
+
+
 def test_whole_lake_and_headers_equal_brute_force_and_extract(spark, source):
     recs = source.recs
     df = source.df()

@@ -1,7 +1,7 @@
 """Readers pinned to a catalog version through Spark (``versionAsOf``, an extract plan,
 a lookup's version) whose segments a later version removed, their files deleted after
 ``file.delete.delay.ms``: the task fails with the notebook's one-line
-VersionSupersededError (``spark.session.pinned_reads``), not a plain
+VersionSupersededError (``lake.pinned.PinnedVersion``, the segments' pin), not a plain
 SegmentNotFoundError (RELIABILITY.md's open item)."""
 
 from __future__ import annotations

@@ -124,13 +124,13 @@ def test_cleanup_removes_catalog_files_no_log_entry_names(
 
 
 def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
-    """What a Spark task of a pinned read (extract/lookup plans, versionAsOf) does on a
-    missing file (``spark.session.pinned_reads``): ``superseded_at`` reads the catalog on
-    that error path only and gives the notebook's one VersionSupersededError; not pinned,
-    or a file missing at the current version: the error stays as it was."""
-    from seglake.lake.garbage import superseded_at
+    """What a Spark task of a pinned read (extract plans, versionAsOf) does on a missing
+    file: ``read_splits(version=)`` opens its segments with the version's pin, which reads
+    the catalog on that error path only and raises the notebook's one
+    VersionSupersededError; not pinned, or a file missing at the current version: the
+    plain error."""
     from seglake.spark.extract_plan import plan_extract
-    from seglake.spark.extract_read import read_splits
+    from seglake.spark.extract_read import SplitReads, read_splits
     from seglake.storage.index_cache import IndexCache
 
     root, segs, lake = opened
@@ -138,18 +138,21 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     plan = plan_extract(str(root), "t", version=pinned)
     apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
     cleanup(str(root), older_than_s=0)
-    with pytest.raises(SegmentNotFoundError) as raised:
+    with pytest.raises(SegmentNotFoundError) as raised:  # not pinned
         read_splits(IndexCache(), str(root), plan.splits.to_pylist())
-    exc = raised.value
-    assert not isinstance(exc, VersionSupersededError)
-    err = superseded_at(str(root), pinned, exc)
-    assert isinstance(err, VersionSupersededError) and err.version == pinned
-    assert f"catalog version {pinned} was superseded" in str(err) and "t-0" in str(err)
-    assert "\n" not in str(err) and err.superseded_by == pinned + 1
-    assert superseded_at(str(root), None, exc) is exc  # not pinned
+    assert not isinstance(raised.value, VersionSupersededError)
+    cache = IndexCache()  # the segment cached unpinned first: the pin is the reader's
+    with pytest.raises(SegmentNotFoundError):
+        read_splits(cache, str(root), plan.splits.to_pylist())
+    for c in (cache, IndexCache()):
+        with pytest.raises(VersionSupersededError) as err:
+            read_splits(c, str(root), plan.splits.to_pylist(), SplitReads(version=pinned))
+        assert err.value.version == pinned and err.value.superseded_by == pinned + 1
+        assert f"catalog version {pinned} was superseded" in str(err.value)
+        assert "t-0" in str(err.value) and "\n" not in str(err.value)
     segs[3].unlink()  # a file of the current version: not superseded
     now = lake.refresh().version
     plan = plan_extract(str(root), "t", version=now)
     with pytest.raises(SegmentNotFoundError) as raised:
-        read_splits(IndexCache(), str(root), plan.splits.to_pylist())
-    assert superseded_at(str(root), now, raised.value) is raised.value
+        read_splits(IndexCache(), str(root), plan.splits.to_pylist(), SplitReads(version=now))
+    assert not isinstance(raised.value, VersionSupersededError)

@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -223,10 +224,10 @@ def lake(tmp_path: Path, pristine: Path) -> Path:  # noqa: F811
     return root
 
 
-def _tasks_without_merges(fn, specs: list) -> list:
+def _tasks_without_merges(fn, tasks: list) -> list:
     """``map_tasks`` of a run whose merges the driver takes: no merge may come here."""
-    assert not any(s[0] == "merge" for s in specs)
-    return list(map(fn, specs))
+    assert not any(s[0] == "merge" for t in tasks for s in t)
+    return list(map(fn, tasks))
 
 
 ON_DRIVER = {"driver_merge_bytes": 1 << 40, "map_tasks": _tasks_without_merges}
@@ -260,6 +261,68 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict)
     assert cleanup(str(lake), delete_delay_s=0).retired.deleted
     assert not any((lake / "_retired").rglob("*.log"))
     assert lake_records(str(lake)).equals(before)
+
+
+def _lake_files(root: Path) -> dict[str, bytes]:
+    """Every segment file the catalog names (the .log and its indexes), by path."""
+    out = {}
+    for r in Catalog(str(root)).segments().to_pylist():
+        stem = r["path"][: -len(".log")]
+        for suffix in (".log", ".index", ".timeindex"):
+            out[stem + suffix] = (root / (stem + suffix)).read_bytes()
+    return out
+
+
+def test_merge_groups_packed_into_tasks_give_the_same_lake(
+    lake: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Merges as tasks are packed by bytes (``lake/packing.py``, as a read's splits):
+    fewer tasks than groups, a multiple of the cores when more than one; the lake after
+    is byte for byte the one the driver's merges make, however they were packed."""
+    from seglake.lake import compaction
+
+    def rows(root: Path):
+        return Catalog(str(root)).segments().drop_columns(["run_id", "committed_at"])
+
+    groups = len([s for s in _specs(lake) if s[0] == "merge"])
+    assert groups >= 2
+    copies = {k: tmp_path / k for k in ("driver", "one-task", "per-core")}
+    for dst in copies.values():
+        shutil.copytree(lake, dst)
+    run_compaction(str(copies["driver"]), merge_only=True, conf=MERGE, run_id="m", **ON_DRIVER)
+    seen: dict[str, list[int]] = {}
+    for name, cores, least in (("one-task", 2, 1 << 30), ("per-core", 2, 1)):
+        monkeypatch.setattr(compaction, "MERGE_TASK_MIN_BYTES", least)
+
+        def tasks(fn, items: list, name: str = name) -> list:
+            seen[name] = [len(t) for t in items]
+            return list(map(fn, items))
+
+        root = str(copies[name])
+        got = run_compaction(
+            root, merge_only=True, conf=MERGE, run_id="m", map_tasks=tasks, parallelism=cores
+        )
+        assert got.committed
+        assert rows(copies[name]).equals(rows(copies["driver"]))
+        assert _lake_files(copies[name]) == _lake_files(copies["driver"])
+    assert seen["one-task"] == [groups]  # small groups: one task
+    assert sum(seen["per-core"]) == groups and len(seen["per-core"]) % 2 == 0
+    assert 1 < len(seen["per-core"]) <= groups
+
+
+def _specs(root: Path) -> list:
+    """The segment groups a merge run of ``root`` would make (one spec each)."""
+    found: list = []
+
+    def record(fn, items: list) -> list:
+        if not items:  # the analyses of compacted partitions: none
+            return []
+        found.extend(s for t in items for s in t)
+        raise RuntimeError("planned")
+
+    with pytest.raises(RuntimeError, match="planned"):
+        run_compaction(str(root), merge_only=True, conf=MERGE, map_tasks=record)
+    return found
 
 
 def test_dry_run_writes_nothing(lake: Path) -> None:

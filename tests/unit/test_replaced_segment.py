@@ -19,7 +19,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.staging import cleanup
 from seglake.spark.extract_plan import plan_extract
-from seglake.spark.extract_read import read_splits
+from seglake.spark.extract_read import SplitReads, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake
@@ -112,7 +112,7 @@ def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> Non
     # the tasks of a Spark read of the pinned version (extract, versionAsOf) alike
     splits = plan.splits.to_pylist()
     with pytest.raises(VersionSupersededError, match=f"catalog version {pinned}"):
-        read_splits(IndexCache(), str(root), splits, version=pinned)
+        read_splits(IndexCache(), str(root), splits, SplitReads(version=pinned))
     # a real torn tail of the current version still reads up to the tear
     cur = seglake.open(str(root)).partition("c", 0)
     last = Catalog(str(root)).segments("c", 0).to_pylist()[-1]

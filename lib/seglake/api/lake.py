@@ -62,7 +62,7 @@ class Lake:
         catalog version removed or replaced (a compaction keeps a group's first name):
         their readers must find the file exactly as committed (one catalog version check
         per call; none of it when this is the newest version)."""
-        from seglake.lake.garbage import row_identities
+        from seglake.lake.pinned import row_identities
 
         rows = self._by_key.get((topic, int(partition)))
         if rows is None or self.catalog.version() == self.version:

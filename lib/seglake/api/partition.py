@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import html
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +13,7 @@ import pyarrow.compute as pc
 from seglake import fs as lakefs
 from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
-from seglake.errors import SegmentNotFoundError
+from seglake.lake.pinned import PinnedVersion
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
@@ -58,38 +56,6 @@ class LRU:
             self.bytes -= self._items.pop(key).nbytes
 
 
-def _pinned(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A read of the pinned version that met a missing file, or a file shorter than its
-    row's ``size_bytes``: one :class:`~seglake.errors.VersionSupersededError` if a later
-    catalog version removed or replaced (in place) the segment and its own file was
-    deleted after ``file.delete.delay.ms``."""
-
-    @functools.wraps(method)
-    def read(self: Partition, *args: Any, **kwargs: Any) -> Any:
-        from seglake.lake.garbage import short_file_error, superseded_error
-
-        lake = self.lake
-        try:
-            out = method(self, *args, **kwargs)
-        except SegmentNotFoundError as exc:
-            err = superseded_error(
-                lake.catalog, lake.version, self.topic, self.partition, self.rows, exc
-            )
-            if err is exc:
-                raise
-            raise err from exc
-        for seg in self.log.segments:
-            if seg.short_read:  # a torn tail, or a segment replaced in place since
-                found = short_file_error(
-                    lake.catalog, lake.version, self.topic, self.partition, self.rows, seg
-                )
-                if found is not None:
-                    raise found
-        return out
-
-    return read
-
-
 class Partition:
     """One topic-partition of a lake at the lake's pinned catalog version.
 
@@ -109,6 +75,10 @@ class Partition:
             rows,
             on_corrupt=lake.on_corrupt,
             replaced=lake.replaced(topic, partition),
+            # a file of this version gone or replaced since: one VersionSupersededError
+            pin=PinnedVersion(
+                lake.root, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
+            ),
         )
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
@@ -140,7 +110,6 @@ class Partition:
         """This partition's catalog rows."""
         return self.rows.to_pandas()
 
-    @_pinned
     def read(self, offset: int, max_records: int = 10, *, as_: As = "pandas") -> Any:
         """Up to ``max_records`` records from ``offset`` on (Kafka source columns).
 
@@ -201,7 +170,6 @@ class Partition:
             cache.put(key, t)
         return t
 
-    @_pinned
     def offsets_for_times(self, ts: TimeLike) -> TimestampOffset | None:
         """Kafka's offsetsForTimes for this partition.
 
@@ -220,7 +188,6 @@ class Partition:
         keep = (self._max_ts >= start) & (self._min_ts < end) & (self._max_ts >= 0)
         return np.nonzero(keep)[0]
 
-    @_pinned
     def range(self, start: TimeLike, end: TimeLike, *, as_: As = "pandas") -> Any:
         """Records with ``start <= timestamp < end``, in offset order.
 
@@ -306,7 +273,6 @@ class Partition:
         )
         return f"<div>{head}{table}</div>"
 
-    @_pinned
     def plot_index(self, segment_base_offset: int | None = None) -> Figure:
         """Index entries of one segment (default: the first); see :mod:`seglake.plot`."""
         from seglake import plot

@@ -7,12 +7,15 @@ Per partition, ``cleanup.policy`` (and ``--merge-only``) decides:
     compact    ``compact`` / ``compact,delete`` topics: Kafka's cleaner
                (:mod:`seglake.lake.cleaning`)
 
-Tasks (one per segment group) run through ``map_tasks`` (Spark's, or the builtin ``map``
-in tests); the driver commits every partition's new rows in ONE catalog commit
-(:func:`seglake.lake.rewrite.commit_rewrite`). Merges of a lake on the local filesystem
-totalling at most ``driver_merge_bytes`` run on the driver instead, in threads: the
-kernel copies their bytes (:mod:`seglake.storage.log_copy`), so a task would add its
-fixed cost (measured: 0.5 - 1.5 s for the 2M bench's 24 groups) and no speed.
+Tasks run through ``map_tasks`` (Spark's, or the builtin ``map`` in tests): one per
+cleaned group; merge groups packed by bytes into a multiple of ``parallelism`` tasks of
+:data:`MERGE_TASK_MIN_BYTES` to :data:`MERGE_TASK_MAX_BYTES` (:func:`seglake.lake.packing.
+pack`, as a read's splits), each merging its groups in turn. The driver commits every
+partition's new rows in ONE catalog commit (:func:`seglake.lake.rewrite.commit_rewrite`).
+Merges of a lake on the local filesystem totalling at most ``driver_merge_bytes`` run on
+the driver instead, in threads: the kernel copies their bytes
+(:mod:`seglake.storage.log_copy`), so a task would add its fixed cost (measured: 0.5 -
+1.5 s for the 2M bench's 24 groups) and no speed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
+from seglake.lake.packing import pack
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_config import TopicConfig, resolve, split_conf
@@ -42,6 +46,10 @@ from seglake.storage.naming import validate_partition
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
 
 MERGE_THREADS = 4  # merges the driver runs at once (the kernel copies: I/O bound)
+# merge groups packed into tasks of about this many bytes (a task's fixed cost is about
+# what copying tens of MiB costs; a group larger than the maximum is a task alone)
+MERGE_TASK_MIN_BYTES = 64 << 20
+MERGE_TASK_MAX_BYTES = 1 << 30
 MapTasks = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
@@ -155,8 +163,10 @@ def run_compaction(
     run_id: str | None = None,
     now_ms: int | None = None,
     driver_merge_bytes: int = 0,
+    parallelism: int = 1,
 ) -> CompactResult:
-    """Plan, run the tasks, commit, publish; see the module docstring."""
+    """Plan, run the tasks, commit, publish; see the module docstring (``parallelism``:
+    the cores ``map_tasks`` runs on)."""
     started = time.time()
     run_id = run_id or new_run_id()
     catalog = Catalog(root)
@@ -237,7 +247,12 @@ def run_compaction(
         publish_pending(root, old_run)
     try:
         outputs = _run_tasks(
-            root, functools.partial(_task, root, run_id), specs, map_tasks, driver_merge_bytes
+            root,
+            functools.partial(_task, root, run_id),
+            specs,
+            map_tasks,
+            driver_merge_bytes,
+            parallelism,
         )
     except BaseException:
         discard_staging(root, run_id)  # the tasks that did finish staged files
@@ -276,23 +291,39 @@ def run_compaction(
 
 
 def _run_tasks(
-    root: str, fn: Callable[[tuple], Any], specs: list[tuple], map_tasks: MapTasks, limit: int
+    root: str,
+    fn: Callable[[tuple], Any],
+    specs: list[tuple],
+    map_tasks: MapTasks,
+    limit: int,
+    parallelism: int,
 ) -> list[Any]:
     """Every spec's output, in order: merges on the driver (threads) when the lake is on
-    the local filesystem and they total at most ``limit`` bytes, the rest through
-    ``map_tasks``."""
+    the local filesystem and they total at most ``limit`` bytes, else packed into tasks
+    (module docstring); the rest through ``map_tasks``, one task each."""
     merges = [i for i, s in enumerate(specs) if s[0] == "merge"]
-    total = sum(r["size_bytes"] for i in merges for r in specs[i][1])
-    if not merges or total > limit or not lakefs.is_local(lakefs.resolve(root)[0]):
-        return map_tasks(fn, specs)
-    others = [i for i, s in enumerate(specs) if s[0] != "merge"]
+    sizes = [sum(r["size_bytes"] for r in specs[i][1]) for i in merges]
     out: list[Any] = [None] * len(specs)
-    with ThreadPoolExecutor(max_workers=min(MERGE_THREADS, len(merges))) as pool:
-        for i, o in zip(merges, pool.map(fn, [specs[i] for i in merges]), strict=True):
+    tasks = [[i] for i, s in enumerate(specs) if s[0] != "merge"]
+    if merges and sum(sizes) <= limit and lakefs.is_local(lakefs.resolve(root)[0]):
+        with ThreadPoolExecutor(max_workers=min(MERGE_THREADS, len(merges))) as pool:
+            for i, o in zip(merges, pool.map(fn, [specs[i] for i in merges]), strict=True):
+                out[i] = o
+    else:
+        packed = pack(
+            sizes, parallelism, max_bytes=MERGE_TASK_MAX_BYTES, min_bytes=MERGE_TASK_MIN_BYTES
+        )
+        tasks += [[merges[k] for k in t] for t in packed]
+    done = map_tasks(functools.partial(_run_each, fn), [[specs[i] for i in t] for t in tasks])
+    for t, outputs in zip(tasks, done, strict=True):
+        for i, o in zip(t, outputs, strict=True):
             out[i] = o
-    for i, o in zip(others, map_tasks(fn, [specs[i] for i in others]), strict=True):
-        out[i] = o
     return out
+
+
+def _run_each(fn: Callable[[tuple], Any], specs: list[tuple]) -> list[Any]:
+    """One task: ``fn`` of each of its specs, in turn."""
+    return [fn(s) for s in specs]
 
 
 def _by_partition(rows: pa.Table) -> list[tuple[tuple[str, int], pa.Table]]:

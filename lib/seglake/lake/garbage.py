@@ -14,7 +14,7 @@ deletes a path that a current catalog row names, nor a file modified after it wa
 leaves files without rows: retention finds them and retires them then.
 
 A reader pinned to a version older than ``W`` that still needs a deleted file gets one
-:class:`~seglake.errors.VersionSupersededError` (:func:`superseded_error`).
+:class:`~seglake.errors.VersionSupersededError` (:mod:`seglake.lake.pinned`).
 
 :func:`catalog_orphans` finds the catalog's own garbage: parquet files under ``_catalog/``
 that no Delta log entry names (a commit that failed after writing its data file, e.g. on
@@ -25,26 +25,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 import urllib.parse
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SeglakeError, SegmentNotFoundError, VersionSupersededError
+from seglake.errors import SegmentNotFoundError
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    parse_partition_dir,
 )
-from seglake.storage.segment import LogSegment
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
@@ -54,11 +50,6 @@ __all__ = [
     "collect",
     "retire",
     "retired_paths",
-    "row_identities",
-    "short_file_error",
-    "superseded_at",
-    "superseded_error",
-    "superseded_from_text",
 ]
 
 RETIRED = "_retired"
@@ -195,118 +186,6 @@ def collect(
     for path, _ in due:
         lakefs.delete_file(fs, path)
     return report
-
-
-def row_identities(rows: pa.Table) -> set[tuple[int, int, int]]:
-    """(base_offset, next_offset, size_bytes) of each row: a segment replaced under its
-    own name (compaction, recovery) is another segment."""
-    cols = [rows.column(c).to_pylist() for c in ("base_offset", "next_offset", "size_bytes")]
-    return set(zip(*cols, strict=True))
-
-
-def superseded_error(
-    catalog, version: int, topic: str, partition: int, pinned: pa.Table, exc: Exception
-) -> Exception:
-    """The error for a reader pinned to catalog ``version`` (its rows ``pinned``) that met
-    ``exc`` (a missing file, or a file that is not its row's) in ``topic``-``partition``:
-    a :class:`VersionSupersededError` naming the version that removed or replaced the
-    segment, or ``exc`` itself when the catalog still has every segment the reader
-    pinned (a file missing for another reason)."""
-    if not isinstance(exc, SegmentNotFoundError) or isinstance(exc, VersionSupersededError):
-        return exc
-    current = catalog.version()
-    if current == version:
-        return exc
-    now = row_identities(catalog.segments(topic, partition))
-    gone_ids = sorted(row_identities(pinned) - now)
-    gone = [b for b, _, _ in gone_ids]
-    if not gone:
-        return exc
-    by, op = None, None
-    candidates = sorted(
-        (h for h in catalog.history(limit=max(1, current - version)) if h.version > version),
-        key=lambda h: h.version,
-    )
-    for h in [h for h in candidates if h.seglake_operation != "commit"][:20]:
-        if gone_ids[0] not in row_identities(catalog.segments(topic, partition, version=h.version)):
-            by = h.version
-            op = " ".join(x for x in (h.seglake_operation or h.operation, h.run_id) if x)
-            break
-    since = f"since version {by} ({op})" if by is not None else f"after version {version}"
-    return VersionSupersededError(
-        f"{catalog.root}: catalog version {version} was superseded: segment(s) of "
-        f"{topic}-{partition} at base offset(s) {gone[:5]} are no longer in the catalog "
-        f"(removed or replaced) {since} and their files were deleted after "
-        f"file.delete.delay.ms ({exc}); "
-        "call lake.refresh() (or rerun the job) to read the current version",
-        version=version,
-        superseded_by=by,
-        operation=op,
-    )
-
-
-_SUPERSEDED = re.compile(r"catalog version (\d+) was superseded")
-_SINCE = re.compile(r"since version (\d+) \(([^)]*)\)")
-
-
-def superseded_from_text(message: str) -> VersionSupersededError:
-    """The :class:`VersionSupersededError` whose message :func:`superseded_error` wrote
-    (a Spark task's error, rebuilt on the driver from its text)."""
-    v, by = _SUPERSEDED.search(message), _SINCE.search(message)
-    return VersionSupersededError(
-        message,
-        version=int(v[1]) if v else -1,
-        superseded_by=int(by[1]) if by else None,
-        operation=by[2] if by else None,
-    )
-
-
-_SEGMENT_PATH = re.compile(r"([^/\s]+)/\d{20}\.(?:log|index|timeindex|txnindex)\b")
-
-
-def superseded_at(root: str, version: int | None, exc: Exception) -> Exception:
-    """:func:`superseded_error` for a reader that has only the lake's ``root`` and its
-    pinned ``version`` (a Spark task; ``None``: not pinned), the partition taken from the
-    segment path ``exc`` names: the catalog is read only here, on the error path.
-    ``exc`` itself when the catalog cannot tell."""
-    if (
-        version is None
-        or not isinstance(exc, SegmentNotFoundError)
-        or isinstance(exc, VersionSupersededError)
-    ):
-        return exc
-    from seglake.lake.catalog import Catalog
-
-    try:
-        found = _SEGMENT_PATH.findall(str(exc))
-        if not found:
-            return exc
-        topic, partition = parse_partition_dir(found[0])
-        catalog = Catalog(root)
-        pinned = catalog.segments(topic, partition, version=version)
-        return superseded_error(catalog, version, topic, partition, pinned, exc)
-    except SeglakeError:
-        return exc
-
-
-def short_file_error(
-    catalog, version: int, topic: str, partition: int, pinned: pa.Table, seg: LogSegment
-) -> Exception | None:
-    """A committed segment ``seg`` of catalog ``version`` read a file shorter than its
-    row's ``size_bytes`` (``seg.short_read``, cleared here): ``None`` for a torn tail
-    (the newest version still has the row), else the :class:`VersionSupersededError`
-    of a row a later version replaced in place (one catalog version check; the rows
-    only when it moved on)."""
-    seg.short_read = False
-    if catalog.version() == version:
-        return None
-    now = row_identities(catalog.segments(topic, partition))
-    mine = [i for i in row_identities(pinned) if i[0] == seg.base_offset]
-    if not mine or mine[0] in now:
-        return None
-    exc = seg.not_row_file("the file there is shorter than size_bytes")
-    err = superseded_error(catalog, version, topic, partition, pinned, exc)
-    return None if err is exc else err
 
 
 # a commit in flight has written its data file but not yet its log entry: never younger

@@ -1,8 +1,9 @@
 """``compact``: merge small segments and clean compacted topics, as a Spark job.
 
-The driver plans from the catalog (:mod:`seglake.lake.compaction`); each segment group
-is one Spark task that writes its new segment into the run's staging directory; the
-driver commits every new row in one catalog commit and publishes.
+The driver plans from the catalog (:mod:`seglake.lake.compaction`); each cleaned segment
+group is one Spark task, merge groups are packed by bytes into a multiple of the cores'
+tasks (as a read's splits); a task writes its new segments into the run's staging
+directory; the driver commits every new row in one catalog commit and publishes.
 
 Merges (no record decoded: the kernel copies the bytes) of a lake on the local
 filesystem run on the driver instead of as tasks: always with a ``local[...]`` master
@@ -71,6 +72,7 @@ def compact(
         run_id=run_id,
         now_ms=now_ms,
         driver_merge_bytes=driver_merge_bytes(spark),
+        parallelism=sc.defaultParallelism,
     )
 
 

@@ -21,7 +21,8 @@ prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_pla
 Extract's :func:`plan_partition`
 (filter mode) then cuts the splits, packed into tasks as extract's (:func:`pack_splits`:
 about the session's default parallelism, at least 4 MiB each); every task is one Spark
-input partition, read by :func:`read_splits` and handed to Spark as Arrow batches.
+input partition, read by :func:`iter_splits` (about 8 MiB of log decoded at a time) and
+handed to Spark as Arrow batches.
 """
 
 from __future__ import annotations
@@ -46,14 +47,13 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.spark.extract_plan import pack_splits
-from seglake.spark.extract_read import read_splits
+from seglake.spark.extract_read import GROUP_BYTES, SplitReads, iter_splits
 from seglake.spark.read_options import (
     OPTIONS,
     ReadOptions,
     parse_options,
 )
 from seglake.spark.read_plan import Pushed, plan_read
-from seglake.spark.session import pinned_reads
 from seglake.storage.index_cache import get_cache
 
 __all__ = [  # with the planning names tests take from here
@@ -83,6 +83,7 @@ class SeglakeReader(DataSourceReader):
         self.pushed = Pushed()
         self.bytes_accumulator = bytes_accumulator
         self.cache_bytes = LogConfig().index_cache_bytes
+        self.group_bytes = GROUP_BYTES  # log bytes a task decodes at once (iter_splits)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Take topic/partition/offset/timestamp comparisons; return the rest to Spark."""
@@ -98,25 +99,22 @@ class SeglakeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of a task (a list of splits) or of one split (the stream source's
-        input partitions) as Arrow batches (nothing for Spark's placeholder)."""
+        input partitions) as Arrow batches (nothing for Spark's placeholder), decoded a
+        group of about ``group_bytes`` of log at a time (:func:`iter_splits`): a task's
+        memory is bounded by the group, as extract's."""
         if partition.value is None:  # no splits: Spark reads one InputPartition(None)
             return
         value = partition.value
+        splits = value if isinstance(value, list) else [value]
+        opts, names = self.opts, self.opts.arrow_schema.names
         skipped: list[str] = []
-        pinned = pinned_reads(self.opts.root, self.opts.version)  # versionAsOf
-        with pinned, lakefs.IO_STATS.counting(self.bytes_accumulator):
-            t = read_splits(
-                get_cache(self.cache_bytes),
-                self.opts.root,
-                value if isinstance(value, list) else [value],
-                isolation_level=self.opts.isolation_level,
-                on_corrupt=self.opts.on_corrupt,
-                skipped=skipped,
-                version=self.opts.version,
-            )
+        how = SplitReads(opts.isolation_level, opts.on_corrupt, skipped, opts.version)
+        cache = get_cache(self.cache_bytes)
+        with lakefs.IO_STATS.counting(self.bytes_accumulator):  # versionAsOf: pinned
+            for t in iter_splits(cache, opts.root, splits, how, group_bytes=self.group_bytes):
+                yield from t.select(names).to_batches()
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)
-        yield from t.select(self.opts.arrow_schema.names).to_batches()
 
 
 class SeglakeDataSource(DataSource):

@@ -44,8 +44,8 @@ from seglake.spark.extract_plan import (
     pack_splits,
     plan_extract,
 )
-from seglake.spark.extract_read import iter_splits
-from seglake.spark.session import pinned_reads, spark_schema
+from seglake.spark.extract_read import SplitReads, iter_splits
+from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 
 __all__ = ["extract"]
@@ -124,16 +124,9 @@ def extract(
         for b in batches:
             for task in b.column(0).to_pylist():
                 skipped: list[str] = []
-                with pinned_reads(root, version), lakefs.IO_STATS.counting(acc):
-                    for t in iter_splits(
-                        cache,
-                        root,
-                        mine[task],
-                        isolation_level=level,
-                        on_corrupt=on_corrupt,
-                        skipped=skipped,
-                        version=version,
-                    ):
+                with lakefs.IO_STATS.counting(acc):
+                    how = SplitReads(level, on_corrupt, skipped, version)
+                    for t in iter_splits(cache, root, mine[task], how):
                         yield from t.to_batches()
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)

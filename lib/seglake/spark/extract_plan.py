@@ -7,7 +7,6 @@ offset-index positions) -> tasks (splits packed as Spark packs small files). See
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import time
 
 import numpy as np
@@ -19,6 +18,7 @@ from seglake.api.render import iso
 from seglake.api.times import to_millis
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.lake.packing import pack
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
@@ -371,29 +371,16 @@ def pack_splits(
     max_bytes: int = DEFAULT_SPLIT_BYTES,
     min_bytes: int = MIN_TASK_BYTES,
 ) -> list[list[dict]]:
-    """Splits grouped into tasks, as Spark groups files into input partitions.
-
-    Tasks of about ``total / parallelism`` bytes, at least ``min_bytes`` (a tiny window
-    is one task, not one per partition) and at most ``max_bytes`` (a split larger than
-    that stays alone); more than one task: a multiple of ``parallelism`` (3 tasks on 2
-    cores take two rounds, 4 tasks of 3/4 the size take 1.5 rounds' time); largest splits
-    first, each to the least loaded task.
+    """Splits grouped into tasks, as Spark groups files into input partitions
+    (:func:`seglake.lake.packing.pack`): tasks of about ``total / parallelism`` bytes, at
+    least ``min_bytes`` (a tiny window is one task, not one per partition) and at most
+    ``max_bytes`` (a split larger than that stays alone); more than one task: a multiple
+    of ``parallelism``.
     """
-    if not splits:
-        return []
     sizes = [s["end_pos"] - s["start_pos"] for s in splits]
-    total = sum(sizes)
-    parallelism = max(1, parallelism)
-    target = min(max_bytes, max(min_bytes, -(-total // parallelism)))
-    n = -(-total // target)
-    if n > 1:
-        n = -(-n // parallelism) * parallelism
-    n = max(1, min(len(splits), n))
-    heap = [(0, k) for k in range(n)]
-    tasks: list[list[dict]] = [[] for _ in range(n)]
-    for i in sorted(range(len(splits)), key=lambda i: -sizes[i]):
-        load, k = heapq.heappop(heap)
-        tasks[k].append(splits[i])
-        heapq.heappush(heap, (load + sizes[i], k))
+    tasks = [
+        [splits[i] for i in t]
+        for t in pack(sizes, parallelism, max_bytes=max_bytes, min_bytes=min_bytes)
+    ]
     # within a task, file order: neighbouring splits of a segment share its cached state
     return [sorted(t, key=lambda s: (s["partition"], s["path"], s["start_pos"])) for t in tasks]

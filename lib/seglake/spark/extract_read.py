@@ -5,12 +5,14 @@ timestamps, control batches and aborted transactions filtered.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
+from seglake.lake.pinned import PinnedVersion
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache
@@ -24,24 +26,31 @@ from seglake.storage.window_records import (
 )
 
 
+@dataclasses.dataclass
+class SplitReads:
+    """How splits are read (:func:`read_splits`, :func:`iter_splits`, :func:`read_split`).
+
+    isolation_level: ``"read_committed"`` drops records of aborted transactions.
+    on_corrupt: ``"raise"`` a damaged batch (:class:`~seglake.errors.CorruptRecordError`,
+        file, position, offsets) or ``"skip"`` it, described in ``skipped``.
+    skipped: receives one line per damaged batch skipped.
+    version: the catalog version the splits were planned on: a file of it gone, or read
+        shorter than its row's size (a torn tail reads on), because a later version
+        removed or replaced the segment raises
+        :class:`~seglake.errors.VersionSupersededError` (:mod:`seglake.lake.pinned`).
+    """
+
+    isolation_level: str = "read_uncommitted"
+    on_corrupt: str = "raise"
+    skipped: list[str] | None = None
+    version: int | None = None
+
+
 def read_split(
-    cache: IndexCache,
-    root: str,
-    split: dict,
-    *,
-    isolation_level: str = "read_uncommitted",
-    on_corrupt: str = "raise",
-    skipped: list[str] | None = None,
+    cache: IndexCache, root: str, split: dict, how: SplitReads | None = None
 ) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
-    return read_splits(
-        cache,
-        root,
-        [split],
-        isolation_level=isolation_level,
-        on_corrupt=on_corrupt,
-        skipped=skipped,
-    )
+    return read_splits(cache, root, [split], how)
 
 
 GROUP_BYTES = 8 << 20  # log bytes decoded in one call by iter_splits
@@ -51,12 +60,9 @@ def iter_splits(
     cache: IndexCache,
     root: str,
     splits: list[dict],
+    how: SplitReads | None = None,
     *,
     group_bytes: int = GROUP_BYTES,
-    isolation_level: str = "read_uncommitted",
-    on_corrupt: str = "raise",
-    skipped: list[str] | None = None,
-    version: int | None = None,
 ) -> Iterator[pa.Table]:
     """The records of ``splits`` as :func:`read_splits` returns them, one table per group
     of consecutive splits of about ``group_bytes`` log bytes (a larger split alone): a
@@ -68,37 +74,20 @@ def iter_splits(
         group.append(s)
         size += s["end_pos"] - s["start_pos"]
         if size >= group_bytes or i == len(splits) - 1:
-            yield read_splits(
-                cache,
-                root,
-                group,
-                isolation_level=isolation_level,
-                on_corrupt=on_corrupt,
-                skipped=skipped,
-                version=version,
-            )
+            yield read_splits(cache, root, group, how)
             group, size = [], 0
 
 
 def read_splits(
-    cache: IndexCache,
-    root: str,
-    splits: list[dict],
-    *,
-    isolation_level: str = "read_uncommitted",
-    on_corrupt: str = "raise",
-    skipped: list[str] | None = None,
-    version: int | None = None,
+    cache: IndexCache, root: str, splits: list[dict], how: SplitReads | None = None
 ) -> pa.Table:
-    """Records of several splits: each read as :func:`read_split` does, the batches of
-    all of them walked and decoded together (vectorised over all their batches).
-
-    A damaged batch raises :class:`~seglake.errors.CorruptRecordError` (file, position,
-    offsets), or with ``on_corrupt="skip"`` is left out and described in ``skipped``
-    (one line each). ``version``: the catalog version the splits were planned on; a file
-    read shorter than its row's size is checked against it (a torn tail, or a segment a
-    later version replaced in place: :class:`~seglake.errors.VersionSupersededError`)."""
-    parts = [_split_batches(cache, root, s, on_corrupt, skipped, version) for s in splits]
+    """Records of several splits (Kafka source schema), read as ``how`` says
+    (:class:`SplitReads`; default: uncommitted, a damaged batch raises, not pinned):
+    each split one ranged read, the batches of all of them walked and decoded together
+    (vectorised over all their batches)."""
+    how = how or SplitReads()
+    pin = None if how.version is None else PinnedVersion(root, how.version)
+    parts = [_split_batches(cache, root, s, how.on_corrupt, how.skipped, pin) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
@@ -116,7 +105,7 @@ def read_splits(
     out, at = [], 0
     for split, n in zip(splits, rows.tolist(), strict=True):
         if n:
-            out.append(_split_records(table.slice(at, n), split, isolation_level))
+            out.append(_split_records(table.slice(at, n), split, how.isolation_level))
         at += n
     return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
 
@@ -127,7 +116,7 @@ def _split_batches(
     split: dict,
     on_corrupt: str,
     skipped: list[str] | None,
-    version: int | None = None,
+    pin: PinnedVersion | None = None,
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
@@ -137,12 +126,8 @@ def _split_batches(
         "run_id": split["run_id"],
         "index_interval_bytes": split.get("index_interval_bytes"),
     }
-    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt)
-    try:
-        w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
-    finally:  # a file shorter than its row's size (a split over it fails): replaced since?
-        if seg.short_read and version is not None:
-            _check_short(root, version, split["topic"], split["partition"], seg)
+    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     if skipped is not None:
         skipped += [
             b.describe(seg.log_path)
@@ -154,23 +139,6 @@ def _split_batches(
     if split["ts_lo"] > NO_TS_LO:
         keep &= s.max_timestamp >= split["ts_lo"]
     return w, keep, seg.log_path
-
-
-def _check_short(root: str, version: int, topic: str, partition: int, seg: LogSegment) -> None:
-    """``seg`` (of catalog ``version``) read a file shorter than its row's size: a torn
-    tail reads on; a segment a later version replaced in place raises (the catalog is
-    read on this path only)."""
-    from seglake.lake.catalog import Catalog
-    from seglake.lake.garbage import short_file_error
-
-    catalog = Catalog(root)
-    if catalog.version() == version:
-        seg.short_read = False
-        return
-    pinned = catalog.segments(topic, partition, version=version)
-    err = short_file_error(catalog, version, topic, partition, pinned, seg)
-    if err is not None:
-        raise err
 
 
 def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:

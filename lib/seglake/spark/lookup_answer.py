@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.errors import CorruptRecordError, SeglakeError, SegmentNotFoundError
-from seglake.lake.garbage import superseded_at
+from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededError
+from seglake.lake.pinned import PinnedVersion
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.point_reads import (
@@ -150,11 +150,9 @@ def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray
 class _Answers:
     """Per query: status, the record found (a row of the gathered or scanned records)."""
 
-    def __init__(
-        self, n: int, on_corrupt: str = "raise", pinned: tuple[str, int | None] = ("", None)
-    ) -> None:
+    def __init__(self, n: int, on_corrupt: str = "raise", pin: PinnedVersion | None = None) -> None:
         self.on_corrupt = on_corrupt
-        self.pinned = pinned  # (lake root, catalog version read)
+        self.pin = pin  # the catalog version read, set on every segment opened
         self.status = np.full(n, "ok", dtype=object)
         self.resolved = np.full(n, -1, dtype=np.int64)  # offsets of log_end_offset answers
         self.batch = np.full(n, -1, dtype=np.int64)  # batch (in gather) with the answer
@@ -171,18 +169,17 @@ class _Answers:
         """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
         _, a, s, _ = where
         try:
-            return make(_open(cache, root, a, s, self.on_corrupt))
+            return make(_open(cache, root, a, s, self.on_corrupt, self.pin))
         except (SeglakeError, OSError) as exc:  # never fail the job on one segment
             self.fail(where, exc)
             return None
 
     def superseded(self, exc: Exception) -> None:
         """A file of the version read is gone because a later version removed or
-        replaced its segment: the whole answer is stale, one VersionSupersededError."""
-        if isinstance(exc, SegmentNotFoundError) and self.pinned[1] is not None:
-            err = superseded_at(*self.pinned, exc)
-            if err is not exc:
-                raise err from exc
+        replaced its segment (the segment's pin said so): the whole answer is stale, one
+        VersionSupersededError."""
+        if isinstance(exc, VersionSupersededError):
+            raise exc
 
     def fail(self, where: tuple, exc: Exception) -> None:
         """``read_error`` for the queries of ``where``; a damaged batch raises (unless
@@ -218,7 +215,8 @@ def answer_queries(
     has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
     ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
     has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
-    ans, gather = _Answers(q.num_rows, on_corrupt, (root, version)), Gather()
+    pin = None if version is None else PinnedVersion(root, version)
+    ans, gather = _Answers(q.num_rows, on_corrupt, pin), Gather()
     by_off: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
     reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
@@ -316,7 +314,7 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
     (topic, partition), a, s, log_start = where
     for j in range(s, len(a["base_offset"])):
         try:
-            found = scan_time(_open(cache, root, a, j, ans.on_corrupt), t, log_start)
+            found = scan_time(_open(cache, root, a, j, ans.on_corrupt, ans.pin), t, log_start)
         except (SeglakeError, OSError) as exc:
             if isinstance(exc, CorruptRecordError):
                 raise
@@ -341,7 +339,12 @@ def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.n
 
 
 def _open(
-    cache: IndexCache, root: str, a: dict[str, np.ndarray], s: int, on_corrupt: str = "raise"
+    cache: IndexCache,
+    root: str,
+    a: dict[str, np.ndarray],
+    s: int,
+    on_corrupt: str = "raise",
+    pin: PinnedVersion | None = None,
 ) -> LogSegment:
     row = {
         "path": str(a["path"][s]),
@@ -351,7 +354,7 @@ def _open(
         "run_id": a["run_id"][s] or None,
         "index_interval_bytes": int(a["index_interval_bytes"][s]) or None,
     }
-    return cache.segment(root, row, on_corrupt=on_corrupt)
+    return cache.segment(root, row, on_corrupt=on_corrupt, pin=pin)
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:

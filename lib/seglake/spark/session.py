@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from seglake import errors
-from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.errors import SeglakeError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
@@ -102,7 +100,7 @@ def task_error(exc: BaseException) -> SeglakeError | None:
     name, message = found[-1]
     cls = getattr(errors, name, None)
     if cls is errors.VersionSupersededError:  # its version and run are in the text
-        from seglake.lake.garbage import superseded_from_text
+        from seglake.lake.pinned import superseded_from_text
 
         return superseded_from_text(message.strip())
     if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
@@ -128,21 +126,3 @@ def spark_error(exc: BaseException) -> Exception | None:
         return None
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return SeglakeError(lines[0] if lines else type(exc).__name__)
-
-
-@contextlib.contextmanager
-def pinned_reads(root: str, version: int | None) -> Iterator[None]:
-    """Around a task's reads of catalog ``version`` of the lake at ``root``: a missing
-    file (or a file that is not its row's) becomes the notebook's one-line
-    :class:`~seglake.errors.VersionSupersededError` when a later version removed or
-    replaced the segment (:func:`seglake.lake.garbage.superseded_at`; the catalog is
-    read on that error path only)."""
-    try:
-        yield
-    except SegmentNotFoundError as exc:
-        from seglake.lake.garbage import superseded_at
-
-        err = superseded_at(root, version, exc)
-        if err is exc:
-            raise
-        raise err from exc

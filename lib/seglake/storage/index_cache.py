@@ -24,6 +24,7 @@ from seglake import fs as lakefs
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.segment import LogSegment, row_segment
+from seglake.storage.segment_files import Pin
 
 ENTRY_OVERHEAD = 512
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -80,21 +81,26 @@ class IndexCache:
         *,
         load_indexes: bool = True,
         on_corrupt: str = "raise",
+        pin: Pin | None = None,
     ) -> LogSegment:
         """The segment of catalog row ``row`` of the lake at ``root`` (``path``,
         ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id``,
         ``index_interval_bytes``: :func:`~seglake.storage.segment.row_segment`), indexes
-        loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s."""
+        loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s. ``pin``: the
+        catalog version the caller is pinned to, set on the segment for this read (a
+        process reads for one task at a time; a shared segment is the same row, so
+        another reader's pin would tell the same)."""
         key = (root, row["path"], row.get("run_id") or None, int(row["size_bytes"]), on_corrupt)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
+                hit[0].pin = pin
                 return hit[0]
             self.misses += 1
         fs, base = self.resolve(root)
-        seg = row_segment(fs, base, row, on_corrupt=on_corrupt)
+        seg = row_segment(fs, base, row, on_corrupt=on_corrupt, pin=pin)
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
         if self.max_bytes <= 0:

@@ -29,6 +29,7 @@ from seglake.storage.naming import (
     parse_segment_file_name,
 )
 from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset, row_segment
+from seglake.storage.segment_files import Pin
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
 EARLIEST_TIMESTAMP = -2
@@ -108,19 +109,26 @@ class PartitionLog:
         log_start_offset: int | None = None,
         on_corrupt: str = "raise",
         replaced: Collection[int] = (),
+        pin: Pin | None = None,
     ) -> PartitionLog:
         """From catalog rows of one partition (paths relative to ``root``). Their
         ``size_bytes`` are committed sizes: a batch that does not scan inside one is
         corruption, never a tail. ``replaced``: base offsets of rows a later catalog
         version replaced or removed (their file must be exactly ``size_bytes``:
-        ``LogSegment(exact_size=True)``)."""
+        ``LogSegment(exact_size=True)``); ``pin``: the catalog version the reader is
+        pinned to (:class:`~seglake.storage.segment_files.Pin`)."""
         segments = []
         directory = root
         for r in rows.to_pylist():
             directory = lakefs.safe_join(root, r["path"]).rsplit("/", 1)[0]
             segments.append(
                 row_segment(
-                    fs, root, r, on_corrupt=on_corrupt, exact_size=r["base_offset"] in replaced
+                    fs,
+                    root,
+                    r,
+                    on_corrupt=on_corrupt,
+                    exact_size=r["base_offset"] in replaced,
+                    pin=pin,
                 )
             )
         return cls(fs, directory, segments, log_start_offset=log_start_offset)

@@ -123,12 +123,9 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
     targets = np.unique(np.asarray(targets, dtype=np.int64))
     if not len(targets):
         return empty_records()
-    gather, req = Gather(), offset_request(seg, targets)
-    plan_requests([req], gather)
-    if req.error is not None:
-        raise req.error
+    req = offset_request(seg, targets)
+    gather = _walked(req)
     assert req.ids is not None  # set by plan_requests
-    gather.walk()
     rec = gather.offset_records(req.ids, targets)
     assert gather.records is not None  # walked
     rec[rec >= 0] = np.where(
@@ -150,12 +147,9 @@ def resolve_timestamps(
     """
     targets = np.asarray(targets, dtype=np.int64)
     lo = seg.base_offset if min_offset is None else max(min_offset, seg.base_offset)
-    gather, req = Gather(), time_request(seg, targets, lo)
-    plan_requests([req], gather)
-    if req.error is not None:
-        raise req.error
+    req = time_request(seg, targets, lo)
+    gather = _walked(req)
     assert req.ids is not None  # set by plan_requests
-    gather.walk()
     table, answer = gather.decode(gather.timestamp_records(req.ids, targets, lo))
     tables, n = [table], table.num_rows
     for k in np.flatnonzero(answer < 0).tolist():  # the index could not place it: scan
@@ -165,3 +159,13 @@ def resolve_timestamps(
             answer[k] = n
             n += 1
     return answer, pa.concat_tables(tables)
+
+
+def _walked(req: Request) -> Gather:
+    """The reads of one segment's request planned and walked (its error raised)."""
+    gather = Gather()
+    plan_requests([req], gather)
+    if req.error is not None:
+        raise req.error
+    gather.walk()
+    return gather

@@ -52,7 +52,7 @@ from seglake.storage.naming import (
     row_copies,
 )
 from seglake.storage.offset_index import OffsetIndex
-from seglake.storage.segment_files import SegmentFiles
+from seglake.storage.segment_files import Pin, SegmentFiles
 from seglake.storage.segment_reads import SegmentReads, TimestampOffset
 from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
@@ -143,9 +143,9 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             self._locate()
             try:
                 self._size = self._file_size()
-            except SegmentNotFoundError:
+            except SegmentNotFoundError as exc:
                 if not self._fallback():
-                    raise
+                    self.gone(exc)
                 self._size = self._file_size()
         return self._size
 
@@ -328,14 +328,16 @@ def row_segment(
     *,
     on_corrupt: str = "raise",
     exact_size: bool = False,
+    pin: Pin | None = None,
 ) -> LogSegment:
     """The committed segment of one catalog row (``path`` relative to ``root``,
     ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id`` and
     ``index_interval_bytes``): read where the row's version is (:func:`row_copies`),
-    indexes rebuilt, if need be, with the interval they were written with."""
+    indexes rebuilt, if need be, with the interval they were written with; ``pin``: the
+    catalog version its reader is pinned to (:class:`Pin`)."""
     path = row["path"]
     staged, retired = row_copies(root, path, row.get("run_id"))
-    return LogSegment(
+    seg = LogSegment(
         fs,
         lakefs.safe_join(root, path),
         size=int(row["size_bytes"]),
@@ -348,3 +350,5 @@ def row_segment(
         retired_path=retired,
         exact_size=exact_size,
     )
+    seg.pin = pin
+    return seg

@@ -12,7 +12,7 @@ later run retired (:class:`SegmentFiles`, mixed into
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, NoReturn, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -21,9 +21,28 @@ from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError, SegmentReplacedError
 from seglake.storage.naming import LOG_SUFFIX
 
-__all__ = ["SegmentFiles"]
+if TYPE_CHECKING:
+    from seglake.storage.segment import LogSegment
+
+__all__ = ["Pin", "SegmentFiles"]
 
 _T = TypeVar("_T")
+
+
+class Pin(Protocol):
+    """A reader pinned to one catalog version, asked (on these error paths only) whether
+    a committed segment's file is still the one its row describes; the lake layer's
+    :class:`~seglake.lake.pinned.PinnedVersion` (storage never reads the catalog).
+
+        missing(seg, exc)  the .log is gone, or is not the row's (another segment's
+                           under its name): ``exc``, or the error to raise instead
+        short(seg)         the .log ends before the row's size_bytes: None (a torn
+                           tail, read on), or the error to raise
+    """
+
+    def missing(self, seg: LogSegment, exc: SegmentNotFoundError) -> Exception: ...
+
+    def short(self, seg: LogSegment) -> Exception | None: ...
 
 
 class SegmentFiles:
@@ -39,6 +58,7 @@ class SegmentFiles:
     exact_size: bool
     _replaced: SegmentReplacedError | None = None  # set once the exact size check failed
     _handle: tuple[str, pa.NativeFile] | None = None  # object stores: the open .log
+    pin: Pin | None = None  # the catalog version its reader is pinned to (lake readers)
 
     if TYPE_CHECKING:
 
@@ -51,7 +71,7 @@ class SegmentFiles:
         """Once: switch to the retired or staged copy if there is one (see the class)."""
         if self._located:
             if self._replaced is not None:
-                raise self._replaced
+                self.gone(self._replaced)
             return
         self._located = True
         retired = self._retired_path
@@ -67,7 +87,16 @@ class SegmentFiles:
                 return  # the read that follows names the missing file
             if length != self.size:
                 self._replaced = self.not_row_file(f"the file there has {length} bytes")
-                raise self._replaced
+                self.gone(self._replaced)
+
+    def gone(self, exc: SegmentNotFoundError) -> NoReturn:
+        """Raise the error for a ``.log`` found missing (no copy left) or not its row's
+        (:meth:`not_row_file`): ``exc``, or what the reader's :class:`Pin` makes of it (a
+        later catalog version removed or replaced the segment)."""
+        err = exc if self.pin is None else self.pin.missing(self, exc)  # type: ignore[arg-type]
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def _fallback(self) -> bool:
         """Switch between the final and the staged copy (the one in use is missing: not
@@ -89,10 +118,13 @@ class SegmentFiles:
         self._locate()
         try:
             return read(self.log_path)
-        except SegmentNotFoundError:
+        except SegmentNotFoundError as exc:
             if not self._fallback():
-                raise
+                self.gone(exc)
+        try:
             return read(self.log_path)
+        except SegmentNotFoundError as exc:
+            self.gone(exc)
 
     def _exists(self, log_path: str) -> bool:
         """Whether a ``.log`` is at ``log_path``. On an object store by opening it (one
@@ -141,8 +173,10 @@ class SegmentFiles:
         self._locate()
         try:
             return lakefs.read_all(self.fs, self.stem + suffix)
-        except SegmentNotFoundError:
-            if suffix == LOG_SUFFIX or not self._fallback():
+        except SegmentNotFoundError as exc:
+            if suffix == LOG_SUFFIX:
+                self.gone(exc)
+            if not self._fallback():
                 raise
             return lakefs.read_all(self.fs, self.stem + suffix)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,7 @@ from seglake.errors import (
     ConfigError,
     CorruptBatchWarning,
     CorruptRecordError,
+    SegmentNotFoundError,
     SegmentReplacedError,
 )
 from seglake.record.batch import (
@@ -46,6 +47,7 @@ from seglake.record.decode import decode_batches, record_times
 
 if TYPE_CHECKING:
     from seglake.storage.offset_index import OffsetIndex
+    from seglake.storage.segment_files import Pin
 
 log = logging.getLogger("seglake.storage.segment")
 ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
@@ -110,11 +112,7 @@ class WindowReads:
     skipped: dict[int, SkippedBatch]
     index_source: str
     _offset_index: OffsetIndex | None
-    # a committed segment's file read shorter than its row's size_bytes: a torn tail, or
-    # the file of a segment a later catalog version replaced in place (whole batches,
-    # fewer bytes); the reader that knows the catalog tells which (lake/garbage.py
-    # short_file_error) and clears it
-    short_read: bool = False
+    pin: Pin | None
 
     if TYPE_CHECKING:
 
@@ -124,6 +122,8 @@ class WindowReads:
         def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window: ...
 
         def longer(self) -> bool: ...
+
+        def gone(self, exc: SegmentNotFoundError) -> NoReturn: ...
 
     def _eof(self, start: int, end: int, data: bytes) -> str | None:
         """Where ``data``, read for ``[start, end)``, ends: ``"file"`` (before ``end``:
@@ -138,8 +138,13 @@ class WindowReads:
         """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
         see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
         (module docstring)."""
-        if eof == "file" and self.committed:
-            self.short_read = True
+        if eof == "file" and self.committed and self.pin is not None:
+            # shorter than its row's size_bytes: a torn tail, or the file of a segment a
+            # later catalog version replaced in place (whole batches, fewer bytes): the
+            # reader's pin tells which
+            err = self.pin.short(self)  # type: ignore[arg-type]
+            if err is not None:
+                raise err
         scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
         for b in scan.skipped:
             self._skip(b, start)
@@ -147,9 +152,11 @@ class WindowReads:
             self._check_stop(scan, start, data, eof)
         nxt = self._next_offset if self.committed else None
         if nxt is not None and len(scan) and int(scan.last_offset[-1]) >= nxt:
-            raise self.not_row_file(
-                f"it holds offsets up to {int(scan.last_offset[-1])} at position "
-                f"{start + int(scan.position[-1])}"
+            self.gone(
+                self.not_row_file(
+                    f"it holds offsets up to {int(scan.last_offset[-1])} at position "
+                    f"{start + int(scan.position[-1])}"
+                )
             )
         return Window(start, data, scan)
 
@@ -208,7 +215,7 @@ class WindowReads:
             head.size if head is not None and HEADER_SIZE <= head.size <= self.size - at else 0
         )
         if self.committed and eof == "size" and scan.truncated and self.longer():
-            raise self.not_row_file(f"a batch at position {at} runs past the size")
+            self.gone(self.not_row_file(f"a batch at position {at} runs past the size"))
         if scan.truncated:
             what = f"{scan.why}, not a torn tail"
             what += f" (magic {rest[16]})" if head else " (a segment that is not the last)"
