@@ -44,12 +44,24 @@ def decode_windows(
     """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call (without
     the headers column unless ``headers``: :func:`~seglake.record.decode.decode_batches`).
 
-    The decoder walks the records of all batches together, one numpy step per record
-    index, so one call over many windows costs far less than one call per window.
-    Returns the records (internal schema, part after part, control batches left out)
-    and each part's number of rows. Bytes that do not decode raise the error of their
-    own window (naming its file).
+    The numpy decoder walks the records of all batches together, one numpy step per
+    record index, so one call over many windows costs far less than one call per window:
+    their batches are copied into one buffer for it. The compiled kernel walks each
+    window's own bytes (no copy; a call costs little). Returns the records (internal
+    schema, part after part, control batches left out) and each part's number of rows.
+    Bytes that do not decode raise the error of their own window (naming its file).
     """
+    if native.kernel() is not None:
+        tables = [
+            decode_batches(w.data, w.scan.take(sel), path=path, headers=headers)
+            for w, sel, path in parts
+            if len(sel)
+        ]
+        rows = [
+            int(w.scan.records_count[sel][~w.scan.is_control[sel]].sum()) for w, sel, _ in parts
+        ]
+        table = pa.concat_tables(tables) if tables else empty_records(headers=headers)
+        return table, np.array(rows, dtype=np.int64)
     scans, pieces, rows, at = [], [], [], 0
     for w, sel, _ in parts:
         sub = w.scan.take(sel)
