@@ -26,7 +26,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -364,7 +364,8 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
 
 /* Copy the keys, values and headers of records sl_walk accepted into the Arrow data
  * buffers; fills the header keys' and values' offsets (nh + 1) and value validity bits
- * (zeroed by the caller). hk_off may be NULL when there are no headers. */
+ * (zeroed by the caller). hk_off NULL: the headers are not copied (none, or not wanted;
+ * the other header buffers are then not touched either). */
 void sl_gather(const u8 *data, i64 nb, const i64 *start, const i64 *end, u8 *key_data,
                u8 *val_data, i32 *hk_off, u8 *hk_data, i32 *hv_off, u8 *hv_valid,
                u8 *hv_data) {
@@ -391,7 +392,7 @@ void sl_gather(const u8 *data, i64 nb, const i64 *start, const i64 *end, u8 *key
                 vw += vl;
                 q += vl;
             }
-            if (q < last) {
+            if (hk_off && q < last) {
                 i64 hc = read_varint(data, &q);
                 for (i64 h = 0; h < hc; h++, hw++) {
                     i64 hk = read_varint(data, &q);

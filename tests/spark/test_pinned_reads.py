@@ -51,3 +51,40 @@ def test_pinned_spark_reads_past_the_delay(spark, tmp_path: Path, pristine: Path
     assert "retention" in (err.operation or "")
     # the current version reads
     assert spark.read.format("seglake").load(str(root)).count() > 0
+
+
+def test_unpinned_reads_say_the_lake_changed(tmp_path: Path, pristine: Path) -> None:  # noqa: F811
+    """A read of the current version (no versionAsOf: the batch source, a stream's
+    micro-batch) planned before retention removed a segment and cleanup deleted its file:
+    one line saying the lake changed under the read (planned version, current version,
+    the run that removed it) and what to do, not a plain SegmentNotFoundError."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from seglake.spark.datasource import SeglakeReader, parse_options
+    from seglake.spark.stream_source import SeglakeStreamReader
+
+    root = tmp_path / "lake"
+    make_lake(root, pristine)
+    segs = logs(root / "t-0")
+    planned = Catalog(str(root)).version()
+    batch = SeglakeReader(parse_options({"path": str(root)}), parallelism=1)
+    stream = SeglakeStreamReader({"path": str(root), "startingOffsets": "earliest"}, None, 1)
+    start = stream.initialOffset()
+    reads = [
+        (batch, batch.partitions()),
+        (stream, stream.partitions(start, stream.latestOffset(start, ReadAllAvailable()))),
+    ]
+    apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
+    cleanup(str(root), older_than_s=0)
+    for reader, parts in reads:
+        with pytest.raises(VersionSupersededError) as raised:
+            for p in parts:
+                list(reader.read(p))
+        text = str(raised.value)
+        assert f"the lake changed under this read: catalog version {planned} was superseded" in (
+            text
+        )
+        assert f"the catalog is now at version {planned + 1}" in text and "t-0" in text
+        assert "rerun the read" in text and "versionAsOf" in text and "\n" not in text
+        err = task_error(Exception(f"seglake.errors.VersionSupersededError: {text}"))
+        assert err.version == planned and err.superseded_by == planned + 1  # type: ignore[union-attr]

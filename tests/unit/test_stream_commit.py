@@ -289,7 +289,7 @@ def test_a_batch_planned_on_a_tail_that_grew_since_is_a_conflict(tmp_path, monke
     root = tmp_path / "lake"
     batches = _batches(root, 3)
     _commit(root, "stream-q-0", batches[0], True)
-    stale = stream_commit._newest(Catalog(str(root)))
+    stale = stream_commit._newest(Catalog(str(root)).segments())
     _commit(root, "stream-a-1", batches[1], True)  # another query grows the tails first
     monkeypatch.setattr(stream_commit, "_newest", lambda catalog: stale)
     with pytest.raises(ConcurrentRunError, match="grown by another run first"):
@@ -324,7 +324,7 @@ def test_an_in_place_append_planned_on_rows_read_before_another_append_rereads_t
         _commit(ref, f"stream-q-{i}", pieces, True, append="true")
     batches = _batches(root, 3)
     _commit(root, "stream-q-0", batches[0], True, append="true")
-    stale = stream_commit._newest(Catalog(str(root)))
+    stale = stream_commit._newest(Catalog(str(root)).segments())
     _commit(root, "stream-q-1", batches[1], True, append="true")
     real = stream_commit._newest
     first = iter([lambda catalog: stale])

@@ -44,7 +44,9 @@ def row_identities(rows: pa.Table) -> set[tuple[int, int, int]]:
 class PinnedVersion:
     """The pin of the readers of catalog ``version`` of the lake at ``root`` (module
     docstring). ``catalog``: an open one (else opened on the first error); ``rows``: the
-    pinned rows already read, by (topic, partition) (else read when needed)."""
+    pinned rows already read, by (topic, partition) (else read when needed); ``by_user``
+    False: the read did not ask for ``version``, it was the current one when the read was
+    planned (:func:`superseded_error`)."""
 
     def __init__(
         self,
@@ -53,8 +55,9 @@ class PinnedVersion:
         *,
         catalog: Catalog | None = None,
         rows: dict[tuple[str, int], pa.Table] | None = None,
+        by_user: bool = True,
     ) -> None:
-        self.root, self.version = root, int(version)
+        self.root, self.version, self.by_user = root, int(version), by_user
         self._catalog = catalog
         self._rows = dict(rows or {})
 
@@ -85,7 +88,9 @@ class PinnedVersion:
         try:
             topic, partition = _partition_of(seg)
             rows = self.rows(topic, partition)
-            return superseded_error(self.catalog, self.version, topic, partition, rows, exc)
+            return superseded_error(
+                self.catalog, self.version, topic, partition, rows, exc, by_user=self.by_user
+            )
         except SeglakeError:
             return exc
 
@@ -104,7 +109,9 @@ class PinnedVersion:
         if not mine or mine[0] in now:
             return None
         exc = seg.not_row_file("the file there is shorter than size_bytes")
-        err = superseded_error(catalog, self.version, topic, partition, rows, exc)
+        err = superseded_error(
+            catalog, self.version, topic, partition, rows, exc, by_user=self.by_user
+        )
         return None if err is exc else err
 
 
@@ -115,13 +122,23 @@ def _partition_of(seg: LogSegment) -> tuple[str, int]:
 
 
 def superseded_error(
-    catalog, version: int, topic: str, partition: int, pinned: pa.Table, exc: Exception
+    catalog,
+    version: int,
+    topic: str,
+    partition: int,
+    pinned: pa.Table,
+    exc: Exception,
+    *,
+    by_user: bool = True,
 ) -> Exception:
     """The error for a reader pinned to catalog ``version`` (its rows ``pinned``) that met
     ``exc`` (a missing file, or a file that is not its row's) in ``topic``-``partition``:
     a :class:`VersionSupersededError` naming the version that removed or replaced the
     segment, or ``exc`` itself when the catalog still has every segment the reader
-    pinned (a file missing for another reason)."""
+    pinned (a file missing for another reason). ``by_user`` False: the read did not ask
+    for ``version``, it was the current one when the read was planned (a Spark read
+    without ``versionAsOf``, a stream's micro-batch): the message says the lake changed
+    under the read, and to rerun it or pin a version."""
     if not isinstance(exc, SegmentNotFoundError) or isinstance(exc, VersionSupersededError):
         return exc
     current = catalog.version()
@@ -143,12 +160,24 @@ def superseded_error(
             op = " ".join(x for x in (h.seglake_operation or h.operation, h.run_id) if x)
             break
     since = f"since version {by} ({op})" if by is not None else f"after version {version}"
+    if by_user:
+        what = f"catalog version {version} was superseded"
+        todo = "call lake.refresh() (or rerun the job) to read the current version"
+    else:
+        what = (
+            f"the lake changed under this read: catalog version {version} was superseded "
+            f"while it ran (it was planned on version {version}, the catalog is now at "
+            f"version {current})"
+        )
+        todo = (
+            "rerun the read (it plans on the current version), or pin a version with "
+            "versionAsOf and keep file.delete.delay.ms longer than the read"
+        )
     return VersionSupersededError(
-        f"{catalog.root}: catalog version {version} was superseded: segment(s) of "
+        f"{catalog.root}: {what}: segment(s) of "
         f"{topic}-{partition} at base offset(s) {gone[:5]} are no longer in the catalog "
         f"(removed or replaced) {since} and their files were deleted after "
-        f"file.delete.delay.ms ({exc}); "
-        "call lake.refresh() (or rerun the job) to read the current version",
+        f"file.delete.delay.ms ({exc}); {todo}",
         version=version,
         superseded_by=by,
         operation=op,

@@ -147,13 +147,14 @@ def commit_pieces(
     stages = [lakefs.join(base, STAGING, p.stage) for p in pieces]
     catalog = Catalog(root)
     empty = BatchCommit(run_id, None, rows_table([]), [])
-    if catalog.exists() and catalog.run_committed(run_id):
+    committed, current = catalog.committed_or_segments(run_id)  # one catalog read
+    if committed:
         publish_pending(root, run_id)
         _drop(fs, stages)
         return dataclasses.replace(empty, result=_already(catalog, run_id))
     out_dir = lakefs.join(base, STAGING, run_id)
     lakefs.delete_dir(fs, out_dir)  # an earlier attempt of this batch
-    newest = _newest(catalog)
+    newest = _newest(current)
     in_place = append == "true" and appends_in_place(fs)
     growable = {
         k: t
@@ -165,7 +166,9 @@ def commit_pieces(
     paths = [lakefs.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
     with locked(paths) as fds:
         if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
-            newest = _newest(catalog)  # as they are now that no other appender can change them
+            newest = _newest(
+                catalog.segments()
+            )  # as they are now: no other appender can change them
         try:
             done = _write_all(
                 fs, base, out_dir, pieces, stages, newest, growable, fds, config, assigned
@@ -245,12 +248,9 @@ def _drop(fs, stages: list[str]) -> None:
         lakefs.delete_dir(fs, s)
 
 
-def _newest(catalog: Catalog) -> dict[tuple[str, int], dict]:
-    """Each partition's newest catalog row."""
+def _newest(current: pa.Table) -> dict[tuple[str, int], dict]:
+    """Each partition's newest catalog row (of the rows ``current``)."""
     out: dict[tuple[str, int], dict] = {}
-    if not catalog.exists():
-        return out
-    current = catalog.segments()
     if current.num_rows == 0:
         return out
     have = set(current.schema.names)

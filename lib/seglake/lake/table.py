@@ -242,6 +242,18 @@ class CatalogTable:
             return False
         return self._open().transaction_version(aid) is not None
 
+    def committed_or_segments(self, run_id: str) -> tuple[bool, pa.Table]:
+        """From ONE read of the current version: ``(True, no rows)`` if ``run_id`` has
+        committed, else ``(False, every segment row)`` (:meth:`segments`); ``(False, no
+        rows)`` if there is no catalog. A stream batch's commit asks both."""
+        empty = catalog_schema().empty_table()
+        if not self.exists():
+            return False, empty
+        table = self._open()
+        if table.transaction_version(app_id(run_id)) is not None:
+            return True, empty
+        return False, self._read(table)
+
     def history(self, *, limit: int | None = None) -> list[HistoryEntry]:
         """Table versions, newest first, with the run id that made each change."""
         entries = []

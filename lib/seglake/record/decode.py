@@ -31,7 +31,7 @@ from seglake.record.decode_native import (
     times_native,
     walk_native,
 )
-from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records
+from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records, without_headers
 from seglake.record.varint import fast_varints
 from seglake.record.walk import (
     MIN_HEADER_SIZE,
@@ -112,10 +112,13 @@ def decode_batches(
     path: str | None = None,
     max_batch_bytes: int = MAX_BATCH_OUTPUT,
     max_decompressed_bytes: int | None = None,
+    headers: bool = True,
 ) -> pa.Table:
     """One row per record of the batches of ``scan`` (found in ``buf``), in file order.
 
-    Columns are exactly :data:`RECORD_SCHEMA`. Control batches (transaction markers) are
+    Columns are exactly :data:`RECORD_SCHEMA`; with ``headers=False``, without the
+    ``headers`` column: the headers are walked and checked, but their bytes are not
+    copied, nor their keys checked to be UTF-8. Control batches (transaction markers) are
     left out when ``skip_control``. Batches are decoded whether or not ``scan.crc_valid``
     says their CRC matched.
 
@@ -127,25 +130,29 @@ def decode_batches(
     limits = (max_batch_bytes, max_decompressed_bytes)
     sel = _selected(scan, skip_control)
     if not len(sel):
-        return empty_records()
+        return empty_records(headers=headers)
     lib = native.kernel()
     walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
-    table = decode_native(walked, scan, sel) if walked is not None else None
+    table = decode_native(walked, scan, sel, headers=headers) if walked is not None else None
     if table is not None:
         return table
     r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
     data, f, rec_batch = r.data, r.fields, r.ctx.rec_batch
+    hdr = (data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
+    if not headers:
+        walk_headers(*hdr)  # checked all the same
     columns = [
         pa.array(r.offset),
         pa.array(r.timestamp),
         pa.array(r.log_append.astype(np.int32)[rec_batch]),
         _binary(data, f["key_pos"], f["key_len"]),
         _binary(data, f["value_pos"], f["value_len"]),
-        _headers(data, f["header_pos"], f["header_count"], r.rec_end, r.ctx),
+        *([_headers(*hdr)] if headers else []),
         pa.array(scan.producer_id[sel][rec_batch]),
         pa.array(scan.is_transactional[sel][rec_batch]),
     ]
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    schema = RECORD_SCHEMA if headers else without_headers(RECORD_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def record_times(

@@ -1,7 +1,7 @@
 """The record table of :func:`seglake.record.decode.decode_batches` from the compiled
 kernel (:mod:`seglake.record.native`): one C walk checks every record and fills the
 offsets, timestamps and the Arrow offset/validity buffers, one C pass copies the keys,
-values and headers into the Arrow data buffers::
+values and headers (unless asked not to) into the Arrow data buffers::
 
     key, value      binary: validity bits, int32 offsets (n + 1), data
     headers         list (int32 offsets, n + 1) of struct<key: string, value: binary>
@@ -21,7 +21,7 @@ import pyarrow as pa
 from seglake.record import native
 from seglake.record.batch import TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.batch_walk import batch_blocks
-from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA
+from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, without_headers
 
 __all__ = ["Walked", "decode_native", "header_structs", "times_native", "walk_native"]
 
@@ -61,11 +61,15 @@ def walk_native(
     return None if w is None else Walked(lib, w, data, start, end, counts, log_append)
 
 
-def decode_native(r: Walked, scan: BatchScan, sel: np.ndarray) -> pa.Table | None:
-    """The walked records as :data:`RECORD_SCHEMA` (``sel``: their batches of ``scan``)."""
-    w, g, counts = r.walk, native.gather(r.lib, r.data, r.start, r.end, r.walk), r.counts
-    headers = _headers(w, g)
-    if headers is None:
+def decode_native(
+    r: Walked, scan: BatchScan, sel: np.ndarray, *, headers: bool = True
+) -> pa.Table | None:
+    """The walked records as :data:`RECORD_SCHEMA` (``sel``: their batches of ``scan``;
+    without ``headers``: no headers column, and none of their bytes copied)."""
+    w, counts = r.walk, r.counts
+    g = native.gather(r.lib, r.data, r.start, r.end, w, headers=headers)
+    column = _headers(w, g) if headers else None
+    if headers and column is None:
         return None
     n = len(w.offset)
     columns = [
@@ -74,11 +78,12 @@ def decode_native(r: Walked, scan: BatchScan, sel: np.ndarray) -> pa.Table | Non
         pa.array(np.repeat(r.log_append.astype(np.int32), counts)),
         _binary(n, w.key_off, w.key_valid, w.totals[5], g.key_data),
         _binary(n, w.value_off, w.value_valid, w.totals[6], g.value_data),
-        headers,
+        *([column] if headers else []),
         pa.array(np.repeat(scan.producer_id[sel], counts)),
         pa.array(np.repeat(scan.is_transactional[sel], counts)),
     ]
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    schema = RECORD_SCHEMA if headers else without_headers(RECORD_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def times_native(r: Walked) -> tuple[np.ndarray, np.ndarray] | None:

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 4  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 5  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -246,10 +246,19 @@ class Gathered(NamedTuple):
 
 
 def gather(
-    lib: ctypes.CDLL, data: np.ndarray, start: np.ndarray, end: np.ndarray, w: Walk
+    lib: ctypes.CDLL,
+    data: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    w: Walk,
+    *,
+    headers: bool = True,
 ) -> Gathered:
-    """Copy the keys, values and headers of records :func:`walk` accepted."""
+    """Copy the keys, values and headers of records :func:`walk` accepted (``headers``
+    False: not the headers; their buffers are then empty)."""
     kb, vb, nh, hkb, hvb = w.totals[:5]
+    if not headers:
+        nh = hkb = hvb = 0
     g = Gathered(
         _empty(kb),
         _empty(vb),

@@ -13,6 +13,8 @@ Internal record table (what the decoder returns and the encoder takes)::
 
 The Spark Kafka source schema (``KAFKA_SOURCE_SCHEMA``) is what jobs and the data
 source return: ``key, value, topic, partition, offset, timestamp, timestampType, headers``.
+Without ``headers`` (a decode asked not to build them; the Kafka source's
+``includeHeaders=false``): :func:`without_headers` of either schema.
 """
 
 from __future__ import annotations
@@ -66,13 +68,19 @@ KAFKA_SOURCE_SCHEMA = pa.schema(
 )
 
 
-def empty_records() -> pa.Table:
-    """A record table with no rows."""
-    return RECORD_SCHEMA.empty_table()
+def without_headers(schema: pa.Schema) -> pa.Schema:
+    """``schema`` (the record or the Kafka source schema) without its ``headers`` field."""
+    return schema.remove(schema.get_field_index("headers"))
+
+
+def empty_records(*, headers: bool = True) -> pa.Table:
+    """A record table with no rows (without the ``headers`` column unless ``headers``)."""
+    return (RECORD_SCHEMA if headers else without_headers(RECORD_SCHEMA)).empty_table()
 
 
 def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
-    """Internal record table -> Spark Kafka source columns for one topic-partition."""
+    """Internal record table -> Spark Kafka source columns for one topic-partition (no
+    ``headers`` column if ``records`` has none)."""
     n = records.num_rows
     ts = records.column("timestamp").cast(pa.int64())
     try:  # checked: a timestamp past year 294247 must not wrap around silently
@@ -84,16 +92,16 @@ def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
             f"{ts[i].as_py()} ms is past {MAX_TIMESTAMP_MS} (year 294247), the last time a "
             "microsecond timestamp (the Kafka source's column) holds"
         ) from None
-    return pa.Table.from_arrays(
-        [
-            records.column("key"),
-            records.column("value"),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            records.column("offset"),
-            ts_us,
-            records.column("timestamp_type"),
-            records.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type),
-        ],
-        schema=KAFKA_SOURCE_SCHEMA,
-    )
+    columns = [
+        records.column("key"),
+        records.column("value"),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        records.column("offset"),
+        ts_us,
+        records.column("timestamp_type"),
+    ]
+    if "headers" not in records.column_names:
+        return pa.Table.from_arrays(columns, schema=without_headers(KAFKA_SOURCE_SCHEMA))
+    headers = records.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type)
+    return pa.Table.from_arrays([*columns, headers], schema=KAFKA_SOURCE_SCHEMA)

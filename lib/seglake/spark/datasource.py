@@ -108,7 +108,12 @@ class SeglakeReader(DataSourceReader):
         splits = value if isinstance(value, list) else [value]
         opts, names = self.opts, self.opts.arrow_schema.names
         skipped: list[str] = []
-        how = SplitReads(opts.isolation_level, opts.on_corrupt, skipped, opts.version)
+        # versionAsOf, else the version the splits were planned on (the current one then)
+        planned = opts.version if opts.version is not None else splits[0].get("version")
+        by_user = opts.version is not None
+        how = SplitReads(
+            opts.isolation_level, opts.on_corrupt, skipped, planned, by_user, opts.include_headers
+        )
         cache = get_cache(self.cache_bytes)
         with lakefs.IO_STATS.counting(self.bytes_accumulator):  # versionAsOf: pinned
             for t in iter_splits(cache, opts.root, splits, how, group_bytes=self.group_bytes):

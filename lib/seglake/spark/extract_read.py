@@ -14,7 +14,7 @@ import pyarrow as pa
 from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
 from seglake.record.batch import HEADER_SIZE
-from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
+from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import LogSegment, Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
@@ -38,12 +38,17 @@ class SplitReads:
         shorter than its row's size (a torn tail reads on), because a later version
         removed or replaced the segment raises
         :class:`~seglake.errors.VersionSupersededError` (:mod:`seglake.lake.pinned`).
+    by_user: ``version`` is one the read asked for (``versionAsOf``), not the current
+        one it was planned on (the error then says the lake changed under the read).
+    headers: the ``headers`` column (else none, and none of their bytes copied).
     """
 
     isolation_level: str = "read_uncommitted"
     on_corrupt: str = "raise"
     skipped: list[str] | None = None
     version: int | None = None
+    by_user: bool = True
+    headers: bool = True
 
 
 def read_split(
@@ -86,7 +91,7 @@ def read_splits(
     each split one ranged read, the batches of all of them walked and decoded together
     (vectorised over all their batches)."""
     how = how or SplitReads()
-    pin = None if how.version is None else PinnedVersion(root, how.version)
+    pin = None if how.version is None else PinnedVersion(root, how.version, by_user=how.by_user)
     parts = [_split_batches(cache, root, s, how.on_corrupt, how.skipped, pin) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
@@ -101,13 +106,19 @@ def read_splits(
         for s, (_, u), (_, keep, _) in zip(splits, unsure, parts, strict=True):
             keep[u[least[at : at + len(u)] >= s["ts_hi"]]] = False
             at += len(u)
-    table, rows = decode_windows([(w, np.flatnonzero(keep), path) for w, keep, path in parts])
+    table, rows = decode_windows(
+        [(w, np.flatnonzero(keep), path) for w, keep, path in parts], headers=how.headers
+    )
     out, at = [], 0
     for split, n in zip(splits, rows.tolist(), strict=True):
         if n:
             out.append(_split_records(table.slice(at, n), split, how.isolation_level))
         at += n
-    return pa.concat_tables(out) if out else KAFKA_SOURCE_SCHEMA.empty_table()
+    if out:
+        return pa.concat_tables(out)
+    return (
+        KAFKA_SOURCE_SCHEMA if how.headers else without_headers(KAFKA_SOURCE_SCHEMA)
+    ).empty_table()
 
 
 def _split_batches(

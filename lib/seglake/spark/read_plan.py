@@ -260,7 +260,8 @@ def plan_splits(
     """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
     ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``:
     extract's :func:`plan_partition` (filter mode) per partition. ``logs``: each
-    partition's catalog rows and log, when the caller has them (else one catalog read)."""
+    partition's catalog rows and log, when the caller has them (else one catalog read).
+    Each split names ``version`` (a task that meets a file removed since says so)."""
     if logs is None:
         rows = _by_partition(Catalog(opts.root).segments(tuple(ranges), version=version))
         logs = partition_logs(opts, rows, cache)
@@ -282,4 +283,6 @@ def plan_splits(
                     isolation_level=opts.isolation_level,
                     split_bytes=opts.split_bytes,
                 )[0]
+    for s in splits:
+        s["version"] = version
     return splits

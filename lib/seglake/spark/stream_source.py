@@ -18,7 +18,7 @@ topic, micro-batch by micro-batch.
                reads the catalog once); its segments between the two offsets split like
                the batch data source's (plan_splits) and packed into tasks as it packs
                them (pack_splits: about the session's parallelism, at most splitBytes
-               each), each task's splits read and decoded together (read_splits); a
+               each), each task's splits read and decoded in groups (iter_splits); a
                start offset below the partition's log start (retention, compaction) is
                Kafka's data loss: an error with ``failOnDataLoss=true`` (default), else
                the batch starts at the log start

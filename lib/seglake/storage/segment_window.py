@@ -85,9 +85,12 @@ class Window:
         *,
         skip_control: bool = True,
         path: str | None = None,
+        headers: bool = True,
     ) -> pa.Table:
         scan = self.scan if sel is None else self.scan.take(sel)
-        return decode_batches(self.data, scan, skip_control=skip_control, path=path)
+        return decode_batches(
+            self.data, scan, skip_control=skip_control, path=path, headers=headers
+        )
 
     def record_times(
         self, sel: slice | np.ndarray | None = None, *, path: str | None = None

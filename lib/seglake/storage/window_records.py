@@ -38,15 +38,30 @@ NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
 
 def decode_windows(
     parts: list[tuple[Window, np.ndarray, str | None]],
+    *,
+    headers: bool = True,
 ) -> tuple[pa.Table, np.ndarray]:
-    """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call.
+    """The batches ``sel`` of each ``(window, sel, path)``, decoded in one call (without
+    the headers column unless ``headers``: :func:`~seglake.record.decode.decode_batches`).
 
-    The decoder walks the records of all batches together, one numpy step per record
-    index, so one call over many windows costs far less than one call per window.
-    Returns the records (internal schema, part after part, control batches left out)
-    and each part's number of rows. Bytes that do not decode raise the error of their
-    own window (naming its file).
+    The numpy decoder walks the records of all batches together, one numpy step per
+    record index, so one call over many windows costs far less than one call per window:
+    their batches are copied into one buffer for it. The compiled kernel walks each
+    window's own bytes (no copy; a call costs little). Returns the records (internal
+    schema, part after part, control batches left out) and each part's number of rows.
+    Bytes that do not decode raise the error of their own window (naming its file).
     """
+    if native.kernel() is not None:
+        tables = [
+            decode_batches(w.data, w.scan.take(sel), path=path, headers=headers)
+            for w, sel, path in parts
+            if len(sel)
+        ]
+        rows = [
+            int(w.scan.records_count[sel][~w.scan.is_control[sel]].sum()) for w, sel, _ in parts
+        ]
+        table = pa.concat_tables(tables) if tables else empty_records(headers=headers)
+        return table, np.array(rows, dtype=np.int64)
     scans, pieces, rows, at = [], [], [], 0
     for w, sel, _ in parts:
         sub = w.scan.take(sel)
@@ -59,17 +74,18 @@ def decode_windows(
         scans.append(sub)
         rows.append(int(sub.records_count[~sub.is_control].sum()))
     if not at:
-        return empty_records(), np.array(rows, dtype=np.int64)
+        return empty_records(headers=headers), np.array(rows, dtype=np.int64)
     merged = BatchScan(
         **{f: np.concatenate([getattr(s, f) for s in scans]) for f in SCAN_COLUMNS},  # type: ignore[arg-type]
         valid_bytes=at,
     )
     try:
-        return decode_batches(b"".join(pieces), merged), np.array(rows, dtype=np.int64)
+        table = decode_batches(b"".join(pieces), merged, headers=headers)
     except CorruptRecordError:
         for w, sel, path in parts:
-            w.decode(sel, path=path)
+            w.decode(sel, path=path, headers=headers)
         raise
+    return table, np.array(rows, dtype=np.int64)
 
 
 @dataclasses.dataclass
