@@ -105,7 +105,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("compression.type", "compression_type", str, "none", "none, gzip, snappy, lz4 or zstd"),
     Setting("compression.gzip.level", "gzip_level", int, 6, "gzip level 1-9", 1),
     Setting("compression.zstd.level", "zstd_level", int, 3, "zstd level", 1),
-    Setting("compression.lz4.level", "lz4_level", int, 9, "lz4 level", 0),
+    Setting(
+        "compression.lz4.level",
+        "lz4_level",
+        int,
+        9,
+        "lz4 level 1-17; 9 uses the fast compressor, others LZ4 HC (Kafka's rule)",
+        1,
+    ),
     Setting(
         "message.timestamp.type",
         "timestamp_type",

@@ -5,10 +5,12 @@
     1   gzip    gzip stream (RFC 1952; several members are read back to back)
     2   snappy  xerial framing: b"\\x82SNAPPY\\x00" + int32 version(1) + int32 compat(1),
                 then blocks of int32 length + raw snappy; raw (unframed) snappy is accepted too
-    3   lz4     LZ4 frame format
+    3   lz4     LZ4 frame format, blocks independent (Kafka's Java reader refuses linked
+                blocks): written as Kafka's producer writes it (``lz4_write.py``)
     4   zstd    zstd frame
 
-Implemented on ``cramjam`` (Rust, no system libraries).
+Implemented on ``cramjam`` (Rust, no system libraries); lz4 is compressed with
+python-lz4 (the reference C library, as lz4-java's compressors bind it).
 
 Decompression is bounded: cramjam's ``*_into`` functions stream the output into a buffer
 of at most ``limit + 1`` bytes and stop when it is full, so a block that inflates past
@@ -29,6 +31,7 @@ import numpy as np
 
 from seglake.errors import CorruptRecordError
 from seglake.record.lz4_frame import inflate_frame
+from seglake.record.lz4_write import DEFAULT_LEVEL, compress_frame
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -71,7 +74,7 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
     if codec == SNAPPY:
         return _xerial_compress(data)
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data, level=level if level is not None else 9))
+        return compress_frame(data, DEFAULT_LEVEL if level is None else level)
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level or 3))
     raise CorruptRecordError(f"unknown compression codec id {codec} (expected 0-4)")
