@@ -131,19 +131,41 @@ def _reset_hwm(pid: int) -> None:
         pass
 
 
-class MemSampler:
+class Periodic:
+    """A daemon thread calling ``_sample`` every ``interval`` seconds while in a ``with``
+    block, and once more on the way out."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+class MemSampler(Periodic):
     """Peak RSS of the JVM and of its Python worker descendants while running."""
 
     def __init__(self, jvm: int, interval: float = 0.1):
-        self.jvm, self.interval = jvm, interval
+        super().__init__(interval)
+        self.jvm = jvm
         self.jvm_hwm_kb = 0
         self.worker_hwm_kb = 0  # largest single-worker VmHWM
         self.workers_sum_kb = 0  # largest sum of worker VmRSS in one sample
         self.max_workers = 0
         self._cpu0: dict[int, float] = {}  # CPU seconds of each process at the start
         self._cpu: dict[int, float] = {}  # ... at its last sample
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _workers(self) -> list[int]:
         return _descendants(self.jvm)
@@ -171,11 +193,6 @@ class MemSampler:
         with the reaped children of each: forked workers that ended)."""
         return sum(c - self._cpu0.get(p, 0.0) for p, c in self._cpu.items())
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            time.sleep(self.interval)
-
     def __enter__(self) -> MemSampler:
         _reset_hwm(self.jvm)
         for p in self._workers():
@@ -184,11 +201,6 @@ class MemSampler:
             self._cpu0[p] = self._cpu[p] = _cpu_s(p) or 0.0
         self._thread.start()
         return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
 
 
 # ---------------------------------------------------------------- the runs
@@ -221,6 +233,7 @@ def run_seglake(
     codec: str = "none",
     direct: bool = True,
     shuffle: str = "auto",
+    extra: dict | None = None,
 ):
     """One ingest of the parquet file(s) ``inp`` into a fresh lake at ``root``."""
     from seglake.spark.direct_ingest import CONF
@@ -234,7 +247,11 @@ def run_seglake(
             spark.read.parquet(*([inp] if isinstance(inp, str) else inp)),
             root,
             num_partitions=8,
-            conf={"compression.type": codec, "seglake.ingest.shuffle": shuffle},
+            conf={
+                "compression.type": codec,
+                "seglake.ingest.shuffle": shuffle,
+                **(extra or {}),
+            },
         )
     finally:
         spark.conf.unset(CONF)
