@@ -181,9 +181,8 @@ def split_topics(split: Split, column: str | None) -> tuple[int, set, int]:
         with pq.ParquetFile(path, read_dictionary=[column] if column else None) as f:
             groups = row_groups(f.metadata, start, length)
             rows += sum(f.metadata.row_group(g).num_rows for g in groups)
-            if column is None or not groups:
-                continue
-            for chunk in f.read_row_groups(groups, [column], use_threads=False).column(0).chunks:
-                nulls += chunk.null_count
-                names.update(chunk.dictionary.to_pylist())
+            for g in groups if column else ():  # one row group's indices at a time
+                for chunk in f.read_row_group(g, [column], use_threads=False).column(0).chunks:
+                    nulls += chunk.null_count
+                    names.update(chunk.dictionary.to_pylist())
     return rows, names, nulls
