@@ -7,8 +7,9 @@ One SparkSession (``local[2]``), warmed up like bench/ingest.py; then R rounds o
 parquet peer, then one seglake ingest (the direct path). For each run:
 
 - driver spans: wall time of each step of ``seglake.spark.ingest.ingest`` (the functions
-  it calls are wrapped for the run: stat, catalog reads, splits, count, plan, the write
-  job's ``toArrow``, verify, staged check, commit, publish);
+  it calls are wrapped for the run: stat, catalog reads, splits, count or the one-pass
+  check, plan, the write job's ``toArrow``, the one-pass rebase, verify, staged check,
+  commit, publish);
 - Spark: each job's submission and completion, each task's launch and duration (the JVM's
   status store);
 - workers: each count/write task's wall span and CPU seconds (``process_time`` of the
@@ -200,7 +201,7 @@ def instrument(log: str) -> None:
     import pyspark.sql
 
     from seglake.lake.catalog import Catalog
-    from seglake.spark import direct_ingest, ingest_tasks
+    from seglake.spark import direct_ingest, ingest_rebase, ingest_tasks
     from seglake.spark import ingest as ing
 
     for name in (
@@ -216,6 +217,8 @@ def instrument(log: str) -> None:
         setattr(ing, name, _span(name, getattr(ing, name)))
     for name in ("splits", "count", "write", "normalizer"):
         setattr(direct_ingest, name, _span(f"direct.{name}", getattr(direct_ingest, name)))
+    for name in ("one_pass", "rebase"):
+        setattr(ingest_rebase, name, _span(f"rebase.{name}", getattr(ingest_rebase, name)))
     for name in ("run_committed", "exists", "log_end_offsets", "commit", "version"):
         setattr(Catalog, name, _span(f"catalog.{name}", getattr(Catalog, name)))
     ing.runs.describe_input = _span("describe_input", ing.runs.describe_input)

@@ -171,3 +171,18 @@ def _empty_rows(
     for lo in range(0, n, batch_rows):
         k = min(batch_rows, n - lo)
         yield normalize(pa.RecordBatch.from_arrays([pa.nulls(k)], names=["_"]), path)
+
+
+def split_topics(split: Split, column: str | None) -> tuple[int, set, int]:
+    """Rows of one task's split (footers), and the distinct values and nulls of its topic
+    ``column`` (read as a dictionary: no string is decoded per row; ``None``: not read)."""
+    rows, names, nulls = 0, set(), 0
+    for path, start, length in split:
+        with pq.ParquetFile(path, read_dictionary=[column] if column else None) as f:
+            groups = row_groups(f.metadata, start, length)
+            rows += sum(f.metadata.row_group(g).num_rows for g in groups)
+            for g in groups if column else ():  # one row group's indices at a time
+                for chunk in f.read_row_group(g, [column], use_threads=False).column(0).chunks:
+                    nulls += chunk.null_count
+                    names.update(chunk.dictionary.to_pylist())
+    return rows, names, nulls

@@ -4,6 +4,7 @@
       -> normalize (validate, internal columns)                       spark/normalize.py
       -> count pass over (topic, key[, partition][, offset]) only: records per (input
          task, topic, partition); partition = murmur2(key) % N when not given
+         (none where the footers prove no shuffle: one pass, spark/ingest_rebase.py)
       -> plan (driver): offsets from the catalog's log end offsets, checks, write mode
                                                                        spark/ingest_plan.py
       -> no shuffle (default when pieces are large): each input task writes its records
@@ -43,6 +44,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.spark import direct_ingest as direct
+from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
 from seglake.spark.ingest_result import IngestResult, new_run_id
@@ -177,6 +179,14 @@ def _write(
     n = None if "partition" in norm.columns else partition_count(topic, num_partitions, leo, config)
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
+    if splits and reader is not None and rebase.one_pass(splits, reader, n, config, root):
+        writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, leo)
+        rows = direct.write(spark, splits, reader, writer).toArrow().cast(SEGMENT_ROWS)
+        plan = plan_ingest(rebase.counts(rows), leo, config, has_offset=False)
+        if plan.shuffle:  # one_pass proved it is not
+            raise SeglakeError("one-pass ingest planned a shuffle: counts below the footers'")
+        rows = rebase.rebase(root, run_id, rows, plan.task_starts, plan.log_end)
+        return _checked(rows, plan.partitions, has_offset), has_offset, n
     if splits and reader is not None:
         counts = direct.count(spark, splits, reader, n)
     else:
@@ -219,13 +229,18 @@ def _write(
             if splits and reader is not None
             else norm.mapInArrow(writer, spark_schema(SEGMENT_ROWS))
         )
-    rows = (
-        out.toArrow()
-        .cast(SEGMENT_ROWS)
-        .sort_by([("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")])
+    return _checked(out.toArrow().cast(SEGMENT_ROWS), plan.partitions, has_offset), has_offset, n
+
+
+def _checked(
+    rows: pa.Table, plans: dict[tuple[str, int], PartitionPlan], has_offset: bool
+) -> pa.Table:
+    """The write's segment rows in (topic, partition, base offset) order, verified."""
+    rows = rows.sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("base_offset", "ascending")]
     )
-    _verify(rows, plan.partitions, has_offset)
-    return rows, has_offset, n
+    _verify(rows, plans, has_offset)
+    return rows
 
 
 def _input_paths(df: DataFrame) -> list[str]:

@@ -77,6 +77,7 @@ __all__ = [  # what ingest and the stream sink call, with ingest_keys' names
     "prepare",
     "record_table",
     "segment_rows",
+    "task_dir",
     "task_id",
     "task_keys",
 ]
@@ -106,9 +107,11 @@ class StagedWriters:
         config: LogConfig,
         tmp_suffix: str,
         fail_after_records: int | None,
+        subdir: str = "",
     ) -> None:
         self.fs, base = lakefs.resolve(root)
         self.staging = lakefs.join(base, "_staging", run_id)
+        self.subdir = subdir  # under the staging dir (a one-pass task's own: task_dir)
         self.run_id = run_id
         self.config = config
         self.tmp_suffix = tmp_suffix if lakefs.renames_atomically(self.fs) else None
@@ -120,7 +123,7 @@ class StagedWriters:
         pdir = partition_dir_name(*key)
         return SegmentWriter(
             self.fs,
-            lakefs.join(self.staging, pdir),
+            lakefs.join(self.staging, *([self.subdir] if self.subdir else []), pdir),
             config=self.config,
             min_offset=min_offset,
             tmp_suffix=self.tmp_suffix,
@@ -151,17 +154,22 @@ def local_writer(
     num_partitions: int | None,
     task_starts: Mapping[tuple[int, str, int], int],
     fail_after_records: int | None,
+    log_end: Mapping[Key, int] | None = None,
 ) -> Callable[[Batches], Batches]:
     """mapInArrow without a shuffle: this task's records of each (topic, partition) get
     the offsets planned for (task, topic, partition) onwards, in input order, and are
-    written as segments of their own. Each input batch is reordered by group with one
+    written as segments of their own. One pass (``log_end`` given, no count pass, no
+    ``task_starts``): every task's pieces start at the partition's log end offset, and
+    tasks after the first stage under their own :func:`task_dir`, for the driver to
+    rebase (spark/ingest_rebase.py). Each input batch is reordered by group with one
     take; the groups keep zero-copy slices of it, so all groups are flushed together once
     the batches held reach ``seglake.ingest.buffer.bytes``: memory is that plus one input
     batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory)."""
 
     def write(batches: Batches) -> list[pa.RecordBatch]:
         task, suffix = task_id()
-        out = StagedWriters(root, run_id, config, suffix, fail_after_records)
+        sub = task_dir(task) if log_end is not None and task else ""
+        out = StagedWriters(root, run_id, config, suffix, fail_after_records, sub)
         part = Partitioner(num_partitions, task)
         groups: dict[Key, _Group] = {}
         held = 0  # bytes of the input batches the pending slices keep alive
@@ -176,7 +184,9 @@ def local_writer(
             for key, idx in split:
                 g = groups.get(key)
                 if g is None:
-                    start = task_starts.get((task, *key))
+                    start = (
+                        task_starts.get((task, *key)) if log_end is None else log_end.get(key, 0)
+                    )
                     if start is None:
                         raise SeglakeError(
                             f"{key[0]}-{key[1]}: input task {task} has records the count pass "
@@ -202,6 +212,12 @@ def local_writer(
         return list(out.rows())
 
     return in_task_pool(write)
+
+
+def task_dir(task: int) -> str:
+    """Where a one-pass write task after the first stages its segments, under the run's
+    staging dir (their offsets are rebased and the files moved out by the driver)."""
+    return f"_task-{task}"
 
 
 def _flush(out: StagedWriters, key: Key, g: _Group) -> None:

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
+from seglake.record.batch import INT32_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.record.encode_input import check_timestamps, int64_column
@@ -39,7 +40,7 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.roll import ActiveSegment, roll_reason
+from seglake.storage.roll import ActiveSegment, roll_jitter, roll_reason
 from seglake.storage.stats import segment_row
 from seglake.storage.tail_minima import tail_minima
 
@@ -77,8 +78,8 @@ class _Open:
     min_ts: int = np.iinfo(np.int64).max
     max_ts: int = np.iinfo(np.int64).min
     next_offset: int = 0
-    batches: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
-    # (first offset, position, min timestamp) of each batch: the tail minima
+    batches: list[np.ndarray] = dataclasses.field(default_factory=list)
+    # (first offset, position, min timestamp) rows of each run of batches: the tail minima
 
 
 class SegmentWriter:
@@ -197,47 +198,67 @@ class SegmentWriter:
             self._next_offset = int(batches.last_offset[n - 1]) + 1
 
     def _write_batches(self, b: EncodedBatches, n: int) -> None:
+        """Batches ``[0, n)`` of ``b`` into segments: the roll rules asked before each run
+        of batches that needs no roll, each run accounted in one step (indexes:
+        ``IndexBuilder.add_batches``, Kafka's per-batch rule vectorised)."""
         data = memoryview(b.data) if not isinstance(b.data, np.ndarray) else memoryview(b.data.data)
-        run_start = 0  # first batch of the current contiguous write
-        for i in range(n):
-            size = int(b.size[i])
-            last = int(b.last_offset[i])
-            max_ts = int(b.max_timestamp[i])
+        i = 0
+        while i < n:
             seg = self._open
             if seg is not None:
                 reason = roll_reason(
                     seg.state,
-                    batch_size=size,
-                    batch_last_offset=last,
-                    batch_max_timestamp=max_ts,
+                    batch_size=int(b.size[i]),
+                    batch_last_offset=int(b.last_offset[i]),
+                    batch_max_timestamp=int(b.max_timestamp[i]),
                     config=self.config,
                 )
                 if reason:
-                    self._write_run(data, b, run_start, i)
-                    run_start = i
                     self._close_segment(reason)
                     seg = None
             if seg is None:
                 seg = self._open_segment(int(b.base_offset[i]))
-            st = seg.state
-            seg.batches.append((int(b.base_offset[i]), st.size, int(b.min_timestamp[i])))
-            seg.builder.add_batch(st.size, size, last, max_ts)
-            if st.size == 0:
-                st.rolling_timestamp = max_ts
-            st.size += size
-            st.index_full = seg.builder.is_full
-            seg.records += int(b.records_count[i])
-            seg.min_ts = min(seg.min_ts, int(b.min_timestamp[i]))
-            seg.max_ts = max(seg.max_ts, max_ts)
-            seg.next_offset = last + 1
-        self._write_run(data, b, run_start, n)
+            i += self._append_run(seg, b, i, i + self._no_roll(seg.state, b, i, n), data)
 
-    def _write_run(self, data: memoryview, b: EncodedBatches, start: int, stop: int) -> None:
-        if stop > start and self._open is not None:
-            lo = int(b.position[start])
-            hi = int(b.position[stop - 1] + b.size[stop - 1])
-            with self._writing(self._open.log_path):
-                self._open.stream.write(data[lo:hi])
+    def _no_roll(self, st: ActiveSegment, b: EncodedBatches, i: int, n: int) -> int:
+        """How many batches from ``i`` (at least 1: the roll rules were just asked for
+        it) neither size, time nor a relative offset would roll (the index rule is
+        ``add_batches``')."""
+        size = b.size[i:n]
+        rolling = st.rolling_timestamp if st.size else int(b.max_timestamp[i])
+        limit = self.config.roll_ms - roll_jitter(st.base_offset, self.config)
+        bad = (
+            (st.size + np.cumsum(size) > self.config.segment_bytes)
+            | (b.max_timestamp[i:n] - rolling > limit)
+            | (b.last_offset[i:n] - st.base_offset > INT32_MAX)
+        )
+        bad[0] = False
+        first = np.flatnonzero(bad)
+        return int(first[0]) if len(first) else n - i
+
+    def _append_run(self, seg: _Open, b: EncodedBatches, i: int, j: int, data: memoryview) -> int:
+        """Batches ``[i, j)`` (or a prefix: an index became full) into the open segment;
+        how many went in."""
+        st = seg.state
+        size = b.size[i:j]
+        pos = st.size + np.concatenate(([0], np.cumsum(size[:-1])))
+        k = seg.builder.add_batches(pos, size, b.last_offset[i:j], b.max_timestamp[i:j])
+        if k == 0:  # as add_batch would refuse it: written, indexes unchanged
+            k = 1
+        if st.size == 0:
+            st.rolling_timestamp = int(b.max_timestamp[i])
+        run = slice(i, i + k)
+        seg.batches.append(np.stack([b.base_offset[run], pos[:k], b.min_timestamp[run]]))
+        lo, hi = int(b.position[i]), int(b.position[i + k - 1] + b.size[i + k - 1])
+        with self._writing(seg.log_path):
+            seg.stream.write(data[lo:hi])
+        st.size += hi - lo
+        st.index_full = seg.builder.is_full
+        seg.records += int(b.records_count[run].sum())
+        seg.min_ts = min(seg.min_ts, int(b.min_timestamp[run].min()))
+        seg.max_ts = max(seg.max_ts, int(b.max_timestamp[run].max()))
+        seg.next_offset = int(b.last_offset[i + k - 1]) + 1
+        return k
 
     @contextlib.contextmanager
     def _writing(self, path: str) -> Iterator[None]:
@@ -295,7 +316,7 @@ class SegmentWriter:
                     out.write(payload)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
-        firsts, positions, min_ts = np.array(seg.batches, np.int64).reshape(-1, 3).T
+        firsts, positions, min_ts = np.concatenate(seg.batches, axis=1).astype(np.int64)
         info = SegmentInfo(
             base_offset=base,
             next_offset=seg.next_offset,
