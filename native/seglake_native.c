@@ -14,6 +14,9 @@
  * re-walks them with numpy, which names the problem.
  * Encode: sl_plan (batch boundaries, kafka-python's rule), sl_sizes (batch sizes for
  * given boundaries), sl_assemble (the records, after each batch's 61-byte header).
+ * Decompress: sl_inflate (records blocks back to back: raw ones copied, Kafka's lz4
+ * frames decoded by a bounds-checked LZ4 block decoder; any other block, and any frame it
+ * does not take, is left to the caller's Python decompressor).
  */
 #ifdef SEGLAKE_PYTHON_MODULE /* built by setup.py: also an (empty) importable module */
 #define PY_SSIZE_T_CLEAN
@@ -26,7 +29,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -518,4 +521,172 @@ i64 sl_assemble(i64 n, i64 nb, const i64 *starts, const i64 *base_off, const i64
         if (crc) put_be32(out + w0 + 17, crc32c(out + w0 + 21, (size_t)(w - w0 - 21)));
     }
     return w;
+}
+
+/* ---- LZ4 (frame format of Kafka's lz4 records blocks; block format) -------------------
+ * Only what every conforming LZ4 compressor writes is taken; the rest returns -1 and the
+ * caller decompresses it the usual way (whose errors name the problem). Every read of src
+ * is checked against its length and every write of dst against its capacity, whatever the
+ * bytes say. */
+#define LZ4_MIN_MATCH 4
+#define LZ4_LAST_LITERALS 5 /* the last 5 bytes of a block are literals */
+#define LZ4_MFLIMIT 12      /* the last match starts 12 bytes or more before the end */
+
+/* A length's 255-continued extension at src[*ip]: adds to *len; 0 if it runs off src. */
+static inline int lz4_length(const u8 *src, i64 n, i64 *ip, i64 *len) {
+    u8 b;
+    do {
+        if (*ip >= n) return 0;
+        b = src[(*ip)++];
+        *len += b;
+    } while (b == 255);
+    return 1;
+}
+
+/* The LZ4 block src[0:n) into dst[0:cap): bytes written, or -1 where it does not decode
+ * within cap or breaks the block format's end rules (last sequence literals only, at
+ * least LZ4_LAST_LITERALS of them after the last match, which starts LZ4_MFLIMIT or more
+ * bytes before the end). What this accepts, the reference decoder (LZ4_decompress_safe,
+ * any capacity >= the output) accepts, with the same output. */
+static i64 lz4_block(const u8 *src, i64 n, u8 *dst, i64 cap) {
+    i64 ip = 0, op = 0, match_start = -1, match_end = 0;
+    for (;;) {
+        if (ip >= n) return -1;
+        u8 token = src[ip++];
+        i64 lit = token >> 4;
+        if (lit == 15 && !lz4_length(src, n, &ip, &lit)) return -1;
+        if (lit > n - ip || lit > cap - op) return -1;
+        if (lit <= 16 && n - ip >= 16 && cap - op >= 16) {
+            memcpy(dst + op, src + ip, 16); /* whole: the bytes past lit are free room */
+        } else {
+            memcpy(dst + op, src + ip, (size_t)lit);
+        }
+        ip += lit;
+        op += lit;
+        if (ip == n) break; /* the last sequence: literals only */
+        if (n - ip < 2) return -1;
+        i64 off = (i64)src[ip] | ((i64)src[ip + 1] << 8);
+        ip += 2;
+        if (off == 0 || off > op) return -1;
+        i64 len = token & 15;
+        if (len == 15 && !lz4_length(src, n, &ip, &len)) return -1;
+        len += LZ4_MIN_MATCH;
+        if (len > cap - op) return -1;
+        u8 *d = dst + op;
+        const u8 *m = d - off;
+        if (off >= 16 && cap - op >= len + 15) { /* 16-byte steps, each after its source */
+            for (i64 k = 0; k < len; k += 16) memcpy(d + k, m + k, 16);
+        } else if (off >= 8 && cap - op >= len + 7) {
+            for (i64 k = 0; k < len; k += 8) memcpy(d + k, m + k, 8);
+        } else if (off >= len) {
+            memcpy(d, m, (size_t)len);
+        } else { /* a short repeated pattern, byte by byte */
+            for (i64 k = 0; k < len; k++) d[k] = m[k];
+        }
+        match_start = op;
+        op += len;
+        match_end = op;
+    }
+    if (match_start >= 0 && (op - match_end < LZ4_LAST_LITERALS || op - match_start < LZ4_MFLIMIT))
+        return -1;
+    return op;
+}
+
+static inline i64 get_le32(const u8 *p) {
+    return (i64)p[0] | ((i64)p[1] << 8) | ((i64)p[2] << 16) | ((i64)p[3] << 24);
+}
+
+/* The LZ4 frame src[0:n) (magic, FLG version 01 without dictionary or reserved bits, BD
+ * block maximum 64 KiB - 4 MiB, blocks independent or a single one, each within the
+ * block maximum; xxHash32 checksums not checked: the batch's CRC-32C covers them) into
+ * dst. *room: at most that many bytes (in: the caller's bound; out, where 0 is returned
+ * because the frame's blocks may need more: the room they may need). Returns bytes
+ * written, -1 (not taken), or -2 (more room needed: *room). */
+static i64 lz4_frame(const u8 *src, i64 n, u8 *dst, i64 limit, i64 *room) {
+    static const i64 block_max_of[8] = {0, 0, 0, 0, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+    if (n < 7 || src[0] != 0x04 || src[1] != 0x22 || src[2] != 0x4d || src[3] != 0x18) return -1;
+    u8 flg = src[4];
+    i64 block_max = block_max_of[(src[5] >> 4) & 7];
+    if ((flg >> 6) != 1 || (flg & 3) || !block_max) return -1;
+    int linked = !(flg & 0x20);
+    i64 block_sum = (flg & 0x10) ? 4 : 0, pos = 7 + ((flg & 0x08) ? 8 : 0), need = 0, blocks = 0;
+    for (;;) { /* the blocks' sizes first: the room they may need */
+        if (pos > n - 4) return -1;
+        i64 size = get_le32(src + pos);
+        pos += 4;
+        if (!size) break;
+        int stored = (int)(size >> 31);
+        size &= 0x7fffffff;
+        if (size > block_max || size + block_sum > n - pos || (linked && blocks)) return -1;
+        need += stored ? size : block_max;
+        blocks++;
+        pos += size + block_sum;
+    }
+    if (pos + ((flg & 0x04) ? 4 : 0) != n) return -1;
+    if (need > limit) need = limit;
+    if (need > *room) {
+        *room = need;
+        return -2;
+    }
+    i64 total = 0;
+    pos = 7 + ((flg & 0x08) ? 8 : 0);
+    for (i64 k = 0; k < blocks; k++) {
+        i64 size = get_le32(src + pos);
+        pos += 4;
+        int stored = (int)(size >> 31);
+        size &= 0x7fffffff;
+        i64 cap = need - total < block_max ? need - total : block_max, got;
+        if (stored) {
+            if (size > cap) return -1;
+            memcpy(dst + total, src + pos, (size_t)size);
+            got = size;
+        } else if ((got = lz4_block(src + pos, size, dst + total, cap)) < 0) {
+            return -1;
+        }
+        total += got;
+        pos += size + block_sum;
+    }
+    return total;
+}
+
+/* Records blocks i.. of nb (block b: len[b] bytes at address addr[b], compression codec[b])
+ * appended to out[used:cap), in order: raw blocks (codec 0, or no bytes) copied, lz4 ones
+ * decoded (each at most min(max_block, what is left of the budget) bytes, which it then
+ * uses up). state: [used, budget left, room wanted]. sizes[b]: bytes appended. Returns the
+ * block it stopped at (nb: all done): one it does not take (room wanted 0: the caller
+ * decompresses it), or one that may need more room than is left (room wanted: grow the
+ * buffer and call again from there). */
+i64 sl_inflate(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, i64 i, u8 *out,
+               i64 cap, i64 max_block, i64 *state, i64 *sizes) {
+    i64 used = state[0], left = state[1];
+    state[2] = 0;
+    for (; i < nb; i++) {
+        const u8 *src = (const u8 *)(uintptr_t)addr[i];
+        i64 n = len[i], got;
+        if (n < 0) break;
+        if (codec[i] == 0 || n == 0) {
+            if (n > cap - used) {
+                state[2] = n;
+                break;
+            }
+            if (n) memcpy(out + used, src, (size_t)n);
+            got = n;
+        } else {
+            if (codec[i] != 3) break;
+            i64 limit = left < max_block ? left : max_block, room = cap - used;
+            if (limit < 0) limit = 0;
+            got = lz4_frame(src, n, out + used, limit, &room);
+            if (got == -2) {
+                state[2] = room;
+                break;
+            }
+            if (got < 0) break;
+            left -= got;
+        }
+        sizes[i] = got;
+        used += got;
+    }
+    state[0] = used;
+    state[1] = left;
+    return i;
 }

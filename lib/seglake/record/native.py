@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 5  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 6  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -59,6 +59,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     # n, nb, starts, base offsets, base timestamps, headers, offset, timestamp, extra;
     # key, value, headers: lengths, offsets, int64 offsets?, data; crc (1: write them); out
     "sl_assemble": (_I, [_I, _I, *[_P] * 7, *_COLUMN * 3, _I, _P]),
+    # blocks, addresses, lengths, codecs, first, out, capacity, max block, state, sizes
+    "sl_inflate": (_I, [_I, _P, _P, _P, _I, _P, _I, _I, _P, _P]),
 }
 _loaded: list[ctypes.CDLL | None] = []  # [the kernel or None] once looked for
 

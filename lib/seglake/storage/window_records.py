@@ -180,8 +180,13 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     sel, limits = np.arange(len(scan)), (MAX_BLOCK_OUTPUT, None)
     lib = native.kernel()
     if lib is not None:
+        # the lookup's parts share one buffer: its compressed blocks are read from there
+        # (the same records blocks as from the views: they are decompressed into one)
+        one = all(w.data is parts[0][0].data for w, _ in parts) and (scan.codec != 0).any()
         try:
-            k = walk_native(lib, views, scan, sel, None, limits, places=True)
+            k = walk_native(
+                lib, parts[0][0].data if one else views, scan, sel, None, limits, places=True
+            )
         except CorruptRecordError:  # a block that does not decompress
             k = None
         if k is not None:
