@@ -263,22 +263,67 @@ i64 sl_scan(const u8 *buf, i64 pos, i64 end, i64 max_batches, i64 verify_crc, i6
     return k;
 }
 
-/* A key or value of record i at data[*q]: length varint (-1 null) then bytes, leaving room
- * before last for what follows; adds to its bytes or nulls and sets its validity bit.
- * Returns 0 where it does not fit. */
-static inline int length_and_bytes(const u8 *data, i64 *q, i64 last, i64 i, i64 *bytes,
-                                   i64 *nulls, u8 *valid) {
-    i64 len;
-    int s = get_varint(data, *q, last, VARINT, &len);
-    if (!s || (*q += s) >= last || len < -1 || (len > 0 && len >= last - *q)) return 0;
-    if (len >= 0) {
-        *q += len;
-        *bytes += len;
-        SET_BIT(valid, i);
-    } else {
-        (*nulls)++;
-    }
+/* A key's or value's length varint at data[*q] (-1 null) and its bytes, leaving room before
+ * last for what follows; moves *q past them. 0 where it does not fit. */
+static inline int length_field(const u8 *data, i64 *q, i64 last, i64 *len) {
+    int s = get_varint(data, *q, last, VARINT, len);
+    if (!s || (*q += s) >= last || *len < -1 || (*len > 0 && *len >= last - *q)) return 0;
+    if (*len > 0) *q += *len;
     return 1;
+}
+
+/* One record of a records block, checked: where it ends, its deltas, key and value lengths
+ * (-1 null), header count, header key and value bytes and null header values. */
+typedef struct {
+    i64 end, td, od, kl, vl, hc, hkb, hvb, hvn;
+} record_t;
+
+/* The record at data[p] of a block ending at lim, checked as the numpy walk checks it (offset
+ * delta in [0, last_delta] and above prev, the record's fields filling its length exactly).
+ * 0 where it does not walk. */
+static inline int check_record(const u8 *data, i64 p, i64 lim, i64 last_delta, i64 prev,
+                               record_t *r) {
+    i64 len;
+    int s;
+    if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 0;
+    i64 q = p + s;
+    if (len < MIN_BODY || len > lim - q) return 0;
+    i64 last = q + len;
+    q += 1; /* attributes */
+    if (!(s = get_varint(data, q, last, VARLONG, &r->td)) || (q += s) >= last) return 0;
+    if (!(s = get_varint(data, q, last, VARINT, &r->od)) || (q += s) >= last) return 0;
+    if (r->od < 0 || r->od > last_delta || r->od <= prev) return 0;
+    if (!length_field(data, &q, last, &r->kl) || !length_field(data, &q, last, &r->vl)) return 0;
+    if (!(s = get_varint(data, q, last, VARINT, &r->hc))) return 0;
+    q += s;
+    if (r->hc < 0 || r->hc > (last - q) / 2) return 0;
+    r->hkb = r->hvb = r->hvn = 0;
+    for (i64 h = 0; h < r->hc; h++) {
+        i64 hk, hv;
+        if (!(s = get_varint(data, q, last, VARINT, &hk))) return 0;
+        q += s;
+        if (hk < 0 || hk >= last - q) return 0;
+        q += hk;
+        r->hkb += hk;
+        if (!(s = get_varint(data, q, last, VARINT, &hv))) return 0;
+        q += s;
+        if (hv < -1 || (hv > 0 && hv > last - q)) return 0;
+        if (hv >= 0) {
+            q += hv;
+            r->hvb += hv;
+        } else {
+            r->hvn++;
+        }
+        if (h + 1 < r->hc && q >= last) return 0;
+    }
+    if (q != last) return 0;
+    r->end = last;
+    return 1;
+}
+
+static inline i64 record_timestamp(const record_t *r, i64 b, const i64 *base_ts,
+                                   const i64 *max_ts, const u8 *log_append) {
+    return log_append[b] ? max_ts[b] : (i64)((u64)base_ts[b] + (u64)r->td);
 }
 
 /* Walk and check the records of nb records blocks data[start[b]:end[b]] (count[b] records
@@ -302,53 +347,36 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
         if (cnt < 0 || cnt > (lim - p) / MIN_RECORD || i + cnt > n) return 1;
         if (cnt == 0 && lim > p) return 1;
         for (i64 k = 0; k < cnt; k++, i++) {
-            i64 len, td, od, hc;
-            int s;
-            if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 1;
-            i64 q = p + s;
-            if (len < MIN_BODY || len > lim - q) return 1;
-            i64 last = q + len;
-            q += 1; /* attributes */
-            if (!(s = get_varint(data, q, last, VARLONG, &td)) || (q += s) >= last) return 1;
-            if (!(s = get_varint(data, q, last, VARINT, &od)) || (q += s) >= last) return 1;
-            if (od < 0 || od > last_delta[b] || od <= prev) return 1;
-            prev = od;
-            if (!length_and_bytes(data, &q, last, i, &kb, &kn, key_valid)) return 1;
-            if (!length_and_bytes(data, &q, last, i, &vb, &vn, val_valid)) return 1;
-            if (!(s = get_varint(data, q, last, VARINT, &hc))) return 1;
-            q += s;
-            if (hc < 0 || hc > (last - q) / 2) return 1;
-            for (i64 h = 0; h < hc; h++) {
-                i64 hk, hv;
-                if (!(s = get_varint(data, q, last, VARINT, &hk))) return 1;
-                q += s;
-                if (hk < 0 || hk >= last - q) return 1;
-                q += hk;
-                hkb += hk;
-                if (!(s = get_varint(data, q, last, VARINT, &hv))) return 1;
-                q += s;
-                if (hv < -1 || (hv > 0 && hv > last - q)) return 1;
-                if (hv >= 0) {
-                    q += hv;
-                    hvb += hv;
-                } else {
-                    hvn++;
-                }
-                if (h + 1 < hc && q >= last) return 1;
+            record_t r;
+            if (!check_record(data, p, lim, last_delta[b], prev, &r)) return 1;
+            prev = r.od;
+            if (r.kl >= 0) {
+                kb += r.kl;
+                SET_BIT(key_valid, i);
+            } else {
+                kn++;
             }
-            if (q != last) return 1;
-            nh += hc;
-            offset[i] = base_offset[b] + od;
-            timestamp[i] = log_append[b] ? max_ts[b] : (i64)((u64)base_ts[b] + (u64)td);
+            if (r.vl >= 0) {
+                vb += r.vl;
+                SET_BIT(val_valid, i);
+            } else {
+                vn++;
+            }
+            hkb += r.hkb;
+            hvb += r.hvb;
+            hvn += r.hvn;
+            nh += r.hc;
+            offset[i] = base_offset[b] + r.od;
+            timestamp[i] = record_timestamp(&r, b, base_ts, max_ts, log_append);
             if (kb > I32MAX || vb > I32MAX || nh > I32MAX) return 2;
             key_off[i + 1] = (i32)kb;
             val_off[i + 1] = (i32)vb;
             hdr_off[i + 1] = (i32)nh;
             if (rec_start) {
                 rec_start[i] = p;
-                rec_end[i] = last;
+                rec_end[i] = r.end;
             }
-            p = last;
+            p = r.end;
         }
         if (p != lim) return 1;
     }
@@ -363,6 +391,96 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
     totals[6] = vn;
     totals[7] = hvn;
     return 0;
+}
+
+static i64 lz4_frame(const u8 *src, i64 n, u8 *dst, i64 limit, i64 *room);
+
+/* Point reads' picks (the lookup), one pass a batch: batch b's records block (len[b] bytes at
+ * address addr[b]: raw (codec 0) or a Kafka lz4 frame (codec 3), decoded into scratch, at
+ * most min(max_block, what is left of the budget) bytes, which it then uses up) walked and
+ * checked as sl_walk checks it; then queries q_first[b]..q_first[b + 1] each take the first
+ * record with offset >= q_target (q_is_ts 0), or with timestamp >= q_target and offset >=
+ * q_lo (q_is_ts 1): its bytes copied to out[used:], their start and end there, its offset
+ * and timestamp (start -1: none in the block). Nothing is kept of the other records.
+ * ok[b]: 0 where the block is of another codec, does not decode or walk, or holds more
+ * than rec_cap records (its queries untouched: the caller walks the batches the usual way).
+ * recs: room for rec_cap records (4 int64 each). state: [out used, budget left, room
+ * wanted, 1: in scratch / 2: in out]. Returns the batch it stopped at (nb: all done): one
+ * that wants more room (grow that buffer and call again from there). */
+i64 sl_pick(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, const i64 *count,
+            const i64 *base_offset, const i64 *base_ts, const i64 *max_ts,
+            const u8 *log_append, const i64 *last_delta, const i64 *q_first,
+            const i64 *q_target, const i64 *q_lo, const u8 *q_is_ts, i64 b, u8 *scratch,
+            i64 scratch_cap, i64 *recs, i64 rec_cap, u8 *out, i64 out_cap, i64 max_block,
+            i64 *state, i64 *q_start, i64 *q_end, i64 *q_offset, i64 *q_ts, u8 *ok) {
+    i64 used = state[0], left = state[1];
+    state[2] = state[3] = 0;
+    for (; b < nb; b++) {
+        const u8 *data = (const u8 *)(uintptr_t)addr[b];
+        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, got = 0;
+        ok[b] = 0;
+        if (lim < 0) continue;
+        if (codec[b] == 3 && lim > 0) {
+            i64 limit = left < max_block ? left : max_block, room = scratch_cap;
+            got = lz4_frame(data, lim, scratch, limit < 0 ? 0 : limit, &room);
+            if (got == -2) {
+                state[2] = room;
+                state[3] = 1;
+                break;
+            }
+            if (got < 0) continue;
+            data = scratch;
+            lim = got;
+        } else if (codec[b] != 0 && lim > 0) {
+            continue;
+        }
+        if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) continue;
+        for (k = 0; k < cnt; k++) {
+            record_t r;
+            if (!check_record(data, p, lim, last_delta[b], prev, &r)) break;
+            prev = r.od;
+            i64 *rec = recs + 4 * k;
+            rec[0] = p;
+            rec[1] = r.end;
+            rec[2] = base_offset[b] + r.od;
+            rec[3] = record_timestamp(&r, b, base_ts, max_ts, log_append);
+            p = r.end;
+        }
+        if (k < cnt || p != lim) continue;
+        i64 need = 0;
+        for (i64 j = q_first[b]; j < q_first[b + 1]; j++) {
+            i64 t = q_target[j];
+            q_start[j] = -1;
+            for (k = 0; k < cnt; k++) {
+                const i64 *rec = recs + 4 * k;
+                if (q_is_ts[j] ? rec[3] >= t && rec[2] >= q_lo[j] : rec[2] >= t) {
+                    q_start[j] = k; /* for now: the record's index */
+                    need += rec[1] - rec[0];
+                    break;
+                }
+            }
+        }
+        if (need > out_cap - used) {
+            state[2] = need;
+            state[3] = 2;
+            break;
+        }
+        for (i64 j = q_first[b]; j < q_first[b + 1]; j++) {
+            if (q_start[j] < 0) continue;
+            const i64 *rec = recs + 4 * q_start[j];
+            memcpy(out + used, data + rec[0], (size_t)(rec[1] - rec[0]));
+            q_start[j] = used;
+            used += rec[1] - rec[0];
+            q_end[j] = used;
+            q_offset[j] = rec[2];
+            q_ts[j] = rec[3];
+        }
+        if (codec[b] == 3) left -= got;
+        ok[b] = 1;
+    }
+    state[0] = used;
+    state[1] = left;
+    return b;
 }
 
 /* Copy the keys, values and headers of records sl_walk accepted into the Arrow data

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.record.codecs import Inflater
+from seglake.record.native import _ptr
 
 __all__ = ["Sources", "inflate_run", "sources"]
 
@@ -79,7 +80,3 @@ def inflate_run(
         if b == n or not state[2]:
             return b, int(state[1])
         out.reserve(int(state[2]))  # grows the buffer: room for that block
-
-
-def _ptr(a: np.ndarray) -> int:
-    return pa.py_buffer(a).address
