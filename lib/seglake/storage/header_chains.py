@@ -12,11 +12,18 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.errors import SeglakeError
 from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from seglake.record.header_scan import headers_at
 from seglake.storage.point_gather import Gather
-from seglake.storage.point_requests import Request, byte_ranges, read_groups
+from seglake.storage.point_requests import (
+    LOCAL_READ_GAP,
+    READ_GAP,
+    Request,
+    byte_ranges,
+    read_groups,
+)
 from seglake.storage.segment import LogSegment, Window
 
 __all__ = ["Chains", "locate"]
@@ -115,7 +122,8 @@ def locate(reqs: list[Request], gather: Gather) -> None:
 
     Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
     to the entry after ``hi`` plus a header (targets whose ranges lie within
-    :data:`READ_GAP` share one read, through the segment), and the batch there only
+    :data:`READ_GAP` (:data:`LOCAL_READ_GAP` on a local file) share one read, through the
+    segment), and the batch there only
     when it holds an answer. Then every target's chain of batch headers is followed from
     its floor, all targets of all segments one numpy step at a time. Answer batches'
     CRCs are checked.
@@ -129,7 +137,8 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         r.ids = np.full(n, -2, dtype=np.int64)
         try:
             floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
-            group, first, last = read_groups(start, end)
+            gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
+            group, first, last = read_groups(start, end, gap)
             buf = chains.add(r.seg, first, np.minimum(r.seg.size, last + HEADER_SIZE))[group]
         except (SeglakeError, OSError) as exc:
             r.error = exc

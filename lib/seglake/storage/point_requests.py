@@ -12,6 +12,7 @@ from seglake.storage.segment import LogSegment
 from seglake.storage.time_index import NO_ENTRY
 
 __all__ = [
+    "LOCAL_READ_GAP",
     "READ_GAP",
     "Request",
     "byte_ranges",
@@ -23,6 +24,7 @@ __all__ = [
 
 _NO_OFFSET = 2**62  # an offset past any segment's end
 READ_GAP = 32 * 1024  # reads of one segment closer than this are merged
+LOCAL_READ_GAP = 4 * 1024  # ... of a local file (a read is one preadv: copying more costs more)
 
 
 def touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
