@@ -5,10 +5,9 @@
                broadcast (once per catalog version: the driver keeps the last few)
     executors: mapInArrow over the queries as they are partitioned (no shuffle; a
                query set the plan's statistics show small, e.g. 10,000 queries, is
-               coalesced into one task per ``TASK_QUERIES``, or one per core while
-               each gets ``SPLIT_QUERIES`` (10,000 queries on 2 cores: 2 tasks): one
-               stage, no exchange, also for an aggregation over the answers; with
-               ``num_tasks``, first a
+               coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
+               also for an aggregation over the answers (two tasks on two cores did not
+               pay at 10,000 queries: bench/RESULTS.md); with ``num_tasks``, first a
                pass that keys each query by its segment and a repartition that puts a
                segment's queries together): per task, up to ``chunk_rows`` queries at
                a time,
@@ -79,7 +78,6 @@ from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
 TASK_QUERIES = 25_000  # queries per task when the plan's statistics count them
-SPLIT_QUERIES = 4_000  # ... but a core each for as many tasks as get this many
 _KEEP_BROADCASTS = 4  # catalog versions whose broadcast a driver keeps
 _BROADCASTS: dict[tuple, object] = {}  # (application, catalog, version) -> broadcast
 _BROADCASTS_LOCK = threading.Lock()
@@ -124,7 +122,7 @@ def lookup(
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
         num_tasks: ``None`` (default): answer the queries where they are, one pass, no
             shuffle (a small query set coalesced into one task per
-            :data:`TASK_QUERIES`, or one per core: :func:`_few_tasks`). A number:
+            :data:`TASK_QUERIES`: :func:`_few_tasks`). A number:
             first repartition them into that many tasks by segment, so that each
             segment's queries meet in one task (worth it when many queries share
             batches).
@@ -178,7 +176,7 @@ def lookup(
     q = normalize_queries(queries_df)
     if not num_tasks:
         few = _few_tasks(queries_df)
-        if few is not None:  # one stage, no exchange: 10,000 queries, one task a core
+        if few is not None:  # one stage, no exchange: 10,000 queries are one task
             q = q.coalesce(few)
     else:
 
@@ -220,10 +218,8 @@ def _broadcast(spark, catalog: Catalog, version: int):
 
 def _few_tasks(df) -> int | None:
     """Tasks for the queries of ``df`` by its plan's statistics (rows, or bytes at
-    :data:`_QUERY_BYTES` a query): one per :data:`TASK_QUERIES`, and at least one per
-    core while each gets :data:`SPLIT_QUERIES` (their CPU outweighs a task's cost);
-    ``None`` when the statistics are unknown or large (the queries then stay where
-    they are). Tasks are only ever fewer than the queries' partitions (no exchange)."""
+    :data:`_QUERY_BYTES` a query): one per :data:`TASK_QUERIES`; ``None`` when the
+    statistics are unknown or large (the queries then stay where they are)."""
     try:
         stats = df._jdf.queryExecution().optimizedPlan().stats()
         rows = stats.rowCount()
@@ -232,10 +228,6 @@ def _few_tasks(df) -> int | None:
             if rows.isDefined()
             else int(str(stats.sizeInBytes())) // _QUERY_BYTES
         )
-        cores = int(df.sparkSession.sparkContext.defaultParallelism)
     except Exception:  # no JVM plan (Spark Connect) or no statistics: leave them
         return None
-    if n >= 1000 * TASK_QUERIES:
-        return None
-    n = max(n, 1)
-    return max(-(-n // TASK_QUERIES), min(cores, n // SPLIT_QUERIES))
+    return -(-max(n, 1) // TASK_QUERIES) if n < 1000 * TASK_QUERIES else None
