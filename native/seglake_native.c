@@ -14,6 +14,9 @@
  * re-walks them with numpy, which names the problem.
  * Encode: sl_plan (batch boundaries, kafka-python's rule), sl_sizes (batch sizes for
  * given boundaries), sl_assemble (the records, after each batch's 61-byte header).
+ * Decompress: sl_inflate (records blocks back to back: raw ones copied, Kafka's lz4
+ * frames decoded by a bounds-checked LZ4 block decoder; any other block, and any frame it
+ * does not take, is left to the caller's Python decompressor).
  */
 #ifdef SEGLAKE_PYTHON_MODULE /* built by setup.py: also an (empty) importable module */
 #define PY_SSIZE_T_CLEAN
@@ -26,7 +29,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -260,22 +263,67 @@ i64 sl_scan(const u8 *buf, i64 pos, i64 end, i64 max_batches, i64 verify_crc, i6
     return k;
 }
 
-/* A key or value of record i at data[*q]: length varint (-1 null) then bytes, leaving room
- * before last for what follows; adds to its bytes or nulls and sets its validity bit.
- * Returns 0 where it does not fit. */
-static inline int length_and_bytes(const u8 *data, i64 *q, i64 last, i64 i, i64 *bytes,
-                                   i64 *nulls, u8 *valid) {
-    i64 len;
-    int s = get_varint(data, *q, last, VARINT, &len);
-    if (!s || (*q += s) >= last || len < -1 || (len > 0 && len >= last - *q)) return 0;
-    if (len >= 0) {
-        *q += len;
-        *bytes += len;
-        SET_BIT(valid, i);
-    } else {
-        (*nulls)++;
-    }
+/* A key's or value's length varint at data[*q] (-1 null) and its bytes, leaving room before
+ * last for what follows; moves *q past them. 0 where it does not fit. */
+static inline int length_field(const u8 *data, i64 *q, i64 last, i64 *len) {
+    int s = get_varint(data, *q, last, VARINT, len);
+    if (!s || (*q += s) >= last || *len < -1 || (*len > 0 && *len >= last - *q)) return 0;
+    if (*len > 0) *q += *len;
     return 1;
+}
+
+/* One record of a records block, checked: where it ends, its deltas, key and value lengths
+ * (-1 null), header count, header key and value bytes and null header values. */
+typedef struct {
+    i64 end, td, od, kl, vl, hc, hkb, hvb, hvn;
+} record_t;
+
+/* The record at data[p] of a block ending at lim, checked as the numpy walk checks it (offset
+ * delta in [0, last_delta] and above prev, the record's fields filling its length exactly).
+ * 0 where it does not walk. */
+static inline int check_record(const u8 *data, i64 p, i64 lim, i64 last_delta, i64 prev,
+                               record_t *r) {
+    i64 len;
+    int s;
+    if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 0;
+    i64 q = p + s;
+    if (len < MIN_BODY || len > lim - q) return 0;
+    i64 last = q + len;
+    q += 1; /* attributes */
+    if (!(s = get_varint(data, q, last, VARLONG, &r->td)) || (q += s) >= last) return 0;
+    if (!(s = get_varint(data, q, last, VARINT, &r->od)) || (q += s) >= last) return 0;
+    if (r->od < 0 || r->od > last_delta || r->od <= prev) return 0;
+    if (!length_field(data, &q, last, &r->kl) || !length_field(data, &q, last, &r->vl)) return 0;
+    if (!(s = get_varint(data, q, last, VARINT, &r->hc))) return 0;
+    q += s;
+    if (r->hc < 0 || r->hc > (last - q) / 2) return 0;
+    r->hkb = r->hvb = r->hvn = 0;
+    for (i64 h = 0; h < r->hc; h++) {
+        i64 hk, hv;
+        if (!(s = get_varint(data, q, last, VARINT, &hk))) return 0;
+        q += s;
+        if (hk < 0 || hk >= last - q) return 0;
+        q += hk;
+        r->hkb += hk;
+        if (!(s = get_varint(data, q, last, VARINT, &hv))) return 0;
+        q += s;
+        if (hv < -1 || (hv > 0 && hv > last - q)) return 0;
+        if (hv >= 0) {
+            q += hv;
+            r->hvb += hv;
+        } else {
+            r->hvn++;
+        }
+        if (h + 1 < r->hc && q >= last) return 0;
+    }
+    if (q != last) return 0;
+    r->end = last;
+    return 1;
+}
+
+static inline i64 record_timestamp(const record_t *r, i64 b, const i64 *base_ts,
+                                   const i64 *max_ts, const u8 *log_append) {
+    return log_append[b] ? max_ts[b] : (i64)((u64)base_ts[b] + (u64)r->td);
 }
 
 /* Walk and check the records of nb records blocks data[start[b]:end[b]] (count[b] records
@@ -299,53 +347,36 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
         if (cnt < 0 || cnt > (lim - p) / MIN_RECORD || i + cnt > n) return 1;
         if (cnt == 0 && lim > p) return 1;
         for (i64 k = 0; k < cnt; k++, i++) {
-            i64 len, td, od, hc;
-            int s;
-            if (p >= lim || !(s = get_varint(data, p, lim, VARINT, &len))) return 1;
-            i64 q = p + s;
-            if (len < MIN_BODY || len > lim - q) return 1;
-            i64 last = q + len;
-            q += 1; /* attributes */
-            if (!(s = get_varint(data, q, last, VARLONG, &td)) || (q += s) >= last) return 1;
-            if (!(s = get_varint(data, q, last, VARINT, &od)) || (q += s) >= last) return 1;
-            if (od < 0 || od > last_delta[b] || od <= prev) return 1;
-            prev = od;
-            if (!length_and_bytes(data, &q, last, i, &kb, &kn, key_valid)) return 1;
-            if (!length_and_bytes(data, &q, last, i, &vb, &vn, val_valid)) return 1;
-            if (!(s = get_varint(data, q, last, VARINT, &hc))) return 1;
-            q += s;
-            if (hc < 0 || hc > (last - q) / 2) return 1;
-            for (i64 h = 0; h < hc; h++) {
-                i64 hk, hv;
-                if (!(s = get_varint(data, q, last, VARINT, &hk))) return 1;
-                q += s;
-                if (hk < 0 || hk >= last - q) return 1;
-                q += hk;
-                hkb += hk;
-                if (!(s = get_varint(data, q, last, VARINT, &hv))) return 1;
-                q += s;
-                if (hv < -1 || (hv > 0 && hv > last - q)) return 1;
-                if (hv >= 0) {
-                    q += hv;
-                    hvb += hv;
-                } else {
-                    hvn++;
-                }
-                if (h + 1 < hc && q >= last) return 1;
+            record_t r;
+            if (!check_record(data, p, lim, last_delta[b], prev, &r)) return 1;
+            prev = r.od;
+            if (r.kl >= 0) {
+                kb += r.kl;
+                SET_BIT(key_valid, i);
+            } else {
+                kn++;
             }
-            if (q != last) return 1;
-            nh += hc;
-            offset[i] = base_offset[b] + od;
-            timestamp[i] = log_append[b] ? max_ts[b] : (i64)((u64)base_ts[b] + (u64)td);
+            if (r.vl >= 0) {
+                vb += r.vl;
+                SET_BIT(val_valid, i);
+            } else {
+                vn++;
+            }
+            hkb += r.hkb;
+            hvb += r.hvb;
+            hvn += r.hvn;
+            nh += r.hc;
+            offset[i] = base_offset[b] + r.od;
+            timestamp[i] = record_timestamp(&r, b, base_ts, max_ts, log_append);
             if (kb > I32MAX || vb > I32MAX || nh > I32MAX) return 2;
             key_off[i + 1] = (i32)kb;
             val_off[i + 1] = (i32)vb;
             hdr_off[i + 1] = (i32)nh;
             if (rec_start) {
                 rec_start[i] = p;
-                rec_end[i] = last;
+                rec_end[i] = r.end;
             }
-            p = last;
+            p = r.end;
         }
         if (p != lim) return 1;
     }
@@ -360,6 +391,96 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
     totals[6] = vn;
     totals[7] = hvn;
     return 0;
+}
+
+static i64 lz4_frame(const u8 *src, i64 n, u8 *dst, i64 limit, i64 *room);
+
+/* Point reads' picks (the lookup), one pass a batch: batch b's records block (len[b] bytes at
+ * address addr[b]: raw (codec 0) or a Kafka lz4 frame (codec 3), decoded into scratch, at
+ * most min(max_block, what is left of the budget) bytes, which it then uses up) walked and
+ * checked as sl_walk checks it; then queries q_first[b]..q_first[b + 1] each take the first
+ * record with offset >= q_target (q_is_ts 0), or with timestamp >= q_target and offset >=
+ * q_lo (q_is_ts 1): its bytes copied to out[used:], their start and end there, its offset
+ * and timestamp (start -1: none in the block). Nothing is kept of the other records.
+ * ok[b]: 0 where the block is of another codec, does not decode or walk, or holds more
+ * than rec_cap records (its queries untouched: the caller walks the batches the usual way).
+ * recs: room for rec_cap records (4 int64 each). state: [out used, budget left, room
+ * wanted, 1: in scratch / 2: in out]. Returns the batch it stopped at (nb: all done): one
+ * that wants more room (grow that buffer and call again from there). */
+i64 sl_pick(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, const i64 *count,
+            const i64 *base_offset, const i64 *base_ts, const i64 *max_ts,
+            const u8 *log_append, const i64 *last_delta, const i64 *q_first,
+            const i64 *q_target, const i64 *q_lo, const u8 *q_is_ts, i64 b, u8 *scratch,
+            i64 scratch_cap, i64 *recs, i64 rec_cap, u8 *out, i64 out_cap, i64 max_block,
+            i64 *state, i64 *q_start, i64 *q_end, i64 *q_offset, i64 *q_ts, u8 *ok) {
+    i64 used = state[0], left = state[1];
+    state[2] = state[3] = 0;
+    for (; b < nb; b++) {
+        const u8 *data = (const u8 *)(uintptr_t)addr[b];
+        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, got = 0;
+        ok[b] = 0;
+        if (lim < 0) continue;
+        if (codec[b] == 3 && lim > 0) {
+            i64 limit = left < max_block ? left : max_block, room = scratch_cap;
+            got = lz4_frame(data, lim, scratch, limit < 0 ? 0 : limit, &room);
+            if (got == -2) {
+                state[2] = room;
+                state[3] = 1;
+                break;
+            }
+            if (got < 0) continue;
+            data = scratch;
+            lim = got;
+        } else if (codec[b] != 0 && lim > 0) {
+            continue;
+        }
+        if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) continue;
+        for (k = 0; k < cnt; k++) {
+            record_t r;
+            if (!check_record(data, p, lim, last_delta[b], prev, &r)) break;
+            prev = r.od;
+            i64 *rec = recs + 4 * k;
+            rec[0] = p;
+            rec[1] = r.end;
+            rec[2] = base_offset[b] + r.od;
+            rec[3] = record_timestamp(&r, b, base_ts, max_ts, log_append);
+            p = r.end;
+        }
+        if (k < cnt || p != lim) continue;
+        i64 need = 0;
+        for (i64 j = q_first[b]; j < q_first[b + 1]; j++) {
+            i64 t = q_target[j];
+            q_start[j] = -1;
+            for (k = 0; k < cnt; k++) {
+                const i64 *rec = recs + 4 * k;
+                if (q_is_ts[j] ? rec[3] >= t && rec[2] >= q_lo[j] : rec[2] >= t) {
+                    q_start[j] = k; /* for now: the record's index */
+                    need += rec[1] - rec[0];
+                    break;
+                }
+            }
+        }
+        if (need > out_cap - used) {
+            state[2] = need;
+            state[3] = 2;
+            break;
+        }
+        for (i64 j = q_first[b]; j < q_first[b + 1]; j++) {
+            if (q_start[j] < 0) continue;
+            const i64 *rec = recs + 4 * q_start[j];
+            memcpy(out + used, data + rec[0], (size_t)(rec[1] - rec[0]));
+            q_start[j] = used;
+            used += rec[1] - rec[0];
+            q_end[j] = used;
+            q_offset[j] = rec[2];
+            q_ts[j] = rec[3];
+        }
+        if (codec[b] == 3) left -= got;
+        ok[b] = 1;
+    }
+    state[0] = used;
+    state[1] = left;
+    return b;
 }
 
 /* Copy the keys, values and headers of records sl_walk accepted into the Arrow data
@@ -518,4 +639,172 @@ i64 sl_assemble(i64 n, i64 nb, const i64 *starts, const i64 *base_off, const i64
         if (crc) put_be32(out + w0 + 17, crc32c(out + w0 + 21, (size_t)(w - w0 - 21)));
     }
     return w;
+}
+
+/* ---- LZ4 (frame format of Kafka's lz4 records blocks; block format) -------------------
+ * Only what every conforming LZ4 compressor writes is taken; the rest returns -1 and the
+ * caller decompresses it the usual way (whose errors name the problem). Every read of src
+ * is checked against its length and every write of dst against its capacity, whatever the
+ * bytes say. */
+#define LZ4_MIN_MATCH 4
+#define LZ4_LAST_LITERALS 5 /* the last 5 bytes of a block are literals */
+#define LZ4_MFLIMIT 12      /* the last match starts 12 bytes or more before the end */
+
+/* A length's 255-continued extension at src[*ip]: adds to *len; 0 if it runs off src. */
+static inline int lz4_length(const u8 *src, i64 n, i64 *ip, i64 *len) {
+    u8 b;
+    do {
+        if (*ip >= n) return 0;
+        b = src[(*ip)++];
+        *len += b;
+    } while (b == 255);
+    return 1;
+}
+
+/* The LZ4 block src[0:n) into dst[0:cap): bytes written, or -1 where it does not decode
+ * within cap or breaks the block format's end rules (last sequence literals only, at
+ * least LZ4_LAST_LITERALS of them after the last match, which starts LZ4_MFLIMIT or more
+ * bytes before the end). What this accepts, the reference decoder (LZ4_decompress_safe,
+ * any capacity >= the output) accepts, with the same output. */
+static i64 lz4_block(const u8 *src, i64 n, u8 *dst, i64 cap) {
+    i64 ip = 0, op = 0, match_start = -1, match_end = 0;
+    for (;;) {
+        if (ip >= n) return -1;
+        u8 token = src[ip++];
+        i64 lit = token >> 4;
+        if (lit == 15 && !lz4_length(src, n, &ip, &lit)) return -1;
+        if (lit > n - ip || lit > cap - op) return -1;
+        if (lit <= 16 && n - ip >= 16 && cap - op >= 16) {
+            memcpy(dst + op, src + ip, 16); /* whole: the bytes past lit are free room */
+        } else {
+            memcpy(dst + op, src + ip, (size_t)lit);
+        }
+        ip += lit;
+        op += lit;
+        if (ip == n) break; /* the last sequence: literals only */
+        if (n - ip < 2) return -1;
+        i64 off = (i64)src[ip] | ((i64)src[ip + 1] << 8);
+        ip += 2;
+        if (off == 0 || off > op) return -1;
+        i64 len = token & 15;
+        if (len == 15 && !lz4_length(src, n, &ip, &len)) return -1;
+        len += LZ4_MIN_MATCH;
+        if (len > cap - op) return -1;
+        u8 *d = dst + op;
+        const u8 *m = d - off;
+        if (off >= 16 && cap - op >= len + 15) { /* 16-byte steps, each after its source */
+            for (i64 k = 0; k < len; k += 16) memcpy(d + k, m + k, 16);
+        } else if (off >= 8 && cap - op >= len + 7) {
+            for (i64 k = 0; k < len; k += 8) memcpy(d + k, m + k, 8);
+        } else if (off >= len) {
+            memcpy(d, m, (size_t)len);
+        } else { /* a short repeated pattern, byte by byte */
+            for (i64 k = 0; k < len; k++) d[k] = m[k];
+        }
+        match_start = op;
+        op += len;
+        match_end = op;
+    }
+    if (match_start >= 0 && (op - match_end < LZ4_LAST_LITERALS || op - match_start < LZ4_MFLIMIT))
+        return -1;
+    return op;
+}
+
+static inline i64 get_le32(const u8 *p) {
+    return (i64)p[0] | ((i64)p[1] << 8) | ((i64)p[2] << 16) | ((i64)p[3] << 24);
+}
+
+/* The LZ4 frame src[0:n) (magic, FLG version 01 without dictionary or reserved bits, BD
+ * block maximum 64 KiB - 4 MiB, blocks independent or a single one, each within the
+ * block maximum; xxHash32 checksums not checked: the batch's CRC-32C covers them) into
+ * dst. *room: at most that many bytes (in: the caller's bound; out, where 0 is returned
+ * because the frame's blocks may need more: the room they may need). Returns bytes
+ * written, -1 (not taken), or -2 (more room needed: *room). */
+static i64 lz4_frame(const u8 *src, i64 n, u8 *dst, i64 limit, i64 *room) {
+    static const i64 block_max_of[8] = {0, 0, 0, 0, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+    if (n < 7 || src[0] != 0x04 || src[1] != 0x22 || src[2] != 0x4d || src[3] != 0x18) return -1;
+    u8 flg = src[4];
+    i64 block_max = block_max_of[(src[5] >> 4) & 7];
+    if ((flg >> 6) != 1 || (flg & 3) || !block_max) return -1;
+    int linked = !(flg & 0x20);
+    i64 block_sum = (flg & 0x10) ? 4 : 0, pos = 7 + ((flg & 0x08) ? 8 : 0), need = 0, blocks = 0;
+    for (;;) { /* the blocks' sizes first: the room they may need */
+        if (pos > n - 4) return -1;
+        i64 size = get_le32(src + pos);
+        pos += 4;
+        if (!size) break;
+        int stored = (int)(size >> 31);
+        size &= 0x7fffffff;
+        if (size > block_max || size + block_sum > n - pos || (linked && blocks)) return -1;
+        need += stored ? size : block_max;
+        blocks++;
+        pos += size + block_sum;
+    }
+    if (pos + ((flg & 0x04) ? 4 : 0) != n) return -1;
+    if (need > limit) need = limit;
+    if (need > *room) {
+        *room = need;
+        return -2;
+    }
+    i64 total = 0;
+    pos = 7 + ((flg & 0x08) ? 8 : 0);
+    for (i64 k = 0; k < blocks; k++) {
+        i64 size = get_le32(src + pos);
+        pos += 4;
+        int stored = (int)(size >> 31);
+        size &= 0x7fffffff;
+        i64 cap = need - total < block_max ? need - total : block_max, got;
+        if (stored) {
+            if (size > cap) return -1;
+            memcpy(dst + total, src + pos, (size_t)size);
+            got = size;
+        } else if ((got = lz4_block(src + pos, size, dst + total, cap)) < 0) {
+            return -1;
+        }
+        total += got;
+        pos += size + block_sum;
+    }
+    return total;
+}
+
+/* Records blocks i.. of nb (block b: len[b] bytes at address addr[b], compression codec[b])
+ * appended to out[used:cap), in order: raw blocks (codec 0, or no bytes) copied, lz4 ones
+ * decoded (each at most min(max_block, what is left of the budget) bytes, which it then
+ * uses up). state: [used, budget left, room wanted]. sizes[b]: bytes appended. Returns the
+ * block it stopped at (nb: all done): one it does not take (room wanted 0: the caller
+ * decompresses it), or one that may need more room than is left (room wanted: grow the
+ * buffer and call again from there). */
+i64 sl_inflate(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, i64 i, u8 *out,
+               i64 cap, i64 max_block, i64 *state, i64 *sizes) {
+    i64 used = state[0], left = state[1];
+    state[2] = 0;
+    for (; i < nb; i++) {
+        const u8 *src = (const u8 *)(uintptr_t)addr[i];
+        i64 n = len[i], got;
+        if (n < 0) break;
+        if (codec[i] == 0 || n == 0) {
+            if (n > cap - used) {
+                state[2] = n;
+                break;
+            }
+            if (n) memcpy(out + used, src, (size_t)n);
+            got = n;
+        } else {
+            if (codec[i] != 3) break;
+            i64 limit = left < max_block ? left : max_block, room = cap - used;
+            if (limit < 0) limit = 0;
+            got = lz4_frame(src, n, out + used, limit, &room);
+            if (got == -2) {
+                state[2] = room;
+                break;
+            }
+            if (got < 0) break;
+            left -= got;
+        }
+        sizes[i] = got;
+        used += got;
+    }
+    state[0] = used;
+    state[1] = left;
+    return i;
 }

@@ -354,3 +354,26 @@ def test_lookup_job_answers_queries_and_says_what_it_read(spark, lake, tmp_path,
     # a few batches and index intervals of one partition: far less than its .log files
     log_bytes = sum(r["size_bytes"] for r in Catalog(root).segments("t2", 1).to_pylist())
     assert 0 < int(m.group(1)) < log_bytes / 3 and int(m.group(2)) >= 1
+
+
+def test_small_query_sets_take_one_task_without_an_exchange(spark, lake):
+    """Counted queries (the plan's statistics know): one task per TASK_QUERIES, one
+    stage; columns Spark knows are never null are taken too."""
+    from seglake.spark import lookup as lk
+
+    root, _ = lake
+
+    def queries(n: int):
+        df = spark.range(n, numPartitions=4).selectExpr(
+            "'t1' AS topic", "0 AS partition", "id AS offset", "CAST(NULL AS BIGINT) AS timestamp"
+        )
+        df.cache().count()
+        return df
+
+    assert lk._few_tasks(queries(100_000)) == 4
+    q = queries(10_000)
+    assert lk._few_tasks(q) == 1
+    answers = lookup(spark, root, q)
+    assert answers.rdd.getNumPartitions() == 1
+    assert "Exchange" not in answers._jdf.queryExecution().executedPlan().toString()
+    assert answers.count() == 10_000

@@ -255,16 +255,18 @@ def same_walk(fast, slow) -> None:
         same_outcome(outcome(a.decode, rec), outcome(b.decode, rec))
 
 
-@needs_kernel
-@HYPO
-@given(
-    buf=st.one_of(
+def window_logs():
+    """Logs of every codec, clean and damaged (the window walk's and picks' inputs)."""
+    return st.one_of(
         st.sampled_from([0, 1, 2, 3, 4]).map(log_with_headers),
         st.sampled_from([0, 3]).flatmap(lambda c: mutated_logs(log_with_headers(c))),
         mutated_logs(),
-    ),
-    cut=st.integers(0, 6),
-)
+    )
+
+
+@needs_kernel
+@HYPO
+@given(buf=window_logs(), cut=st.integers(0, 6))
 def test_window_walk_matches_numpy(buf, cut):
     """The lookup's and extract's record walk: the kernel's places, offsets, timestamps and
     batch minima are the numpy set-aside walk's, damaged logs included."""

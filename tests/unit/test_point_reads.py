@@ -31,7 +31,9 @@ def test_chains_fetch_keeps_every_read_in_place_one_open_per_segment(tmp_path):
     for ranges in rounds:
         before = lakefs.IO_STATS.snapshot()["files_opened"]
         for i, start, end in ranges:
-            bufs.append((chains.add(segs[i], start, end), i, start, end))
+            bufs.append(
+                (int(chains.add(segs[i], np.array([start]), np.array([end]))[0]), i, start, end)
+            )
         assert chains.fetch() == {}
         assert lakefs.IO_STATS.snapshot()["files_opened"] - before == len({i for i, _, _ in ranges})
         for buf, i, start, end in bufs:  # every buffer so far, also earlier rounds'
@@ -44,7 +46,7 @@ def test_chains_fetch_keeps_every_read_in_place_one_open_per_segment(tmp_path):
 def test_chains_fetch_names_the_segment_it_cannot_read(tmp_path):
     seg = LogSegment(pafs.LocalFileSystem(), str(tmp_path / "00000000000000000000.log"))
     chains = Chains()
-    buf = chains.add(seg, 0, 100)
+    buf = int(chains.add(seg, np.array([0]), np.array([100]))[0])
     failed = chains.fetch()
     assert list(failed) == [id(seg)] and "no such file" in str(failed[id(seg)])
     assert int(chains.headers(np.array([buf]), np.array([0]))[1][0]) == 0  # nothing read

@@ -20,8 +20,10 @@ from typing import NamedTuple
 import numpy as np
 
 from seglake.errors import CorruptRecordError
+from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.codecs import Inflater, OutputLimitError, inflate_budget
+from seglake.record.inflate_native import inflate_run, sources
 from seglake.record.walk import BatchContext, read_fields, walk_records
 
 __all__ = ["Walked", "batch_blocks", "record_blocks", "walk_batches"]
@@ -124,13 +126,8 @@ def batch_blocks(
     if views is None and not ((codec != 0) & (size > HEADER_SIZE)).any():
         start, end = position + HEADER_SIZE, position + size  # no copy
     else:
-        if views is None:
-            mv = memoryview(data)  # type: ignore[arg-type]  # ndarray
-            views = [
-                mv[a + HEADER_SIZE : a + z]
-                for a, z in zip(position.tolist(), size.tolist(), strict=True)
-            ]
-        data, start, end = record_blocks(views, codec, ctx, limits, ok)
+        blocks = (data, position + HEADER_SIZE, position + size) if views is None else views
+        data, start, end = record_blocks(blocks, codec, ctx, limits, ok)
     return data, ctx, start, end
 
 
@@ -156,43 +153,70 @@ def _check_offset_deltas(
 
 
 def record_blocks(
-    blocks: list[memoryview],
+    blocks: list[memoryview] | tuple[np.ndarray, np.ndarray, np.ndarray],
     codec: np.ndarray,
     ctx: BatchContext,
     limits: tuple[int, int | None],
     ok: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(data, start, end)``: the records blocks joined into one buffer, decompressed
-    where needed; block ``b`` is ``data[start[b]:end[b]]``. ``limits``: bytes one block,
-    and all blocks together (``None``: :func:`inflate_budget`), may decompress to. A
-    block past them or that does not decompress raises naming its batch; with ``ok``
-    it is set aside instead (``ok[b]`` False, an empty block)."""
-    packed = [c != 0 and len(v) > 0 for v, c in zip(blocks, codec.tolist(), strict=True)]
+    where needed; block ``b`` is ``data[start[b]:end[b]]``. ``blocks``: memoryviews, or
+    ``(buffer, start, end)`` (block ``b`` at ``buffer[start[b]:end[b]]``). ``limits``:
+    bytes one block, and all blocks together (``None``: :func:`inflate_budget`), may
+    decompress to. A block past them or that does not decompress raises naming its
+    batch; with ``ok`` it is set aside instead (``ok[b]`` False, an empty block). The
+    compiled kernel copies raw blocks and decodes lz4 ones (:func:`inflate_run`), the
+    rest are decompressed here, block by block, in order."""
+    src = sources(blocks)
+    packed = (codec != 0) & (src.length > 0)
     max_block, budget = limits
     if budget is None:
-        budget = inflate_budget(sum(len(v) for v, p in zip(blocks, packed, strict=True) if p))
+        budget = inflate_budget(int(src.length[packed].sum()))
     out = Inflater()
-    sizes = np.zeros(len(blocks), dtype=np.int64)
-    left = budget
-    for b, (view, c, p) in enumerate(zip(blocks, codec.tolist(), packed, strict=True)):
-        if not p:
+    sizes = np.zeros(len(codec), dtype=np.int64)
+    left, b, lib = budget, 0, native.kernel()
+    if lib is not None and len(codec):  # room for 8x (pages never written cost nothing)
+        guess = min(budget, 8 * int(src.length[packed].sum())) + int(src.length[~packed].sum())
+        out.reserve(guess + (64 << 10))
+    while b < len(codec):
+        if lib is not None:
+            b, left = inflate_run(lib, out, src, codec, b, max_block, left, sizes)
+            if b == len(codec):
+                break
+        view = _block(blocks, b)
+        if not packed[b]:
             sizes[b] = out.append_raw(view)
+            b += 1
             continue
         limit = min(max_block, left)
         try:
-            sizes[b] = out.append(c, view, limit)
+            sizes[b] = out.append(int(codec[b]), view, limit)
         except (OutputLimitError, CorruptRecordError) as exc:
-            if ok is not None:
-                ok[b] = False
-                continue
-            if isinstance(exc, OutputLimitError):
-                why = (
-                    "max_batch_bytes"
-                    if limit == max_block
-                    else f"what is left of the {budget}-byte budget of this read"
-                )
-                raise ctx.error(b, f"records block: {exc} ({why})") from None
-            raise ctx.error(b, f"records block: {exc}") from None
-        left -= int(sizes[b])
+            if ok is None:
+                raise _block_error(ctx, b, exc, limit == max_block, budget) from None
+            ok[b] = False
+        else:
+            left -= int(sizes[b])
+        b += 1
     new_end = np.cumsum(sizes)
     return out.data, new_end - sizes, new_end
+
+
+def _block(blocks: list[memoryview] | tuple[np.ndarray, np.ndarray, np.ndarray], b: int):
+    if isinstance(blocks, tuple):
+        data, start, end = blocks
+        return memoryview(data)[int(start[b]) : int(end[b])]  # type: ignore[arg-type]  # ndarray
+    return blocks[b]
+
+
+def _block_error(
+    ctx: BatchContext, b: int, exc: CorruptRecordError, whole_block: bool, budget: int
+) -> CorruptRecordError:
+    if isinstance(exc, OutputLimitError):
+        why = (
+            "max_batch_bytes"
+            if whole_block
+            else f"what is left of the {budget}-byte budget of this read"
+        )
+        return ctx.error(b, f"records block: {exc} ({why})")
+    return ctx.error(b, f"records block: {exc}")

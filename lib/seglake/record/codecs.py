@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import cramjam
 import numpy as np
+import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
 from seglake.record.lz4_frame import inflate_frame
@@ -113,6 +114,24 @@ class Inflater:
         """All blocks appended so far, back to back (a view of the buffer)."""
         return self._buf[: self._used]
 
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole buffer: the blocks so far (:attr:`used` bytes), then free room."""
+        return self._buf
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @used.setter
+    def used(self, n: int) -> None:
+        """Bytes written into the free room by another writer (the compiled kernel)."""
+        self._used = n
+
+    def reserve(self, size: int) -> np.ndarray:
+        """``size`` bytes of free room after the used ones (the buffer grows, doubling)."""
+        return self._room(size)
+
     def append_raw(self, data: bytes | memoryview) -> int:
         """Append an uncompressed block; returns its size."""
         self._room(len(data))[:] = np.frombuffer(data, dtype=np.uint8)
@@ -147,7 +166,9 @@ class Inflater:
         """``size`` bytes after the used ones, growing the buffer (doubling) if needed."""
         end = self._used + size
         if len(self._buf) < end:
-            grown = np.empty(max(end, 2 * len(self._buf)), dtype=np.uint8)
+            # from Arrow's memory pool: it reuses freed memory, where a fresh numpy array
+            # of 100 MB pays a page fault per page
+            grown = np.frombuffer(pa.allocate_buffer(max(end, 2 * len(self._buf))), np.uint8)
             grown[: self._used] = self._buf[: self._used]
             self._buf = grown
         return self._buf[self._used : end]

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 5  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 6  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -53,12 +53,18 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
     "sl_walk": (_I, [_P, _I, *[_P] * 8, _I, *[_P] * 10]),
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    # blocks, addresses, lengths, codecs, 4 batch arrays, log append, last delta, 4 query
+    # arrays, first, scratch, its size, records room, its size, out, its size, max block,
+    # state, 4 answer arrays, ok (storage/point_picks.py)
+    "sl_pick": (_I, [_I, *[_P] * 13, _I, _P, _I, _P, _I, _P, _I, _I, *[_P] * 6]),
     "sl_extra": (None, [_I, _P, _P, _P, _P]),
     "sl_plan": (_I, [_I, _P, _P, _P, _I, _I, _P, _P]),
     "sl_sizes": (None, [_I, _I, _P, _P, _P, _P, _P, _P, _P]),
     # n, nb, starts, base offsets, base timestamps, headers, offset, timestamp, extra;
     # key, value, headers: lengths, offsets, int64 offsets?, data; crc (1: write them); out
     "sl_assemble": (_I, [_I, _I, *[_P] * 7, *_COLUMN * 3, _I, _P]),
+    # blocks, addresses, lengths, codecs, first, out, capacity, max block, state, sizes
+    "sl_inflate": (_I, [_I, _P, _P, _P, _I, _P, _I, _I, _P, _P]),
 }
 _loaded: list[ctypes.CDLL | None] = []  # [the kernel or None] once looked for
 

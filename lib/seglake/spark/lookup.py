@@ -2,11 +2,12 @@
 
     driver:    read the catalog once (pinned version) -> per (topic, partition) sorted
                numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id),
-               broadcast
+               broadcast (once per catalog version: the driver keeps the last few)
     executors: mapInArrow over the queries as they are partitioned (no shuffle; a
                query set the plan's statistics show small, e.g. 10,000 queries, is
                coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
-               also for an aggregation over the answers; with ``num_tasks``, first a
+               also for an aggregation over the answers (two tasks on two cores did not
+               pay at 10,000 queries: bench/RESULTS.md); with ``num_tasks``, first a
                pass that keys each query by its segment and a repartition that puts a
                segment's queries together): per task, up to ``chunk_rows`` queries at
                a time,
@@ -55,6 +56,7 @@ re-exported here).
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -76,6 +78,9 @@ from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
 TASK_QUERIES = 25_000  # queries per task when the plan's statistics count them
+_KEEP_BROADCASTS = 4  # catalog versions whose broadcast a driver keeps
+_BROADCASTS: dict[tuple, object] = {}  # (application, catalog, version) -> broadcast
+_BROADCASTS_LOCK = threading.Lock()
 _QUERY_BYTES = 8  # a query's least size in a plan's statistics (parquet: about 7 bytes)
 _KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
@@ -117,9 +122,10 @@ def lookup(
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
         num_tasks: ``None`` (default): answer the queries where they are, one pass, no
             shuffle (a small query set coalesced into one task per
-            :data:`TASK_QUERIES`). A number: first repartition them into that many
-            tasks by segment, so that each segment's queries meet in one task (worth it
-            when many queries share batches).
+            :data:`TASK_QUERIES`: :func:`_few_tasks`). A number:
+            first repartition them into that many tasks by segment, so that each
+            segment's queries meet in one task (worth it when many queries share
+            batches).
         chunk_rows: queries a task answers together (one decode call).
         io_accumulators: two Spark accumulators that receive the bytes the tasks read
             (index and log files) and the files they opened.
@@ -132,7 +138,7 @@ def lookup(
 
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
-    bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
+    bc = _broadcast(spark, catalog, version)
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     accs = io_accumulators or (None, None)
 
@@ -141,7 +147,13 @@ def lookup(
         pending: list[pa.RecordBatch] = []
         for b in itertools.chain(batches, [None]):
             if b is not None and b.num_rows:
-                pending.append(b.select(QUERY_SCHEMA.names))
+                # (columns Spark knows are never null come marked so: the schema's
+                # nullable fields take them)
+                pending.append(
+                    pa.RecordBatch.from_arrays(
+                        b.select(QUERY_SCHEMA.names).columns, schema=QUERY_SCHEMA
+                    )
+                )
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
                 skipped: list[str] = []
                 with lakefs.IO_STATS.counting(*accs, keys=("bytes_read", "files_opened")):
@@ -187,6 +199,21 @@ def lookup(
             .sortWithinPartitions("topic", "partition", "_seg")
         )
     return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+
+
+def _broadcast(spark, catalog: Catalog, version: int):
+    """The broadcast of :func:`partition_arrays` of ``catalog`` at ``version``, made once
+    per Spark context (a version's rows never change; the last few are kept)."""
+    key = (spark.sparkContext.applicationId, catalog.uri, version)
+    with _BROADCASTS_LOCK:
+        bc = _BROADCASTS.pop(key, None)
+    if bc is None:
+        bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
+    with _BROADCASTS_LOCK:
+        _BROADCASTS[key] = bc
+        while len(_BROADCASTS) > _KEEP_BROADCASTS:
+            _BROADCASTS.pop(next(iter(_BROADCASTS)))
+    return bc
 
 
 def _few_tasks(df) -> int | None:

@@ -275,17 +275,15 @@ def answer_queries(
         else:
             assert r.ids is not None  # set by plan_requests
             ans.batch[where[3]] = r.ids if pick is None else r.ids[pick]
-    bad, placed = gather.walk(), np.flatnonzero(ans.batch >= 0)
+    lo, is_ts = np.zeros(q.num_rows, dtype=np.int64), np.zeros(q.num_rows, dtype=bool)
+    for qi, (_, _, _, log_start) in by_ts:
+        lo[qi], is_ts[qi] = log_start, True
+    record, bad = gather.pick(ans.batch, target, lo, is_ts)  # -1 where no batch
+    placed = np.flatnonzero(ans.batch >= 0)
     failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
     if len(failed) and on_corrupt == "raise":
         gather.raise_error(int(ans.batch[failed[0]]))
-    ans.status[failed], ans.batch[failed] = "read_error", -1
-    record = np.full(q.num_rows, -1, dtype=np.int64)
-    if by_off:
-        qi = np.concatenate([qi for qi, _ in by_off])
-        record[qi] = gather.offset_records(ans.batch[qi], target[qi])
-    for qi, (_, _, _, log_start) in by_ts:
-        record[qi] = gather.timestamp_records(ans.batch[qi], target[qi], log_start)
+    ans.status[failed], ans.batch[failed], record[failed] = "read_error", -1, -1
     table, ans.row = gather.decode(record)
     ans.tables, ans.rows = [table], table.num_rows
     ans.status[(record >= 0) & (ans.row < 0)] = "read_error"  # did not decode (logged)

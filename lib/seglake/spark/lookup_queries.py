@@ -39,20 +39,23 @@ def normalize_queries(df):
             f"column (given: {sorted(cols)}{'; an empty file?' if not cols else ''}); "
             "expected topic, partition and offset and/or timestamp"
         )
-    off = F.col("offset").cast("bigint") if "offset" in cols else F.lit(None).cast("bigint")
+    # one select of SQL expressions: one call into the JVM (the columns' casts one by
+    # one cost a call each)
+    off = "CAST(`offset` AS BIGINT)" if "offset" in cols else "CAST(NULL AS BIGINT)"
+    ts, udf = "CAST(NULL AS BIGINT)", None
     if "timestamp" in cols:
         dt = df.schema["timestamp"].dataType
         if isinstance(dt, (TimestampType, TimestampNTZType)):
-            ts = (F.unix_micros(F.col("timestamp").cast("timestamp")) / 1000).cast("bigint")
+            ts = "CAST(unix_micros(CAST(`timestamp` AS TIMESTAMP)) / 1000 AS BIGINT)"
         elif isinstance(dt, StringType):  # epoch ms or ISO-8601, as extract takes them
-            ts = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
+            udf = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
         else:
-            ts = F.col("timestamp").cast("bigint")
-    else:
-        ts = F.lit(None).cast("bigint")
-    return df.select(
-        F.col("topic").cast("string").alias("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        off.alias("query_offset"),
-        ts.alias("query_timestamp"),
-    )
+            ts = "CAST(`timestamp` AS BIGINT)"
+    exprs = [
+        "CAST(`topic` AS STRING) AS topic",
+        "CAST(`partition` AS INT) AS partition",
+        f"{off} AS query_offset",
+    ]
+    if udf is None:
+        return df.selectExpr(*exprs, f"{ts} AS query_timestamp")
+    return df.select(*[F.expr(e) for e in exprs], udf.alias("query_timestamp"))

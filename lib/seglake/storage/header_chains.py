@@ -10,12 +10,20 @@ checked) to a :class:`~seglake.storage.point_gather.Gather`.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.errors import SeglakeError
 from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from seglake.record.header_scan import headers_at
 from seglake.storage.point_gather import Gather
-from seglake.storage.point_requests import Request, byte_ranges, touching
+from seglake.storage.point_requests import (
+    LOCAL_READ_GAP,
+    READ_GAP,
+    Request,
+    byte_ranges,
+    read_groups,
+)
 from seglake.storage.segment import LogSegment, Window
 
 __all__ = ["Chains", "locate"]
@@ -35,15 +43,22 @@ class Chains:
         self.file_at = np.zeros(0, dtype=np.int64)  # file position of each buffer
         self.data_at = np.zeros(0, dtype=np.int64)  # its position in ``data``
         self.got = np.zeros(0, dtype=np.int64)  # the bytes its read got
-        self._pending: dict[int, tuple[LogSegment, list[tuple[int, int]]]] = {}
-        self._order: list[int] = []  # id(segment) of each range added, in order
+        # id(segment) -> (segment, [(starts, lengths)]) of the ranges added, and the
+        # id(segment) of each range added, in order
+        self._pending: dict[int, tuple[LogSegment, list[tuple[np.ndarray, np.ndarray]]]] = {}
+        self._order: list[np.ndarray] = []
+        self._added = 0
 
-    def add(self, seg: LogSegment, start: int, end: int) -> int:
-        """Plan a read of ``[start, end)`` of ``seg``'s ``.log``; returns its buffer's
-        number (its bytes are there after the next :meth:`fetch`)."""
-        self._pending.setdefault(id(seg), (seg, []))[1].append((start, max(0, end - start)))
-        self._order.append(id(seg))
-        return len(self.file_at) + len(self._order) - 1
+    def add(self, seg: LogSegment, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Plan reads of ``[start[i], end[i])`` of ``seg``'s ``.log``; returns their
+        buffers' numbers (their bytes are there after the next :meth:`fetch`)."""
+        start = np.asarray(start, dtype=np.int64)
+        length = np.maximum(0, np.asarray(end, dtype=np.int64) - start)
+        self._pending.setdefault(id(seg), (seg, []))[1].append((start, length))
+        self._order.append(np.full(len(start), id(seg), dtype=np.int64))
+        first = len(self.file_at) + self._added
+        self._added += len(start)
+        return np.arange(first, first + len(start))
 
     def fetch(self) -> dict[int, Exception]:
         """Read the ranges added since the last fetch straight into ``data`` (appended),
@@ -51,28 +66,36 @@ class Chains:
         there yet or any more), each file opened once; returns the errors by
         ``id(segment)`` (their buffers hold nothing)."""
         pending, order = self._pending, self._order
-        self._pending, self._order = {}, []
+        self._pending, self._order, self._added = {}, [], 0
+        if not pending:
+            return {}
         # buffers numbered as added; laid out segment by segment (one open each)
         group = {k: j for j, k in enumerate(pending)}
-        rank = np.argsort(np.array([group[k] for k in order], dtype=np.int64), kind="stable")
-        ranges = [r for _, rs in pending.values() for r in rs]
-        lengths = np.array([n for _, n in ranges], dtype=np.int64)
+        ids = np.concatenate(order)
+        rank = np.argsort(np.array([group[k] for k in ids.tolist()], np.int64), kind="stable")
+        per_seg = [
+            (np.concatenate([a for a, _ in rs]), np.concatenate([n for _, n in rs]))
+            for _, rs in pending.values()
+        ]
+        starts = np.concatenate([a for a, _ in per_seg])
+        lengths = np.concatenate([n for _, n in per_seg])
         at = len(self.data) + np.cumsum(lengths) - lengths
-        data = np.empty(len(self.data) + int(lengths.sum()), dtype=np.uint8)
+        # from Arrow's memory pool (reused memory: no page faults); appended after the old
+        data = np.frombuffer(pa.allocate_buffer(len(self.data) + int(lengths.sum())), np.uint8)
         data[: len(self.data)] = self.data
         view = memoryview(data)  # type: ignore[arg-type]
-        got, i = np.zeros(len(ranges), np.int64), 0
+        got, i = np.zeros(len(starts), np.int64), 0
         errors: dict[int, Exception] = {}
-        for k, (seg, rs) in pending.items():
+        for (k, (seg, _)), (a, n) in zip(pending.items(), per_seg, strict=True):
             try:
-                got[i : i + len(rs)] = seg.read_ranges_into(rs, view[int(at[i]) :])
+                ranges = list(zip(a.tolist(), n.tolist(), strict=True))
+                got[i : i + len(a)] = seg.read_ranges_into(ranges, view[int(at[i]) :])
             except (SeglakeError, OSError) as exc:
                 errors[k] = exc
-            i += len(rs)
+            i += len(a)
         place = np.empty(len(rank), dtype=np.int64)
         place[rank] = np.arange(len(rank))  # layout slot of each buffer added
         self.data = data
-        starts = np.array([a for a, _ in ranges], dtype=np.int64)
         self.file_at = np.concatenate([self.file_at, starts[place]])
         self.data_at = np.concatenate([self.data_at, at[place]])
         self.got = np.concatenate([self.got, got[place]])
@@ -99,7 +122,8 @@ def locate(reqs: list[Request], gather: Gather) -> None:
 
     Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
     to the entry after ``hi`` plus a header (targets whose ranges lie within
-    :data:`READ_GAP` share one read, through the segment), and the batch there only
+    :data:`READ_GAP` (:data:`LOCAL_READ_GAP` on a local file) share one read, through the
+    segment), and the batch there only
     when it holds an answer. Then every target's chain of batch headers is followed from
     its floor, all targets of all segments one numpy step at a time. Answer batches'
     CRCs are checked.
@@ -113,11 +137,9 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         r.ids = np.full(n, -2, dtype=np.int64)
         try:
             floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
-            buf = np.zeros(n, dtype=np.int64)
-            for g in touching(start, end):
-                buf[g] = chains.add(
-                    r.seg, int(start[g].min()), min(r.seg.size, int(end[g].max()) + HEADER_SIZE)
-                )
+            gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
+            group, first, last = read_groups(start, end, gap)
+            buf = chains.add(r.seg, first, np.minimum(r.seg.size, last + HEADER_SIZE))[group]
         except (SeglakeError, OSError) as exc:
             r.error = exc
             continue
@@ -180,16 +202,20 @@ def locate(reqs: list[Request], gather: Gather) -> None:
             more = run[need]
             length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
             added = []
-            for fi, p, w in np.unique(
-                np.stack([c["file"][more], pos[more], length]), axis=1
-            ).T.tolist():
-                mine = more[(c["file"][more] == fi) & (pos[more] == p) & (length == w)]
+            uniq, which = np.unique(
+                np.stack([c["file"][more], pos[more], length]), axis=1, return_inverse=True
+            )
+            which = which.ravel()  # the distinct read of each target, sorted by file
+            read_id = np.empty(uniq.shape[1], dtype=np.int64)
+            for fi, k in _split(uniq[0], np.arange(uniq.shape[1])):
                 seg = reqs[fi].seg
-                buf[mine] = chains.add(seg, p, min(int(size[mine[0]]), p + w))
-                added.append((id(seg), mine))
+                at_, len_ = uniq[1, k], uniq[2, k]
+                read_id[k] = chains.add(seg, at_, np.minimum(seg.size, at_ + len_))
+                added.append((id(seg), more[np.isin(which, k)]))
+            buf[more] = read_id[which]
             failed = chains.fetch()
-            for k, mine in added:
-                if k in failed:
+            for seg_id, mine in added:
+                if seg_id in failed:
                     state[mine] = -2
     found = np.flatnonzero(state == 1)
     ids = np.where(state == -1, -1, -2)
@@ -207,3 +233,9 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         ids[found] = ids_of[which]
     for j, (a, b) in spans.items():
         reqs[j].ids = ids[a:b]
+
+
+def _split(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``items`` grouped by ``keys`` (sorted), keys ascending."""
+    uniq, first = np.unique(keys, return_index=True)
+    return list(zip(uniq.tolist(), np.split(items, first[1:]), strict=True))

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
 from seglake.record.schema import empty_records
+from seglake.storage.point_picks import pick_records
 from seglake.storage.segment import Window
 from seglake.storage.window_records import RecordWalk, walk_batches
 
@@ -72,10 +73,30 @@ class Gather:
         out[ok[hit]] = at[hit]
         return out
 
-    def timestamp_records(self, ids: np.ndarray, targets: np.ndarray, lo: int) -> np.ndarray:
-        """The first record with timestamp >= target and offset >= ``lo`` in each target's
-        batch (``ids``), or -1."""
+    def pick(
+        self, ids: np.ndarray, targets: np.ndarray, lo: np.ndarray, is_ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`walk` and each target's record at once: ``(record, bad)``, the record
+        (-1: none) of :meth:`timestamp_records` (with its ``lo``) where ``is_ts``, else of
+        :meth:`offset_records`, and which batches do not walk. The compiled kernel keeps
+        just the picked records (:func:`pick_records`); else every record is walked."""
+        got = pick_records([(w, sel) for w, sel, _ in self.parts], ids, targets, lo, is_ts)
+        if got is not None:
+            self.records, record = got
+            return record, np.zeros(len(self.records.ok), dtype=bool)
+        bad = self.walk()
+        record = np.full(len(ids), -1, dtype=np.int64)
+        record[~is_ts] = self.offset_records(ids[~is_ts], targets[~is_ts])
+        record[is_ts] = self.timestamp_records(ids[is_ts], targets[is_ts], lo[is_ts])
+        return record, bad
+
+    def timestamp_records(
+        self, ids: np.ndarray, targets: np.ndarray, lo: int | np.ndarray
+    ) -> np.ndarray:
+        """The first record with timestamp >= target and offset >= ``lo`` (one, or one
+        per target) in each target's batch (``ids``), or -1."""
         walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.int64), np.shape(ids))
         ok = np.flatnonzero(ids >= 0)
         if walk is None or not len(ok):
             return out
@@ -83,7 +104,7 @@ class Gather:
         count = walk.first[ids[ok] + 1] - first
         owner = np.repeat(np.arange(len(ok)), count)
         rec = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-        good = (walk.timestamp[rec] >= targets[ok][owner]) & (walk.offset[rec] >= lo)
+        good = (walk.timestamp[rec] >= targets[ok][owner]) & (walk.offset[rec] >= lo[ok][owner])
         owners, at = np.unique(owner[good], return_index=True)
         out[ok[owners]] = rec[good][at]
         return out

@@ -5,7 +5,6 @@ reads) and the groups of targets that share one read (:func:`touching`)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 
@@ -13,28 +12,44 @@ from seglake.storage.segment import LogSegment
 from seglake.storage.time_index import NO_ENTRY
 
 __all__ = [
+    "LOCAL_READ_GAP",
     "READ_GAP",
     "Request",
     "byte_ranges",
     "offset_request",
+    "read_groups",
     "time_request",
     "touching",
 ]
 
 _NO_OFFSET = 2**62  # an offset past any segment's end
 READ_GAP = 32 * 1024  # reads of one segment closer than this are merged
+LOCAL_READ_GAP = 4 * 1024  # ... of a local file (a read is one preadv: copying more costs more)
 
 
 def touching(start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
     """Groups of requests whose byte ranges ``[start, end)`` overlap or lie less than
     :data:`READ_GAP` apart (one read of the gap costs less than another read)."""
+    group, _, _ = read_groups(start, end)
+    order = np.argsort(group, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(group[order])) + 1) if len(start) else []
+
+
+def read_groups(
+    start: np.ndarray, end: np.ndarray, gap: int = READ_GAP
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`touching` as arrays: ``(group, first, last)``, the group of each range and
+    each group's ``[first, last)`` (groups in the order of their positions)."""
     if not len(start):
-        return []
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
     order = np.argsort(start, kind="stable")
     reach = np.maximum.accumulate(end[order])
-    cut = np.flatnonzero(start[order][1:] > reach[:-1] + READ_GAP) + 1
-    bounds = [0, *cut.tolist(), len(order)]
-    return [order[a:b] for a, b in itertools.pairwise(bounds)]
+    cut = np.flatnonzero(start[order][1:] > reach[:-1] + gap) + 1
+    bounds = np.concatenate(([0], cut))
+    group = np.empty(len(start), dtype=np.int64)
+    group[order] = np.cumsum(np.isin(np.arange(len(order)), cut))
+    return group, start[order][bounds], np.maximum.reduceat(end[order], bounds)
 
 
 def byte_ranges(

@@ -31,7 +31,15 @@ from seglake.record.schema import empty_records
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import batch_minima
 
-__all__ = ["NO_TS_HI", "NO_TS_LO", "RecordWalk", "decode_windows", "min_timestamps", "walk_batches"]
+__all__ = [
+    "NO_TS_HI",
+    "NO_TS_LO",
+    "RecordWalk",
+    "decode_windows",
+    "gathered",
+    "min_timestamps",
+    "walk_batches",
+]
 
 NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
 
@@ -163,25 +171,18 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
     (:func:`seglake.record.batch_walk.walk_batches`, vectorised over all batches) with
     its timestamp and offset deltas only, where a batch that does not walk is set aside
     (``ok`` False) and the others walked again. Both give the same fields."""
-    scan = BatchScan(
-        **{  # type: ignore[arg-type]  # the array columns
-            f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
-            if parts
-            else np.zeros(0, np.int64)
-            for f in SCAN_COLUMNS
-        },
-        valid_bytes=0,
-    )
-    views = [
-        memoryview(w.data)[p : p + z]
-        for w, sel in parts
-        for p, z in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(), strict=True)
-    ]
+    scan, views, one = gathered(parts)
     sel, limits = np.arange(len(scan)), (MAX_BLOCK_OUTPUT, None)
     lib = native.kernel()
     if lib is not None:
+        # the lookup's parts share one buffer: its compressed blocks are read from there
+        # (the same records blocks as from the views: they are decompressed into one)
+        if one is not None and not (scan.codec != 0).any():
+            one = None
         try:
-            k = walk_native(lib, views, scan, sel, None, limits, places=True)
+            k = walk_native(
+                lib, views if one is None else one, scan, sel, None, limits, places=True
+            )
         except CorruptRecordError:  # a block that does not decompress
             k = None
         if k is not None:
@@ -210,6 +211,31 @@ def walk_batches(parts: list[tuple[Window, np.ndarray]]) -> RecordWalk:
         r.offset,
         r.timestamp,
     )
+
+
+def gathered(
+    parts: list[tuple[Window, np.ndarray]],
+) -> tuple[BatchScan, list[memoryview], bytes | None]:
+    """``(scan, views, one)``: the batches ``sel`` of each ``(window, sel)``, parts one
+    after the other, as one scan, each batch's bytes (a view), and the one buffer all
+    parts' windows share (the lookup's; the scan's positions are then its positions),
+    else None."""
+    scan = BatchScan(
+        **{  # type: ignore[arg-type]  # the array columns
+            f: np.concatenate([getattr(w.scan, f)[sel] for w, sel in parts])
+            if parts
+            else np.zeros(0, np.int64)
+            for f in SCAN_COLUMNS
+        },
+        valid_bytes=0,
+    )
+    views = [
+        memoryview(w.data)[p : p + z]
+        for w, sel in parts
+        for p, z in zip(w.scan.position[sel].tolist(), w.scan.size[sel].tolist(), strict=True)
+    ]
+    one = parts[0][0].data if parts and all(w.data is parts[0][0].data for w, _ in parts) else None
+    return scan, views, one
 
 
 def min_timestamps(parts: list[tuple[Window, np.ndarray]]) -> np.ndarray:
