@@ -106,8 +106,10 @@ class StagedWriters:
         config: LogConfig,
         tmp_suffix: str,
         fail_after_records: int | None,
+        indexes: bool = True,
     ) -> None:
         self.fs, base = lakefs.resolve(root)
+        self.indexes = indexes  # index files written (SegmentWriter)
         self.staging = lakefs.join(base, "_staging", run_id)
         self.run_id = run_id
         self.config = config
@@ -125,6 +127,7 @@ class StagedWriters:
             min_offset=min_offset,
             tmp_suffix=self.tmp_suffix,
             label=pdir,
+            indexes=self.indexes,
         )
 
     def append(self, key: Key, writer: SegmentWriter, records: pa.Table) -> None:
@@ -151,17 +154,19 @@ def local_writer(
     num_partitions: int | None,
     task_starts: Mapping[tuple[int, str, int], int],
     fail_after_records: int | None,
+    indexes: bool = True,
 ) -> Callable[[Batches], Batches]:
     """mapInArrow without a shuffle: this task's records of each (topic, partition) get
     the offsets planned for (task, topic, partition) onwards, in input order, and are
     written as segments of their own. Each input batch is reordered by group with one
     take; the groups keep zero-copy slices of it, so all groups are flushed together once
     the batches held reach ``seglake.ingest.buffer.bytes``: memory is that plus one input
-    batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory)."""
+    batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory).
+    Without ``indexes`` no index files are staged (a stream sink's pieces: see there)."""
 
     def write(batches: Batches) -> list[pa.RecordBatch]:
         task, suffix = task_id()
-        out = StagedWriters(root, run_id, config, suffix, fail_after_records)
+        out = StagedWriters(root, run_id, config, suffix, fail_after_records, indexes)
         part = Partitioner(num_partitions, task)
         groups: dict[Key, _Group] = {}
         held = 0  # bytes of the input batches the pending slices keep alive
