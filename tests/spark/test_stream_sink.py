@@ -139,3 +139,33 @@ def test_ingest_batch_for_foreach_batch_is_idempotent_per_batch(spark, tmp_path)
     assert first.committed and first.run_id == stream_run_id("q1", 7)
     assert again.already_committed
     assert same_records_as_input(lake_records(root), msgs)
+
+
+def test_the_log_end_offsets_are_read_when_the_writer_goes_to_the_tasks(
+    spark, tmp_path, monkeypatch
+):
+    import pickle
+
+    from pyspark.sql.types import StructType
+
+    from seglake.spark.stream_sink import SeglakeStreamWriter, parse_sink_options
+
+    root = str(tmp_path / "lake")
+    msgs = _write_file(tmp_path, 0, 30)
+    ingest(spark, spark.createDataFrame(msgs.to_pandas()), root, num_partitions=2)
+    reads = []
+    ends = Catalog.log_end_offsets
+    monkeypatch.setattr(
+        Catalog, "log_end_offsets", lambda self, *a, **k: reads.append(1) or ends(self, *a, **k)
+    )
+    schema = StructType.fromDDL(SCHEMA)
+    # the writer Spark makes for a batch's commit reads no catalog
+    writer = SeglakeStreamWriter(
+        parse_sink_options({**OPTIONS, "path": root, "queryId": "q"}, schema)
+    )
+    assert reads == []
+    # the one pickled for the tasks carries the log ends read then (once, pickled twice)
+    sent = [pickle.loads(pickle.dumps(writer)) for _ in range(2)]
+    assert len(reads) == 1
+    assert all(w.opts.log_end == ends(Catalog(root)) for w in sent)
+    assert sent[0].opts.num_partitions == 2  # the topic's in the catalog (num.partitions: 3)

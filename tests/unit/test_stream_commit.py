@@ -45,12 +45,15 @@ def _records(first: int, n: int, tag: str) -> pa.Table:
     )
 
 
-def _piece(root: Path, stage: str, order: int, parts: dict[int, pa.Table]) -> Piece:
+def _piece(
+    root: Path, stage: str, order: int, parts: dict[int, pa.Table], indexes: bool = True
+) -> Piece:
     """What a sink task stages: segments under _staging/<stage>/t-<p>/."""
     rows = []
     for p, recs in parts.items():
         d = root / "_staging" / stage / f"t-{p}"
-        w = SegmentWriter(FS, str(d), config=CONF, min_offset=int(recs["offset"][0].as_py()))
+        first = int(recs["offset"][0].as_py())
+        w = SegmentWriter(FS, str(d), config=CONF, min_offset=first, indexes=indexes)
         infos = w.append(recs) + w.close()
         rows += [i.catalog_row("t", p, f"t-{p}/{Path(i.log_path).name}") for i in infos]
     return Piece(stage, order, pa.Table.from_pylist(rows).select(list(PIECE_COLUMNS)))
@@ -332,3 +335,20 @@ def test_an_in_place_append_planned_on_rows_read_before_another_append_rereads_t
     r = _commit(root, "stream-q-2", batches[2], True, append="true")
     assert r.in_place
     assert _files(root) == _files(ref)
+
+
+@pytest.mark.parametrize("append", ["true", "copy"])
+def test_pieces_staged_without_index_files_make_the_same_lake(tmp_path, append):
+    """The sink stages no index files when the commit appends (it continues the newest
+    segment's indexes; a piece that becomes a segment of its own is rewritten with its
+    indexes built): the lake is the one pieces with index files make, byte for byte."""
+    lakes = {}
+    for indexes in (True, False):
+        root = lakes[indexes] = tmp_path / f"indexes-{indexes}"
+        for i in range(4):
+            parts = {0: _records(0, 40, f"m{i}"), 1: _records(0, 15, f"n{i}")}
+            piece = _piece(root, f"s{i}", 0, parts, indexes)
+            assert _commit(root, f"stream-q-{i}", [piece], True, append=append).result.committed
+        assert not list((root / "_staging").rglob("*.*index"))  # nothing left staged
+    assert _files(lakes[True]) == _files(lakes[False])
+    assert sum(n.endswith(".timeindex") for n in _files(lakes[False])) >= 3  # rolled

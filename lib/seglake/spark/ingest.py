@@ -180,7 +180,7 @@ def _write(
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
     if splits and reader is not None and rebase.one_pass(splits, reader, n, config, root):
-        writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, leo)
+        writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, log_end=leo)
         rows = direct.write(spark, splits, reader, writer).toArrow().cast(SEGMENT_ROWS)
         plan = plan_ingest(rebase.counts(rows), leo, config, has_offset=False)
         if plan.shuffle:  # one_pass proved it is not

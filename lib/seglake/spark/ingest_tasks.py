@@ -108,8 +108,10 @@ class StagedWriters:
         tmp_suffix: str,
         fail_after_records: int | None,
         subdir: str = "",
+        indexes: bool = True,
     ) -> None:
         self.fs, base = lakefs.resolve(root)
+        self.indexes = indexes  # index files written (SegmentWriter)
         self.staging = lakefs.join(base, "_staging", run_id)
         self.subdir = subdir  # under the staging dir (a one-pass task's own: task_dir)
         self.run_id = run_id
@@ -128,6 +130,7 @@ class StagedWriters:
             min_offset=min_offset,
             tmp_suffix=self.tmp_suffix,
             label=pdir,
+            indexes=self.indexes,
         )
 
     def append(self, key: Key, writer: SegmentWriter, records: pa.Table) -> None:
@@ -155,6 +158,7 @@ def local_writer(
     task_starts: Mapping[tuple[int, str, int], int],
     fail_after_records: int | None,
     log_end: Mapping[Key, int] | None = None,
+    indexes: bool = True,
 ) -> Callable[[Batches], Batches]:
     """mapInArrow without a shuffle: this task's records of each (topic, partition) get
     the offsets planned for (task, topic, partition) onwards, in input order, and are
@@ -164,12 +168,13 @@ def local_writer(
     rebase (spark/ingest_rebase.py). Each input batch is reordered by group with one
     take; the groups keep zero-copy slices of it, so all groups are flushed together once
     the batches held reach ``seglake.ingest.buffer.bytes``: memory is that plus one input
-    batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory)."""
+    batch and one group's concatenated records (in Arrow's jemalloc pool: task_memory).
+    Without ``indexes`` no index files are staged (a stream sink's pieces: see there)."""
 
     def write(batches: Batches) -> list[pa.RecordBatch]:
         task, suffix = task_id()
         sub = task_dir(task) if log_end is not None and task else ""
-        out = StagedWriters(root, run_id, config, suffix, fail_after_records, sub)
+        out = StagedWriters(root, run_id, config, suffix, fail_after_records, sub, indexes)
         part = Partitioner(num_partitions, task)
         groups: dict[Key, _Group] = {}
         held = 0  # bytes of the input batches the pending slices keep alive

@@ -1,14 +1,19 @@
 """Structured Streaming into a lake: ``df.writeStream.format("seglake")`` and
 :func:`ingest_batch` for an existing ``foreachBatch``.
 
-    driver, planning a micro-batch (``streamWriter``, once per batch): the options, the
-        catalog's log end offsets (read once) for the tasks
+    driver, planning a micro-batch (``streamWriter``, once per batch): the options; the
+        catalog's log end offsets for the tasks, read once when the writer is pickled
+        for them (the writer Spark makes again for the commit reads no catalog)
     executors, per task of a micro-batch (``write``):
         Arrow batches in the ingest input schema (only ``value`` required)
           -> the ingest's internal columns (as spark/normalize.py, on Arrow)
           -> the ingest's task writer (``local_writer``): staged segments under
              _staging/stream-<uuid>/, assigned offsets from each partition's log end
-             offset (final for the partition's first task), given offsets kept
+             offset (final for the partition's first task), given offsets kept; with
+             seglake.stream.append on, no index files (the commit appends a piece to
+             the newest segment and continues that one's indexes; a piece that becomes
+             a segment of its own is rewritten with its indexes built, as one staged
+             with another index interval): 48 files a batch less for 24 partitions
           -> a commit message: the piece's segment rows
     driver (``commit(messages, batchId)``, in a Python worker of the driver):
         lake/stream_commit.commit_pieces: rebase the pieces that follow another task's,
@@ -109,10 +114,22 @@ class SinkOptions:
     query_id: str
     config: LogConfig
     topic: str | None
-    num_partitions: int | None  # None: the input has a partition column
+    has_partition: bool  # the input has a partition column
     has_offset: bool
     append: str  # seglake.stream.append
-    log_end: Mapping[tuple[str, int], int]  # the catalog's when the batch was planned
+    # the catalog's when the batch was planned (None: not read yet, see planned())
+    log_end: Mapping[tuple[str, int], int] | None = None
+    num_partitions: int | None = None  # of the topic; None with a partition column
+
+    def planned(self) -> SinkOptions:
+        """These options with the catalog's log end offsets (read now unless read) and
+        the topic's partition count from them: what the tasks write with."""
+        if self.log_end is not None:
+            return self
+        catalog = Catalog(self.root)
+        leo = catalog.log_end_offsets() if catalog.exists() else {}
+        n = None if self.has_partition else partition_count(self.topic, None, leo, self.config)
+        return dataclasses.replace(self, log_end=dict(leo), num_partitions=n)
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -141,15 +158,12 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
     config = LogConfig.load(overrides=overrides)
     if "offset" in types and "partition" not in types:
         raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
-    catalog = Catalog(root)
-    leo = catalog.log_end_offsets() if catalog.exists() else {}
-    n = None if "partition" in types else partition_count(topic, None, leo, config)
     append = opts.get("seglake.stream.append", "true").lower()
     if append not in APPEND_MODES:
         raise ConfigError(
             f"seglake.stream.append must be one of {', '.join(APPEND_MODES)}, got {append!r}"
         )
-    return SinkOptions(root, qid, config, topic, n, "offset" in types, append, dict(leo))
+    return SinkOptions(root, qid, config, topic, "partition" in types, "offset" in types, append)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,24 +179,32 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the tasks as the micro-batch is planned: with the log end offsets
+        (read at the first pickling; pyspark pickles the writer twice)."""
+        self.opts = self.opts.planned()
+        return dict(self.__dict__)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPiece:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         order = ctx.partitionId() if ctx is not None else 0
         stage = f"stream-{uuid.uuid4().hex}"
-        o = self.opts
+        o = self.opts.planned()  # (already, unless write runs where it was made: tests)
         append_ms = int(time.time() * 1000)
         batches = (
             internal_columns(b, o.topic, append_ms, o.config.timestamp_type) for b in iterator
         )
+        indexes = o.append == "false"  # else the commit grows or rewrites the pieces
         if o.has_offset:
-            out = _write_given(o.root, stage, o.config, batches)
+            out = _write_given(o.root, stage, o.config, batches, indexes)
         else:
-            starts = _FromLogEnd(o.log_end)
-            out = tasks.local_writer(o.root, stage, o.config, o.num_partitions, starts, None)(
-                batches
+            starts = _FromLogEnd(o.log_end or {})
+            write = tasks.local_writer(
+                o.root, stage, o.config, o.num_partitions, starts, None, indexes=indexes
             )
+            out = write(batches)
         rows = pa.Table.from_batches(list(out), schema=tasks.SEGMENT_ROWS)
         return StagedPiece(
             stage,
@@ -294,7 +316,7 @@ def _headers(h: pa.Array | None, n: int) -> pa.Array:
 
 
 def _write_given(
-    root: str, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch]
+    root: str, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch], indexes: bool
 ) -> Iterator[pa.RecordBatch]:
     """Given offsets: this task's records of each partition sorted by offset and written
     as they are (the Kafka source gives each task one partition's range, in order)."""
@@ -304,7 +326,7 @@ def _write_given(
             raise SeglakeError("input rows with an offset need a partition and no null offset")
         for key, idx in tasks.group_rows(b.column("topic"), b.column("partition").to_numpy()):
             groups.setdefault(key, []).append(b.take(pa.array(idx)))
-    out = tasks.StagedWriters(root, stage, config, tasks.task_id()[1], None)
+    out = tasks.StagedWriters(root, stage, config, tasks.task_id()[1], None, indexes=indexes)
     for key, parts in sorted(groups.items()):
         t = pa.Table.from_batches(parts).sort_by("offset")
         offsets = t.column("offset").to_numpy()

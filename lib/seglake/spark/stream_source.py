@@ -12,13 +12,16 @@ topic, micro-batch by micro-batch.
                ``maxTriggerDelay`` (Kafka's delayBatch: not a query's first trigger;
                never with ``Trigger.AvailableNow``, which stops at the log ends seen
                when the query started)
-    batch      ONE catalog read per micro-batch: latestOffset reads the catalog and keeps
-               that version (a :class:`Snapshot`); partitions(start, end) for the end it
+    batch      at most ONE catalog read per micro-batch: latestOffset reads the catalog
+               (none when its version is the one kept) and keeps that version (a
+               :class:`Snapshot`); partitions(start, end) for the end it
                returned plans from the same version (a batch replayed after a restart
                reads the catalog once); its segments between the two offsets split like
-               the batch data source's (plan_splits) and packed into tasks as it packs
-               them (pack_splits: about the session's parallelism, at most splitBytes
-               each), each task's splits read and decoded in groups (iter_splits); a
+               the batch data source's (plan_splits), packed into tasks as Spark packs
+               a file stream's files (pack_splits: about the session's parallelism, at
+               most TASK_BYTES = maxPartitionBytes' 128 MiB each: a Python task costs
+               ~0.07 CPU s to start, paid again every micro-batch), each task's splits
+               read and decoded in groups of 8 MiB (iter_splits: its memory); a
                start offset below the partition's log start (retention, compaction) is
                Kafka's data loss: an error with ``failOnDataLoss=true`` (default), else
                the batch starts at the log start
@@ -51,6 +54,7 @@ from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribe
 from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
+TASK_BYTES = 128 << 20  # log bytes a task reads at most (Spark's maxPartitionBytes)
 _DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
 
 
@@ -150,7 +154,9 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) -------------------------------------------------------------
     def _read_catalog(self, strict: bool = False) -> Snapshot:
-        """The newest catalog version's subscribed partitions (kept as ``snapshot``)."""
+        """The newest catalog version's subscribed partitions (kept as ``snapshot``; the
+        kept one again while the version is the same: a micro-batch of an unchanged lake
+        opens the catalog's log and reads no rows)."""
         catalog = Catalog(self.opts.root)
         if not catalog.exists():
             if strict and (self.opts.topics or self.opts.assign):
@@ -158,6 +164,8 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.snapshot = Snapshot(-1, {})
             return self.snapshot
         version = catalog.version()
+        if not strict and self.snapshot is not None and self.snapshot.version == version:
+            return self.snapshot  # the lake is as it was: its rows and logs are these
         parts = subscribed(self.opts, catalog, version, strict=strict)
         self.snapshot = Snapshot(version, partition_logs(self.opts, parts, get_cache()))
         return self.snapshot
@@ -252,7 +260,8 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         splits = plan_splits(
             self.opts, ranges, version=snap.version, cache=get_cache(), logs=snap.logs
         )
-        tasks = pack_splits(splits, self.reader.parallelism, max_bytes=self.opts.split_bytes)
+        cap = max(self.opts.split_bytes, TASK_BYTES)
+        tasks = pack_splits(splits, self.reader.parallelism, max_bytes=cap)
         return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -105,8 +105,10 @@ class SegmentWriter:
         tmp_suffix: str | None = None,
         label: str | None = None,
         on_close: Callable[[SegmentInfo], None] | None = None,
+        indexes: bool = True,
     ) -> None:
         self.fs = fs
+        self.indexes = indexes  # False: no .index/.timeindex files (index_interval_bytes None)
         self.directory = directory.rstrip("/")
         self.config = config
         self.tmp_suffix = tmp_suffix
@@ -301,11 +303,10 @@ class SegmentWriter:
             seg.stream.close()
         seg.builder.finish()
         base = seg.state.base_offset
-        files = {
-            LOG_SUFFIX: None,
-            INDEX_SUFFIX: seg.builder.offset_index.to_bytes(),
-            TIME_INDEX_SUFFIX: seg.builder.time_index.to_bytes(),
-        }
+        files: dict[str, bytes | None] = {LOG_SUFFIX: None}
+        if self.indexes:
+            files[INDEX_SUFFIX] = seg.builder.offset_index.to_bytes()
+            files[TIME_INDEX_SUFFIX] = seg.builder.time_index.to_bytes()
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:
@@ -330,7 +331,7 @@ class SegmentWriter:
             log_path=seg.log_path,
             roll_reason=reason,
             tail_min_timestamps=tail_minima(firsts, positions, min_ts, seg.state.size),
-            index_interval_bytes=self.config.index_interval_bytes,
+            index_interval_bytes=self.config.index_interval_bytes if self.indexes else None,
         )
         self._closed.append(info)
         if self.on_close is not None:
