@@ -80,3 +80,23 @@ def test_patch_moves_every_batch_and_keeps_the_crcs(tmp_path):
     assert after.error is None and after.crc_valid.all()
     assert (after.base_offset == before.base_offset + 1_000_000).all()
     assert (after.position == before.position).all()
+
+
+def test_counts_tell_task_dirs_from_partition_dirs():
+    """A task's staging dir is never a partition dir: topic ``_task``'s partition 1 is
+    task 0's, task 1's pieces are under :func:`task_dir`."""
+    from seglake.spark.ingest_rebase import counts
+    from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
+
+    rows = {c: [] for c in ("path", "topic", "partition", "record_count")}
+    for path, topic, p, n in [
+        ("_task-1/00000000000000000000.log", "_task", 1, 5),
+        (f"{task_dir(1)}/_task-1/00000000000000000000.log", "_task", 1, 7),
+    ]:
+        for c, v in zip(rows, (path, topic, p, n), strict=True):
+            rows[c].append(v)
+    table = pa.table({c: rows[c] for c in rows}).cast(
+        pa.schema([SEGMENT_ROWS.field(c) for c in rows])
+    )
+    got = {(r["task"], r["topic"], r["partition"]): r["count"] for r in counts(table)}
+    assert got == {(0, "_task", 1): 5, (1, "_task", 1): 7}

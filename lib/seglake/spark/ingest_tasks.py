@@ -221,8 +221,9 @@ def local_writer(
 
 def task_dir(task: int) -> str:
     """Where a one-pass write task after the first stages its segments, under the run's
-    staging dir (their offsets are rebased and the files moved out by the driver)."""
-    return f"_task-{task}"
+    staging dir (their offsets are rebased and the files moved out by the driver):
+    ``task=<i>``, which no partition directory can be ('=' is not in a topic name)."""
+    return f"task={task}"
 
 
 def _flush(out: StagedWriters, key: Key, g: _Group) -> None:
