@@ -22,7 +22,7 @@ from seglake.lake.rows import segment_row
 from seglake.record.batch import HEADER_SIZE, BatchHeader, BatchScan, scan_batches
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.offset_index import OffsetIndex
-from seglake.storage.roll import roll_jitter
+from seglake.storage.roll import roll_time_limit
 from seglake.storage.tail_minima import TAIL_POINTS
 from seglake.storage.time_index import TimeIndex
 
@@ -132,7 +132,7 @@ def roll(
             g is None
             or size + s.size > config.segment_bytes
             or s.next - 1 - g[0].base > MAX_RELATIVE
-            or s.max_timestamp - since > config.roll_ms - roll_jitter(g[0].base, config)
+            or s.max_timestamp - since > roll_time_limit(g[0].base, config)
         ):
             groups.append([s])
             size = s.size

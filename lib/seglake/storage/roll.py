@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from seglake.config import INT32_MAX, LogConfig
 
 
@@ -53,7 +55,7 @@ def roll_reason(
     if (
         segment.rolling_timestamp is not None
         and batch_max_timestamp - segment.rolling_timestamp
-        > config.roll_ms - roll_jitter(segment.base_offset, config)
+        > roll_time_limit(segment.base_offset, config)
     ):
         return "time"
     if segment.index_full:
@@ -61,3 +63,30 @@ def roll_reason(
     if batch_last_offset - segment.base_offset > INT32_MAX:
         return "offset"
     return None
+
+
+def batches_before_roll(
+    segment: ActiveSegment,
+    sizes: np.ndarray,
+    last_offsets: np.ndarray,
+    max_timestamps: np.ndarray,
+    config: LogConfig,
+) -> int:
+    """How many of these batches, in order, go into ``segment`` before the size, time or
+    offset rule rolls it (at least 1: :func:`roll_reason` was asked for the first); the
+    index rule is the index builder's (``IndexBuilder.add_batches`` stops where full)."""
+    rolling = segment.rolling_timestamp if segment.size else int(max_timestamps[0])
+    roll = (
+        (segment.size + np.cumsum(sizes) > config.segment_bytes)
+        | (max_timestamps - rolling > roll_time_limit(segment.base_offset, config))
+        | (last_offsets - segment.base_offset > INT32_MAX)
+    )
+    roll[0] = False
+    first = np.flatnonzero(roll)
+    return int(first[0]) if len(first) else len(sizes)
+
+
+def roll_time_limit(base_offset: int, config: LogConfig) -> int:
+    """The time rule's bound for the segment at ``base_offset``: ``log.roll.ms`` less its
+    jitter."""
+    return config.roll_ms - roll_jitter(base_offset, config)

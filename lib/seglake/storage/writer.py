@@ -29,7 +29,6 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
-from seglake.record.batch import INT32_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.record.encode_input import check_timestamps, int64_column
@@ -40,7 +39,7 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.roll import ActiveSegment, roll_jitter, roll_reason
+from seglake.storage.roll import ActiveSegment, batches_before_roll, roll_reason
 from seglake.storage.stats import segment_row
 from seglake.storage.tail_minima import tail_minima
 
@@ -220,23 +219,10 @@ class SegmentWriter:
                     seg = None
             if seg is None:
                 seg = self._open_segment(int(b.base_offset[i]))
-            i += self._append_run(seg, b, i, i + self._no_roll(seg.state, b, i, n), data)
-
-    def _no_roll(self, st: ActiveSegment, b: EncodedBatches, i: int, n: int) -> int:
-        """How many batches from ``i`` (at least 1: the roll rules were just asked for
-        it) neither size, time nor a relative offset would roll (the index rule is
-        ``add_batches``')."""
-        size = b.size[i:n]
-        rolling = st.rolling_timestamp if st.size else int(b.max_timestamp[i])
-        limit = self.config.roll_ms - roll_jitter(st.base_offset, self.config)
-        bad = (
-            (st.size + np.cumsum(size) > self.config.segment_bytes)
-            | (b.max_timestamp[i:n] - rolling > limit)
-            | (b.last_offset[i:n] - st.base_offset > INT32_MAX)
-        )
-        bad[0] = False
-        first = np.flatnonzero(bad)
-        return int(first[0]) if len(first) else n - i
+            run = batches_before_roll(
+                seg.state, b.size[i:n], b.last_offset[i:n], b.max_timestamp[i:n], self.config
+            )
+            i += self._append_run(seg, b, i, i + run, data)
 
     def _append_run(self, seg: _Open, b: EncodedBatches, i: int, j: int, data: memoryview) -> int:
         """Batches ``[i, j)`` (or a prefix: an index became full) into the open segment;
