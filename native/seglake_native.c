@@ -29,7 +29,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -265,17 +265,19 @@ i64 sl_scan(const u8 *buf, i64 pos, i64 end, i64 max_batches, i64 verify_crc, i6
 
 /* A key's or value's length varint at data[*q] (-1 null) and its bytes, leaving room before
  * last for what follows; moves *q past them. 0 where it does not fit. */
-static inline int length_field(const u8 *data, i64 *q, i64 last, i64 *len) {
+static inline int length_field(const u8 *data, i64 *q, i64 last, i64 *len, i64 *at) {
     int s = get_varint(data, *q, last, VARINT, len);
     if (!s || (*q += s) >= last || *len < -1 || (*len > 0 && *len >= last - *q)) return 0;
+    *at = *q;
     if (*len > 0) *q += *len;
     return 1;
 }
 
 /* One record of a records block, checked: where it ends, its deltas, key and value lengths
- * (-1 null), header count, header key and value bytes and null header values. */
+ * (-1 null), header count, header key and value bytes and null header values; where its
+ * key's and value's bytes and its header count begin. */
 typedef struct {
-    i64 end, td, od, kl, vl, hc, hkb, hvb, hvn;
+    i64 end, td, od, kl, vl, hc, hkb, hvb, hvn, kp, vp, hp;
 } record_t;
 
 /* The record at data[p] of a block ending at lim, checked as the numpy walk checks it (offset
@@ -293,7 +295,10 @@ static inline int check_record(const u8 *data, i64 p, i64 lim, i64 last_delta, i
     if (!(s = get_varint(data, q, last, VARLONG, &r->td)) || (q += s) >= last) return 0;
     if (!(s = get_varint(data, q, last, VARINT, &r->od)) || (q += s) >= last) return 0;
     if (r->od < 0 || r->od > last_delta || r->od <= prev) return 0;
-    if (!length_field(data, &q, last, &r->kl) || !length_field(data, &q, last, &r->vl)) return 0;
+    if (!length_field(data, &q, last, &r->kl, &r->kp) ||
+        !length_field(data, &q, last, &r->vl, &r->vp))
+        return 0;
+    r->hp = q;
     if (!(s = get_varint(data, q, last, VARINT, &r->hc))) return 0;
     q += s;
     if (r->hc < 0 || r->hc > (last - q) / 2) return 0;
@@ -807,4 +812,149 @@ i64 sl_inflate(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, i64 i,
     state[0] = used;
     state[1] = left;
     return i;
+}
+
+/* Batches decoded straight into one chunk of Arrow buffers, one pass a batch (what
+ * sl_inflate, sl_walk and sl_gather do in three passes over all batches): batch b's
+ * records block (len[b] bytes at address addr[b]: raw (codec 0) or a Kafka lz4 frame
+ * (codec 3) decoded into scratch, at most min(max_block, what is left of the budget)
+ * bytes, which it then uses up) walked and checked as sl_walk checks it, then its records
+ * appended to the chunk:
+ *   in  (addresses): addr, len, codec, count, base offset, base timestamp, max timestamp,
+ *       log append (u8), last offset delta, producer id, transactional (u8): per batch
+ *   out (addresses): offset, timestamp, timestamp type (i32), key offsets (i32, n + 1),
+ *       key validity bits, key data, value offsets, value bits, value data, header list
+ *       offsets (n + 1), header key offsets (nh + 1), header key data, header value
+ *       offsets, header value bits, header value data, producer id, transactional (u8);
+ *       validity bits zeroed by the caller; header buffers untouched unless headers
+ *   cap: rows, key bytes, value bytes, headers, header key bytes, header value bytes
+ *   state: [0..5] used of each cap, [6..8] null keys, values, header values, [9] budget
+ *       left, [10] why it stopped, [11..16] what the batch it stopped at needs of each
+ *       cap, [17] scratch room wanted.
+ * Stops (returns the batch) at the end (why 0), at a batch the chunk has no room left for
+ * (1: call again with a new chunk; one at least as large as its needs if it was empty),
+ * at a frame that may need more scratch (2: room wanted), or at one it does not take (3:
+ * another codec, a frame or records it refuses, more than rec_cap records: the caller
+ * decodes the usual way, which names the problem). recs: room for rec_cap records. */
+i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 *state,
+              u8 *scratch, i64 scratch_cap, record_t *recs, i64 rec_cap, i64 max_block,
+              i64 headers) {
+    const i64 *addr = (const i64 *)in[0], *len = (const i64 *)in[1], *codec = (const i64 *)in[2],
+              *count = (const i64 *)in[3], *base_offset = (const i64 *)in[4],
+              *base_ts = (const i64 *)in[5], *max_ts = (const i64 *)in[6],
+              *last_delta = (const i64 *)in[8], *pid = (const i64 *)in[9];
+    const u8 *log_append = (const u8 *)in[7], *tx = (const u8 *)in[10];
+    i64 *offset = (i64 *)out[0], *timestamp = (i64 *)out[1], *o_pid = (i64 *)out[15];
+    i32 *tstype = (i32 *)out[2], *key_off = (i32 *)out[3], *val_off = (i32 *)out[6],
+        *hdr_off = (i32 *)out[9], *hk_off = (i32 *)out[10], *hv_off = (i32 *)out[12];
+    u8 *key_valid = (u8 *)out[4], *key_data = (u8 *)out[5], *val_valid = (u8 *)out[7],
+       *val_data = (u8 *)out[8], *hk_data = (u8 *)out[11], *hv_valid = (u8 *)out[13],
+       *hv_data = (u8 *)out[14], *o_tx = (u8 *)out[16];
+    i64 n = state[0], kb = state[1], vb = state[2], nh = state[3], hkb = state[4],
+        hvb = state[5], left = state[9];
+    if (n == 0) {
+        key_off[0] = val_off[0] = hdr_off[0] = 0;
+        if (headers) hk_off[0] = hv_off[0] = 0;
+    }
+    state[10] = 0;
+    for (; b < nb; b++) {
+        const u8 *data = (const u8 *)(uintptr_t)addr[b];
+        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, got = 0;
+        if (lim < 0) break;
+        if (codec[b] == 3 && lim > 0) {
+            i64 limit = left < max_block ? left : max_block, room = scratch_cap;
+            got = lz4_frame(data, lim, scratch, limit < 0 ? 0 : limit, &room);
+            if (got == -2) {
+                state[17] = room;
+                state[10] = 2;
+                break;
+            }
+            if (got < 0) break;
+            data = scratch;
+            lim = got;
+        } else if (codec[b] != 0 && lim > 0) {
+            break;
+        }
+        if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) break;
+        i64 need[6] = {cnt, 0, 0, 0, 0, 0};
+        for (k = 0; k < cnt; k++) {
+            record_t *r = recs + k;
+            if (!check_record(data, p, lim, last_delta[b], prev, r)) break;
+            prev = r->od;
+            need[1] += r->kl > 0 ? r->kl : 0;
+            need[2] += r->vl > 0 ? r->vl : 0;
+            need[3] += r->hc;
+            need[4] += r->hkb;
+            need[5] += r->hvb;
+            p = r->end;
+        }
+        if (k < cnt || p != lim) break;
+        if (!headers) need[3] = need[4] = need[5] = 0;
+        const i64 used[6] = {n, kb, vb, nh, hkb, hvb};
+        int fits = 1;
+        for (int c = 0; c < 6; c++) fits &= need[c] <= cap[c] - used[c];
+        if (!fits) {
+            for (int c = 0; c < 6; c++) state[11 + c] = need[c];
+            state[10] = 1;
+            break;
+        }
+        i64 bo = base_offset[b];
+        i32 la = log_append[b];
+        for (k = 0; k < cnt; k++, n++) {
+            const record_t *r = recs + k;
+            offset[n] = bo + r->od;
+            timestamp[n] = record_timestamp(r, b, base_ts, max_ts, log_append);
+            tstype[n] = la;
+            o_pid[n] = pid[b];
+            o_tx[n] = tx[b];
+            if (r->kl >= 0) {
+                memcpy(key_data + kb, data + r->kp, (size_t)r->kl);
+                kb += r->kl;
+                SET_BIT(key_valid, n);
+            } else {
+                state[6]++;
+            }
+            if (r->vl >= 0) {
+                memcpy(val_data + vb, data + r->vp, (size_t)r->vl);
+                vb += r->vl;
+                SET_BIT(val_valid, n);
+            } else {
+                state[7]++;
+            }
+            key_off[n + 1] = (i32)kb;
+            val_off[n + 1] = (i32)vb;
+            if (headers) {
+                i64 q = r->hp;
+                read_varint(data, &q); /* the count, r->hc */
+                for (i64 h = 0; h < r->hc; h++, nh++) {
+                    i64 hk = read_varint(data, &q);
+                    memcpy(hk_data + hkb, data + q, (size_t)hk);
+                    hkb += hk;
+                    q += hk;
+                    hk_off[nh + 1] = (i32)hkb;
+                    i64 hv = read_varint(data, &q);
+                    if (hv >= 0) {
+                        memcpy(hv_data + hvb, data + q, (size_t)hv);
+                        hvb += hv;
+                        q += hv;
+                        SET_BIT(hv_valid, nh);
+                    } else {
+                        state[8]++;
+                    }
+                    hv_off[nh + 1] = (i32)hvb;
+                }
+            }
+            hdr_off[n + 1] = (i32)nh;
+        }
+        if (codec[b] == 3) left -= got;
+    }
+    if (b < nb && !state[10]) state[10] = 3;
+    state[0] = n;
+    state[1] = kb;
+    state[2] = vb;
+    state[3] = nh;
+    state[4] = hkb;
+    state[5] = hvb;
+    state[9] = left;
+    return b;
 }

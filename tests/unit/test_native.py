@@ -77,9 +77,9 @@ def same_outcome(a, b) -> None:
 
 
 @cache
-def log_with_headers(codec: int) -> bytes:
-    """40 records in 5 batches: null keys and values, headers (some null values), offset
-    gaps, timestamp deltas of both signs."""
+def log_with_headers(codec: int, step: int = 9) -> bytes:
+    """40 records in batches of ``step`` (5 batches): null keys and values, headers (some
+    null values), offset gaps, timestamp deltas of both signs."""
     recs = [
         (
             10 + 3 * i + i % 3,
@@ -90,7 +90,7 @@ def log_with_headers(codec: int) -> bytes:
         )
         for i in range(40)
     ]
-    return encode_batches(table(recs), codec=codec, batch_starts=np.arange(0, 40, 9)).tobytes()
+    return encode_batches(table(recs), codec=codec, batch_starts=np.arange(0, 40, step)).tobytes()
 
 
 @needs_kernel

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.record.codecs import Inflater
-from seglake.record.native import _ptr
+from seglake.record.native import address
 
 __all__ = ["Sources", "inflate_run", "sources"]
 
@@ -66,15 +66,15 @@ def inflate_run(
         buf = out.buffer
         b = lib.sl_inflate(
             n,
-            _ptr(src.addr),
-            _ptr(src.length),
-            _ptr(codec),
+            address(src.addr),
+            address(src.length),
+            address(codec),
             b,
-            _ptr(buf) if len(buf) else None,
+            address(buf) if len(buf) else None,
             len(buf),
             max_block,
-            _ptr(state),
-            _ptr(sizes),
+            address(state),
+            address(sizes),
         )
         out.used = int(state[0])
         if b == n or not state[2]:

@@ -29,20 +29,23 @@ __all__ = [
     "Column",
     "Gathered",
     "Walk",
+    "address",
     "assemble",
     "batch_sizes",
     "gather",
     "has_crc",
+    "int64s",
     "kernel",
     "load",
     "plan",
+    "pool_array",
     "record_extra",
     "scan",
     "walk",
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 6  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 7  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -65,6 +68,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_assemble": (_I, [_I, _I, *[_P] * 7, *_COLUMN * 3, _I, _P]),
     # blocks, addresses, lengths, codecs, first, out, capacity, max block, state, sizes
     "sl_inflate": (_I, [_I, _P, _P, _P, _I, _P, _I, _I, _P, _P]),
+    # batches, inputs, first, outputs, capacities, state, scratch, its size, records room,
+    # its size, max block, headers (record/decode_fused.py)
+    "sl_decode": (_I, [_I, _P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I]),
 }
 _loaded: list[ctypes.CDLL | None] = []  # [the kernel or None] once looked for
 
@@ -126,7 +132,7 @@ def scan(
         cap = min(left, (end - pos) // 61 + 1, 1 << 14)
         rows = np.empty((cap, 14), np.int64)
         k = lib.sl_scan(
-            _ptr(data),
+            address(data),
             pos,
             end,
             cap,
@@ -135,8 +141,8 @@ def scan(
             prev_last or 0,
             stop_after is not None,
             stop_after or 0,
-            _ptr(rows),
-            _ptr(state),
+            address(rows),
+            address(state),
         )
         chunks.append(rows[:k])
         pos, stopped = int(state[0]), bool(state[1])
@@ -148,17 +154,18 @@ def scan(
     return np.concatenate(chunks), pos, stopped
 
 
-def _i64(a: np.ndarray) -> np.ndarray:
+def int64s(a: np.ndarray) -> np.ndarray:
+    """``a`` as a C-contiguous int64 array (no copy if it is one)."""
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _ptr(a: np.ndarray) -> int:
+def address(a: np.ndarray) -> int:
     """Address of a C-contiguous array's data (an Arrow buffer's: 4x faster than
     ``a.ctypes.data``)."""
     return pa.py_buffer(a).address
 
 
-def _empty(n: int, dtype: type = np.uint8) -> np.ndarray:
+def pool_array(n: int, dtype: type = np.uint8) -> np.ndarray:
     """An uninitialised array from Arrow's memory pool: it reuses the memory of freed
     buffers, where a fresh numpy array of 100 MB pays a page fault per page."""
     return np.frombuffer(pa.allocate_buffer(n * np.dtype(dtype).itemsize), dtype)
@@ -209,28 +216,28 @@ def walk(
         return None
     n = int(counts.sum())
     out = Walk(
-        _empty(n, np.int64),
-        _empty(n, np.int64),
+        pool_array(n, np.int64),
+        pool_array(n, np.int64),
         *_offsets_and_bits(n),
         *_offsets_and_bits(n),
         np.empty(n + 1, np.int32),
         [],
-        *((_empty(n, np.int64), _empty(n, np.int64)) if places else ()),
+        *((pool_array(n, np.int64), pool_array(n, np.int64)) if places else ()),
     )
     totals = np.zeros(8, np.int64)
-    args = [_i64(a) for a in (start, end, counts, *bases)]
+    args = [int64s(a) for a in (start, end, counts, *bases)]
     la = np.ascontiguousarray(log_append, dtype=np.uint8)
-    ld = _i64(last_delta)
+    ld = int64s(last_delta)
     rc = lib.sl_walk(
-        _ptr(data),
+        address(data),
         len(start),
-        *(_ptr(a) for a in args),
-        _ptr(la),
-        _ptr(ld),
+        *(address(a) for a in args),
+        address(la),
+        address(ld),
         n,
-        *(_ptr(a) for a in out[:7]),
-        _ptr(totals),
-        *(_ptr(a) if a is not None else None for a in out[8:]),
+        *(address(a) for a in out[:7]),
+        address(totals),
+        *(address(a) if a is not None else None for a in out[8:]),
     )
     if rc:
         return None
@@ -266,21 +273,21 @@ def gather(
     if not headers:
         nh = hkb = hvb = 0
     g = Gathered(
-        _empty(kb),
-        _empty(vb),
+        pool_array(kb),
+        pool_array(vb),
         np.zeros(nh + 1, np.int32),
-        _empty(hkb),
+        pool_array(hkb),
         *_offsets_and_bits(nh),
-        _empty(hvb),
+        pool_array(hvb),
     )
-    s, e = _i64(start), _i64(end)
+    s, e = int64s(start), int64s(end)
     lib.sl_gather(
-        _ptr(data),
+        address(data),
         len(s),
-        _ptr(s),
-        _ptr(e),
-        *(_ptr(a) if a is not None else None for a in g[:2]),
-        *(_ptr(a) if nh else None for a in g[2:]),
+        address(s),
+        address(e),
+        *(address(a) if a is not None else None for a in g[:2]),
+        *(address(a) if nh else None for a in g[2:]),
     )
     return g
 
@@ -291,9 +298,9 @@ def record_extra(
     """Each record's size without its length and delta varints (``extra`` below): key and
     value lengths (-1 null), ``hbytes`` the headers' count varint and bytes (None: none)."""
     out = np.empty(len(klen), np.int64)
-    k, v = _i64(klen), _i64(vlen)
-    h = None if hbytes is None else _i64(hbytes)
-    lib.sl_extra(len(k), _ptr(k), _ptr(v), None if h is None else _ptr(h), _ptr(out))
+    k, v = int64s(klen), int64s(vlen)
+    h = None if hbytes is None else int64s(hbytes)
+    lib.sl_extra(len(k), address(k), address(v), None if h is None else address(h), address(out))
     return out
 
 
@@ -311,9 +318,16 @@ def plan(
     n = len(extra)
     starts = np.empty(n, np.int64)
     sizes = np.empty(n, np.int64)
-    e, o, t = _i64(extra), _i64(off), _i64(ts)
+    e, o, t = int64s(extra), int64s(off), int64s(ts)
     nb = lib.sl_plan(
-        n, _ptr(e), _ptr(o), _ptr(t), batch_size, max_records, _ptr(starts), _ptr(sizes)
+        n,
+        address(e),
+        address(o),
+        address(t),
+        batch_size,
+        max_records,
+        address(starts),
+        address(sizes),
     )
     return starts[:nb].copy(), sizes[:nb].copy()
 
@@ -328,8 +342,8 @@ def batch_sizes(
 ) -> np.ndarray:
     """Whole size (header included) of each batch of given ``starts`` and ``bases``."""
     sizes = np.empty(len(starts), np.int64)
-    arrays = [_i64(a) for a in (starts, *bases, extra, off, ts)]
-    lib.sl_sizes(len(extra), len(starts), *(_ptr(a) for a in arrays), _ptr(sizes))
+    arrays = [int64s(a) for a in (starts, *bases, extra, off, ts)]
+    lib.sl_sizes(len(extra), len(starts), *(address(a) for a in arrays), address(sizes))
     return sizes
 
 
@@ -361,27 +375,27 @@ def assemble(
     ``columns``: offset, timestamp, and size without the length and delta varints, of
     each record; ``record_headers``: each record's encoded headers (None: no headers).
     With ``crc`` (only where :func:`has_crc`), each batch's CRC-32C is written too."""
-    out = _empty(total)
-    arrays = [_i64(a) for a in (starts, *bases)]
+    out = pool_array(total)
+    arrays = [int64s(a) for a in (starts, *bases)]
     hdr = np.ascontiguousarray(headers, dtype=np.uint8)
-    cols = [_i64(a) for a in columns]
+    cols = [int64s(a) for a in columns]
     args: list[object] = []
     for c in (key, value, record_headers):
         if c is None:
             args += [None, None, 0, None]
         else:
-            lens = _i64(c.lens)
+            lens = int64s(c.lens)
             cols.append(lens)  # kept alive until the call returns
-            args += [_ptr(lens), c.offsets or None, int(c.wide), c.data or None]
+            args += [address(lens), c.offsets or None, int(c.wide), c.data or None]
     written = lib.sl_assemble(
         len(columns[0]),
         len(starts),
-        *(_ptr(a) for a in arrays),
-        _ptr(hdr),
-        *(_ptr(a) for a in cols[:3]),
+        *(address(a) for a in arrays),
+        address(hdr),
+        *(address(a) for a in cols[:3]),
         *args,
         crc,
-        _ptr(out),
+        address(out),
     )
     if written != total:  # both sizes come from the same rule: a bug, not bad input
         raise AssertionError(f"assembled {written} bytes, planned {total}")

@@ -15,7 +15,7 @@ from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
 from seglake.record.inflate_native import Sources, sources
-from seglake.record.native import _i64, _ptr
+from seglake.record.native import address, int64s
 from seglake.record.walk import MIN_RECORD_SIZE
 from seglake.storage.segment import Window
 from seglake.storage.window_records import RecordWalk, gathered
@@ -66,20 +66,20 @@ def pick_records(
         return None
     want = np.flatnonzero(ids >= 0)
     order = want[np.argsort(ids[want], kind="stable")]
-    q_first = _i64(np.searchsorted(ids[order], np.arange(len(scan) + 1)))
+    q_first = int64s(np.searchsorted(ids[order], np.arange(len(scan) + 1)))
     size = src.length
     rec_cap = max(1, int(scan.records_count.max()))
     rec_cap = min(rec_cap, max(1, int(max(size.max(), MAX_ROOM)) // MIN_RECORD_SIZE))
     out = [np.full(len(order), -1, np.int64) for _ in range(4)]  # start, end, offset, ts
     ok = np.zeros(len(scan), np.uint8)
-    codec = _i64(np.where(size > 0, scan.codec, 0))
+    codec = int64s(np.where(size > 0, scan.codec, 0))
     arrays = [
-        _i64(a)
+        int64s(a)
         for a in (scan.records_count, scan.base_offset, scan.base_timestamp, scan.max_timestamp)
     ]
     log_append = np.ascontiguousarray((scan.attributes & TIMESTAMP_TYPE_BIT) != 0, np.uint8)
-    last_delta = _i64(scan.last_offset - scan.base_offset)
-    q = [_i64(targets[order]), _i64(lo[order]), np.ascontiguousarray(is_ts[order], np.uint8)]
+    last_delta = int64s(scan.last_offset - scan.base_offset)
+    q = [int64s(targets[order]), int64s(lo[order]), np.ascontiguousarray(is_ts[order], np.uint8)]
     recs = np.empty(4 * rec_cap, np.int64)
     scratch = _pooled(MAX_ROOM)
     picked = _pooled(4096 + 1024 * len(order))
@@ -88,25 +88,25 @@ def pick_records(
     while b < len(scan):
         b = lib.sl_pick(
             len(scan),
-            _ptr(src.addr),
-            _ptr(size),
-            _ptr(codec),
-            *(_ptr(a) for a in arrays),
-            _ptr(log_append),
-            _ptr(last_delta),
-            _ptr(q_first),
-            *(_ptr(a) for a in q),
+            address(src.addr),
+            address(size),
+            address(codec),
+            *(address(a) for a in arrays),
+            address(log_append),
+            address(last_delta),
+            address(q_first),
+            *(address(a) for a in q),
             b,
-            _ptr(scratch),
+            address(scratch),
             len(scratch),
-            _ptr(recs),
+            address(recs),
             rec_cap,
-            _ptr(picked),
+            address(picked),
             len(picked),
             MAX_BLOCK_OUTPUT,
-            _ptr(state),
-            *(_ptr(a) for a in out),
-            _ptr(ok),
+            address(state),
+            *(address(a) for a in out),
+            address(ok),
         )
         if state[3] == 1:  # a frame that may need more room than the scratch buffer
             scratch = _pooled(int(state[2]))

@@ -24,8 +24,9 @@ from seglake.record.batch import (
     BatchScan,
 )
 from seglake.record.batch_walk import walk_batches as _walk
-from seglake.record.codecs import MAX_BLOCK_OUTPUT
+from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
 from seglake.record.decode import decode_batches
+from seglake.record.decode_fused import batches_of, decode_fused
 from seglake.record.decode_native import walk_native
 from seglake.record.schema import empty_records
 from seglake.storage.segment import Window
@@ -59,14 +60,19 @@ def decode_windows(
     schema, part after part, control batches left out) and each part's number of rows.
     Bytes that do not decode raise the error of their own window (naming its file).
     """
-    if native.kernel() is not None:
+    lib = native.kernel()
+    if lib is not None:
+        rows = [
+            int(w.scan.records_count[sel][~w.scan.is_control[sel]].sum()) for w, sel, _ in parts
+        ]
+        fused = _fused(lib, parts, headers)
+        if fused is not None:
+            table = pa.concat_tables(fused) if fused else empty_records(headers=headers)
+            return table, np.array(rows, dtype=np.int64)
         tables = [
             decode_batches(w.data, w.scan.take(sel), path=path, headers=headers)
             for w, sel, path in parts
             if len(sel)
-        ]
-        rows = [
-            int(w.scan.records_count[sel][~w.scan.is_control[sel]].sum()) for w, sel, _ in parts
         ]
         table = pa.concat_tables(tables) if tables else empty_records(headers=headers)
         return table, np.array(rows, dtype=np.int64)
@@ -94,6 +100,24 @@ def decode_windows(
             w.decode(sel, path=path, headers=headers)
         raise
     return table, np.array(rows, dtype=np.int64)
+
+
+def _fused(
+    lib, parts: list[tuple[Window, np.ndarray, str | None]], headers: bool
+) -> list[pa.Table] | None:
+    """The records of ``parts`` by the kernel's one-pass decode (control batches left out,
+    each part within the budget :func:`~seglake.record.decode.decode_batches` gives it);
+    None where it does not take them."""
+    taken, budget = [], 0
+    for w, sel, _ in parts:
+        sub = w.scan.take(sel[~w.scan.is_control[sel]])
+        packed = (sub.codec != 0) & (sub.size > HEADER_SIZE)
+        budget += inflate_budget(int((sub.size[packed] - HEADER_SIZE).sum()))
+        taken.append((w.data, sub))
+    batches = batches_of(taken)
+    if batches is None:
+        return None
+    return decode_fused(lib, batches, (MAX_BLOCK_OUTPUT, budget), headers=headers)
 
 
 @dataclasses.dataclass
