@@ -20,9 +20,9 @@ options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed fil
 prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_plan`).
 Extract's :func:`plan_partition`
 (filter mode) then cuts the splits, packed into tasks as extract's (:func:`pack_splits`:
-about the session's default parallelism, at least 4 MiB each); every task is one Spark
-input partition, read by :func:`iter_splits` (about 8 MiB of log decoded at a time) and
-handed to Spark as Arrow batches.
+about the session's default parallelism, at least 4 MiB and at most 4 ``splitBytes``); every
+task is one Spark input partition, read by :func:`iter_splits` (about 8 MiB of log decoded
+at a time) and handed to Spark as Arrow batches.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class SeglakeReader(DataSourceReader):
         partition per task."""
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
             splits = plan_read(self.opts, self.pushed)
-        tasks = pack_splits(splits, self.parallelism, max_bytes=self.opts.split_bytes)
+        tasks = pack_splits(splits, self.parallelism, split_bytes=self.opts.split_bytes)
         return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -16,7 +16,7 @@
                   (``split_bytes`` apart), so one partition is read by many tasks
                -> tasks: splits packed into few Spark tasks (as Spark packs small files:
                   about total / parallelism bytes each, at least 4 MiB, at most
-                  ``split_bytes``), no shuffle, no DataFrame of splits to ship
+                  4 x ``split_bytes``: 128 MiB), no shuffle, no DataFrame of splits to ship
     executors: ``spark.range(tasks).mapInArrow``: each task reads its splits, one ranged
                read per split (plus the header and batch after it for the split that ends
                a range), and decodes the batches that overlap, the splits of about 8 MiB
@@ -85,7 +85,7 @@ def extract(
             start <= timestamp < end, exact under non-monotonic timestamps).
         isolation_level: ``read_committed`` drops records of aborted transactions.
         split_bytes: large segments are cut at offset-index positions this far apart;
-            also the most bytes one task reads (unless one split is larger).
+            a task takes splits of up to 4x this (128 MiB by default).
         cache_bytes: ``seglake.index.cache.bytes`` of the executors' cache.
         plan: a plan from :func:`plan_extract` (else made here).
         bytes_accumulator: a Spark accumulator that receives the log bytes tasks read.
@@ -113,7 +113,7 @@ def extract(
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     acc, level = bytes_accumulator, isolation_level
     splits = plan.splits.to_pylist()
-    tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, max_bytes=split_bytes)
+    tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, split_bytes=split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
     payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
     version = plan.catalog_version  # a file gone since: VersionSupersededError in the task

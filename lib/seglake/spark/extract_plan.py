@@ -32,6 +32,10 @@ from seglake.storage.window_records import (
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 MIN_TASK_BYTES = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes
+# a read task takes at most this many splits' bytes: 128 MiB of log at the default split
+# size (Spark's spark.sql.files.maxPartitionBytes). A Python task costs 0.05-0.07 CPU s to
+# start; its memory is bounded by iter_splits' groups, not by its bytes
+SPLITS_PER_TASK = 4
 BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 
 SPLIT_SCHEMA = pa.schema(
@@ -368,15 +372,18 @@ def pack_splits(
     splits: list[dict],
     parallelism: int,
     *,
-    max_bytes: int = DEFAULT_SPLIT_BYTES,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
     min_bytes: int = MIN_TASK_BYTES,
+    max_bytes: int | None = None,
 ) -> list[list[dict]]:
     """Splits grouped into tasks, as Spark groups files into input partitions
     (:func:`seglake.lake.packing.pack`): tasks of about ``total / parallelism`` bytes, at
     least ``min_bytes`` (a tiny window is one task, not one per partition) and at most
-    ``max_bytes`` (a split larger than that stays alone); more than one task: a multiple
-    of ``parallelism``.
+    ``max_bytes`` (default :data:`SPLITS_PER_TASK` x ``split_bytes``, the splits' size; a
+    split larger than that stays alone); more than one task: a multiple of ``parallelism``.
     """
+    if max_bytes is None:
+        max_bytes = SPLITS_PER_TASK * split_bytes
     sizes = [s["end_pos"] - s["start_pos"] for s in splits]
     tasks = [
         [splits[i] for i in t]

@@ -19,7 +19,7 @@ topic, micro-batch by micro-batch.
                reads the catalog once); its segments between the two offsets split like
                the batch data source's (plan_splits), packed into tasks as Spark packs
                a file stream's files (pack_splits: about the session's parallelism, at
-               most TASK_BYTES = maxPartitionBytes' 128 MiB each: a Python task costs
+               most 4 splitBytes = maxPartitionBytes' 128 MiB each: a Python task costs
                ~0.07 CPU s to start, paid again every micro-batch), each task's splits
                read and decoded in groups of 8 MiB (iter_splits: its memory); a
                start offset below the partition's log start (retention, compaction) is
@@ -54,7 +54,6 @@ from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribe
 from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
-TASK_BYTES = 128 << 20  # log bytes a task reads at most (Spark's maxPartitionBytes)
 _DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
 
 
@@ -260,8 +259,7 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         splits = plan_splits(
             self.opts, ranges, version=snap.version, cache=get_cache(), logs=snap.logs
         )
-        cap = max(self.opts.split_bytes, TASK_BYTES)
-        tasks = pack_splits(splits, self.reader.parallelism, max_bytes=cap)
+        tasks = pack_splits(splits, self.reader.parallelism, split_bytes=self.opts.split_bytes)
         return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
