@@ -814,12 +814,77 @@ i64 sl_inflate(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, i64 i,
     return i;
 }
 
+/* The Arrow buffers of one chunk of decoded records (sl_decode's out) and how much of each
+ * is used: rows, key bytes, value bytes, headers, header key bytes, header value bytes;
+ * null keys, values and header values. */
+typedef struct {
+    i64 *offset, *timestamp, *pid;
+    i32 *tstype, *key_off, *val_off, *hdr_off, *hk_off, *hv_off;
+    u8 *key_valid, *key_data, *val_valid, *val_data, *hk_data, *hv_valid, *hv_data, *tx;
+    i64 used[6], kn, vn, hvn;
+} chunk_t;
+
+/* Append a record sl_walk's checks accepted (at data[r->...]) of batch b to the chunk. */
+static inline void put_record(chunk_t *c, const record_t *r, const u8 *data, i64 b,
+                              const i64 *base_offset, const i64 *base_ts, const i64 *max_ts,
+                              const u8 *log_append, const i64 *pid, const u8 *tx, int headers) {
+    i64 n = c->used[0];
+    c->offset[n] = base_offset[b] + r->od;
+    c->timestamp[n] = record_timestamp(r, b, base_ts, max_ts, log_append);
+    c->tstype[n] = log_append[b];
+    c->pid[n] = pid[b];
+    c->tx[n] = tx[b];
+    if (r->kl >= 0) {
+        memcpy(c->key_data + c->used[1], data + r->kp, (size_t)r->kl);
+        c->used[1] += r->kl;
+        SET_BIT(c->key_valid, n);
+    } else {
+        c->kn++;
+    }
+    if (r->vl >= 0) {
+        memcpy(c->val_data + c->used[2], data + r->vp, (size_t)r->vl);
+        c->used[2] += r->vl;
+        SET_BIT(c->val_valid, n);
+    } else {
+        c->vn++;
+    }
+    c->key_off[n + 1] = (i32)c->used[1];
+    c->val_off[n + 1] = (i32)c->used[2];
+    if (headers) {
+        i64 q = r->hp, nh = c->used[3], hkb = c->used[4], hvb = c->used[5];
+        read_varint(data, &q); /* the count, r->hc */
+        for (i64 h = 0; h < r->hc; h++, nh++) {
+            i64 hk = read_varint(data, &q);
+            memcpy(c->hk_data + hkb, data + q, (size_t)hk);
+            hkb += hk;
+            q += hk;
+            c->hk_off[nh + 1] = (i32)hkb;
+            i64 hv = read_varint(data, &q);
+            if (hv >= 0) {
+                memcpy(c->hv_data + hvb, data + q, (size_t)hv);
+                hvb += hv;
+                q += hv;
+                SET_BIT(c->hv_valid, nh);
+            } else {
+                c->hvn++;
+            }
+            c->hv_off[nh + 1] = (i32)hvb;
+        }
+        c->used[3] = nh;
+        c->used[4] = hkb;
+        c->used[5] = hvb;
+    }
+    c->hdr_off[n + 1] = (i32)c->used[3];
+    c->used[0] = n + 1;
+}
+
 /* Batches decoded straight into one chunk of Arrow buffers, one pass a batch (what
  * sl_inflate, sl_walk and sl_gather do in three passes over all batches): batch b's
  * records block (len[b] bytes at address addr[b]: raw (codec 0) or a Kafka lz4 frame
  * (codec 3) decoded into scratch, at most min(max_block, what is left of the budget)
- * bytes, which it then uses up) walked and checked as sl_walk checks it, then its records
- * appended to the chunk:
+ * bytes, which it then uses up) walked and checked as sl_walk checks it, its records
+ * appended to the chunk as they are checked when the chunk has room for the whole block
+ * (else checked first, then appended if they fit):
  *   in  (addresses): addr, len, codec, count, base offset, base timestamp, max timestamp,
  *       log append (u8), last offset delta, producer id, transactional (u8): per batch
  *   out (addresses): offset, timestamp, timestamp type (i32), key offsets (i32, n + 1),
@@ -835,7 +900,8 @@ i64 sl_inflate(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, i64 i,
  * (1: call again with a new chunk; one at least as large as its needs if it was empty),
  * at a frame that may need more scratch (2: room wanted), or at one it does not take (3:
  * another codec, a frame or records it refuses, more than rec_cap records: the caller
- * decodes the usual way, which names the problem). recs: room for rec_cap records. */
+ * decodes the usual way, which names the problem; what the chunk holds is then void).
+ * recs: room for rec_cap records. */
 i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 *state,
               u8 *scratch, i64 scratch_cap, record_t *recs, i64 rec_cap, i64 max_block,
               i64 headers) {
@@ -844,17 +910,16 @@ i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 
               *base_ts = (const i64 *)in[5], *max_ts = (const i64 *)in[6],
               *last_delta = (const i64 *)in[8], *pid = (const i64 *)in[9];
     const u8 *log_append = (const u8 *)in[7], *tx = (const u8 *)in[10];
-    i64 *offset = (i64 *)out[0], *timestamp = (i64 *)out[1], *o_pid = (i64 *)out[15];
-    i32 *tstype = (i32 *)out[2], *key_off = (i32 *)out[3], *val_off = (i32 *)out[6],
-        *hdr_off = (i32 *)out[9], *hk_off = (i32 *)out[10], *hv_off = (i32 *)out[12];
-    u8 *key_valid = (u8 *)out[4], *key_data = (u8 *)out[5], *val_valid = (u8 *)out[7],
-       *val_data = (u8 *)out[8], *hk_data = (u8 *)out[11], *hv_valid = (u8 *)out[13],
-       *hv_data = (u8 *)out[14], *o_tx = (u8 *)out[16];
-    i64 n = state[0], kb = state[1], vb = state[2], nh = state[3], hkb = state[4],
-        hvb = state[5], left = state[9];
-    if (n == 0) {
-        key_off[0] = val_off[0] = hdr_off[0] = 0;
-        if (headers) hk_off[0] = hv_off[0] = 0;
+    chunk_t c = {(i64 *)out[0],  (i64 *)out[1],  (i64 *)out[15], (i32 *)out[2], (i32 *)out[3],
+                 (i32 *)out[6],  (i32 *)out[9],  (i32 *)out[10], (i32 *)out[12], (u8 *)out[4],
+                 (u8 *)out[5],   (u8 *)out[7],   (u8 *)out[8],   (u8 *)out[11], (u8 *)out[13],
+                 (u8 *)out[14],  (u8 *)out[16],  {state[0], state[1], state[2], state[3],
+                                                   state[4], state[5]},
+                 state[6],       state[7],       state[8]};
+    i64 left = state[9];
+    if (c.used[0] == 0) {
+        c.key_off[0] = c.val_off[0] = c.hdr_off[0] = 0;
+        if (headers) c.hk_off[0] = c.hv_off[0] = 0;
     }
     state[10] = 0;
     for (; b < nb; b++) {
@@ -876,85 +941,53 @@ i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 
             break;
         }
         if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) break;
-        i64 need[6] = {cnt, 0, 0, 0, 0, 0};
-        for (k = 0; k < cnt; k++) {
-            record_t *r = recs + k;
-            if (!check_record(data, p, lim, last_delta[b], prev, r)) break;
-            prev = r->od;
-            need[1] += r->kl > 0 ? r->kl : 0;
-            need[2] += r->vl > 0 ? r->vl : 0;
-            need[3] += r->hc;
-            need[4] += r->hkb;
-            need[5] += r->hvb;
-            p = r->end;
-        }
-        if (k < cnt || p != lim) break;
-        if (!headers) need[3] = need[4] = need[5] = 0;
-        const i64 used[6] = {n, kb, vb, nh, hkb, hvb};
-        int fits = 1;
-        for (int c = 0; c < 6; c++) fits &= need[c] <= cap[c] - used[c];
-        if (!fits) {
-            for (int c = 0; c < 6; c++) state[11 + c] = need[c];
-            state[10] = 1;
-            break;
-        }
-        i64 bo = base_offset[b];
-        i32 la = log_append[b];
-        for (k = 0; k < cnt; k++, n++) {
-            const record_t *r = recs + k;
-            offset[n] = bo + r->od;
-            timestamp[n] = record_timestamp(r, b, base_ts, max_ts, log_append);
-            tstype[n] = la;
-            o_pid[n] = pid[b];
-            o_tx[n] = tx[b];
-            if (r->kl >= 0) {
-                memcpy(key_data + kb, data + r->kp, (size_t)r->kl);
-                kb += r->kl;
-                SET_BIT(key_valid, n);
-            } else {
-                state[6]++;
+        /* a block's records hold at most lim bytes of each kind and lim / 2 headers */
+        const i64 bound[6] = {cnt, lim, lim, lim / 2, lim, lim};
+        int roomy = 1;
+        for (int f = 0; f < (headers ? 6 : 3); f++) roomy &= bound[f] <= cap[f] - c.used[f];
+        if (roomy) { /* one pass: each record appended once checked */
+            for (k = 0; k < cnt; k++) {
+                record_t r;
+                if (!check_record(data, p, lim, last_delta[b], prev, &r)) break;
+                prev = r.od;
+                p = r.end;
+                put_record(&c, &r, data, b, base_offset, base_ts, max_ts, log_append, pid, tx,
+                           (int)headers);
             }
-            if (r->vl >= 0) {
-                memcpy(val_data + vb, data + r->vp, (size_t)r->vl);
-                vb += r->vl;
-                SET_BIT(val_valid, n);
-            } else {
-                state[7]++;
+            if (k < cnt || p != lim) break;
+        } else { /* near the chunk's end: checked, then appended if they fit */
+            i64 need[6] = {cnt, 0, 0, 0, 0, 0};
+            for (k = 0; k < cnt; k++) {
+                record_t *r = recs + k;
+                if (!check_record(data, p, lim, last_delta[b], prev, r)) break;
+                prev = r->od;
+                need[1] += r->kl > 0 ? r->kl : 0;
+                need[2] += r->vl > 0 ? r->vl : 0;
+                need[3] += r->hc;
+                need[4] += r->hkb;
+                need[5] += r->hvb;
+                p = r->end;
             }
-            key_off[n + 1] = (i32)kb;
-            val_off[n + 1] = (i32)vb;
-            if (headers) {
-                i64 q = r->hp;
-                read_varint(data, &q); /* the count, r->hc */
-                for (i64 h = 0; h < r->hc; h++, nh++) {
-                    i64 hk = read_varint(data, &q);
-                    memcpy(hk_data + hkb, data + q, (size_t)hk);
-                    hkb += hk;
-                    q += hk;
-                    hk_off[nh + 1] = (i32)hkb;
-                    i64 hv = read_varint(data, &q);
-                    if (hv >= 0) {
-                        memcpy(hv_data + hvb, data + q, (size_t)hv);
-                        hvb += hv;
-                        q += hv;
-                        SET_BIT(hv_valid, nh);
-                    } else {
-                        state[8]++;
-                    }
-                    hv_off[nh + 1] = (i32)hvb;
-                }
+            if (k < cnt || p != lim) break;
+            if (!headers) need[3] = need[4] = need[5] = 0;
+            int fits = 1;
+            for (int f = 0; f < 6; f++) fits &= need[f] <= cap[f] - c.used[f];
+            if (!fits) {
+                for (int f = 0; f < 6; f++) state[11 + f] = need[f];
+                state[10] = 1;
+                break;
             }
-            hdr_off[n + 1] = (i32)nh;
+            for (k = 0; k < cnt; k++)
+                put_record(&c, recs + k, data, b, base_offset, base_ts, max_ts, log_append, pid,
+                           tx, (int)headers);
         }
         if (codec[b] == 3) left -= got;
     }
     if (b < nb && !state[10]) state[10] = 3;
-    state[0] = n;
-    state[1] = kb;
-    state[2] = vb;
-    state[3] = nh;
-    state[4] = hkb;
-    state[5] = hvb;
+    for (int f = 0; f < 6; f++) state[f] = c.used[f];
+    state[6] = c.kn;
+    state[7] = c.vn;
+    state[8] = c.hvn;
     state[9] = left;
     return b;
 }
