@@ -280,6 +280,8 @@ def test_keep_rows_is_filter_and_slices_the_longest_run(bits, chunks):
     mask = np.array(bits, dtype=bool)
     got = keep_rows(t, mask)
     assert got.equals(t.filter(pa.array(mask, pa.bool_())))
+    if not mask.all():  # no empty chunk: each would be an empty Arrow batch for Spark
+        assert all(b.num_rows for b in got.to_batches())
     if n and mask.all():
         assert got is t
     run = np.diff(np.flatnonzero(np.diff(np.concatenate(([0], mask, [0])))))[::2]

@@ -193,7 +193,9 @@ def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
         return t.slice(a, b - a)
     pieces = [t.slice(0, a).filter(pa.array(mask[:a])), t.slice(a, b - a)]
     pieces.append(t.slice(b).filter(pa.array(mask[b:])))
-    return pa.concat_tables(pieces)
+    # no empty chunks: each would be an Arrow batch of no rows for Spark to take
+    kept = [c for p in pieces for c in p.to_batches() if c.num_rows]
+    return pa.Table.from_batches(kept, schema=t.schema)
 
 
 def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) -> Window:
