@@ -219,8 +219,9 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
     same = [seglake, parquet] + ([floor, jvm_floor] if floors else [])
     assert len({check(fn()) for fn in same}) == 1, "seglake and parquet rows differ"
-    for fn in [*same, kafka]:  # warm up: workers, JIT, cache
-        fn().toArrow()
+    for fn in [*same, kafka]:  # warm up: workers, JIT, cache (both timed paths: a noop
+        fn().toArrow()  # write's Python workers were not the collect's in pyspark 4.2)
+        noop(fn())
     runs = {
         "parquet": lambda: parquet().toArrow().num_rows,
         "seglake": lambda: seglake().toArrow().num_rows,
