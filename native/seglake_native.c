@@ -400,6 +400,29 @@ i64 sl_walk(const u8 *data, i64 nb, const i64 *start, const i64 *end, const i64 
 
 static i64 lz4_frame(const u8 *src, i64 n, u8 *dst, i64 limit, i64 *room);
 
+/* Batch b's records block ready to walk (*data, *lim): raw (codec 0) in place, or a Kafka
+ * lz4 frame decoded into scratch, at most min(max_block, left) bytes. Returns the bytes it
+ * decompressed (0 in place); -1 where it does not take the block (another codec, a frame
+ * it refuses, a record count over rec_cap or that cannot fit the block); -2 where scratch
+ * may be too small (*room: the room wanted). */
+static inline i64 records_block(const u8 **data, i64 *lim, i64 codec, i64 cnt, i64 rec_cap,
+                                u8 *scratch, i64 scratch_cap, i64 max_block, i64 left,
+                                i64 *room) {
+    i64 got = 0;
+    if (codec == 3 && *lim > 0) {
+        i64 limit = left < max_block ? left : max_block;
+        *room = scratch_cap;
+        got = lz4_frame(*data, *lim, scratch, limit < 0 ? 0 : limit, room);
+        if (got < 0) return got;
+        *data = scratch;
+        *lim = got;
+    } else if (codec != 0 && *lim > 0) {
+        return -1;
+    }
+    if (cnt < 0 || cnt > rec_cap || cnt > *lim / MIN_RECORD || (cnt == 0 && *lim > 0)) return -1;
+    return got;
+}
+
 /* Point reads' picks (the lookup), one pass a batch: batch b's records block (len[b] bytes at
  * address addr[b]: raw (codec 0) or a Kafka lz4 frame (codec 3), decoded into scratch, at
  * most min(max_block, what is left of the budget) bytes, which it then uses up) walked and
@@ -422,24 +445,17 @@ i64 sl_pick(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, const i64
     state[2] = state[3] = 0;
     for (; b < nb; b++) {
         const u8 *data = (const u8 *)(uintptr_t)addr[b];
-        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, got = 0;
+        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, room = 0;
         ok[b] = 0;
         if (lim < 0) continue;
-        if (codec[b] == 3 && lim > 0) {
-            i64 limit = left < max_block ? left : max_block, room = scratch_cap;
-            got = lz4_frame(data, lim, scratch, limit < 0 ? 0 : limit, &room);
-            if (got == -2) {
-                state[2] = room;
-                state[3] = 1;
-                break;
-            }
-            if (got < 0) continue;
-            data = scratch;
-            lim = got;
-        } else if (codec[b] != 0 && lim > 0) {
-            continue;
+        i64 got = records_block(&data, &lim, codec[b], cnt, rec_cap, scratch, scratch_cap,
+                                max_block, left, &room);
+        if (got == -2) {
+            state[2] = room;
+            state[3] = 1;
+            break;
         }
-        if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) continue;
+        if (got < 0) continue;
         for (k = 0; k < cnt; k++) {
             record_t r;
             if (!check_record(data, p, lim, last_delta[b], prev, &r)) break;
@@ -480,7 +496,7 @@ i64 sl_pick(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, const i64
             q_offset[j] = rec[2];
             q_ts[j] = rec[3];
         }
-        if (codec[b] == 3) left -= got;
+        left -= got;
         ok[b] = 1;
     }
     state[0] = used;
@@ -924,23 +940,16 @@ i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 
     state[10] = 0;
     for (; b < nb; b++) {
         const u8 *data = (const u8 *)(uintptr_t)addr[b];
-        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, got = 0;
+        i64 lim = len[b], cnt = count[b], prev = -1, p = 0, k, room = 0;
         if (lim < 0) break;
-        if (codec[b] == 3 && lim > 0) {
-            i64 limit = left < max_block ? left : max_block, room = scratch_cap;
-            got = lz4_frame(data, lim, scratch, limit < 0 ? 0 : limit, &room);
-            if (got == -2) {
-                state[17] = room;
-                state[10] = 2;
-                break;
-            }
-            if (got < 0) break;
-            data = scratch;
-            lim = got;
-        } else if (codec[b] != 0 && lim > 0) {
+        i64 got = records_block(&data, &lim, codec[b], cnt, rec_cap, scratch, scratch_cap,
+                                max_block, left, &room);
+        if (got == -2) {
+            state[17] = room;
+            state[10] = 2;
             break;
         }
-        if (cnt < 0 || cnt > rec_cap || cnt > lim / MIN_RECORD || (cnt == 0 && lim > 0)) break;
+        if (got < 0) break;
         /* a block's records hold at most lim bytes of each kind and lim / 2 headers */
         const i64 bound[6] = {cnt, lim, lim, lim / 2, lim, lim};
         int roomy = 1;
@@ -981,7 +990,7 @@ i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 
                 put_record(&c, recs + k, data, b, base_offset, base_ts, max_ts, log_append, pid,
                            tx, (int)headers);
         }
-        if (codec[b] == 3) left -= got;
+        left -= got;
     }
     if (b < nb && !state[10]) state[10] = 3;
     for (int f = 0; f < 6; f++) state[f] = c.used[f];

@@ -8,12 +8,7 @@ AddressSanitizer, no access outside its buffers on forged logs."""
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
@@ -28,13 +23,13 @@ from seglake.record.batch import scan_batches
 from seglake.record.encode import encode_batches
 from seglake.storage import window_records
 from seglake.storage.segment_window import Window
+from tests.unit.asan import ROOT, run_under_asan
 from tests.unit.test_encode import record_lists, table
 from tests.unit.test_native import log_with_headers, outcome, window_logs
 
 LIB = native.kernel()
 needs_kernel = pytest.mark.skipif(LIB is None, reason="seglake_native is not built (make venv)")
 HYPO = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ROOT = Path(__file__).resolve().parents[2]
 TINY = {"CHUNK_ROWS": 3, "_FIRST_BYTES": (5, 7, 3, 3), "_SCRATCH": 16, "_SLACK": 0}
 
 
@@ -186,27 +181,5 @@ ASAN_RUN = textwrap.dedent(
 def test_no_out_of_bounds_access_under_address_sanitizer(tmp_path) -> None:
     """sl_decode built with -fsanitize=address, fed damaged logs (raw and lz4) with chunks
     of every size: no access outside its buffers (ASan aborts)."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    so = tmp_path / "asan.so"
-    flags = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-shared", "-fPIC"]
-    src = str(ROOT / "native" / "seglake_native.c")
-    build = subprocess.run([cc, *flags, "-o", str(so), src], capture_output=True, text=True)
-    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True)
-    if build.returncode or not os.path.isabs(libasan.stdout.strip()):
-        pytest.skip(f"no AddressSanitizer: {build.stderr[-300:]}")
-    script = tmp_path / "run.py"
-    script.write_text(ASAN_RUN)
-    env = {
-        **os.environ,
-        "LD_PRELOAD": libasan.stdout.strip(),
-        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
-    }
-    out = subprocess.run(
-        [sys.executable, str(script), str(so), "11", "1500", str(ROOT)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    out = run_under_asan(tmp_path, ASAN_RUN, "11", "1500", str(ROOT))
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-3000:]

@@ -7,10 +7,6 @@ under AddressSanitizer, no read or write outside the buffers on forged input."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from unittest.mock import patch
@@ -28,6 +24,7 @@ from seglake.record.batch_walk import record_blocks
 from seglake.record.codecs import Inflater
 from seglake.record.inflate_native import inflate_run, sources
 from seglake.record.walk import BatchContext
+from tests.unit.asan import run_under_asan
 
 LIB = native.kernel()
 needs_kernel = pytest.mark.skipif(LIB is None, reason="seglake_native is not built (make venv)")
@@ -299,37 +296,5 @@ ASAN_RUN = textwrap.dedent(
 def test_no_out_of_bounds_access_under_address_sanitizer(tmp_path) -> None:
     """The kernel built with -fsanitize=address, fed forged frames in buffers of their
     exact sizes and outputs of every capacity: no access outside them (ASan aborts)."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    so = tmp_path / "asan.so"
-    build = subprocess.run(
-        [
-            cc,
-            "-O1",
-            "-g",
-            "-fsanitize=address",
-            "-fno-omit-frame-pointer",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(so),
-            str(ROOT / "native" / "seglake_native.c"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True)
-    if build.returncode or not os.path.isabs(libasan.stdout.strip()):
-        pytest.skip(f"no AddressSanitizer: {build.stderr[-300:]}")
-    script = tmp_path / "run.py"
-    script.write_text(ASAN_RUN)
-    env = {
-        **os.environ,
-        "LD_PRELOAD": libasan.stdout.strip(),
-        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
-    }
-    out = subprocess.run(
-        [sys.executable, str(script), str(so), "7", "3000"], capture_output=True, text=True, env=env
-    )
+    out = run_under_asan(tmp_path, ASAN_RUN, "7", "3000")
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-3000:]
