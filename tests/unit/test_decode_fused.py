@@ -140,6 +140,21 @@ def test_chunks_hold_a_bounded_number_of_rows():
     assert pa.concat_tables(out).column("offset").to_pylist() == list(range(1000))
 
 
+@needs_kernel
+def test_large_records_take_chunks_of_bounded_bytes():
+    """Values of 40 KB: later chunks are sized for the rows left, at most _MAX_BYTES each,
+    not 64k rows of them (which passed int32 offsets and sent the lot the slow way)."""
+    recs = [(i, 1_700_000_000_000 + i, b"k", bytes([i % 251]) * 40_000, []) for i in range(1000)]
+    buf = encode_batches(table(recs), codec=0).tobytes()
+    batches = decode_fused.batches_of([(buf, scan_batches(buf))])
+    with patch.object(decode_fused, "_MAX_BYTES", 4 << 20):
+        out = decode_fused.decode_fused(LIB, batches, (1 << 30, 1 << 40))
+    assert out is not None and sum(t.num_rows for t in out) == 1000
+    assert all(t.column("value").nbytes < (5 << 20) for t in out[1:])
+    fast, slow = windows(buf, 0, True)
+    same(fast, slow)
+
+
 ASAN_RUN = textwrap.dedent(
     """
     import contextlib, random, sys

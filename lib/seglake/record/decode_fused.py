@@ -39,6 +39,7 @@ CHUNK_ROWS = 1 << 16  # rows of one chunk (a batch with more gets a chunk of its
 _FIRST_BYTES = (2 << 20, 16 << 20, 1 << 20, 1 << 20)  # key, value, header key, value bytes
 _SCRATCH = 256 << 10  # first scratch buffer (grown when a frame may need more)
 _SLACK = 64 << 10  # bytes a chunk's buffers get beyond the bytes a row took so far
+_MAX_BYTES = 64 << 20  # bytes of each kind a chunk is sized for (more: a batch's own)
 MAX_RECORDS = 1 << 18  # records of one batch this path takes (Kafka's 1 MiB batches: < 150k)
 _RECORD_INTS = 12  # int64 fields of the kernel's record_t
 _I32MAX = (1 << 31) - 1
@@ -214,10 +215,11 @@ def decode_fused(
             tables.append(table)
             rows_done += int(state[0])
             bytes_done += state[:6]
-        if why == 1:  # the next chunk: sized by the bytes a row took so far
-            need = state[11:17].copy()
-            per_row = bytes_done / max(rows_done, 1)
-            cap = np.maximum(need, (per_row * CHUNK_ROWS * 1.25).astype(np.int64) + _SLACK)
+        if why == 1:  # the next chunk: sized by the bytes a row took so far, for the
+            need = state[11:17].copy()  # rows left, at most _MAX_BYTES of each kind
+            rows = min(CHUNK_ROWS, int(counts[b:].sum()))
+            guess = bytes_done / max(rows_done, 1) * rows * 1.25 + _SLACK
+            cap = np.maximum(need, np.minimum(guess, _MAX_BYTES).astype(np.int64))
             cap[0] = max(need[0], CHUNK_ROWS)
             if not headers:
                 cap[3:] = 0

@@ -105,11 +105,13 @@ def decode_windows(
 def _fused(
     lib, parts: list[tuple[Window, np.ndarray, str | None]], headers: bool
 ) -> list[pa.Table] | None:
-    """The records of ``parts`` by the kernel's one-pass decode (control batches left out,
-    each part within the budget :func:`~seglake.record.decode.decode_batches` gives it);
-    None where it does not take them."""
+    """The records of ``parts`` by the kernel's one-pass decode (control batches left out;
+    all within the sum of the budgets :func:`~seglake.record.decode.decode_batches` gives
+    each part); None where it does not take them."""
     taken, budget = [], 0
     for w, sel, _ in parts:
+        if not len(sel):
+            continue
         sub = w.scan.take(sel[~w.scan.is_control[sel]])
         packed = (sub.codec != 0) & (sub.size > HEADER_SIZE)
         budget += inflate_budget(int((sub.size[packed] - HEADER_SIZE).sum()))
