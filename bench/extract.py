@@ -132,11 +132,14 @@ def build(root: str, n: int) -> float:
 
 def best(fns: dict, repeat: int = 3) -> dict:
     """Best of ``repeat`` seconds (and the last result) of each function, runs interleaved
-    so that a busy spell of the shared machine hits every side alike."""
+    so that a busy spell of the shared machine hits every side alike; every other round in
+    reverse order (the first Python job after the JVM-only ones ran 0.1-0.3 s slower,
+    whichever it was: a fixed order charged that to the same case every round)."""
     times: dict = {k: [] for k in fns}
     outs: dict = {}
-    for _ in range(repeat):
-        for k, fn in fns.items():
+    cases = list(fns.items())
+    for r in range(repeat):
+        for k, fn in cases if r % 2 == 0 else cases[::-1]:
             t = time.perf_counter()
             outs[k] = fn()
             times[k].append(time.perf_counter() - t)
