@@ -26,10 +26,11 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from seglake.config import INT32_MAX
 from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
-from seglake.record.decode_native import header_structs
-from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, without_headers
+from seglake.record.decode_native import binary_column, headers_column
+from seglake.record.schema import RECORD_SCHEMA, without_headers
 
 __all__ = ["CHUNK_ROWS", "Batches", "batches_of", "decode_fused"]
 
@@ -42,7 +43,6 @@ _SLACK = 64 << 10  # bytes a chunk's buffers get beyond the bytes a row took so 
 _MAX_BYTES = 64 << 20  # bytes of each kind a chunk is sized for (more: a batch's own)
 MAX_RECORDS = 1 << 18  # records of one batch this path takes (Kafka's 1 MiB batches: < 150k)
 _RECORD_INTS = 12  # int64 fields of the kernel's record_t
-_I32MAX = (1 << 31) - 1
 
 
 class Batches(NamedTuple):
@@ -134,34 +134,18 @@ class _Chunk(NamedTuple):
             pa.array(b[0][:n]),
             pa.array(b[1][:n]),
             pa.array(b[2][:n]),
-            _binary(n, b[3], b[4], kn, b[5][:kb]),
-            _binary(n, b[6], b[7], vn, b[8][:vb]),
+            binary_column(n, b[3], b[4], kn, b[5][:kb]),
+            binary_column(n, b[6], b[7], vn, b[8][:vb]),
         ]
         if headers:
-            try:
-                structs = header_structs(
-                    _binary(nh, b[10], None, 0, b[11][:hkb]),
-                    _binary(nh, b[12], b[13], hvn, b[14][:hvb]),
-                )
-            except pa.ArrowInvalid:
+            keys, values = (b[10], b[11][:hkb]), (b[12], b[13], hvn, b[14][:hvb])
+            column = headers_column(b[9][: n + 1], keys, values, nh)
+            if column is None:
                 return None
-            columns.append(
-                pa.ListArray.from_arrays(pa.array(b[9][: n + 1]), structs, type=HEADERS_TYPE)
-            )
+            columns.append(column)
         columns += [pa.array(b[15][:n]), pa.array(b[16][:n].view(np.bool_))]
         schema = RECORD_SCHEMA if headers else without_headers(RECORD_SCHEMA)
         return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _binary(
-    n: int, offsets: np.ndarray, bits: np.ndarray | None, nulls: int, data: np.ndarray
-) -> pa.Array:
-    buffers = [
-        pa.py_buffer(bits) if nulls else None,
-        pa.py_buffer(offsets[: n + 1]),
-        pa.py_buffer(data),
-    ]
-    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
 
 
 def decode_fused(
@@ -186,7 +170,7 @@ def decode_fused(
     recs = np.empty(rec_cap * _RECORD_INTS, np.int64)
     scratch = native.pool_array(_SCRATCH)
     ins = [batches.addr, batches.length, *batches.inputs]
-    in_addr = np.array([native.address(a) if len(a) else 0 for a in ins], np.int64)
+    in_addr = np.array([native.address(a) for a in ins], np.int64)
     state = np.zeros(18, np.int64)
     state[9] = budget
     cap = np.array([CHUNK_ROWS, *_FIRST_BYTES[:2], CHUNK_ROWS, *_FIRST_BYTES[2:]], np.int64)
@@ -223,7 +207,7 @@ def decode_fused(
             cap[0] = max(need[0], CHUNK_ROWS)
             if not headers:
                 cap[3:] = 0
-            if int(cap[1:].max()) > _I32MAX:
+            if int(cap[1:].max()) > INT32_MAX:
                 return None
         state[:9] = 0
         chunk = None

@@ -23,7 +23,15 @@ from seglake.record.batch import TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.batch_walk import batch_blocks
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, without_headers
 
-__all__ = ["Walked", "decode_native", "header_structs", "times_native", "walk_native"]
+__all__ = [
+    "Walked",
+    "binary_column",
+    "decode_native",
+    "header_structs",
+    "headers_column",
+    "times_native",
+    "walk_native",
+]
 
 
 class Walked(NamedTuple):
@@ -76,8 +84,8 @@ def decode_native(
         pa.array(w.offset),
         pa.array(w.timestamp),
         pa.array(np.repeat(r.log_append.astype(np.int32), counts)),
-        _binary(n, w.key_off, w.key_valid, w.totals[5], g.key_data),
-        _binary(n, w.value_off, w.value_valid, w.totals[6], g.value_data),
+        binary_column(n, w.key_off, w.key_valid, w.totals[5], g.key_data),
+        binary_column(n, w.value_off, w.value_valid, w.totals[6], g.value_data),
         *([column] if headers else []),
         pa.array(np.repeat(scan.producer_id[sel], counts)),
         pa.array(np.repeat(scan.is_transactional[sel], counts)),
@@ -97,20 +105,37 @@ def times_native(r: Walked) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _headers(w: native.Walk, g: native.Gathered) -> pa.Array | None:
     """The headers column; None if a header key is not UTF-8."""
-    nh, null_values = w.totals[2], w.totals[7]
+    return headers_column(
+        w.header_off,
+        (g.hkey_off, g.hkey_data),
+        (g.hvalue_off, g.hvalue_valid, w.totals[7], g.hvalue_data),
+        w.totals[2],
+    )
+
+
+def headers_column(
+    list_off: np.ndarray,
+    keys: tuple[np.ndarray, np.ndarray],
+    values: tuple[np.ndarray, np.ndarray, int, np.ndarray],
+    nh: int,
+) -> pa.Array | None:
+    """The headers column of ``len(list_off) - 1`` records from the kernel's buffers:
+    list offsets, the ``nh`` header keys (offsets, data) and values (offsets, validity
+    bits, nulls, data); None if a header key is not UTF-8."""
     try:
         structs = header_structs(
-            _binary(nh, g.hkey_off, None, 0, g.hkey_data),
-            _binary(nh, g.hvalue_off, g.hvalue_valid, null_values, g.hvalue_data),
+            binary_column(nh, keys[0], None, 0, keys[1]), binary_column(nh, *values)
         )
     except pa.ArrowInvalid:
         return None
-    return pa.ListArray.from_arrays(pa.array(w.header_off), structs, type=HEADERS_TYPE)
+    return pa.ListArray.from_arrays(pa.array(list_off), structs, type=HEADERS_TYPE)
 
 
-def _binary(
+def binary_column(
     n: int, offsets: np.ndarray, valid: np.ndarray | None, nulls: int, data: np.ndarray
 ) -> pa.Array:
+    """A binary column of ``n`` values from the kernel's buffers: int32 offsets (at least
+    ``n + 1``), validity bits (used only with ``nulls``), data."""
     bits = pa.py_buffer(valid) if nulls else None
     buffers = [bits, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
