@@ -504,6 +504,36 @@ i64 sl_pick(i64 nb, const i64 *addr, const i64 *len, const i64 *codec, const i64
     return b;
 }
 
+/* Copy the headers of a checked record (its header count varint at data[q]) into the
+ * Arrow buffers: header keys' and values' offsets, data and value validity bits, after
+ * *nh headers, *hkb key bytes and *hvb value bytes so far (all moved on); *nulls counts
+ * null values. */
+static inline void copy_headers(const u8 *data, i64 q, i64 *nh, i64 *hkb, i64 *hvb, i64 *nulls,
+                                i32 *hk_off, u8 *hk_data, i32 *hv_off, u8 *hv_valid,
+                                u8 *hv_data) {
+    i64 hc = read_varint(data, &q), n = *nh, kw = *hkb, vw = *hvb;
+    for (i64 h = 0; h < hc; h++, n++) {
+        i64 hk = read_varint(data, &q);
+        memcpy(hk_data + kw, data + q, (size_t)hk);
+        kw += hk;
+        q += hk;
+        hk_off[n + 1] = (i32)kw;
+        i64 hv = read_varint(data, &q);
+        if (hv >= 0) {
+            memcpy(hv_data + vw, data + q, (size_t)hv);
+            vw += hv;
+            q += hv;
+            SET_BIT(hv_valid, n);
+        } else {
+            (*nulls)++;
+        }
+        hv_off[n + 1] = (i32)vw;
+    }
+    *nh = n;
+    *hkb = kw;
+    *hvb = vw;
+}
+
 /* Copy the keys, values and headers of records sl_walk accepted into the Arrow data
  * buffers; fills the header keys' and values' offsets (nh + 1) and value validity bits
  * (zeroed by the caller). hk_off NULL: the headers are not copied (none, or not wanted;
@@ -535,22 +565,9 @@ void sl_gather(const u8 *data, i64 nb, const i64 *start, const i64 *end, u8 *key
                 q += vl;
             }
             if (hk_off && q < last) {
-                i64 hc = read_varint(data, &q);
-                for (i64 h = 0; h < hc; h++, hw++) {
-                    i64 hk = read_varint(data, &q);
-                    memcpy(hk_data + hkw, data + q, (size_t)hk);
-                    hkw += hk;
-                    q += hk;
-                    hk_off[hw + 1] = (i32)hkw;
-                    i64 hv = read_varint(data, &q);
-                    if (hv >= 0) {
-                        memcpy(hv_data + hvw, data + q, (size_t)hv);
-                        hvw += hv;
-                        q += hv;
-                        SET_BIT(hv_valid, hw);
-                    }
-                    hv_off[hw + 1] = (i32)hvw;
-                }
+                i64 nulls = 0;
+                copy_headers(data, q, &hw, &hkw, &hvw, &nulls, hk_off, hk_data, hv_off, hv_valid,
+                             hv_data);
             }
             p = last;
         }
@@ -866,30 +883,9 @@ static inline void put_record(chunk_t *c, const record_t *r, const u8 *data, i64
     }
     c->key_off[n + 1] = (i32)c->used[1];
     c->val_off[n + 1] = (i32)c->used[2];
-    if (headers) {
-        i64 q = r->hp, nh = c->used[3], hkb = c->used[4], hvb = c->used[5];
-        read_varint(data, &q); /* the count, r->hc */
-        for (i64 h = 0; h < r->hc; h++, nh++) {
-            i64 hk = read_varint(data, &q);
-            memcpy(c->hk_data + hkb, data + q, (size_t)hk);
-            hkb += hk;
-            q += hk;
-            c->hk_off[nh + 1] = (i32)hkb;
-            i64 hv = read_varint(data, &q);
-            if (hv >= 0) {
-                memcpy(c->hv_data + hvb, data + q, (size_t)hv);
-                hvb += hv;
-                q += hv;
-                SET_BIT(c->hv_valid, nh);
-            } else {
-                c->hvn++;
-            }
-            c->hv_off[nh + 1] = (i32)hvb;
-        }
-        c->used[3] = nh;
-        c->used[4] = hkb;
-        c->used[5] = hvb;
-    }
+    if (headers)
+        copy_headers(data, r->hp, &c->used[3], &c->used[4], &c->used[5], &c->hvn, c->hk_off,
+                     c->hk_data, c->hv_off, c->hv_valid, c->hv_data);
     c->hdr_off[n + 1] = (i32)c->used[3];
     c->used[0] = n + 1;
 }

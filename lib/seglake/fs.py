@@ -183,13 +183,8 @@ def _pread(fd: int, start: int, length: int) -> bytes:
     """``length`` bytes at ``start`` of ``fd`` (fewer where the file ends)."""
     data = os.pread(fd, length, start)
     if 0 < len(data) < length:  # a short read before the end of the file: read on
-        parts = [data]
-        while length > (got := sum(map(len, parts))):
-            more = os.pread(fd, length - got, start + got)
-            if not more:
-                break
-            parts.append(more)
-        data = b"".join(parts)
+        buf = bytearray(length)
+        data = bytes(buf[: _pread_into(fd, memoryview(buf), start)])
     return data
 
 
