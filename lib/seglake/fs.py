@@ -167,16 +167,24 @@ def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes
     Raises :class:`SegmentNotFoundError` (no such file), ``ValueError`` (negative)."""
     _check_range(path, start, length)
     if is_local(fs):  # straight into the bytes returned: no buffer of Arrow's copied
-        with _missing_as_not_found(path):
-            fd = os.open(path, os.O_RDONLY)
-        try:
+        with _local_fd(path) as fd:
             data = _pread(fd, start, length)
-        finally:
-            os.close(fd)
         IO_STATS.record(len(data))
         return data
     with open_ranged(fs, path) as f:
         return read_at(f, path, start, length)
+
+
+@contextlib.contextmanager
+def _local_fd(path: str) -> Iterator[int]:
+    """A local file opened for reading (``pread``); :class:`SegmentNotFoundError` if
+    there is no such file."""
+    with _missing_as_not_found(path):
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _pread(fd: int, start: int, length: int) -> bytes:
@@ -222,14 +230,10 @@ def read_ranges_into(
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got, at = [], 0
     if is_local(fs):
-        with _missing_as_not_found(path):
-            fd = os.open(path, os.O_RDONLY)
-        try:
+        with _local_fd(path) as fd:
             for start, length in ranges:
                 got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
                 at += length
-        finally:
-            os.close(fd)
     else:
         with _missing_as_not_found(path), fs.open_input_file(path) as f:
             for start, length in ranges:
