@@ -8,9 +8,29 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: venv demo test lint bench fuzz clean
+.PHONY: venv jars demo test lint bench fuzz clean
 
-venv: $(STAMP)
+venv: $(STAMP) jars
+
+# jars/: pinned Maven lists, fetched with mvn into .jars/ (ignored, cached): kafka/ is
+# Apache Kafka's broker and tools (the tests and benches that put Kafka in the loop),
+# spark/ is what Spark's classpath gets when present (Spark's Kafka connector, delta-spark;
+# only the jars pyspark lacks). Without java or mvn the Kafka tests skip, saying why.
+JARS := .jars
+SPARK_JARS := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2,delta-spark_4.2_2.13,delta-storage
+jars: $(JARS)/.fetched
+
+$(JARS)/.fetched: jars/kafka/pom.xml jars/spark/pom.xml
+	@if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then \
+	  echo "jars: no mvn or java here: the Kafka broker, connector and Delta tests will skip"; \
+	else \
+	  rm -rf $(JARS) && \
+	  mvn -q -B -Dstyle.color=never -f jars/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=$(abspath $(JARS))/kafka && \
+	  mvn -q -B -Dstyle.color=never -f jars/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	    -DincludeArtifactIds=$(SPARK_JARS) -DoutputDirectory=$(abspath $(JARS))/spark && \
+	  touch $@; \
+	fi
 
 # native/: the optional C kernel of the record codec, installed into site-packages (a
 # packed venv carries it to executors); without a C compiler seglake runs its numpy code.
@@ -22,10 +42,10 @@ $(STAMP): pyproject.toml native/pyproject.toml native/setup.py native/seglake_na
 	  || echo "seglake_native (C kernel) not built: seglake runs its numpy code"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) jars
 	$(PY) -m seglake.demo
 
-test: lint
+test: lint jars
 	$(PY) -m pytest -q tests
 
 # ruff (lint and format) on the whole tree, mypy on lib/seglake (config: pyproject.toml).
@@ -41,4 +61,4 @@ fuzz: $(STAMP)
 	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis demo-lake
+	rm -rf $(VENV) $(JARS) .pytest_cache .hypothesis demo-lake

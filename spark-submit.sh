@@ -59,6 +59,16 @@ export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$py}"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 export SPARK_SUBMIT_ORIGIN=seglake
 log4j="-Dlog4j.configurationFile=file:$here/conf/log4j2.properties"
+# Spark's Kafka connector and delta-spark, when `make jars` fetched them (.jars/spark)
+jar_opts=()
+jars="$(ls "$here"/.jars/spark/*.jar 2>/dev/null | paste -sd, -)"
+if [ -n "$jars" ]; then
+  jar_opts+=(--jars "$jars")
+  if ls "$here"/.jars/spark/delta-spark*.jar >/dev/null 2>&1; then
+    jar_opts+=(--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
+      --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
+  fi
+fi
 
 exec "$venv/bin/spark-submit" \
   --master "${master:-${SEGLAKE_MASTER:-local[*]}}" \
@@ -66,5 +76,6 @@ exec "$venv/bin/spark-submit" \
   --driver-java-options "$log4j" \
   --conf "spark.executor.extraJavaOptions=$log4j" \
   --py-files "$zip" \
+  ${jar_opts[@]+"${jar_opts[@]}"} \
   "${spark_opts[@]}" \
   "$script" "$@"

@@ -14,6 +14,28 @@ from seglake import errors
 from seglake.errors import SeglakeError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+# `make jars` fetches Spark's Kafka connector and delta-spark here (jars/spark/pom.xml)
+JARS_DIR = Path(__file__).resolve().parents[3] / ".jars" / "spark"
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def extra_jars() -> list[str]:
+    """The jars ``make jars`` fetched for Spark (connector, Delta), sorted; none without mvn."""
+    return sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+
+
+def jar_conf() -> dict[str, str]:
+    """``spark.jars`` and Delta's session extension when the jars are there."""
+    jars = extra_jars()
+    if not jars:
+        return {}
+    conf = {"spark.jars": ",".join(jars)}
+    if any(Path(j).name.startswith("delta-spark") for j in jars):
+        conf.update(DELTA_CONF)
+    return conf
 
 DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -49,7 +71,11 @@ def get_session(
         opt = f"-Dlog4j.configurationFile=file:{log4j}"
         builder = builder.config("spark.driver.extraJavaOptions", opt)
         builder = builder.config("spark.executor.extraJavaOptions", opt)
-    for key, value in {**DEFAULTS, **(conf or {})}.items():
+    if os.environ.get("SPARK_SUBMIT_ORIGIN"):
+        extra = {}  # spark-submit.sh passed them already
+    else:
+        extra = jar_conf()
+    for key, value in {**DEFAULTS, **extra, **(conf or {})}.items():
         builder = builder.config(key, value)
     if quiet:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
