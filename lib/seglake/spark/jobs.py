@@ -229,7 +229,7 @@ def ranges_table(ranges: dict[tuple[str, int], tuple[int, int]]) -> str:
     from seglake.api.render import text_table
 
     rows = [[t, p, lo, hi, hi - lo] for (t, p), (lo, hi) in sorted(ranges.items())]
-    return text_table(["topic", "partition", "start offset", "end offset", "records"], rows)
+    return text_table(["topic", "partition", "start offset", "end offset", "offsets"], rows)
 
 
 def status_table(counts: dict[str, int]) -> str:
