@@ -51,6 +51,14 @@ def test_offsets_special_times_equal_scan(capsys, lake, time) -> None:
     assert out == want
 
 
+def test_offsets_exclude_internal_topics(capsys, lake) -> None:
+    code, out, _ = run(capsys, "offsets", lake, "--exclude-internal-topics")
+    assert code == 0
+    topics = [line.split(":")[0] for line in out.splitlines()]
+    assert topics == ["__cluster_metadata", "first", "sensor-data"]  # Kafka lists no
+    # __cluster_metadata topic, but it is not one of Topic.isInternal's either
+
+
 def test_offsets_for_a_time_equal_scan(capsys, lake) -> None:
     """A time in ms and the same time in ISO-8601: the first offset with timestamp >= it
     (kafka-python's decoding is the oracle); partitions with none are left out."""

@@ -27,6 +27,7 @@ TIME_NAMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 # GetOffsetShell's TOPIC_PARTITION_PATTERN: topic regex, then a partition, a range or none
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 Filter = Callable[[str, int], bool]
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="topic1:1,topic2:0-3,topic3,topic4:5-,topic5:-3",
         help="topic regex and partition (N, N-M with M exclusive, N-, -M) rules, comma-separated",
+    )
+    o.add_argument(
+        "--exclude-internal-topics",
+        action="store_true",
+        help="leave out Kafka's internal topics (" + ", ".join(sorted(INTERNAL_TOPICS)) + ")",
     )
     o.add_argument(
         "--time",
@@ -72,9 +78,23 @@ def _topic_regex(raw: str) -> re.Pattern[str]:
 
 
 def partition_filter(
+    topic: str | None,
+    partitions: str | None,
+    topic_partitions: str | None,
+    *,
+    exclude_internal: bool = False,
+) -> Filter:
+    """GetOffsetShell's topic-partition filter of its options (``exclude_internal``:
+    Kafka's ``Topic.isInternal`` topics left out)."""
+    chosen = _partition_filter(topic, partitions, topic_partitions)
+    if not exclude_internal:
+        return chosen
+    return lambda t, p: t not in INTERNAL_TOPICS and chosen(t, p)
+
+
+def _partition_filter(
     topic: str | None, partitions: str | None, topic_partitions: str | None
 ) -> Filter:
-    """GetOffsetShell's topic-partition filter of the three options."""
     if topic_partitions is not None:
         if topic is not None or partitions is not None:
             raise ConfigError("--topic-partitions cannot be used with --topic or --partitions")
@@ -141,6 +161,11 @@ def format_offsets(found: Iterable[tuple[str, int, int]]) -> str:
 def run_offsets(args: argparse.Namespace) -> int:
     import sys
 
-    allowed = partition_filter(args.topic, args.partitions, args.topic_partitions)
+    allowed = partition_filter(
+        args.topic,
+        args.partitions,
+        args.topic_partitions,
+        exclude_internal=args.exclude_internal_topics,
+    )
     sys.stdout.write(format_offsets(get_offsets(args.root, parse_time(args.time), allowed)))
     return 0
