@@ -215,7 +215,7 @@ def lookup_table(answers: list[dict]) -> str:
         ]
         for a in sorted(
             answers,
-            key=lambda a: (a["topic"], a["partition"], a.get("query_offset") or -1),
+            key=lambda a: (a["topic"], a["partition"], a.get("query_offset", -1)),
         )
     ]
     headers = ["partition", "query", "status", "offset", "timestamp (UTC)", "key", "value"]
