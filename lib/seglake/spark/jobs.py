@@ -214,10 +214,7 @@ def run_extract(spark: SparkSession, args) -> int:
     write_output(spark, df, args.output, args.output_format)
     # in local mode executors may share this process's counter: count it once
     task_bytes = acc.value if acc is not None else lakefs.IO_STATS.snapshot()["bytes_read"] - before
-    print(
-        f"extracted {args.topic} ranges {sorted(plan.ranges.items())[:8]}"
-        f"{' ...' if len(plan.ranges) > 8 else ''}"
-    )
+    print(f"extracted offset ranges:\n{ranges_table(plan.ranges)}")
     print(
         f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
         f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
@@ -225,6 +222,22 @@ def run_extract(spark: SparkSession, args) -> int:
     )
     _print_skipped(skipped)
     return 0
+
+
+def ranges_table(ranges: dict[tuple[str, int], tuple[int, int]]) -> str:
+    """An extraction's ``[start, end)`` offsets per partition as an aligned table."""
+    from seglake.api.render import text_table
+
+    rows = [[t, p, lo, hi, hi - lo] for (t, p), (lo, hi) in sorted(ranges.items())]
+    return text_table(["topic", "partition", "start offset", "end offset", "offsets"], rows)
+
+
+def status_table(counts: dict[str, int]) -> str:
+    """A lookup's answers per ``status`` as an aligned table (most common first)."""
+    from seglake.api.render import text_table
+
+    rows = [[s, n] for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return text_table(["status", "queries"], rows)
 
 
 def run_lookup(spark: SparkSession, args) -> int:
@@ -253,10 +266,8 @@ def run_lookup(spark: SparkSession, args) -> int:
         if None not in accs
         else ""
     )
-    print(
-        f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
-        f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
-    )
+    print(f"lookup: {sum(counts.values()):,} queries\n{status_table(counts)}")
+    print(f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
     _print_skipped(skipped)
     return 0
 
