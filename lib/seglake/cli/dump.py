@@ -1,33 +1,47 @@
-"""``seglake dump``: kafka-dump-log.sh for .log, .index, .timeindex and .txnindex files.
+"""``seglake dump``: kafka-dump-log.sh (Kafka's ``DumpLogSegments``) for .log, .index,
+.timeindex, .txnindex and producer .snapshot files.
 
-Text output follows kafka-dump-log's lines; ``--json`` prints one object per line: per
-batch for a ``.log`` (with ``records`` under ``--deep-iteration``), per entry for an index.
+Text output is Kafka's, line for line (tests diff it against Kafka 4.1's tool); what Kafka
+reports on stderr (non-consecutive offsets, index entries that disagree with the log) goes
+to stderr. ``--json`` prints one object per line: per batch for a ``.log`` (with
+``records`` under ``--deep-iteration``), per entry for an index or snapshot.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import struct
 import sys
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptIndexError
-from seglake.record.batch import BatchScan, scan_batches
+from seglake.errors import CorruptIndexError, CorruptRecordError
+from seglake.record.batch import (
+    CRC_OFFSET,
+    DELETE_HORIZON_BIT,
+    MAGIC,
+    BatchHeader,
+    BatchScan,
+    increment_sequence,
+    scan_batches,
+)
 from seglake.record.codecs import NAMES
-from seglake.record.control import parse_control_record
+from seglake.record.control import ControlType, parse_control_record, parse_leader_change
 from seglake.record.decode import decode_batches
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.producer_snapshot import read_producer_snapshot
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
@@ -36,60 +50,129 @@ def _b64(b: bytes | None) -> str | None:
     return None if b is None else base64.b64encode(b).decode("ascii")
 
 
-def _text(b: bytes | None) -> str:
-    return "null" if b is None else b.decode("utf-8", errors="replace")
+def _text(b: bytes) -> str:
+    """A key or value as Kafka's ``StringDecoder`` prints it (UTF-8, bad bytes replaced)."""
+    return b.decode("utf-8", errors="replace")
+
+
+def _bool(v: object) -> str:
+    return "true" if v else "false"
+
+
+def _optional_long(v: int | None) -> str:
+    """Java's ``OptionalLong.toString``."""
+    return "OptionalLong.empty" if v is None else f"OptionalLong[{v}]"
 
 
 _DECODE_CHUNK = 256
+_CRC = struct.Struct(">I")
+NO_SEQUENCE = -1
+DUMPED_SUFFIXES = (
+    LOG_SUFFIX,
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    SNAPSHOT_SUFFIX,
+)
 
 
-def batch_objects(data: bytes, scan: BatchScan, *, deep: bool) -> Iterator[dict[str, Any]]:
-    """One JSON-able dict per batch (and its records when ``deep``)."""
-    chunk: list[dict[str, Any]] = []
+class _Batch(NamedTuple):
+    """One batch of a scan with what Kafka's dump shows of it, and its decoded records."""
+
+    header: BatchHeader
+    crc: int  # as stored
+    crc_valid: bool
+    records: list[dict[str, Any]]  # [] unless deep
+
+    @property
+    def last_sequence(self) -> int:
+        """Kafka's ``lastSequence``: -1 without a producer sequence."""
+        h = self.header
+        if h.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(h.base_sequence, h.last_offset_delta)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """The batch's delete horizon (its base timestamp when attributes bit 6 is set)."""
+        h = self.header
+        return h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
+
+    def sequence(self, offset: int) -> int:
+        """The producer sequence of the record at ``offset`` (Kafka's ``Record.sequence``)."""
+        h = self.header
+        if h.base_sequence < 0:
+            return NO_SEQUENCE
+        return increment_sequence(h.base_sequence, offset - h.base_offset)
+
+
+def _batches(data: bytes, scan: BatchScan, *, deep: bool) -> Iterator[_Batch]:
+    """The batches of ``scan`` (their records decoded when ``deep``), in file order."""
+    rows: list[dict[str, Any]] = []
+    firsts = np.zeros(1, np.int64)
     chunk_start = 0
     for i in range(len(scan)):
         if deep and i % _DECODE_CHUNK == 0:
             # decode a run of batches at once (one call per batch is slow), in chunks
             # so output still streams
             stop = min(i + _DECODE_CHUNK, len(scan))
-            chunk = decode_batches(data, scan.take(slice(i, stop)), skip_control=False).to_pylist()
-            counts = scan.records_count[i:stop]
-            firsts = np.concatenate(([0], np.cumsum(counts)))
+            rows = decode_batches(data, scan.take(slice(i, stop)), skip_control=False).to_pylist()
+            firsts = np.concatenate(([0], np.cumsum(scan.records_count[i:stop])))
             chunk_start = i
         h = scan.header(i)
-        obj: dict[str, Any] = {
-            "position": h.position,
-            "size": h.size,
-            "base_offset": h.base_offset,
-            "last_offset": h.last_offset,
-            "count": h.records_count,
-            "max_timestamp": h.max_timestamp,
-            "first_timestamp": h.base_timestamp,
-            "compression": h.codec,
-            "crc_valid": bool(scan.crc_valid[i]),
-            "transactional": h.is_transactional,
-            "control": h.is_control,
-            "producer_id": h.producer_id,
-            "producer_epoch": h.producer_epoch,
-            "base_sequence": h.base_sequence,
-            "partition_leader_epoch": h.leader_epoch,
-            "timestamp_type": "LogAppendTime" if h.is_log_append_time else "CreateTime",
-        }
-        if deep:
-            k = i - chunk_start
-            rows = chunk[int(firsts[k]) : int(firsts[k + 1])]
-            obj["records"] = [
-                {
-                    "offset": r["offset"],
-                    "timestamp": r["timestamp"],
-                    "key": _b64(r["key"]),
-                    "value": _b64(r["value"]),
-                    "headers": [{"key": x["key"], "value": _b64(x["value"])} for x in r["headers"]],
-                    **({"control": _control(r)} if h.is_control else {}),
-                }
-                for r in rows
-            ]
-        yield obj
+        (crc,) = _CRC.unpack_from(data, h.position + CRC_OFFSET)
+        k = i - chunk_start
+        records = rows[int(firsts[k]) : int(firsts[k + 1])] if deep else []
+        yield _Batch(h, crc, bool(scan.crc_valid[i]), records)
+
+
+def _batch_object(b: _Batch) -> dict[str, Any]:
+    """One JSON-able dict per batch (and its records when decoded)."""
+    h = b.header
+    obj: dict[str, Any] = {
+        "position": h.position,
+        "size": h.size,
+        "base_offset": h.base_offset,
+        "last_offset": h.last_offset,
+        "count": h.records_count,
+        "max_timestamp": h.max_timestamp,
+        "first_timestamp": h.base_timestamp,
+        "compression": h.codec,
+        "crc": b.crc,
+        "crc_valid": b.crc_valid,
+        "transactional": h.is_transactional,
+        "control": h.is_control,
+        "producer_id": h.producer_id,
+        "producer_epoch": h.producer_epoch,
+        "base_sequence": h.base_sequence,
+        "last_sequence": b.last_sequence,
+        "partition_leader_epoch": h.leader_epoch,
+        "delete_horizon_ms": b.delete_horizon_ms,
+        "timestamp_type": _timestamp_type(h),
+    }
+    if b.records:
+        obj["records"] = [
+            {
+                "offset": r["offset"],
+                "timestamp": r["timestamp"],
+                "key": _b64(r["key"]),
+                "value": _b64(r["value"]),
+                "headers": [{"key": x["key"], "value": _b64(x["value"])} for x in r["headers"]],
+                **({"control": _control(r)} if h.is_control else {}),
+            }
+            for r in b.records
+        ]
+    return obj
+
+
+def batch_objects(data: bytes, scan: BatchScan, *, deep: bool) -> Iterator[dict[str, Any]]:
+    """One JSON-able dict per batch (and its records when ``deep``)."""
+    for b in _batches(data, scan, deep=deep):
+        yield _batch_object(b)
+
+
+def _timestamp_type(h: BatchHeader) -> str:
+    return "LogAppendTime" if h.is_log_append_time else "CreateTime"
 
 
 def _control(r: dict) -> dict[str, Any] | None:
@@ -100,59 +183,128 @@ def _control(r: dict) -> dict[str, Any] | None:
     return {"type": c.type.name, "coordinator_epoch": c.coordinator_epoch}
 
 
+def batch_line(b: _Batch) -> str:
+    """Kafka's ``DumpLogSegments.printBatchLevel`` line of a v2 batch."""
+    h = b.header
+    return (
+        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
+        f"baseSequence: {h.base_sequence} lastSequence: {b.last_sequence} "
+        f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+        f"partitionLeaderEpoch: {h.leader_epoch} isTransactional: {_bool(h.is_transactional)} "
+        f"isControl: {_bool(h.is_control)} "
+        f"deleteHorizonMs: {_optional_long(b.delete_horizon_ms)} position: {h.position} "
+        f"{_timestamp_type(h)}: {h.max_timestamp} size: {h.size} magic: {MAGIC} "
+        f"compresscodec: {NAMES[h.codec]} crc: {b.crc} isvalid: {_bool(b.crc_valid)}"
+    )
+
+
+def _control_text(r: dict[str, Any]) -> str:
+    """What Kafka's dump adds to a control record's line."""
+    try:
+        c = parse_control_record(r["key"], r["value"])
+        if c.is_transaction_marker:
+            return f" endTxnMarker: {c.type.name} coordinatorEpoch: {c.coordinator_epoch}"
+        if c.type is ControlType.LEADER_CHANGE:
+            return " LeaderChange: " + json.dumps(
+                parse_leader_change(r["value"]), separators=(",", ":")
+            )
+    except CorruptRecordError as exc:  # dump shows what it can
+        return f" controlType: unreadable ({exc})"
+    name = c.type.name if c.type is not ControlType.UNKNOWN else "UNKNOWN"
+    return f" controlType: {name}({c.type_id})"
+
+
+def record_line(b: _Batch, r: dict[str, Any], *, print_data: bool) -> str:
+    """Kafka's deep-iteration line of one record (``| offset: ...``)."""
+    h = b.header
+    key, value = r["key"], r["value"]
+    line = (
+        f"| offset: {r['offset']} {_timestamp_type(h)}: {r['timestamp']} "
+        f"keySize: {-1 if key is None else len(key)} "
+        f"valueSize: {-1 if value is None else len(value)} "
+        f"sequence: {b.sequence(r['offset'])} "
+        f"headerKeys: [{','.join(x['key'] for x in r['headers'])}]"
+    )
+    if h.is_control:
+        line += _control_text(r)
+    elif print_data:
+        if key is not None:
+            line += f" key: {_text(key)}"
+        if value is not None:
+            line += f" payload: {_text(value)}"
+    return line
+
+
 def dump_log(
-    path: str, out: IO[str], *, deep: bool, print_data: bool, as_json: bool, max_bytes: int | None
+    path: str,
+    out: IO[str],
+    *,
+    deep: bool,
+    print_data: bool,
+    as_json: bool,
+    max_bytes: int | None,
+    err: IO[str] | None = None,
 ) -> int:
+    """Kafka's ``dumpLog`` of one ``.log``: 0, or 1 when the scan stopped at bytes that
+    are there and wrong (a torn tail is Kafka's "invalid bytes at the end", status 0)."""
+    err = sys.stderr if err is None else err
     fs, p = lakefs.resolve(path)
     size = lakefs.file_size(fs, p)
     data = lakefs.read_range(fs, p, 0, min(size, max_bytes) if max_bytes else size)
     scan = scan_batches(data, stop_on_crc_error=False)
     deep = deep or print_data
+    name = p.rsplit("/", 1)[-1]
     if not as_json:
-        out.write(f"Dumping {path}\n")
-        parsed = parse_segment_file_name(p.rsplit("/", 1)[-1])
+        parsed = parse_segment_file_name(name)
         out.write(f"Log starting offset: {parsed[0] if parsed else 0}\n")
-    for obj in batch_objects(data, scan, deep=deep):
+    gaps: list[tuple[int, int]] = []
+    last = -1
+    for b in _batches(data, scan, deep=deep):
+        for r in b.records:
+            if last != -1 and r["offset"] != last + 1:
+                gaps.append((last, r["offset"]))
+            last = r["offset"]
         if as_json:
-            out.write(json.dumps(obj) + "\n")
+            out.write(json.dumps(_batch_object(b)) + "\n")
+            continue
+        out.write(batch_line(b) + "\n")
+        for r in b.records:
+            out.write(record_line(b, r, print_data=print_data) + "\n")
+    if gaps:  # Kafka's note for compacted or gapped logs, on stderr as Kafka prints it
+        err.write(f"Non-consecutive offsets in {p}\n")
+        err.writelines(f"  {a} is followed by {b}\n" for a, b in reversed(gaps))
+    if max_bytes and len(data) < size:
+        return 0  # the byte limit cut the file: as Kafka, nothing to report
+    trailing = len(data) - scan.valid_bytes
+    if trailing > 0:
+        if as_json:
+            out.write(json.dumps({"invalid_bytes": trailing, "valid_bytes": scan.valid_bytes}))
+            out.write("\n")
+        else:
+            out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
+    if scan.error is not None and not scan.truncated:
+        err.write(f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes}\n")
+        return 1
+    return 0
+
+
+def dump_snapshot(path: str, out: IO[str], *, as_json: bool) -> int:
+    """Kafka's ``dumpProducerIdSnapshot`` of a ``.snapshot`` file."""
+    fs, p = lakefs.resolve(path)
+    for e in read_producer_snapshot(lakefs.read_all(fs, p), path=path):
+        txn = None if e.current_txn_first_offset < 0 else e.current_txn_first_offset
+        if as_json:
+            out.write(json.dumps({**e._asdict(), "first_sequence": e.first_sequence}) + "\n")
             continue
         out.write(
-            f"baseOffset: {obj['base_offset']} lastOffset: {obj['last_offset']} count: "
-            f"{obj['count']} baseSequence: {obj['base_sequence']} producerId: "
-            f"{obj['producer_id']} producerEpoch: {obj['producer_epoch']} "
-            f"partitionLeaderEpoch: {obj['partition_leader_epoch']} isTransactional: "
-            f"{str(obj['transactional']).lower()} isControl: {str(obj['control']).lower()} "
-            f"position: {obj['position']} {obj['timestamp_type']}: {obj['max_timestamp']} "
-            f"size: {obj['size']} magic: 2 compresscodec: {NAMES[obj['compression']]} "
-            f"isvalid: {str(obj['crc_valid']).lower()}\n"
+            f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+            f"coordinatorEpoch: {e.coordinator_epoch} "
+            f"currentTxnFirstOffset: {_optional_long(txn)} lastTimestamp: {e.timestamp} "
+            f"firstSequence: {e.first_sequence} lastSequence: {e.last_sequence} "
+            f"lastOffset: {e.last_offset} offsetDelta: {e.offset_delta} "
+            f"timestamp: {e.timestamp}\n"
         )
-        for r in obj.get("records", []):
-            key = base64.b64decode(r["key"]) if r["key"] is not None else None
-            value = base64.b64decode(r["value"]) if r["value"] is not None else None
-            line = (
-                f"| offset: {r['offset']} {obj['timestamp_type']}: {r['timestamp']} "
-                f"keySize: {len(key) if key is not None else -1} valueSize: "
-                f"{len(value) if value is not None else -1} headerKeys: "
-                f"[{','.join(h['key'] for h in r['headers'])}]"
-            )
-            if r.get("control"):
-                line += f" endTxnMarker: {r['control'].get('type')}"
-            if print_data:
-                line += f" key: {_text(key)} payload: {_text(value)}"
-            out.write(line + "\n")
-    if scan.truncated and len(data) < size:
-        if not as_json:  # the byte limit cut a batch: not corruption
-            out.write(f"(first {len(data)} of {size} bytes)\n")
-        return 0
-    bad = 0 if scan.error is None else 1
-    if scan.error is not None:
-        msg = f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes} of {len(data)}"
-        out.write(
-            json.dumps({"error": msg, "valid_bytes": scan.valid_bytes}) + "\n"
-            if as_json
-            else f"Found a truncated or corrupt tail: {msg}\n"
-        )
-    return bad
+    return 0
 
 
 def _log_scan_for(path: str) -> tuple[bytes, BatchScan] | None:
@@ -198,8 +350,18 @@ def verify_index(path: str, index: OffsetIndex | TimeIndex) -> list[str]:
 
 
 def dump_index(
-    path: str, suffix: str, out: IO[str], *, as_json: bool, sanity: bool, verify_only: bool
+    path: str,
+    suffix: str,
+    out: IO[str],
+    *,
+    as_json: bool,
+    sanity: bool,
+    verify_only: bool,
+    err: IO[str] | None = None,
 ) -> int:
+    """Kafka's ``dumpIndex`` / ``dumpTimeIndex`` / ``dumpTxnIndex`` of one index file;
+    what disagrees with the ``.log`` goes to ``err``, as Kafka prints it."""
+    err = sys.stderr if err is None else err
     fs, p = lakefs.resolve(path)
     data = lakefs.read_all(fs, p)
     parsed = parse_segment_file_name(p.rsplit("/", 1)[-1])
@@ -211,14 +373,18 @@ def dump_index(
             out.write(f"{path} passed sanity check.\n")
             return 0
         for e in txn.all_aborted():
-            obj = {"version": 0, **e._asdict()}
-            out.write(
-                json.dumps(obj) + "\n"
-                if as_json
-                else " ".join(f"{k}: {v}" for k, v in obj.items()) + "\n"
-            )
+            if as_json:
+                out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
+            else:
+                out.write(
+                    f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
+                    f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n"
+                )
         return 0
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
+    if cls is OffsetIndex and len(data) < cls.ENTRY_SIZE and not as_json:
+        out.write(f"{path} is empty.\n")  # Kafka says so before any check
+        return 0
     index = cls.from_bytes(data, base, path=p)
     if sanity:
         try:
@@ -231,9 +397,7 @@ def dump_index(
     if verify_only:
         problems = verify_index(p, index)
         for msg in problems:
-            out.write(f"{path}: {msg}\n")
-        if not problems:
-            out.write(f"{path}: all {len(index)} entries agree with the log.\n")
+            err.write(f"{path}: {msg}\n")
         return 1 if problems else 0
     return _list_entries(path, cls, data, base, out, as_json=as_json)
 
@@ -294,29 +458,42 @@ def dump(
     verify_only: bool = False,
     max_bytes: int | None = None,
     out: IO[str] | None = None,
+    err: IO[str] | None = None,
 ) -> int:
-    """Dump each file; returns 0, or 1 if any file had problems."""
+    """Dump each file as Kafka's ``DumpLogSegments`` does; returns 0, or 1 if any file had
+    problems."""
     out = sys.stdout if out is None else out  # the current one, not the one at import time
+    err = sys.stderr if err is None else err
     status = 0
     for path in files:
         name = path.rsplit("/", 1)[-1]
         suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
+        if suffix not in DUMPED_SUFFIXES:
+            raise ValueError(
+                f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file"
+            )
+        if not as_json:
+            out.write(f"Dumping {path}\n")
         if suffix == LOG_SUFFIX:
-            if sanity or verify_only:
-                out.write(
-                    f"{path}: --index-sanity-check/--verify-index-only apply to index "
-                    "files; skipped\n"
-                )
-                continue
             status |= dump_log(
-                path, out, deep=deep, print_data=print_data, as_json=as_json, max_bytes=max_bytes
+                path,
+                out,
+                deep=deep,
+                print_data=print_data,
+                as_json=as_json,
+                max_bytes=max_bytes,
+                err=err,
             )
-        elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            if not as_json:
-                out.write(f"Dumping {path}\n")
-            status |= dump_index(
-                path, suffix, out, as_json=as_json, sanity=sanity, verify_only=verify_only
-            )
+        elif suffix == SNAPSHOT_SUFFIX:
+            status |= dump_snapshot(path, out, as_json=as_json)
         else:
-            raise ValueError(f"{path}: not a .log, .index, .timeindex or .txnindex file")
+            status |= dump_index(
+                path,
+                suffix,
+                out,
+                as_json=as_json,
+                sanity=sanity,
+                verify_only=verify_only,
+                err=err,
+            )
     return status

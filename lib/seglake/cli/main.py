@@ -29,9 +29,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
-        "dump", help="print .log/.index/.timeindex/.txnindex files (like kafka-dump-log.sh)"
+        "dump",
+        help="print .log/.index/.timeindex/.txnindex/.snapshot files (as kafka-dump-log.sh)",
     )
-    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("files", nargs="*", metavar="FILE")
+    d.add_argument(
+        "--files",
+        dest="file_list",
+        action="append",
+        default=[],
+        metavar="FILE1,FILE2,...",
+        help="comma-separated files, as kafka-dump-log.sh takes them",
+    )
     d.add_argument("--print-data-log", action="store_true", help="print keys and values")
     d.add_argument("--deep-iteration", action="store_true", help="print every record")
     d.add_argument(
@@ -173,8 +182,11 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "dump":
         from seglake.cli.dump import dump
 
+        files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+        if not files:
+            raise ValueError("dump: no file given (FILE... or --files a,b,c)")
         return dump(
-            args.files,
+            files,
             deep=args.deep_iteration,
             print_data=args.print_data_log,
             as_json=args.json,

@@ -7,7 +7,11 @@ Key and value, big-endian::
                                               footer, kraft.version, voters
     value  (abort/commit only) version:int16 (0)  coordinatorEpoch:int32
 
-The values of the KRaft types are their own messages; they are kept as raw bytes.
+The values of the KRaft types are their own messages; they are kept as raw bytes, and
+:func:`parse_leader_change` reads a leader change's (``LeaderChangeMessage`` v0, a
+flexible message: compact arrays, tagged fields)::
+
+    version:int16  leaderId:int32  voters:[voterId:int32 tags]  grantingVoters:[...]  tags
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import enum
 import struct
 
 from seglake.errors import CorruptRecordError
+from seglake.record.varint import decode_unsigned_varint
 
 _KEY = struct.Struct(">hh")
 _TXN_VALUE = struct.Struct(">hi")
+_LEADER = struct.Struct(">hi")
+_VOTER = struct.Struct(">i")
 
 
 class ControlType(enum.IntEnum):
@@ -116,3 +123,51 @@ def encode_control_record(kind: ControlType, coordinator_epoch: int = 0) -> tupl
     if kind not in (ControlType.ABORT, ControlType.COMMIT):
         raise ValueError(f"only abort/commit markers can be encoded, not {kind!r}")
     return _KEY.pack(0, int(kind)), _TXN_VALUE.pack(0, coordinator_epoch)
+
+
+def _skip_tags(buf: bytes, pos: int) -> int:
+    """Past the tagged fields of a flexible message at ``pos`` (their values unread)."""
+    count, pos = decode_unsigned_varint(buf, pos)
+    for _ in range(count):
+        _, pos = decode_unsigned_varint(buf, pos)
+        size, pos = decode_unsigned_varint(buf, pos)
+        pos += size
+    return pos
+
+
+def _voters(buf: bytes, pos: int) -> tuple[list[dict[str, int]], int]:
+    """A compact array of ``Voter`` (voterId, tagged fields)."""
+    n, pos = decode_unsigned_varint(buf, pos)
+    out = []
+    for _ in range(max(n - 1, 0)):
+        (voter_id,) = _VOTER.unpack_from(buf, pos)
+        out.append({"voterId": voter_id})
+        pos = _skip_tags(buf, pos + _VOTER.size)
+    return out, pos
+
+
+def parse_leader_change(
+    value: bytes | None, *, path: str | None = None, position: int | None = None
+) -> dict[str, object]:
+    """A leader change record's value as Kafka's ``LeaderChangeMessageJsonConverter``
+    writes it (``version``, ``leaderId``, ``voters``, ``grantingVoters``); a value that
+    does not parse is :class:`CorruptRecordError`."""
+    buf = value or b""
+    try:
+        version, leader = _LEADER.unpack_from(buf)
+        voters, pos = _voters(buf, _LEADER.size)
+        granting, pos = _voters(buf, pos)
+        pos = _skip_tags(buf, pos)
+    except (struct.error, CorruptRecordError) as exc:
+        raise CorruptRecordError(
+            f"leader change value of {len(buf)} bytes does not parse: {exc}",
+            path=path,
+            position=position,
+        ) from None
+    if pos > len(buf):
+        raise CorruptRecordError(
+            f"leader change value of {len(buf)} bytes: its fields run to byte {pos}",
+            path=path,
+            position=position,
+        )
+    return {"version": version, "leaderId": leader, "voters": voters, "grantingVoters": granting}

@@ -21,6 +21,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"  # a broker's producer state (storage/producer_snapshot.py)
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
