@@ -368,10 +368,13 @@ def dump_index(
     base = parsed[0] if parsed else 0
     if suffix == TXN_INDEX_SUFFIX:
         txn = TransactionIndex.from_bytes(data, path=p)
-        if sanity:
-            txn.sanity_check()
-            out.write(f"{path} passed sanity check.\n")
-            return 0
+        status = 0
+        if sanity:  # Kafka lists a .txnindex whatever the options; a failure goes to err
+            try:
+                txn.sanity_check()
+            except CorruptIndexError as exc:
+                err.write(f"{path} failed sanity check: {exc}\n")
+                status = 1
         for e in txn.all_aborted():
             if as_json:
                 out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
@@ -380,7 +383,7 @@ def dump_index(
                     f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
                     f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n"
                 )
-        return 0
+        return status
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
     if cls is OffsetIndex and len(data) < cls.ENTRY_SIZE and not as_json:
         out.write(f"{path} is empty.\n")  # Kafka says so before any check
@@ -469,9 +472,7 @@ def dump(
         name = path.rsplit("/", 1)[-1]
         suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
         if suffix not in DUMPED_SUFFIXES:
-            raise ValueError(
-                f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file"
-            )
+            raise ValueError(f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file")
         if not as_json:
             out.write(f"Dumping {path}\n")
         if suffix == LOG_SUFFIX:

@@ -64,6 +64,5 @@ def read_producer_snapshot(data: bytes, *, path: str | None = None) -> list[Prod
             f"of {_ENTRY.size} bytes"
         )
     return [
-        ProducerEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size))
-        for i in range(count)
+        ProducerEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size)) for i in range(count)
     ]
