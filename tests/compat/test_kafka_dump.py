@@ -350,3 +350,45 @@ def test_kafka_checks_every_index_and_seglake_agrees(corpus, capsys, option) -> 
     status, out, err = _seglake(capsys, files, option)
     assert (status, out) == (0, kafka.stdout)
     assert err == ""
+
+
+def _offsets_variants(directory: Path) -> Path:
+    """A seglake-written ``__consumer_offsets`` log of the fixture's records plus what the
+    broker's hold few or none of: a tombstone of each key, an unknown record type."""
+    src = FIXTURES / "__consumer_offsets-0" / "00000000000000000000.log"
+    data = src.read_bytes()
+    rows = decode_batches(data, scan_batches(data)).to_pylist()
+    keys = [r["key"] for r in rows] + [r["key"] for r in rows[:5]] + [b"\x00\x09junk"]
+    values = [r["value"] for r in rows] + [None] * 5 + [b"\x00\x00"]
+    n = len(keys)
+    d = directory / "__consumer_offsets-0"
+    d.mkdir(parents=True)
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(n), pa.int64()),
+            "timestamp": pa.array(1_700_000_000_000 + np.arange(n), pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+        }
+    )
+    PartitionLog.open(str(d)).append(recs, config=LogConfig(batch_size=500))
+    return d
+
+
+@pytest.mark.parametrize(("option", "topic"), [("--offsets-decoder", "__consumer_offsets")])
+def test_decoders_print_what_kafkas_print(capsys, tmp_path: Path, option: str, topic: str) -> None:
+    """Kafka's decoder of an internal topic's payloads (JSON of each message, at its
+    version) against seglake's, on the broker's own partitions of that topic and on a
+    seglake-written one."""
+    require_kafka_tools()
+    files = sorted(str(f) for f in FIXTURES.glob(f"{topic}-*/*.log"))
+    if option == "--offsets-decoder":
+        files += [str(f) for f in sorted(_offsets_variants(tmp_path).glob("*.log"))]
+        assert files
+    kafka = dump_log_segments(files, option)
+    assert kafka.returncode == 0 and _problems(kafka.stderr) == [], kafka.stderr[-3000:]
+    assert kafka.stdout.count(" payload: {") > 10
+    if option == "--offsets-decoder":
+        assert "payload: <DELETE>" in kafka.stdout and "Unknown record type 9" in kafka.stdout
+    status, out, _ = _seglake(capsys, files, option)
+    assert (status, out) == (0, kafka.stdout)

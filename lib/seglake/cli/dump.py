@@ -13,7 +13,7 @@ import base64
 import json
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any, NamedTuple
 
 import numpy as np
@@ -32,6 +32,7 @@ from seglake.record.batch import (
 from seglake.record.codecs import NAMES
 from seglake.record.control import ControlType, parse_control_record, parse_leader_change
 from seglake.record.decode import decode_batches
+from seglake.record.group_records import decode_offsets_record
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -214,7 +215,22 @@ def _control_text(r: dict[str, Any]) -> str:
     return f" controlType: {name}({c.type_id})"
 
 
-def record_line(b: _Batch, r: dict[str, Any], *, print_data: bool) -> str:
+Decoder = Callable[[bytes | None, bytes | None, int], tuple[str | None, str | None]]
+
+
+def string_decoder(
+    key: bytes | None, value: bytes | None, offset: int
+) -> tuple[str | None, str | None]:
+    """Kafka's default ``StringDecoder`` for key and value (null stays null)."""
+    return (None if key is None else _text(key)), (None if value is None else _text(value))
+
+
+DECODERS: dict[str, Decoder] = {"string": string_decoder, "offsets": decode_offsets_record}
+
+
+def record_line(
+    b: _Batch, r: dict[str, Any], *, print_data: bool, decoder: Decoder = string_decoder
+) -> str:
     """Kafka's deep-iteration line of one record (``| offset: ...``)."""
     h = b.header
     key, value = r["key"], r["value"]
@@ -228,10 +244,11 @@ def record_line(b: _Batch, r: dict[str, Any], *, print_data: bool) -> str:
     if h.is_control:
         line += _control_text(r)
     elif print_data:
-        if key is not None:
-            line += f" key: {_text(key)}"
-        if value is not None:
-            line += f" payload: {_text(value)}"
+        key_text, payload = decoder(key, value, r["offset"])
+        if key_text is not None:
+            line += f" key: {key_text}"
+        if payload is not None:
+            line += f" payload: {payload}"
     return line
 
 
@@ -244,6 +261,7 @@ def dump_log(
     as_json: bool,
     max_bytes: int | None,
     err: IO[str] | None = None,
+    decoder: Decoder = string_decoder,
 ) -> int:
     """Kafka's ``dumpLog`` of one ``.log``: 0, or 1 when the scan stopped at bytes that
     are there and wrong (a torn tail is Kafka's "invalid bytes at the end", status 0)."""
@@ -269,7 +287,7 @@ def dump_log(
             continue
         out.write(batch_line(b) + "\n")
         for r in b.records:
-            out.write(record_line(b, r, print_data=print_data) + "\n")
+            out.write(record_line(b, r, print_data=print_data, decoder=decoder) + "\n")
     if gaps:  # Kafka's note for compacted or gapped logs, on stderr as Kafka prints it
         err.write(f"Non-consecutive offsets in {p}\n")
         err.writelines(f"  {a} is followed by {b}\n" for a, b in reversed(gaps))
@@ -462,12 +480,15 @@ def dump(
     max_bytes: int | None = None,
     out: IO[str] | None = None,
     err: IO[str] | None = None,
+    decoder: str = "string",
 ) -> int:
     """Dump each file as Kafka's ``DumpLogSegments`` does; returns 0, or 1 if any file had
-    problems."""
+    problems. ``decoder`` (a :data:`DECODERS` name) prints keys and payloads under
+    ``print_data``; any other than ``string`` implies it, as in Kafka."""
     out = sys.stdout if out is None else out  # the current one, not the one at import time
     err = sys.stderr if err is None else err
     status = 0
+    print_data = print_data or decoder != "string"
     for path in files:
         name = path.rsplit("/", 1)[-1]
         suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
@@ -484,6 +505,7 @@ def dump(
                 as_json=as_json,
                 max_bytes=max_bytes,
                 err=err,
+                decoder=DECODERS[decoder],
             )
         elif suffix == SNAPSHOT_SUFFIX:
             status |= dump_snapshot(path, out, as_json=as_json)

@@ -60,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
         help="read at most this many bytes of each .log",
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+    d.add_argument(
+        "--offsets-decoder",
+        dest="decoder",
+        action="store_const",
+        const="offsets",
+        default="string",
+        help="decode __consumer_offsets records (implies --print-data-log)",
+    )
 
     add_consume_parser(sub)
 
@@ -193,6 +201,7 @@ def run(argv: list[str] | None = None) -> int:
             sanity=args.index_sanity_check,
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
+            decoder=args.decoder,
         )
     if args.command == "consume":
         return run_consume(args)
