@@ -375,7 +375,13 @@ def _offsets_variants(directory: Path) -> Path:
     return d
 
 
-@pytest.mark.parametrize(("option", "topic"), [("--offsets-decoder", "__consumer_offsets")])
+@pytest.mark.parametrize(
+    ("option", "topic"),
+    [
+        ("--offsets-decoder", "__consumer_offsets"),
+        ("--cluster-metadata-decoder", "__cluster_metadata"),
+    ],
+)
 def test_decoders_print_what_kafkas_print(capsys, tmp_path: Path, option: str, topic: str) -> None:
     """Kafka's decoder of an internal topic's payloads (JSON of each message, at its
     version) against seglake's, on the broker's own partitions of that topic and on a

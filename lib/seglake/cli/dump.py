@@ -33,6 +33,7 @@ from seglake.record.codecs import NAMES
 from seglake.record.control import ControlType, parse_control_record, parse_leader_change
 from seglake.record.decode import decode_batches
 from seglake.record.group_records import decode_offsets_record
+from seglake.record.metadata_records import decode_metadata_record
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -225,7 +226,11 @@ def string_decoder(
     return (None if key is None else _text(key)), (None if value is None else _text(value))
 
 
-DECODERS: dict[str, Decoder] = {"string": string_decoder, "offsets": decode_offsets_record}
+DECODERS: dict[str, Decoder] = {
+    "string": string_decoder,
+    "offsets": decode_offsets_record,
+    "cluster-metadata": decode_metadata_record,
+}
 
 
 def record_line(

@@ -60,14 +60,15 @@ def _parser() -> argparse.ArgumentParser:
         help="read at most this many bytes of each .log",
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
-    d.add_argument(
-        "--offsets-decoder",
-        dest="decoder",
-        action="store_const",
-        const="offsets",
-        default="string",
-        help="decode __consumer_offsets records (implies --print-data-log)",
-    )
+    for name, topic in (
+        ("offsets", "__consumer_offsets"),
+        ("cluster-metadata", "__cluster_metadata"),
+    ):
+        d.add_argument(
+            f"--{name}-decoder", dest="decoder", action="store_const", const=name,
+            help=f"decode {topic} records as Kafka does (implies --print-data-log)",
+        )  # fmt: skip
+    d.set_defaults(decoder="string")
 
     add_consume_parser(sub)
 
