@@ -132,11 +132,15 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
     logs[-1].write_bytes(tail[: len(tail) - 9])
     recover_lake(str(root), delete_delay_ms=0)
     out["recovered"] = root / "t-0"
-    # a torn tail as a crash leaves it (not recovered): Kafka's "invalid bytes at the end"
-    torn = _copy(out["ingest-gzip"], top / "torn" / "t-0")
-    last = sorted(torn.glob("*.log"))[-1]
-    last.write_bytes(last.read_bytes()[:-7])
-    out["torn"] = torn
+    # torn tails as a crash leaves them (not recovered): Kafka's "invalid bytes at the end"
+    # for a batch cut inside its records, inside its header, and before its length field
+    for name, keep in (("torn", -7), ("torn-header", 30), ("torn-length", 10)):
+        torn = _copy(out["ingest-gzip"], top / name / "t-0")
+        last = sorted(torn.glob("*.log"))[-1]
+        data = last.read_bytes()
+        start = int(scan_batches(data).position[-1])
+        last.write_bytes(data[:keep] if keep < 0 else data[: start + keep])
+        out[name] = torn
     for name in sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()):
         out[f"fixture-{name}"] = FIXTURES / name
     return out
@@ -204,9 +208,10 @@ def test_kafka_reads_every_file_seglake_writes(deep, capsys) -> None:
         *(f"compresscodec: {c}" for c in CODECS),
     ):
         assert kind in kafka.stdout, kind  # the corpus holds every kind
-    # the torn copy: Kafka's line for a crash's tail, status 0
-    torn = [f for f in files if "/torn/" in f and f.endswith(".log")][-1]
-    assert f"invalid bytes at the end of {Path(torn).name}" in kafka.stdout
+    # the torn copies: Kafka's line for a crash's tail, status 0
+    for name in ("torn", "torn-header", "torn-length"):
+        torn = [f for f in files if f"/{name}/" in f and f.endswith(".log")][-1]
+        assert f"invalid bytes at the end of {Path(torn).name}" in kafka.stdout
 
 
 def test_seglake_dump_prints_what_kafka_prints(deep, capsys) -> None:
@@ -397,4 +402,20 @@ def test_decoders_print_what_kafkas_print(capsys, tmp_path: Path, option: str, t
     if option == "--offsets-decoder":
         assert "payload: <DELETE>" in kafka.stdout and "Unknown record type 9" in kafka.stdout
     status, out, _ = _seglake(capsys, files, option)
+    assert (status, out) == (0, kafka.stdout)
+
+
+def test_skip_record_metadata_prints_what_kafka_prints(corpus, capsys) -> None:
+    """``--skip-record-metadata``: only keys and payloads, spaced as Kafka spaces them
+    (a record without a key starts with `` payload:``; a control record's line is empty)."""
+    files = [
+        f
+        for f in _files(corpus, (".log",))
+        if "/ingest-" in f or "fixture-first" in f or "__cluster_metadata" in f or "/txn-0/" in f
+    ]
+    files = [*files, *(str(f) for f in FIXTURES.glob("__cluster_metadata-*/*.log"))]
+    kafka = dump_log_segments(files, "--print-data-log", "--skip-record-metadata")
+    assert kafka.returncode == 0 and _problems(kafka.stderr) == [], kafka.stderr[-3000:]
+    assert "\n payload: " in kafka.stdout and "\n| key: " in kafka.stdout
+    status, out, _ = _seglake(capsys, files, "--print-data-log", "--skip-record-metadata")
     assert (status, out) == (0, kafka.stdout)

@@ -234,24 +234,33 @@ DECODERS: dict[str, Decoder] = {
 
 
 def record_line(
-    b: _Batch, r: dict[str, Any], *, print_data: bool, decoder: Decoder = string_decoder
+    b: _Batch,
+    r: dict[str, Any],
+    *,
+    print_data: bool,
+    decoder: Decoder = string_decoder,
+    skip_metadata: bool = False,
 ) -> str:
-    """Kafka's deep-iteration line of one record (``| offset: ...``)."""
+    """Kafka's deep-iteration line of one record (``| offset: ...``); with
+    ``skip_metadata`` only its key and payload, spaced as Kafka spaces them."""
     h = b.header
     key, value = r["key"], r["value"]
-    line = (
-        f"| offset: {r['offset']} {_timestamp_type(h)}: {r['timestamp']} "
-        f"keySize: {-1 if key is None else len(key)} "
-        f"valueSize: {-1 if value is None else len(value)} "
-        f"sequence: {b.sequence(r['offset'])} "
-        f"headerKeys: [{','.join(x['key'] for x in r['headers'])}]"
-    )
-    if h.is_control:
-        line += _control_text(r)
-    elif print_data:
+    line, prefix = "", "| "
+    if not skip_metadata:
+        line = (
+            f"| offset: {r['offset']} {_timestamp_type(h)}: {r['timestamp']} "
+            f"keySize: {-1 if key is None else len(key)} "
+            f"valueSize: {-1 if value is None else len(value)} "
+            f"sequence: {b.sequence(r['offset'])} "
+            f"headerKeys: [{','.join(x['key'] for x in r['headers'])}]"
+        )
+        prefix = " "
+        if h.is_control:
+            line += _control_text(r)
+    if print_data and not h.is_control:
         key_text, payload = decoder(key, value, r["offset"])
         if key_text is not None:
-            line += f" key: {key_text}"
+            line += f"{prefix}key: {key_text}"
         if payload is not None:
             line += f" payload: {payload}"
     return line
@@ -267,6 +276,7 @@ def dump_log(
     max_bytes: int | None,
     err: IO[str] | None = None,
     decoder: Decoder = string_decoder,
+    skip_metadata: bool = False,
 ) -> int:
     """Kafka's ``dumpLog`` of one ``.log``: 0, or 1 when the scan stopped at bytes that
     are there and wrong (a torn tail is Kafka's "invalid bytes at the end", status 0)."""
@@ -292,7 +302,10 @@ def dump_log(
             continue
         out.write(batch_line(b) + "\n")
         for r in b.records:
-            out.write(record_line(b, r, print_data=print_data, decoder=decoder) + "\n")
+            line = record_line(
+                b, r, print_data=print_data, decoder=decoder, skip_metadata=skip_metadata
+            )
+            out.write(line + "\n")
     if gaps:  # Kafka's note for compacted or gapped logs, on stderr as Kafka prints it
         err.write(f"Non-consecutive offsets in {p}\n")
         err.writelines(f"  {a} is followed by {b}\n" for a, b in reversed(gaps))
@@ -486,6 +499,7 @@ def dump(
     out: IO[str] | None = None,
     err: IO[str] | None = None,
     decoder: str = "string",
+    skip_metadata: bool = False,
 ) -> int:
     """Dump each file as Kafka's ``DumpLogSegments`` does; returns 0, or 1 if any file had
     problems. ``decoder`` (a :data:`DECODERS` name) prints keys and payloads under
@@ -511,6 +525,7 @@ def dump(
                 max_bytes=max_bytes,
                 err=err,
                 decoder=DECODERS[decoder],
+                skip_metadata=skip_metadata,
             )
         elif suffix == SNAPSHOT_SUFFIX:
             status |= dump_snapshot(path, out, as_json=as_json)

@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
             help=f"decode {topic} records as Kafka does (implies --print-data-log)",
         )  # fmt: skip
     d.set_defaults(decoder="string")
+    d.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="print only the records' keys and payloads, not their offsets and sizes",
+    )
 
     add_consume_parser(sub)
 
@@ -203,6 +208,7 @@ def run(argv: list[str] | None = None) -> int:
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
             decoder=args.decoder,
+            skip_metadata=args.skip_record_metadata,
         )
     if args.command == "consume":
         return run_consume(args)
