@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,18 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
     appended = appended.append_column("timestamp_type", pa.array([1] * 120, pa.int32()))
     PartitionLog.open(str(d)).append(appended, config=cfg)
     out["ingest-logappendtime"] = d
+    # batch maxima going down and up: a time index entry names the batch that carried
+    # the largest timestamp so far (Kafka's maxTimestampSoFar), which Kafka's
+    # --verify-index-only checks against that batch's records
+    d = top / "ingest-nonmonotonic" / "t-0"
+    d.mkdir(parents=True)
+    peaks = np.repeat([1000, 500, 2000, 700, 800, 3000, 900, 950, 4000, 100], 4)
+    swings = _records(40, 11).set_column(
+        1, "timestamp", pa.array(1_700_000_000_000 + peaks - np.tile([3, 2, 1, 0], 10))
+    )
+    cfg = LogConfig(batch_size=300, index_interval_bytes=100)
+    PartitionLog.open(str(d), index_interval_bytes=100).append(swings, config=cfg)
+    out["ingest-nonmonotonic"] = d
     # transactions (markers, .txnindex), then a compaction of them (aborted ones removed)
     for codec in (0, 4):
         root = top / f"txn-{codec}"
@@ -419,3 +432,38 @@ def test_skip_record_metadata_prints_what_kafka_prints(corpus, capsys) -> None:
     assert "\n payload: " in kafka.stdout and "\n| key: " in kafka.stdout
     status, out, _ = _seglake(capsys, files, "--print-data-log", "--skip-record-metadata")
     assert (status, out) == (0, kafka.stdout)
+
+
+def _damaged_indexes(corpus: dict[str, Path], directory: Path) -> list[str]:
+    """The non-monotonic segment's indexes with entries that keep Kafka's order rules but
+    disagree with the log: an offset entry naming the wrong offset, a time entry with the
+    wrong timestamp, one naming an offset no batch ends at."""
+    d = _copy(corpus["ingest-nonmonotonic"], directory / "damaged" / "t-0")
+    oi = d / "00000000000000000000.index"
+    data = bytearray(oi.read_bytes())
+    rel, pos = struct.unpack_from(">ii", data, len(data) - 8)
+    struct.pack_into(">ii", data, len(data) - 8, rel + 1, pos)
+    oi.write_bytes(bytes(data))
+    ti = d / "00000000000000000000.timeindex"
+    data = bytearray(ti.read_bytes())
+    ts, rel = struct.unpack_from(">qi", data, 0)
+    struct.pack_into(">qi", data, 0, ts + 1, rel)
+    ts, rel = struct.unpack_from(">qi", data, 12)
+    struct.pack_into(">qi", data, 12, ts, rel + 1)
+    ti.write_bytes(bytes(data))
+    return [str(oi), str(ti)]
+
+
+@pytest.mark.parametrize("option", ["", "--verify-index-only"])
+def test_index_mismatches_are_reported_as_kafka_reports_them(corpus, capsys, tmp_path, option):
+    """Entries that disagree with the log: Kafka's report, line for line, on stderr; the
+    listing (without an option) on stdout, the same. seglake's status is 1 (Kafka's 0)."""
+    files = _damaged_indexes(corpus, tmp_path)
+    opts = (option,) if option else ()
+    kafka = dump_log_segments(files, *opts)
+    report = sorted(x for x in kafka.stderr.splitlines() if not x.startswith("SLF4J:"))
+    assert "Mismatches in :" in kafka.stderr and "Found timestamp mismatch" in kafka.stderr
+    assert "The following indexed offsets are not found in the log." in kafka.stderr
+    status, out, err = _seglake(capsys, files, *opts)
+    assert (status, out) == (1, kafka.stdout)
+    assert sorted(err.splitlines()) == report

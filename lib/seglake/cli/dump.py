@@ -24,6 +24,7 @@ from seglake.record.batch import (
     CRC_OFFSET,
     DELETE_HORIZON_BIT,
     MAGIC,
+    NO_TIMESTAMP,
     BatchHeader,
     BatchScan,
     increment_sequence,
@@ -31,7 +32,7 @@ from seglake.record.batch import (
 )
 from seglake.record.codecs import NAMES
 from seglake.record.control import ControlType, parse_control_record, parse_leader_change
-from seglake.record.decode import decode_batches
+from seglake.record.decode import decode_batches, record_times
 from seglake.record.group_records import decode_offsets_record
 from seglake.record.metadata_records import decode_metadata_record
 from seglake.storage.naming import (
@@ -352,37 +353,57 @@ def _log_scan_for(path: str) -> tuple[bytes, BatchScan] | None:
     return data, scan_batches(data)
 
 
-def verify_index(path: str, index: OffsetIndex | TimeIndex) -> list[str]:
-    """Entries that disagree with the ``.log`` next to the index (history-independent
-    checks: an offset entry points at the start of the batch whose last offset it names;
-    a time entry's timestamp is the largest up to the batch holding its offset)."""
+def index_report(path: str, suffix: str, data: bytes, base: int) -> list[str] | None:
+    """Kafka's ``DumpLogSegments`` report (its stderr lines) on the entries of an index
+    file checked against the ``.log`` beside it; ``[]`` when they agree, ``None`` without
+    a ``.log``. An offset entry must name the last offset of the batch at its position; a
+    time entry the last offset of a batch whose records' largest timestamp is the entry's,
+    each above the one before."""
     found = _log_scan_for(path)
     if found is None:
-        return [f"{path}: no .log beside it to verify against"]
-    _, scan = found
-    problems = []
-    if isinstance(index, OffsetIndex):
+        return None
+    log, scan = found
+    cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
+    raw = _file_entries(cls, data)
+    rel = raw["relative_offset"].astype(np.int64)
+    zero = np.flatnonzero(rel[1:] == 0)  # Kafka stops at a zero entry (a crash's tail)
+    raw = raw[: int(zero[0]) + 1 if len(zero) else len(raw)]
+    offsets = raw["relative_offset"].astype(np.int64) + base
+    name = lakefs.resolve(path)[1]
+    if cls is OffsetIndex:
         by_pos = dict(zip(scan.position.tolist(), scan.last_offset.tolist(), strict=True))
-        for off, pos in zip(index.offsets.tolist(), index.positions.tolist(), strict=True):
-            if by_pos.get(pos) != off:
-                problems.append(
-                    f"entry (offset {off}, position {pos}): the batch at position "
-                    f"{pos} has last offset {by_pos.get(pos)}"
-                )
-    else:
-        running = np.maximum.accumulate(scan.max_timestamp) if len(scan) else scan.max_timestamp
-        for ts, off in zip(index.timestamps.tolist(), index.offsets.tolist(), strict=True):
-            i = int(np.searchsorted(scan.last_offset, off, side="left"))
-            if i >= len(scan) or scan.base_offset[i] > off:
-                problems.append(
-                    f"entry (timestamp {ts}, offset {off}): no batch holds offset {off}"
-                )
-            elif int(running[i]) != ts:
-                problems.append(
-                    f"entry (timestamp {ts}, offset {off}): the largest timestamp "
-                    f"up to that batch is {int(running[i])}"
-                )
-    return problems
+        bad = [
+            (o, by_pos.get(p, -1))
+            for o, p in zip(offsets.tolist(), raw["position"].tolist(), strict=True)
+            if by_pos.get(p) != o
+        ]
+        lines = [f"  Index offset: {o}, log offset: {last}" for o, last in reversed(bad)]
+        return [f"Mismatches in :{name}", *lines] if bad else []
+    at = np.searchsorted(scan.last_offset, offsets, side="left")
+    mismatch, disorder, missing = [], [], []
+    prev = NO_TIMESTAMP
+    for ts, off, i in zip(raw["timestamp"].tolist(), offsets.tolist(), at.tolist(), strict=True):
+        if i >= len(scan) or scan.last_offset[i] != off:
+            missing.append((off, -1 if i >= len(scan) else int(scan.last_offset[i])))
+        else:
+            _, times = record_times(log, scan.take(slice(i, i + 1)), skip_control=False)
+            largest = int(times.max()) if len(times) else NO_TIMESTAMP
+            if largest != ts:
+                mismatch.append((ts, largest))
+            if prev >= ts:
+                disorder.append((ts, prev))
+        prev = ts
+    lines = []
+    if mismatch:
+        lines.append(f"Found timestamp mismatch in :{name}")
+        lines += [f"  Index timestamp: {a}, log timestamp: {b}" for a, b in mismatch]
+    if disorder:
+        lines.append(f"Found out of order timestamp in :{name}")
+        lines += [f"  Index timestamp: {a}, Previously indexed timestamp: {b}" for a, b in disorder]
+    if missing:
+        lines.append("The following indexed offsets are not found in the log.")
+        lines += [f"Indexed offset: {a}, found log offset: {b}" for a, b in missing]
+    return lines
 
 
 def dump_index(
@@ -433,12 +454,12 @@ def dump_index(
             return 1
         out.write(f"{path} passed sanity check.\n")
         return 0
-    if verify_only:
-        problems = verify_index(p, index)
-        for msg in problems:
-            err.write(f"{path}: {msg}\n")
-        return 1 if problems else 0
-    return _list_entries(path, cls, data, base, out, as_json=as_json)
+    status = 0 if verify_only else _list_entries(path, cls, data, base, out, as_json=as_json)
+    report = index_report(path, suffix, data, base)
+    if report is None and verify_only:
+        report = [f"{path}: no .log beside it to verify against"]
+    err.writelines(f"{line}\n" for line in report or ())
+    return 1 if report else status
 
 
 def _file_entries(cls: type[OffsetIndex | TimeIndex], buf: bytes) -> np.ndarray:
