@@ -35,6 +35,7 @@ from seglake.record.control import ControlType, parse_control_record, parse_lead
 from seglake.record.decode import decode_batches, record_times
 from seglake.record.group_records import decode_offsets_record
 from seglake.record.metadata_records import decode_metadata_record
+from seglake.record.transaction_records import decode_transaction_record
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -231,6 +232,7 @@ DECODERS: dict[str, Decoder] = {
     "string": string_decoder,
     "offsets": decode_offsets_record,
     "cluster-metadata": decode_metadata_record,
+    "transaction-log": decode_transaction_record,
 }
 
 

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="one JSON object per line")
     for name, topic in (
         ("offsets", "__consumer_offsets"),
+        ("transaction-log", "__transaction_state"),
         ("cluster-metadata", "__cluster_metadata"),
     ):
         d.add_argument(

@@ -1,8 +1,7 @@
 """``__consumer_offsets`` records, decoded as ``kafka-dump-log.sh --offsets-decoder`` prints
 them (Kafka's ``GroupCoordinatorRecordSerde`` and ``DumpLogSegments.OffsetsMessageParser``).
 
-Key: ``type:int16`` (the record type) + the key message at version 0; value (null: a
-tombstone, printed ``<DELETE>``): ``version:int16`` + the value message. The classic
+Framed as every coordinator's records (``messages.decode_coordinator_record``). The classic
 group records are decoded: offset commits (types 0 and 1) and group metadata (type 2, its
 members' consumer-protocol subscription and assignment decoded too when the protocol type
 is ``consumer``). The new group protocols' records (types 3 and up) are named as Kafka
@@ -12,13 +11,18 @@ names an unknown type.
 from __future__ import annotations
 
 import base64
-import struct
 from typing import Any
 
 from seglake.errors import CorruptRecordError
-from seglake.record.messages import Array, Field, Message, read_message, to_json
-
-_SHORT = struct.Struct(">h")
+from seglake.record.messages import (
+    Array,
+    CoordinatorTypes,
+    Field,
+    Message,
+    decode_coordinator_record,
+    read_message,
+    versioned,
+)
 
 OFFSET_COMMIT_KEY = Message(
     (Field("group", "string"), Field("topic", "string"), Field("partition", "int32"))
@@ -72,64 +76,39 @@ CONSUMER_SUBSCRIPTION = Message(
 CONSUMER_ASSIGNMENT = Message(
     (Field("assignedPartitions", Array(_TOPIC_PARTITIONS)), Field("userData", "bytes", nullable=0))
 )
-# record type -> (key schema, value schema, highest value version)
-_TYPES = {
+_TYPES: CoordinatorTypes = {
     0: (OFFSET_COMMIT_KEY, LEGACY_OFFSET_COMMIT_VALUE, 0),
     1: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE, 4),
     2: (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, 4),
 }
 
 
-def _versioned(data: bytes, what: str) -> tuple[int, bytes]:
-    if len(data) < _SHORT.size:
-        raise CorruptRecordError(f"{what} of {len(data)} bytes has no version")
-    return _SHORT.unpack_from(data)[0], data[_SHORT.size :]
-
-
-def _consumer_protocol(member: dict[str, Any]) -> None:
-    """Replace a member's subscription and assignment bytes by their decoded JSON, as
-    Kafka's dump does (bytes that do not decode are kept)."""
-    for name, schema in (
-        ("subscription", CONSUMER_SUBSCRIPTION),
-        ("assignment", CONSUMER_ASSIGNMENT),
-    ):
-        raw = member.get(name)
-        if raw is None:
-            continue
-        try:
-            version, body = _versioned(base64.b64decode(raw), name)
-            member[name], _ = read_message(schema, body, version)
-        except CorruptRecordError:
-            pass
+def _consumer_protocol(record_type: int, data: dict[str, Any]) -> None:
+    """Replace the members' subscription and assignment bytes of a consumer group's
+    metadata by their decoded JSON, as Kafka's dump does (bytes that do not decode are
+    kept)."""
+    if record_type != 2 or data.get("protocolType") != "consumer":
+        return
+    for member in data.get("members", []):
+        for name, schema in (
+            ("subscription", CONSUMER_SUBSCRIPTION),
+            ("assignment", CONSUMER_ASSIGNMENT),
+        ):
+            raw = member.get(name)
+            if raw is None:
+                continue
+            try:
+                version, body = versioned(base64.b64decode(raw), name)
+                member[name], _ = read_message(schema, body, version)
+            except CorruptRecordError:
+                pass
 
 
 def decode_offsets_record(
     key: bytes | None, value: bytes | None, offset: int
 ) -> tuple[str, str | None]:
     """``(key text, payload text or None)`` of one ``__consumer_offsets`` record, as
-    ``kafka-dump-log.sh --offsets-decoder`` prints them; records it cannot decode get
-    Kafka's ``... skipping.`` key and no payload."""
-    if key is None:
-        raise CorruptRecordError(
-            f"Failed to decode message at offset {offset} using offset topic decoder "
-            "(message had a missing key)"
-        )
-    try:
-        record_type, body = _versioned(key, "key")
-        if record_type not in _TYPES:
-            return f"Unknown record type {record_type} at offset {offset}, skipping.", None
-        key_schema, value_schema, top = _TYPES[record_type]
-        key_obj, _ = read_message(key_schema, body, 0)
-        key_text = to_json({"type": str(record_type), "data": key_obj})
-        if value is None:
-            return key_text, "<DELETE>"
-        version, vbody = _versioned(value, "value")
-        if not 0 <= version <= top:
-            raise CorruptRecordError(f"value version {version} (known: 0..{top})")
-        data, _ = read_message(value_schema, vbody, version)
-    except CorruptRecordError as exc:
-        return f"Error at offset {offset}, skipping. {exc}", None
-    if record_type == 2 and data.get("protocolType") == "consumer":
-        for member in data.get("members", []):
-            _consumer_protocol(member)
-    return key_text, to_json({"version": str(version), "data": data})
+    ``kafka-dump-log.sh --offsets-decoder`` prints them."""
+    return decode_coordinator_record(
+        _TYPES, key, value, offset, decoder="offset topic", post=_consumer_protocol
+    )

@@ -4,8 +4,13 @@ classes write (field order, names, version gates, null, base64 bytes, uuid text)
 A message is a tuple of :class:`Field`; its versions from ``flexible`` on use compact
 lengths (unsigned varint + 1) and tagged fields (a struct ends with them; tags this code
 does not know are skipped). Only what ``seglake dump``'s decoders need is here: the
-records of ``__consumer_offsets`` (``record/group_records.py``) and of
-``__cluster_metadata`` (``record/metadata_records.py``).
+records of ``__consumer_offsets`` (``record/group_records.py``), ``__transaction_state``
+(``record/transaction_records.py``) and ``__cluster_metadata``
+(``record/metadata_records.py``).
+
+:func:`decode_coordinator_record` is the framing of the coordinators' topics (Kafka's
+``CoordinatorRecordSerde``): key ``type:int16`` + the key message at version 0; value
+(null: a tombstone, printed ``<DELETE>``) ``version:int16`` + the value message.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import dataclasses
 import json
 import re
 import struct
+from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 from seglake.errors import CorruptRecordError
@@ -180,3 +186,53 @@ def to_json(obj: Any) -> str:
     characters as ``\\u00XX`` with upper-case hex."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     return _CONTROL_ESCAPE.sub(_upper_escape, text)
+
+
+_SHORT = struct.Struct(">h")
+# record type -> (key schema, value schema, highest value version)
+CoordinatorTypes = Mapping[int, tuple[Message, Message, int]]
+
+
+def versioned(data: bytes, what: str) -> tuple[int, bytes]:
+    """``(version, rest)`` of bytes that start with an int16 version."""
+    if len(data) < _SHORT.size:
+        raise CorruptRecordError(f"{what} of {len(data)} bytes has no version")
+    return _SHORT.unpack_from(data)[0], data[_SHORT.size :]
+
+
+def decode_coordinator_record(
+    types: CoordinatorTypes,
+    key: bytes | None,
+    value: bytes | None,
+    offset: int,
+    *,
+    decoder: str,
+    post: Callable[[int, dict[str, Any]], None] | None = None,
+) -> tuple[str, str | None]:
+    """``(key text, payload text or None)`` of one record of a coordinator's topic, as
+    Kafka's dump prints them (``{"type":..,"data":..}`` / ``{"version":..,"data":..}``);
+    a record of a type not in ``types`` or that does not decode gets Kafka's
+    ``... skipping.`` key and no payload; ``post(type, data)`` may rewrite a value."""
+    if key is None:
+        raise CorruptRecordError(
+            f"Failed to decode message at offset {offset} using {decoder} decoder "
+            "(message had a missing key)"
+        )
+    try:
+        record_type, body = versioned(key, "key")
+        if record_type not in types:
+            return f"Unknown record type {record_type} at offset {offset}, skipping.", None
+        key_schema, value_schema, top = types[record_type]
+        key_obj, _ = read_message(key_schema, body, 0)
+        key_text = to_json({"type": str(record_type), "data": key_obj})
+        if value is None:
+            return key_text, "<DELETE>"
+        version, vbody = versioned(value, "value")
+        if not 0 <= version <= top:
+            raise CorruptRecordError(f"value version {version} (known: 0..{top})")
+        data, _ = read_message(value_schema, vbody, version)
+    except CorruptRecordError as exc:
+        return f"Error at offset {offset}, skipping. {exc}", None
+    if post is not None:
+        post(record_type, data)
+    return key_text, to_json({"version": str(version), "data": data})
