@@ -530,3 +530,14 @@ def test_index_mismatches_are_reported_as_kafka_reports_them(corpus, capsys, tmp
     status, out, err = _seglake(capsys, files, *opts)
     assert (status, out) == (1, kafka.stdout)
     assert sorted(err.splitlines()) == report
+
+
+def test_max_bytes_prints_what_kafka_prints(corpus, capsys) -> None:
+    """``--max-bytes``: the batches that fit in the first N bytes of each file, no
+    "invalid bytes" line for the batch the limit cuts (as Kafka)."""
+    files = [f for f in _files(corpus, (".log",)) if "/ingest-" in f or "/fixture-first" in f]
+    kafka = dump_log_segments(files, "--deep-iteration", "--max-bytes", "1000")
+    assert kafka.returncode == 0 and _problems(kafka.stderr) == [], kafka.stderr[-3000:]
+    assert "invalid bytes" not in kafka.stdout
+    status, out, _ = _seglake(capsys, files, "--deep-iteration", "--max-bytes", "1000")
+    assert (status, out) == (0, kafka.stdout)
