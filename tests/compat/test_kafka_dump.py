@@ -76,7 +76,7 @@ def _records(n: int, seed: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, Path]:
+def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
     """One directory per kind of output seglake writes, each made by the library calls
     the jobs use (no Spark)."""
     require_kafka_tools()
@@ -154,8 +154,8 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
         start = int(scan_batches(data).position[-1])
         last.write_bytes(data[:keep] if keep < 0 else data[: start + keep])
         out[name] = torn
-    for name in sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()):
-        out[f"fixture-{name}"] = FIXTURES / name
+    for name in sorted(p.name for p in fixtures_dir.iterdir() if p.is_dir()):
+        out[f"fixture-{name}"] = fixtures_dir / name
     return out
 
 
