@@ -56,6 +56,9 @@ def dump_log_segments(files: Sequence[str | Path], *options: str) -> ToolRun:
         "java",
         "-Xmx512m",
         "-XX:TieredStopAtLevel=1",  # a short run: C1 only starts faster
+        "-Dfile.encoding=UTF-8",  # keys and values print as UTF-8 whatever the locale
+        "-Dstdout.encoding=UTF-8",
+        "-Dstderr.encoding=UTF-8",
         "-Dlog4j2.configurationFile=" + str(ROOT / "conf" / "log4j2.properties"),
         "-cp",
         f"{KAFKA_JARS}/*",
@@ -65,6 +68,12 @@ def dump_log_segments(files: Sequence[str | Path], *options: str) -> ToolRun:
         *options,
     ]
     done = subprocess.run(
-        args, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, cwd=ROOT
+        args,
+        capture_output=True,
+        encoding="utf-8",
+        errors="surrogateescape",
+        timeout=TIMEOUT_S,
+        check=False,
+        cwd=ROOT,
     )
     return ToolRun(args, done.returncode, done.stdout, done.stderr)
