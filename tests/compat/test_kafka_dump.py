@@ -1,17 +1,19 @@
 """Kafka itself as the judge of seglake's bytes, and of ``seglake dump``.
 
-Every kind of file seglake writes (ingest with each codec, transactions with their
-markers and ``.txnindex``, stream-sink appends in place, compaction and merge output,
-recovery output, a torn copy) and the broker fixtures go through Kafka 4.1's own
-``DumpLogSegments`` (kafka-dump-log.sh), three JVM runs in all:
+Every kind of file seglake writes (ingest with each codec and LogAppendTime, a one-pass
+ingest's rebased segment, non-monotonic timestamps, transactions with their markers and
+``.txnindex``, compaction with delete horizons, merge, stream-sink appends in place,
+recovery output, torn copies) and the broker fixtures go through Kafka 4.1's own
+``DumpLogSegments`` (kafka-dump-log.sh), one JVM per option set over many files:
 
 * ``--deep-iteration --print-data-log`` over every file: no exception, every batch
   ``isvalid: true``, and each batch's fields and each record's offset, timestamp, key,
   value, header keys and sequence, parsed from Kafka's text, equal seglake's own decode;
 * ``--index-sanity-check`` and ``--verify-index-only`` over every index: each passes,
-  Kafka reports no mismatch;
+  Kafka reports no mismatch (and on damaged copies, seglake reports what Kafka reports);
 * each time ``seglake dump`` with the same options prints exactly Kafka's stdout (and the
-  same non-consecutive-offset report on stderr).
+  same non-consecutive-offset report on stderr); likewise ``--skip-record-metadata``,
+  ``--max-bytes`` and the three internal-topic decoders.
 
 Skipped, saying why, only without java or the jars (``make jars``).
 """
@@ -35,7 +37,9 @@ from seglake.record.batch import increment_sequence, scan_batches
 from seglake.record.codecs import NAMES
 from seglake.record.decode import decode_batches
 from seglake.record.schema import HEADERS_TYPE
+from seglake.spark.ingest_rebase import _patch
 from seglake.storage.log import PartitionLog
+from seglake.storage.naming import segment_file_name
 from tests.conftest import FIXTURES
 from tests.kafka_tools import dump_log_segments, require_kafka_tools
 from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake, txn_lake
@@ -95,6 +99,18 @@ def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
     appended = appended.append_column("timestamp_type", pa.array([1] * 120, pa.int32()))
     PartitionLog.open(str(d)).append(appended, config=cfg)
     out["ingest-logappendtime"] = d
+    # one-pass ingest: a later task's staged segment moved to its planned offsets (every
+    # batch's baseOffset patched in place, the files renamed), as ingest_rebase does it
+    d = top / "ingest-rebased" / "t-0"
+    d.mkdir(parents=True)
+    cfg = LogConfig(segment_bytes=1 << 20, batch_size=400, compression_type="lz4")
+    (info,) = PartitionLog.open(str(d), index_interval_bytes=512).append(
+        _records(200, 12), config=cfg
+    )
+    _patch(info.log_path, 5000, 200)
+    for f in d.iterdir():
+        f.rename(d / segment_file_name(5000, f.suffix))
+    out["ingest-rebased"] = d
     # batch maxima going down and up: a time index entry names the batch that carried
     # the largest timestamp so far (Kafka's maxTimestampSoFar), which Kafka's
     # --verify-index-only checks against that batch's records
