@@ -557,3 +557,27 @@ def test_max_bytes_prints_what_kafka_prints(corpus, capsys) -> None:
     assert "invalid bytes" not in kafka.stdout
     status, out, _ = _seglake(capsys, files, "--deep-iteration", "--max-bytes", "1000")
     assert (status, out) == (0, kafka.stdout)
+
+
+def test_damaged_logs_print_what_kafka_prints(corpus, capsys, tmp_path) -> None:
+    """A flipped bit in a record's value: Kafka's ``isvalid: false``, its records still
+    printed, status 0, the same from seglake. Zeros after the last batch (a length below
+    the minimum): Kafka stops with an exception, status 1; seglake prints the same lines,
+    names the position on stderr in one line, status 1."""
+    flipped = _copy(corpus["ingest-none"], tmp_path / "flipped" / "t-0")
+    log = sorted(flipped.glob("*.log"))[0]
+    data = bytearray(log.read_bytes())
+    data[data.index(b"value 0 ")] ^= 0x01  # "v" -> "w"
+    log.write_bytes(bytes(data))
+    zeros = _copy(corpus["ingest-none"], tmp_path / "zeros" / "t-0")
+    tail = sorted(zeros.glob("*.log"))[-1]
+    tail.write_bytes(tail.read_bytes() + bytes(100))
+    files = [str(log), str(tail)]  # Kafka stops at the zeros: they come last
+    kafka = dump_log_segments(files, "--print-data-log")
+    assert kafka.returncode == 1 and "CorruptRecordException" in kafka.stderr
+    assert kafka.stdout.count("isvalid: false") == 1 and "payload: walue 0 " in kafka.stdout
+    status, out, err = _seglake(capsys, files, "--print-data-log")
+    assert (status, out) == (1, kafka.stdout)
+    assert err.count("\n") == 1 and str(tail) in err and "below the minimum" in err
+    status, out, err = _seglake(capsys, files[:1], "--print-data-log")
+    assert (status, err) == (0, "")

@@ -314,16 +314,20 @@ def dump_log(
         err.writelines(f"  {a} is followed by {b}\n" for a, b in reversed(gaps))
     if max_bytes and len(data) < size:
         return 0  # the byte limit cut the file: as Kafka, nothing to report
+    if scan.error is not None and not scan.truncated:
+        # bytes that are there and wrong (a length below the minimum, zeros, bad magic):
+        # Kafka's dump stops there with an exception; seglake with one line, status 1
+        if as_json:
+            out.write(json.dumps({"error": scan.error, "valid_bytes": scan.valid_bytes}) + "\n")
+        err.write(f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes}\n")
+        return 1
     trailing = len(data) - scan.valid_bytes
-    if trailing > 0:
+    if trailing > 0:  # a torn tail: a batch running past the end of the file
         if as_json:
             out.write(json.dumps({"invalid_bytes": trailing, "valid_bytes": scan.valid_bytes}))
             out.write("\n")
         else:
             out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
-    if scan.error is not None and not scan.truncated:
-        err.write(f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes}\n")
-        return 1
     return 0
 
 
