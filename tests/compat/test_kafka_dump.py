@@ -581,3 +581,47 @@ def test_damaged_logs_print_what_kafka_prints(corpus, capsys, tmp_path) -> None:
     assert err.count("\n") == 1 and str(tail) in err and "below the minimum" in err
     status, out, err = _seglake(capsys, files[:1], "--print-data-log")
     assert (status, err) == (0, "")
+
+
+def _kraft_snapshot(directory: Path) -> Path:
+    """A KRaft snapshot (``<end offset>-<epoch>.checkpoint``) as a controller writes one:
+    snapshot header, kraft.version and voters control records, the fixture's first
+    metadata records, snapshot footer."""
+    from seglake.record.batch import CONTROL_BIT
+    from tests.unit.test_decode import raw_batch, raw_record
+
+    def control(offset: int, kind: int, value: bytes) -> bytes:
+        record = raw_record(0, 0, struct.pack(">hh", 0, kind), value)
+        return raw_batch(record, 1, base_offset=offset, attributes=CONTROL_BIT, base_ts=1000)
+
+    endpoint = _string("CONTROLLER", compact=True) + _string("localhost", compact=True)
+    voter = struct.pack(">i", 1) + bytes(range(16)) + _uvarint(2) + endpoint
+    voter += struct.pack(">H", 9093) + _uvarint(0) + struct.pack(">hh", 0, 1) + _uvarint(0) * 2
+    src = (FIXTURES / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
+    rows = decode_batches(src, scan_batches(src).take(slice(1, 4))).to_pylist()
+    records = b"".join(raw_record(i, i, None, r["value"]) for i, r in enumerate(rows))
+    d = directory / "__cluster_metadata-0"
+    d.mkdir(parents=True)
+    path = d / "00000000000000000100-0000000003.checkpoint"
+    path.write_bytes(
+        control(0, 3, struct.pack(">hq", 0, 1_728_480_000_123) + _uvarint(0))
+        + control(1, 5, struct.pack(">hh", 0, 1) + _uvarint(0))
+        + control(2, 6, struct.pack(">h", 0) + _uvarint(2) + voter + _uvarint(0))
+        + raw_batch(records, len(rows), base_offset=3, base_ts=1000)
+        + control(3 + len(rows), 4, struct.pack(">h", 0) + _uvarint(0))
+    )
+    return path
+
+
+@pytest.mark.parametrize("option", ["--deep-iteration", "--cluster-metadata-decoder"])
+def test_kraft_snapshots_print_what_kafka_prints(capsys, tmp_path, option) -> None:
+    """A ``.checkpoint``: Kafka's heading, its KRaft control records as JSON (snapshot
+    header and footer, kraft.version, voters), its metadata records decoded."""
+    require_kafka_tools()
+    files = [str(_kraft_snapshot(tmp_path))]
+    kafka = dump_log_segments(files, option)
+    assert kafka.returncode == 0 and _problems(kafka.stderr) == [], kafka.stderr[-3000:]
+    for text in ("Snapshot end offset: 100, epoch: 3", "SnapshotHeader {", "KRaftVoters {"):
+        assert text in kafka.stdout
+    status, out, _ = _seglake(capsys, files, option)
+    assert (status, out) == (0, kafka.stdout)

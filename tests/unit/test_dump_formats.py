@@ -13,7 +13,7 @@ import pytest
 from seglake.cli.main import main
 from seglake.errors import CorruptRecordError
 from seglake.record.batch import decrement_sequence, increment_sequence
-from seglake.record.control import parse_leader_change
+from seglake.record.control import ControlType, parse_kraft_control
 from seglake.record.crc import crc32c
 from seglake.storage.producer_snapshot import ProducerEntry, read_producer_snapshot
 from tests.conftest import FIXTURES
@@ -57,7 +57,7 @@ def test_damaged_snapshot_is_one_line(capsys, tmp_path: Path, damage, words: str
 
 def test_leader_change_values() -> None:
     value = bytes.fromhex("00000000000102000000010002000000010000")
-    assert parse_leader_change(value) == {
+    assert parse_kraft_control(ControlType.LEADER_CHANGE, value) == {
         "version": 0,
         "leaderId": 1,
         "voters": [{"voterId": 1}],
@@ -65,4 +65,4 @@ def test_leader_change_values() -> None:
     }
     for bad in (None, value[:5], value[:-1], value[:8] + b"\x7f"):
         with pytest.raises(CorruptRecordError, match="leader change value"):
-            parse_leader_change(bad)
+            parse_kraft_control(ControlType.LEADER_CHANGE, bad)

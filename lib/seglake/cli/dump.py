@@ -31,17 +31,21 @@ from seglake.record.batch import (
     scan_batches,
 )
 from seglake.record.codecs import NAMES
-from seglake.record.control import ControlType, parse_control_record, parse_leader_change
+from seglake.record.control import ControlType, parse_control_record, parse_kraft_control
 from seglake.record.decode import decode_batches, record_times
 from seglake.record.group_records import decode_offsets_record
+from seglake.record.messages import to_json
 from seglake.record.metadata_records import decode_metadata_record
 from seglake.record.transaction_records import decode_transaction_record
 from seglake.storage.naming import (
+    BOOTSTRAP_CHECKPOINT,
+    CHECKPOINT_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    parse_checkpoint_file_name,
     parse_segment_file_name,
 )
 from seglake.storage.offset_index import OffsetIndex
@@ -73,6 +77,7 @@ _CRC = struct.Struct(">I")
 NO_SEQUENCE = -1
 DUMPED_SUFFIXES = (
     LOG_SUFFIX,
+    CHECKPOINT_SUFFIX,
     INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -202,20 +207,28 @@ def batch_line(b: _Batch) -> str:
     )
 
 
+# how Kafka's dump introduces each KRaft control record's JSON
+_KRAFT_LABELS = {
+    ControlType.LEADER_CHANGE: "LeaderChange:",
+    ControlType.SNAPSHOT_HEADER: "SnapshotHeader",
+    ControlType.SNAPSHOT_FOOTER: "SnapshotFooter",
+    ControlType.KRAFT_VERSION: "KRaftVersion",
+    ControlType.KRAFT_VOTERS: "KRaftVoters",
+}
+
+
 def _control_text(r: dict[str, Any]) -> str:
     """What Kafka's dump adds to a control record's line."""
     try:
         c = parse_control_record(r["key"], r["value"])
         if c.is_transaction_marker:
             return f" endTxnMarker: {c.type.name} coordinatorEpoch: {c.coordinator_epoch}"
-        if c.type is ControlType.LEADER_CHANGE:
-            return " LeaderChange: " + json.dumps(
-                parse_leader_change(r["value"]), separators=(",", ":")
-            )
+        if c.type in _KRAFT_LABELS:
+            data = parse_kraft_control(c.type, r["value"])
+            return f" {_KRAFT_LABELS[c.type]} {to_json(data)}"
     except CorruptRecordError as exc:  # dump shows what it can
         return f" controlType: unreadable ({exc})"
-    name = c.type.name if c.type is not ControlType.UNKNOWN else "UNKNOWN"
-    return f" controlType: {name}({c.type_id})"
+    return f" controlType: {c.type.name}({c.type_id})"
 
 
 Decoder = Callable[[bytes | None, bytes | None, int], tuple[str | None, str | None]]
@@ -269,6 +282,17 @@ def record_line(
     return line
 
 
+def _log_heading(name: str) -> str:
+    """Kafka's first line for a ``.log`` or a KRaft snapshot (``.checkpoint``)."""
+    if name == BOOTSTRAP_CHECKPOINT:
+        return "KRaft bootstrap snapshot"
+    snapshot = parse_checkpoint_file_name(name)
+    if snapshot is not None:
+        return f"Snapshot end offset: {snapshot[0]}, epoch: {snapshot[1]}"
+    parsed = parse_segment_file_name(name)
+    return f"Log starting offset: {parsed[0] if parsed else 0}"
+
+
 def dump_log(
     path: str,
     out: IO[str],
@@ -291,8 +315,7 @@ def dump_log(
     deep = deep or print_data
     name = p.rsplit("/", 1)[-1]
     if not as_json:
-        parsed = parse_segment_file_name(name)
-        out.write(f"Log starting offset: {parsed[0] if parsed else 0}\n")
+        out.write(_log_heading(name) + "\n")
     gaps: list[tuple[int, int]] = []
     last = -1
     for b in _batches(data, scan, deep=deep):
@@ -555,7 +578,7 @@ def dump(
             raise ValueError(f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file")
         if not as_json:
             out.write(f"Dumping {path}\n")
-        if suffix == LOG_SUFFIX:
+        if suffix in (LOG_SUFFIX, CHECKPOINT_SUFFIX):
             status |= dump_log(
                 path,
                 out,

@@ -7,11 +7,8 @@ Key and value, big-endian::
                                               footer, kraft.version, voters
     value  (abort/commit only) version:int16 (0)  coordinatorEpoch:int32
 
-The values of the KRaft types are their own messages; they are kept as raw bytes, and
-:func:`parse_leader_change` reads a leader change's (``LeaderChangeMessage`` v0, a
-flexible message: compact arrays, tagged fields)::
-
-    version:int16  leaderId:int32  voters:[voterId:int32 tags]  grantingVoters:[...]  tags
+The values of the KRaft types are their own (flexible) messages; they are kept as raw
+bytes, and :func:`parse_kraft_control` reads them (``KRAFT_SCHEMAS``).
 """
 
 from __future__ import annotations
@@ -19,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from typing import Any
 
 from seglake.errors import CorruptRecordError
-from seglake.record.varint import decode_unsigned_varint
+from seglake.record.messages import Array, Field, Message, read_message
 
 _KEY = struct.Struct(">hh")
 _TXN_VALUE = struct.Struct(">hi")
-_LEADER = struct.Struct(">hi")
-_VOTER = struct.Struct(">i")
 
 
 class ControlType(enum.IntEnum):
@@ -125,49 +121,66 @@ def encode_control_record(kind: ControlType, coordinator_epoch: int = 0) -> tupl
     return _KEY.pack(0, int(kind)), _TXN_VALUE.pack(0, coordinator_epoch)
 
 
-def _skip_tags(buf: bytes, pos: int) -> int:
-    """Past the tagged fields of a flexible message at ``pos`` (their values unread)."""
-    count, pos = decode_unsigned_varint(buf, pos)
-    for _ in range(count):
-        _, pos = decode_unsigned_varint(buf, pos)
-        size, pos = decode_unsigned_varint(buf, pos)
-        pos += size
-    return pos
+_VOTER_ID = (Field("voterId", "int32"),)
+_ENDPOINT = (Field("name", "string"), Field("host", "string"), Field("port", "uint16"))
+_FEATURE = (Field("minSupportedVersion", "int16"), Field("maxSupportedVersion", "int16"))
+# the KRaft control records' values (flexible messages), as Kafka's JSON converters name
+# their fields
+KRAFT_SCHEMAS: dict[ControlType, Message] = {
+    ControlType.LEADER_CHANGE: Message(
+        (
+            Field("version", "int16"),
+            Field("leaderId", "int32"),
+            Field("voters", Array(_VOTER_ID)),
+            Field("grantingVoters", Array(_VOTER_ID)),
+        ),
+        flexible=0,
+    ),
+    ControlType.SNAPSHOT_HEADER: Message(
+        (Field("version", "int16"), Field("lastContainedLogTimestamp", "int64")), flexible=0
+    ),
+    ControlType.SNAPSHOT_FOOTER: Message((Field("version", "int16"),), flexible=0),
+    ControlType.KRAFT_VERSION: Message(
+        (Field("version", "int16"), Field("kRaftVersion", "int16")), flexible=0
+    ),
+    ControlType.KRAFT_VOTERS: Message(
+        (
+            Field("version", "int16"),
+            Field(
+                "voters",
+                Array(
+                    (
+                        Field("voterId", "int32"),
+                        Field("voterDirectoryId", "uuid"),
+                        Field("endpoints", Array(_ENDPOINT)),
+                        Field("kRaftVersionFeature", _FEATURE),
+                    )
+                ),
+            ),
+        ),
+        flexible=0,
+    ),
+}
 
 
-def _voters(buf: bytes, pos: int) -> tuple[list[dict[str, int]], int]:
-    """A compact array of ``Voter`` (voterId, tagged fields)."""
-    n, pos = decode_unsigned_varint(buf, pos)
-    out = []
-    for _ in range(max(n - 1, 0)):
-        (voter_id,) = _VOTER.unpack_from(buf, pos)
-        out.append({"voterId": voter_id})
-        pos = _skip_tags(buf, pos + _VOTER.size)
-    return out, pos
-
-
-def parse_leader_change(
-    value: bytes | None, *, path: str | None = None, position: int | None = None
-) -> dict[str, object]:
-    """A leader change record's value as Kafka's ``LeaderChangeMessageJsonConverter``
-    writes it (``version``, ``leaderId``, ``voters``, ``grantingVoters``); a value that
-    does not parse is :class:`CorruptRecordError`."""
+def parse_kraft_control(
+    kind: ControlType,
+    value: bytes | None,
+    *,
+    path: str | None = None,
+    position: int | None = None,
+) -> dict[str, Any]:
+    """A KRaft control record's value (leader change, snapshot header or footer,
+    kraft.version, voters) as Kafka's JSON converter writes it; a value that does not
+    parse is :class:`CorruptRecordError`."""
     buf = value or b""
     try:
-        version, leader = _LEADER.unpack_from(buf)
-        voters, pos = _voters(buf, _LEADER.size)
-        granting, pos = _voters(buf, pos)
-        pos = _skip_tags(buf, pos)
-    except (struct.error, CorruptRecordError) as exc:
+        data, _ = read_message(KRAFT_SCHEMAS[kind], buf, 0)
+    except CorruptRecordError as exc:
         raise CorruptRecordError(
-            f"leader change value of {len(buf)} bytes does not parse: {exc}",
+            f"{kind.name.lower().replace('_', ' ')} value of {len(buf)} bytes does not "
+            f"parse: {exc}",
             path=path,
             position=position,
         ) from None
-    if pos > len(buf):
-        raise CorruptRecordError(
-            f"leader change value of {len(buf)} bytes: its fields run to byte {pos}",
-            path=path,
-            position=position,
-        )
-    return {"version": version, "leaderId": leader, "voters": voters, "grantingVoters": granting}
+    return data
