@@ -5,6 +5,7 @@ tests/compat/test_kafka_dump.py.)"""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -66,3 +67,20 @@ def test_leader_change_values() -> None:
     for bad in (None, value[:5], value[:-1], value[:8] + b"\x7f"):
         with pytest.raises(CorruptRecordError, match="leader change value"):
             parse_kraft_control(ControlType.LEADER_CHANGE, bad)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_zeros_after_the_last_batch_are_one_line_and_status_1(capsys, tmp_path, as_json) -> None:
+    """Bytes that are there and wrong (not a torn tail): no "invalid bytes" line, one
+    stderr line naming the file and position, status 1 (Kafka's dump stops there too)."""
+    src = FIXTURES / "first-0" / "00000000000000000000.log"
+    path = tmp_path / src.name
+    path.write_bytes(src.read_bytes() + bytes(100))
+    assert main(["dump", *(["--json"] if as_json else []), str(path)]) == 1
+    got = capsys.readouterr()
+    err = got.err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "position 572" in err[0], err
+    assert "invalid bytes" not in got.out
+    if as_json:
+        last = json.loads(got.out.splitlines()[-1])
+        assert last["valid_bytes"] == 572 and str(path) in last["error"]

@@ -341,7 +341,8 @@ def dump_log(
         # bytes that are there and wrong (a length below the minimum, zeros, bad magic):
         # Kafka's dump stops there with an exception; seglake with one line, status 1
         if as_json:
-            out.write(json.dumps({"error": scan.error, "valid_bytes": scan.valid_bytes}) + "\n")
+            problem = {"error": f"{path}: {scan.error}", "valid_bytes": scan.valid_bytes}
+            out.write(json.dumps(problem) + "\n")
         err.write(f"{path}: stopped at {scan.error}; valid bytes {scan.valid_bytes}\n")
         return 1
     trailing = len(data) - scan.valid_bytes
