@@ -516,7 +516,8 @@ def test_skip_record_metadata_prints_what_kafka_prints(corpus, capsys) -> None:
 def _damaged_indexes(corpus: dict[str, Path], directory: Path) -> list[str]:
     """The non-monotonic segment's indexes with entries that keep Kafka's order rules but
     disagree with the log: an offset entry naming the wrong offset, a time entry with the
-    wrong timestamp, one naming an offset no batch ends at."""
+    wrong timestamp, one naming an offset no batch ends at; an ingest segment's indexes
+    all zero, and with a zero-filled tail."""
     d = _copy(corpus["ingest-nonmonotonic"], directory / "damaged" / "t-0")
     oi = d / "00000000000000000000.index"
     data = bytearray(oi.read_bytes())
@@ -530,7 +531,17 @@ def _damaged_indexes(corpus: dict[str, Path], directory: Path) -> list[str]:
     ts, rel = struct.unpack_from(">qi", data, 12)
     struct.pack_into(">qi", data, 12, ts, rel + 1)
     ti.write_bytes(bytes(data))
-    return [str(oi), str(ti)]
+    # as a crash leaves them: all zero (preallocated, nothing written), or a zero tail
+    blank = _copy(corpus["ingest-none"], directory / "blank" / "t-0")
+    tailed = _copy(corpus["ingest-none"], directory / "tailed" / "t-0")
+    out = [str(oi), str(ti)]
+    for suffix, size in ((".index", 8), (".timeindex", 12)):
+        (f,) = blank.glob(f"00000000000000000000{suffix}")
+        f.write_bytes(bytes(10 * size))
+        (g,) = tailed.glob(f"00000000000000000000{suffix}")
+        g.write_bytes(g.read_bytes() + bytes(10 * size))
+        out += [str(f), str(g)]
+    return out
 
 
 @pytest.mark.parametrize("option", ["", "--verify-index-only"])

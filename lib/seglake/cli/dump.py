@@ -409,9 +409,6 @@ def index_report(path: str, suffix: str, data: bytes, base: int) -> list[str] | 
     log, scan = found
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
     raw = _file_entries(cls, data)
-    rel = raw["relative_offset"].astype(np.int64)
-    zero = np.flatnonzero(rel[1:] == 0)  # Kafka stops at a zero entry (a crash's tail)
-    raw = raw[: int(zero[0]) + 1 if len(zero) else len(raw)]
     offsets = raw["relative_offset"].astype(np.int64) + base
     name = lakefs.resolve(path)[1]
     if cls is OffsetIndex:
@@ -506,12 +503,12 @@ def dump_index(
 
 
 def _file_entries(cls: type[OffsetIndex | TimeIndex], buf: bytes) -> np.ndarray:
-    """Every entry of a whole index file, valid or not, up to the last slot that is not
-    all zero (the preallocated rest), as ``kafka-dump-log`` lists them."""
-    total = len(buf) // cls.ENTRY_SIZE
-    raw = np.frombuffer(buf, dtype=cls.DTYPE, count=total)
-    used = np.flatnonzero(raw.view(np.uint8).reshape(total, cls.ENTRY_SIZE).any(axis=1))
-    return raw[: int(used[-1]) + 1 if len(used) else 0]
+    """The entries of a whole index file as ``kafka-dump-log`` walks them, valid or not:
+    from the first up to an entry after it whose relative offset is 0 (the zero-filled,
+    preallocated rest a crash leaves), the first always, even when all zero."""
+    raw = np.frombuffer(buf, dtype=cls.DTYPE, count=len(buf) // cls.ENTRY_SIZE)
+    zero = np.flatnonzero(raw["relative_offset"][1:] == 0)
+    return raw[: int(zero[0]) + 1 if len(zero) else len(raw)]
 
 
 def _list_entries(
