@@ -31,9 +31,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
-        "dump", help="print .log/.index/.timeindex/.txnindex files (like kafka-dump-log.sh)"
+        "dump",
+        help="print .log/.index/.timeindex/.txnindex/.snapshot files (as kafka-dump-log.sh)",
     )
-    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("files", nargs="*", metavar="FILE")
+    d.add_argument(
+        "--files",
+        dest="file_list",
+        action="append",
+        default=[],
+        metavar="FILE1,FILE2,...",
+        help="comma-separated files, as kafka-dump-log.sh takes them",
+    )
     d.add_argument("--print-data-log", action="store_true", help="print keys and values")
     d.add_argument("--deep-iteration", action="store_true", help="print every record")
     d.add_argument(
@@ -53,6 +62,21 @@ def _parser() -> argparse.ArgumentParser:
         help="read at most this many bytes of each .log",
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+    for name, topic in (
+        ("offsets", "__consumer_offsets"),
+        ("transaction-log", "__transaction_state"),
+        ("cluster-metadata", "__cluster_metadata"),
+    ):
+        d.add_argument(
+            f"--{name}-decoder", dest="decoder", action="store_const", const=name,
+            help=f"decode {topic} records as Kafka does (implies --print-data-log)",
+        )  # fmt: skip
+    d.set_defaults(decoder="string")
+    d.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="print only the records' keys and payloads, not their offsets and sizes",
+    )
 
     add_consume_parser(sub)
     offsets.add_parser(sub)
@@ -187,14 +211,19 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "dump":
         from seglake.cli.dump import dump
 
+        files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+        if not files:
+            raise ValueError("dump: no file given (FILE... or --files a,b,c)")
         return dump(
-            args.files,
+            files,
             deep=args.deep_iteration,
             print_data=args.print_data_log,
             as_json=args.json,
             sanity=args.index_sanity_check,
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
+            decoder=args.decoder,
+            skip_metadata=args.skip_record_metadata,
         )
     if args.command == "consume":
         return run_consume(args)

@@ -77,6 +77,21 @@ HEADER_DTYPE = np.dtype(
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's ``DefaultRecordBatch.incrementSequence``: producer sequences wrap from
+    int32 max to 0 (a record's is its batch's baseSequence + its offset delta)."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's ``DefaultRecordBatch.decrementSequence`` (the inverse wrap)."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
 class SkippedBatch(NamedTuple):
     """A corrupt batch :func:`scan_batches` set aside (``skip_corrupt``); offsets are
     what its header says (not covered by the CRC)."""
