@@ -12,8 +12,9 @@ import pyarrow.fs as pafs
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from seglake.config import INT32_MAX, LogConfig
+from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
+from seglake.format import INT32_MAX
 from seglake.record.batch import scan_batches
 from seglake.record.decode import read_log
 from seglake.record.schema import HEADERS_TYPE

@@ -59,7 +59,6 @@ from seglake.spark.normalize import check_types
 from seglake.storage.naming import validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
-NO_TIMESTAMP = -1
 FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
 
 

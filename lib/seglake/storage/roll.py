@@ -18,7 +18,8 @@ import dataclasses
 
 import numpy as np
 
-from seglake.config import INT32_MAX, LogConfig
+from seglake.config import LogConfig
+from seglake.format import INT32_MAX
 
 
 @dataclasses.dataclass

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
+from seglake.format import LONG_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.record.encode_input import check_timestamps, int64_column
@@ -74,7 +75,7 @@ class _Open:
     log_path: str
     builder: IndexBuilder
     records: int = 0
-    min_ts: int = np.iinfo(np.int64).max
+    min_ts: int = LONG_MAX
     max_ts: int = np.iinfo(np.int64).min
     next_offset: int = 0
     batches: list[np.ndarray] = dataclasses.field(default_factory=list)
