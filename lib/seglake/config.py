@@ -640,9 +640,23 @@ class LogConfig:
         """``cleanup.policy`` has ``delete``."""
         return "delete" in self.cleanup_policy.split(",")
 
+    def every_topic(self) -> tuple[LogConfig, ...]:
+        """These settings and every topic's own."""
+        return (self, *(c for _, c in self.per_topic))
+
     def for_topic(self, topic: str) -> LogConfig:
         """The settings of ``topic``: its own if it has stored configs, else these."""
         return next((c for t, c in self.per_topic if t == topic), self)
+
+    def append_time(self, topic: str | None = None) -> tuple[bool, frozenset[str]]:
+        """``message.timestamp.type``: whether records get the run's time (LogAppendTime)
+        and the topics whose own setting is the other way (``topic`` given: its own)."""
+        if topic is not None:
+            return self.for_topic(topic).timestamp_type == "LogAppendTime", frozenset()
+        default = self.timestamp_type == "LogAppendTime"
+        return default, frozenset(
+            t for t, c in self.per_topic if (c.timestamp_type == "LogAppendTime") != default
+        )
 
     def to_properties(self) -> dict[str, str]:
         """Kafka-named ``{name: value}`` strings (what a ``.properties`` file holds)."""
