@@ -13,6 +13,7 @@ from seglake.cli.main import main
 from seglake.config import BY_BROKER_NAME, BY_TOPIC_NAME, SETTINGS, LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.recovery import fallback_intervals
 from seglake.lake.retention import apply_retention
 from seglake.lake.topic_config import parse_value, resolve, with_topics
 from seglake.lake.topic_store import alter_config, overrides_for, stored_configs, topic_configs
@@ -223,3 +224,12 @@ def test_with_topics_per_topic_and_lake_wide(tmp_path: Path) -> None:
     assert cfg.for_topic("a").batch_size == 100  # job settings stay the job's
     run = LogConfig().with_overrides({"compression.type": "lz4"})
     assert with_topics(run, stored).for_topic("a").codec == 3
+
+
+def test_recovery_rebuilds_with_the_topics_index_interval(tmp_path: Path, pristine: Path) -> None:  # noqa: F811
+    """A row without a recorded index.interval.bytes (an older catalog) is rebuilt with the
+    topic's stored one, over the job's (broker-level) value."""
+    cat = make_lake(tmp_path / "lake", pristine)
+    alter_config(cat, "t", set_={"index.interval.bytes": "512"})
+    base = LogConfig(index_interval_bytes=2048)
+    assert fallback_intervals(cat, ["t", "u", "t"], base) == {"t": 512, "u": 2048}

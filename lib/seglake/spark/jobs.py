@@ -269,9 +269,8 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
     from seglake.errors import SegmentNotFoundError
     from seglake.lake.catalog import Catalog
-    from seglake.lake.recovery import apply_recovery_fix
+    from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
     from seglake.lake.staging import STAGING, publish_pending
-    from seglake.lake.topic_store import topic_configs
 
     root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
@@ -284,10 +283,7 @@ def run_recover(spark: SparkSession, args) -> int:
             if catalog.run_committed(run):
                 publish_pending(root, run)
     groups = _partition_groups(catalog.segments(args.topics))
-    configs = topic_configs(catalog, config)  # a row without its interval: the topic's
-    intervals = {
-        t: configs.for_topic(t).index_interval_bytes for t in {g[0]["topic"] for g in groups}
-    }
+    intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
 
     def task(rows):
         import pyarrow as pa
