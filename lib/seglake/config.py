@@ -336,6 +336,14 @@ class LogConfig:
         return self.index_size_max_bytes // 12
 
     @property
+    def max_segment_ms(self) -> int:
+        """Kafka's ``LogConfig.maxSegmentMs``: ``segment.ms``, or ``max.compaction.lag.ms``
+        when lower on a compacted topic (its segments must roll to be cleaned in time)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.roll_ms)
+        return self.roll_ms
+
+    @property
     def compact(self) -> bool:
         """``cleanup.policy`` has ``compact``."""
         return "compact" in self.cleanup_policy.split(",")

@@ -341,3 +341,21 @@ def test_max_message_bytes_refuses_a_larger_batch(tmp_path: Path) -> None:
     got = MemoryRecords(data)
     batch = got.next_batch()
     assert batch is not None and len(list(batch)) == 50
+
+
+def test_compacted_topic_rolls_at_max_compaction_lag(tmp_path: Path) -> None:
+    """Kafka's LogConfig.maxSegmentMs: on a compact topic a max.compaction.lag.ms below
+    segment.ms is the time rule (a delete topic ignores it); checked against the rule
+    by brute force over the batches' timestamps."""
+    ts = np.arange(0, 10_000, 10, dtype=np.int64)  # 10 s of records, 10 ms apart
+    recs = make_records(len(ts), timestamps=ts)
+    lag = {"max.compaction.lag.ms": "1000", "batch.max.records": "10"}
+    compact = LogConfig().with_overrides({**lag, "cleanup.policy": "compact"})
+    assert compact.max_segment_ms == 1000
+    assert LogConfig().with_overrides(lag).max_segment_ms == LogConfig().roll_ms
+    infos = new_log(tmp_path, "c-0").append(recs, config=compact)
+    assert {i.roll_reason for i in infos[:-1]} == {"time"}
+    for f in log_files(tmp_path / "c-0"):
+        scan = scan_batches(f.read_bytes())
+        assert scan.max_timestamp[-1] - scan.max_timestamp[0] <= 1000
+    assert len(new_log(tmp_path, "d-0").append(recs, config=LogConfig().with_overrides(lag))) == 1
