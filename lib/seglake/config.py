@@ -303,13 +303,7 @@ class LogConfig:
     def __post_init__(self) -> None:
         for s in SETTINGS:
             if s.attr is not None:
-                value = getattr(self, s.attr)
-                if s.kind is list or s.kind is str:
-                    s.parse(value)
-                elif s.minimum is not None and value < s.minimum:
-                    raise ConfigError(f"{s.name}={value} is below its minimum {s.minimum}")
-                elif s.maximum is not None and value > s.maximum:
-                    raise ConfigError(f"{s.name}={value} is above its maximum {s.maximum}")
+                s.parse(getattr(self, s.attr))  # the table's type, bounds and choices
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # Kafka's validateValues
             raise ConfigError(
                 f"min.compaction.lag.ms={self.min_compaction_lag_ms} is above "
