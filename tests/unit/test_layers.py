@@ -3,12 +3,14 @@
 Only module-level imports count (those run when the module is imported): imports inside
 functions are lazy on purpose, and those under ``if TYPE_CHECKING:`` never run. Layers,
 bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
-``errors``, ``config``, ``fs`` and ``testing_hooks`` are shared by all of them.
+``errors``, ``config``, ``format``, ``fs`` and ``testing_hooks`` are shared by all of them.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,9 +133,9 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "fs", "io_stats", "testing_hooks"}
+SHARED = {"errors", "config", "format", "fs", "io_stats", "testing_hooks"}
 ALLOWED = {
-    "record": {"", "record", "errors", "config"},
+    "record": {"", "record", "errors", "config", "format"},
     "storage": {"", "record", "storage", *SHARED},
     "lake": {"", "record", "storage", "lake", *SHARED},
 }
@@ -169,3 +171,20 @@ def test_pyspark_only_in_spark() -> None:
         if _layer(m) != "spark"
     }
     assert {m: i for m, i in wrong.items() if i} == {}
+
+
+def test_record_loads_no_storage_or_lake() -> None:
+    """Importing the record layer (config and format with it) loads nothing above it: the
+    format's numbers come from the dependency-free ``seglake.format``, not from storage."""
+    code = (
+        "import seglake.record, seglake.record.encode, seglake.record.decode_fused, sys;"
+        "print([m for m in sys.modules if m.startswith(('seglake.storage', 'seglake.lake'))])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=LIB
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_format_imports_nothing() -> None:
+    assert imports_of("seglake.format") <= {"__future__"}

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from seglake.errors import ConfigError
-from seglake.record.schema import LONG_MAX
+from seglake.format import LONG_MAX
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 TimeLike = int | str | dt.datetime | dt.date | np.datetime64 | Any

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import ConfigError, SegmentNotFoundError
-from seglake.record.schema import LONG_MAX
+from seglake.format import LONG_MAX
 from seglake.storage.log import PartitionLog
 from seglake.storage.txn_index import collect_aborted
 

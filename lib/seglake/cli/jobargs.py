@@ -8,7 +8,7 @@ import math
 import sys
 from typing import NoReturn
 
-from seglake.record.schema import LONG_MAX
+from seglake.format import LONG_MAX
 
 FORMATS = ("parquet", "json", "csv", "delta")
 

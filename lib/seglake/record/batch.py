@@ -36,12 +36,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from seglake.format import LOG_OVERHEAD
 from seglake.record import native
 from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAGIC = 2
@@ -51,8 +51,6 @@ TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40
 NO_PRODUCER_ID = -1
-NO_TIMESTAMP = -1
-INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
 # below these, the compiled kernel's fixed cost (~30 us) is more than the Python scan's
 NATIVE_SCAN_BYTES = 1 << 16
 NATIVE_SCAN_BATCHES = 8

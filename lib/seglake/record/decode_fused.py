@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from seglake.config import INT32_MAX
+from seglake.format import INT32_MAX
 from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.decode_native import binary_column, headers_column

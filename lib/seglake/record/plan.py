@@ -14,7 +14,8 @@ from typing import NamedTuple
 import numpy as np
 
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
-from seglake.record.batch import HEADER_SIZE, INT32_MAX
+from seglake.format import INT32_MAX
+from seglake.record.batch import HEADER_SIZE
 from seglake.record.encode_input import first_not_increasing
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import vsize_z

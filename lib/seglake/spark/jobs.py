@@ -65,14 +65,9 @@ def _read_delta(spark: SparkSession, path: str) -> DataFrame:
 
 
 def _config(args) -> LogConfig:
-    """Broker-level settings; topic-level names (``cleanup.policy``...) are checked here
-    and left to the jobs that read topic configs."""
-    from seglake.lake.topic_config import parse_value, split_conf
-
-    topic, rest = split_conf(parse_overrides(args.conf))
-    for k, v in topic.items():
-        parse_value(k, v)
-    return LogConfig.load(args.conf_file, rest)
+    """The job's settings: ``--conf-file`` (broker level), then ``--conf``; those given by
+    a topic-level name (``segment.bytes``) win over the lake's topic configs."""
+    return LogConfig.load(args.conf_file, parse_overrides(args.conf))
 
 
 def run_ingest(spark: SparkSession, args) -> int:
@@ -285,10 +280,10 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
     from seglake.errors import SegmentNotFoundError
     from seglake.lake.catalog import Catalog
-    from seglake.lake.recovery import apply_recovery_fix
+    from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
     from seglake.lake.staging import STAGING, publish_pending
 
-    root, interval = args.root, _config(args).index_interval_bytes
+    root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
     catalog = Catalog(root)
     if not catalog.exists():
@@ -299,6 +294,7 @@ def run_recover(spark: SparkSession, args) -> int:
             if catalog.run_committed(run):
                 publish_pending(root, run)
     groups = _partition_groups(catalog.segments(args.topics))
+    intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
 
     def task(rows):
         import pyarrow as pa
@@ -311,7 +307,7 @@ def run_recover(spark: SparkSession, args) -> int:
             root,
             pa.Table.from_pylist(rows, schema=schema),
             dry_run=dry_run,
-            interval=interval,
+            interval=intervals[rows[0]["topic"]],
             force=force,
             kafka_truncate=kafka_truncate,
         )

@@ -24,14 +24,13 @@ import itertools
 
 import numpy as np
 
+from seglake.format import INT32_MAX, LOG_OVERHEAD
 from seglake.record.batch import HEADER_SIZE, BatchScan, scan_batches
-from seglake.storage.offset_index import INT32_MAX
 
 __all__ = ["DroppedBytes", "drop_damaged"]
 
 MAGIC_AT = 16  # baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8
 LENGTH_AT = 8
-LOG_OVERHEAD = 12
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
+from seglake.format import INT32_MAX, LONG_MAX
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
@@ -33,7 +34,6 @@ from seglake.storage.naming import (
     TXN_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.offset_index import INT32_MAX
 from seglake.storage.recovery_checks import codec_name
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import TAIL_POINTS
@@ -106,7 +106,7 @@ def merged_tail(sources: Sequence[MergeSource]) -> list[dict] | None:
     smallest timestamp of every later segment (``None`` if any is unknown)."""
     if any(s.tail_min_timestamps is None for s in sources):
         return None
-    later = np.iinfo(np.int64).max
+    later = LONG_MAX
     out: list[dict] = []
     for s in reversed(sources):
         points = [

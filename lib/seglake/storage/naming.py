@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from seglake.errors import InvalidTopicError
+from seglake.format import LONG_MAX
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -99,7 +100,7 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
 
 def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
     """``00000000000000368769.log`` for base offset 368769."""
-    if not 0 <= base_offset < 2**63:
+    if not 0 <= base_offset <= LONG_MAX:
         raise ValueError(f"base offset {base_offset} is outside 0..2^63-1")
     if suffix not in SEGMENT_SUFFIXES:
         raise ValueError(f"unknown segment file suffix {suffix!r}")

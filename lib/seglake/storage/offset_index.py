@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from seglake.format import INT32_MAX
 from seglake.storage.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
-    INT32_MAX,
     IndexFullError,
     InvalidIndexAppendError,
     ReadOnlyIndexError,

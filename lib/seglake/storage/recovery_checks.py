@@ -12,11 +12,12 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SegmentNotFoundError
+from seglake.format import INT32_MAX
 from seglake.record.batch import BatchScan
 from seglake.record.codecs import NAMES as CODEC_NAMES
 from seglake.record.control import parse_control_record
 from seglake.record.decode import decode_batches, record_times
-from seglake.storage.offset_index import INT32_MAX, OffsetIndex
+from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.tail_minima import batch_minima, tail_minima
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import AbortedTxn

@@ -36,12 +36,8 @@ from seglake.errors import (
     SegmentNotFoundError,
     SegmentReplacedError,
 )
-from seglake.record.batch import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    BatchScan,
-    SkippedBatch,
-)
+from seglake.format import LOG_OVERHEAD
+from seglake.record.batch import HEADER_SIZE, BatchScan, SkippedBatch
 from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,

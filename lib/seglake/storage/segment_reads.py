@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan
+from seglake.format import LOG_OVERHEAD
+from seglake.record.batch import HEADER_SIZE, BatchScan
 from seglake.record.decode import decode_batches
 from seglake.storage.segment_window import Window
 

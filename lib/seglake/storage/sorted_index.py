@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from seglake.errors import CorruptIndexError
-from seglake.storage.index_file import INT32_MAX, IndexFile, InvalidIndexAppendError
+from seglake.format import INT32_MAX
+from seglake.storage.index_file import IndexFile, InvalidIndexAppendError
 
 WARM_SECTION_BYTES = 8192  # Kafka's AbstractIndex warm section: the last 8 KiB of entries
 

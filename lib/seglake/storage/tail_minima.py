@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from seglake.format import LONG_MAX
+
 TAIL_POINTS = 64
 TAIL_STEP = 16 * 1024  # no closer than this: a smaller read gains nothing
 TAIL_TYPE = pa.list_(pa.struct([("offset", pa.int64()), ("min_timestamp", pa.int64())]))
@@ -78,7 +80,7 @@ def batch_minima(timestamps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Smallest of each batch's ``counts[i]`` consecutive ``timestamps`` (``int64`` max
     for an empty batch)."""
     counts = np.asarray(counts, dtype=np.int64)
-    out = np.full(len(counts), np.iinfo(np.int64).max, dtype=np.int64)
+    out = np.full(len(counts), LONG_MAX, dtype=np.int64)
     full = counts > 0
     if full.any():
         starts = (np.cumsum(counts) - counts)[full]

@@ -41,10 +41,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from seglake.format import NO_TIMESTAMP
 from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppendError
 from seglake.storage.sorted_index import AbstractIndex
 
-NO_TIMESTAMP = -1
 NO_ENTRY = -1  # bounds_many: no entry >= the target
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "NO_ENTRY", "NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]

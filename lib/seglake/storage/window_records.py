@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
+from seglake.format import LOG_OVERHEAD, LONG_MAX, LONG_MIN
 from seglake.record import native
 from seglake.record.batch import (
     CODEC_MASK,
     HEADER_DTYPE,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     SCAN_COLUMNS,
     BatchScan,
@@ -42,7 +42,7 @@ __all__ = [
     "walk_batches",
 ]
 
-NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
+NO_TS_LO, NO_TS_HI = LONG_MIN, LONG_MAX  # no timestamp bound
 
 
 def decode_windows(
