@@ -20,11 +20,11 @@ import numpy as np
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError, CorruptRecordError
+from seglake.format import NO_TIMESTAMP
 from seglake.record.batch import (
     CRC_OFFSET,
     DELETE_HORIZON_BIT,
     MAGIC,
-    NO_TIMESTAMP,
     BatchHeader,
     BatchScan,
     increment_sequence,

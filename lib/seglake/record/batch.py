@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from seglake.format import LOG_OVERHEAD
+from seglake.format import INT32_MAX, LOG_OVERHEAD
 from seglake.record import native
 from seglake.record.crc import crc32c
 
