@@ -161,6 +161,26 @@ class OffsetIndex(AbstractIndex):
         positions = np.where(hit, self.positions[s], 0)
         return offsets, positions
 
+    def upper_positions(self, targets: np.ndarray | list[int], end: int) -> np.ndarray:
+        """Where a read that must cover each target offset may stop: the position of the
+        first entry whose offset is > the target (the batch there starts after it), or
+        ``end`` (the segment's size) when there is none. Vectorised; int64."""
+        slots = self._upper_slots(targets, strict=True)
+        if self._n == 0:
+            return np.full(slots.shape, end, dtype=np.int64)
+        return np.where(slots < self._n, self.positions[np.minimum(slots, self._n - 1)], end)
+
+    def upper_position(self, target_offset: int, end: int) -> int:
+        """:meth:`upper_positions` of one offset."""
+        return int(self.upper_positions([int(target_offset)], end)[0])
+
+    def next_position(self, position: int, end: int) -> int:
+        """The first entry's position > ``position`` (Kafka's smallestUpperBound over the
+        positions, strictly above), or ``end``: one index interval read from there."""
+        pos = self.positions
+        i = int(np.searchsorted(pos, int(position), side="right"))
+        return int(pos[i]) if i < len(pos) else end
+
     # ---------------------------------------------------------------------------- writing
     def append(self, offset: int, position: int) -> None:
         """Append ``(offset, position)``: ``offset`` absolute, both strictly increasing.
