@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -185,11 +185,11 @@ class BatchScan:
 
     @property
     def is_control(self) -> np.ndarray:
-        return (self.attributes & CONTROL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & CONTROL_BIT) != 0)
 
     @property
     def is_transactional(self) -> np.ndarray:
-        return (self.attributes & TRANSACTIONAL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & TRANSACTIONAL_BIT) != 0)
 
     def header(self, i: int) -> BatchHeader:
         """The header of batch ``i`` as a :class:`BatchHeader`."""
@@ -284,7 +284,7 @@ def scan_batches(
     """
     view = memoryview(buf)
     end = len(view) if end is None else min(end, len(view))
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     crcs: list[bool] = []
     skipped: list[SkippedBatch] = []
     pos = start
@@ -355,7 +355,7 @@ def _plausible_end(view: memoryview, at: int, end: int) -> bool:
 
 
 def _from_rows(
-    rows: list,
+    rows: list[Any],
     valid_bytes: int,
     error: str | None,
     crcs: list[bool] | None = None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from typing import Any
 
 from seglake.errors import CorruptRecordError
 
@@ -71,7 +72,7 @@ class ControlRecord:
 
 
 def _unpack(
-    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict
+    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict[str, Any]
 ) -> tuple[int, ...]:
     """The fields of ``data`` (at least ``layout.size`` bytes, a version >= 0 first), or
     :class:`CorruptRecordError` naming ``what`` and the sizes."""

@@ -97,7 +97,7 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "run_id": cols["run_id"][ix].astype(object),
             "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
         }
-        a["segments"] = LogSegments(a["base_offset"], a["max_timestamp"])  # type: ignore[assignment]
+        a["segments"] = LogSegments(a["base_offset"], a["max_timestamp"])
         out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
     return out
 
@@ -241,7 +241,7 @@ def answer_queries(
             has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
         )
         o_q = o_q[~out]
-        segments: LogSegments = a["segments"]  # type: ignore[assignment]
+        segments: LogSegments = a["segments"]
         for s, qi in _split_by(segments.floor_many(target[o_q]), o_q):
             uniq, which = np.unique(target[qi], return_inverse=True)
             req = ans.request(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -56,7 +57,9 @@ class DroppedBytes:
         )
 
 
-def _candidates(arr: np.ndarray, pos: int, after: int, base_offset: int, chunk: int = 1 << 20):
+def _candidates(
+    arr: np.ndarray, pos: int, after: int, base_offset: int, chunk: int = 1 << 20
+) -> Iterator[int]:
     """Positions > ``pos`` with magic 2 and a base offset that could follow ``after``."""
     n = len(arr)
     for lo in range(pos + 1, max(n - HEADER_SIZE + 1, pos + 1), chunk):
@@ -84,7 +87,7 @@ def _next_batch(buf: bytes, pos: int, after: int, base_offset: int) -> int | Non
             and int(one.base_offset[0]) > after
             and int(one.last_offset[0]) - base_offset <= INT32_MAX
         ):
-            return q
+            return int(q)
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class OffsetIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return self._base + _REL.unpack_from(self._buf, slot * 8)[0]
+        return cast(int, self._base + _REL.unpack_from(self._buf, slot * 8)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.offsets
