@@ -42,6 +42,8 @@ from seglake.record.crc import crc32c
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
+LENGTH_OFFSET = 8
+MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAGIC = 2
@@ -75,6 +77,13 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+
+def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:
+    """The size the batch header at ``pos`` claims for its batch: ``LOG_OVERHEAD +
+    batchLength`` (not checked: a damaged header claims anything)."""
+    at = pos + LENGTH_OFFSET
+    return LOG_OVERHEAD + int.from_bytes(buf[at : at + 4], "big", signed=True)
 
 
 class SkippedBatch(NamedTuple):

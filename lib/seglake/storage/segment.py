@@ -38,9 +38,9 @@ from seglake.errors import (
 )
 from seglake.record.batch import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchScan,
     SkippedBatch,
+    claimed_size,
 )
 from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
@@ -304,7 +304,7 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         tail = w.data[end - start :]
         if len(tail) < HEADER_SIZE:
             return w
-        size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+        size = claimed_size(tail)
         rest = self.window(end, end + size, verify_crc=False)
         eof = self._eof(end, min(end + size, self.size), rest.data)
         return self._make_window(start, w.data[: end - start] + rest.data, eof)

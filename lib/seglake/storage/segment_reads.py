@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan
+from seglake.record.batch import HEADER_SIZE, BatchScan, claimed_size
 from seglake.record.decode import decode_batches
 from seglake.storage.segment_window import Window
 from seglake.storage.time_index import TimestampOffset
@@ -134,9 +134,7 @@ class SegmentReads:
                 # a batch larger than the chunk (or a torn tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
                 if len(head) == HEADER_SIZE:
-                    w = self.window(
-                        pos, pos + int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
-                    )
+                    w = self.window(pos, pos + claimed_size(head))
             if pos == first and self._bad_start(w, first):
                 return self.find_offset_by_timestamp(timestamp, start_offset)
             if w.end == pos:
