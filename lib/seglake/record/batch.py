@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -42,6 +42,8 @@ from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
+LENGTH_OFFSET = 8
+MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAGIC = 2
@@ -88,6 +90,13 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
     if sequence < decrement:
         return INT32_MAX - (decrement - sequence) + 1
     return sequence - decrement
+
+
+def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:
+    """The size the batch header at ``pos`` claims for its batch: ``LOG_OVERHEAD +
+    batchLength`` (not checked: a damaged header claims anything)."""
+    at = pos + LENGTH_OFFSET
+    return LOG_OVERHEAD + int.from_bytes(buf[at : at + 4], "big", signed=True)
 
 
 class SkippedBatch(NamedTuple):
@@ -198,11 +207,11 @@ class BatchScan:
 
     @property
     def is_control(self) -> np.ndarray:
-        return (self.attributes & CONTROL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & CONTROL_BIT) != 0)
 
     @property
     def is_transactional(self) -> np.ndarray:
-        return (self.attributes & TRANSACTIONAL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & TRANSACTIONAL_BIT) != 0)
 
     def header(self, i: int) -> BatchHeader:
         """The header of batch ``i`` as a :class:`BatchHeader`."""
@@ -297,7 +306,7 @@ def scan_batches(
     """
     view = memoryview(buf)
     end = len(view) if end is None else min(end, len(view))
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     crcs: list[bool] = []
     skipped: list[SkippedBatch] = []
     pos = start
@@ -368,7 +377,7 @@ def _plausible_end(view: memoryview, at: int, end: int) -> bool:
 
 
 def _from_rows(
-    rows: list,
+    rows: list[Any],
     valid_bytes: int,
     error: str | None,
     crcs: list[bool] | None = None,

@@ -74,7 +74,7 @@ class ControlRecord:
 
 
 def _unpack(
-    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict
+    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict[str, Any]
 ) -> tuple[int, ...]:
     """The fields of ``data`` (at least ``layout.size`` bytes, a version >= 0 first), or
     :class:`CorruptRecordError` naming ``what`` and the sizes."""

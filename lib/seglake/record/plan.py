@@ -9,7 +9,7 @@ per batch, everything per record is numpy.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class RelVarints(NamedTuple):
     @property
     def size(self) -> np.ndarray:
         """Whole encoded size of each record, length varint included (int64)."""
-        return (self.z_len >> np.uint64(1)).view(np.int64) + self.s_len
+        return cast(np.ndarray, (self.z_len >> np.uint64(1)).view(np.int64) + self.s_len)
 
     def head(self, k: int) -> RelVarints:
         return RelVarints(*(a[:k] for a in self))

@@ -25,7 +25,8 @@ from seglake.storage.point_requests import (
     byte_ranges,
     read_groups,
 )
-from seglake.storage.segment import LogSegment, Window
+from seglake.storage.segment import LogSegment
+from seglake.storage.segment_window import Window
 
 __all__ = ["Chains", "locate"]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -98,16 +99,16 @@ class MergeSource:
     record_count: int
     min_timestamp: int
     max_timestamp: int
-    tail_min_timestamps: list[dict] | None
+    tail_min_timestamps: list[dict[str, Any]] | None
 
 
-def merged_tail(sources: Sequence[MergeSource]) -> list[dict] | None:
+def merged_tail(sources: Sequence[MergeSource]) -> list[dict[str, Any]] | None:
     """Tail minima of the concatenation: each old checkpoint's minimum lowered by the
     smallest timestamp of every later segment (``None`` if any is unknown)."""
     if any(s.tail_min_timestamps is None for s in sources):
         return None
     later = LONG_MAX
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for s in reversed(sources):
         points = [
             {"offset": int(p["offset"]), "min_timestamp": min(int(p["min_timestamp"]), later)}

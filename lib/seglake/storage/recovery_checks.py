@@ -6,6 +6,7 @@ the codec and timestamps of what is kept."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -180,7 +181,9 @@ def codec_name(scan: BatchScan) -> str:
     return names.pop() if len(names) == 1 else "mixed"
 
 
-def segment_timestamps(buf: bytes, scan: BatchScan, path: str) -> tuple[int, list[dict] | None]:
+def segment_timestamps(
+    buf: bytes, scan: BatchScan, path: str
+) -> tuple[int, list[dict[str, Any]] | None]:
     """The smallest record timestamp (-1: none) and the tail minima of the kept batches
     (None, and the smallest batch base timestamp, when records do not decode)."""
     if not len(scan):

@@ -74,6 +74,12 @@ class AbstractIndex(IndexFile):
         t = np.asarray(targets, dtype=np.int64)
         return np.searchsorted(self._native_keys(), t, side="left" if strict else "right") - 1
 
+    def _upper_slots(self, targets: np.ndarray | list[int], strict: bool = False) -> np.ndarray:
+        """Kafka's ``smallestUpperBoundSlotFor`` of each target: slot of the smallest key
+        >= target (``strict``: > target), or the entry count when there is none."""
+        t = np.asarray(targets, dtype=np.int64)
+        return np.searchsorted(self._native_keys(), t, side="right" if strict else "left")
+
     def _check_slot(self, i: int) -> int:
         self._check_open()
         i = int(i)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -92,7 +92,7 @@ class TimeIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return _TS.unpack_from(self._buf, slot * 12)[0]
+        return cast(int, _TS.unpack_from(self._buf, slot * 12)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.timestamps

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import posixpath
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,10 +61,10 @@ class SegmentInfo:
     codec: str
     log_path: str
     roll_reason: str | None = None
-    tail_min_timestamps: list[dict] | None = None  # see seglake.storage.tail_minima
+    tail_min_timestamps: list[dict[str, Any]] | None = None  # see seglake.storage.tail_minima
     index_interval_bytes: int | None = None  # log.index.interval.bytes of its indexes
 
-    def catalog_row(self, topic: str, partition: int, path: str) -> dict:
+    def catalog_row(self, topic: str, partition: int, path: str) -> dict[str, Any]:
         """Its catalog row (no ``run_id``/``committed_at``); ``path`` relative to the root."""
         return segment_row(topic, partition, self, path)
 
