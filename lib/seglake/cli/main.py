@@ -21,6 +21,7 @@ from seglake.cli.jobargs import (
     seconds,
 )
 from seglake.errors import InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.fs import refused
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
@@ -360,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # the file system refused a write: one line, else a bug
+        err = refused(exc)
+        if err is None:
+            raise
+        print(f"seglake: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

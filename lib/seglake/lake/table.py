@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglake import fs as lakefs
 from seglake.errors import CatalogError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
@@ -147,18 +148,21 @@ class CatalogTable:
         if not self.exists():
             schema, partition_by = schema_spec()
             try:
-                DeltaTable.create(
-                    self.uri,
-                    schema=schema,
-                    partition_by=list(partition_by),
-                    mode="ignore",
-                    name="seglake_catalog",
-                    description="seglake: one row per committed segment",
-                    storage_options=self.storage_options,
-                )
-            except DeltaError as exc:  # another process created it at the same moment
+                with lakefs.native_stderr_held():
+                    DeltaTable.create(
+                        self.uri,
+                        schema=schema,
+                        partition_by=list(partition_by),
+                        mode="ignore",
+                        name="seglake_catalog",
+                        description="seglake: one row per committed segment",
+                        storage_options=self.storage_options,
+                    )
+            except (DeltaError, OSError) as exc:  # or another process created it meanwhile
                 if not self.exists():
-                    raise CatalogError(f"cannot create catalog {self.uri}: {exc}") from exc
+                    raise lakefs.refused(exc, self.uri) or CatalogError(
+                        f"cannot create catalog {self.uri}: {exc}"
+                    ) from exc
         return self.version()
 
     def version(self) -> int:
