@@ -7,6 +7,7 @@ line and exit 2, also when a task raised them (:func:`task_error`: not a Py4J tr
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
+from seglake.fs import refused
 from seglake.spark.session import get_session, list_accumulator, spark_error, task_error
 
 
@@ -363,6 +365,26 @@ def run_compact(spark: SparkSession, args) -> int:
     return 0
 
 
+def report_error(job: str, err: BaseException, *, in_spark: bool) -> None:
+    """The job's one error line: to ``$SEGLAKE_ERROR_FILE`` (spark-submit.sh prints it
+    on stderr after Spark has exited: spark-submit sends the Python driver's stderr to
+    its stdout), else stderr. ``in_spark``: Spark logged it (a task's traceback), so the
+    line names the log file."""
+    line = f"seglake {job}: error: {type(err).__name__}: {err}"
+    log = os.environ.get("SEGLAKE_LOG_FILE")
+    if in_spark and log:
+        line += f" (Spark's log: {log})"
+    target = os.environ.get("SEGLAKE_ERROR_FILE")
+    if target:
+        try:
+            with open(target, "a") as out:
+                out.write(line + "\n")
+            return
+        except OSError:  # the line is what matters: stderr then
+            pass
+    print(line, file=sys.stderr)
+
+
 RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
     "extract": (jobargs.extract_parser, run_extract),
@@ -385,10 +407,10 @@ def main(job: str, argv: list[str]) -> int:
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
-        err = task_error(exc) or spark_error(exc)
+        err = task_error(exc) or refused(exc) or spark_error(exc)
         if err is None:
             raise
-        print(f"seglake {job}: error: {type(err).__name__}: {err}", file=sys.stderr)
+        report_error(job, err, in_spark=err is not exc)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code

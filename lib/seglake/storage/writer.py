@@ -265,7 +265,8 @@ class SegmentWriter:
 
     def _open_segment(self, base_offset: int) -> _Open:
         if not self._dir_made:
-            self.fs.create_dir(self.directory, recursive=True)
+            with lakefs.writing(self.directory):
+                self.fs.create_dir(self.directory, recursive=True)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
         with self._writing(log_path):

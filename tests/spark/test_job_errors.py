@@ -1,0 +1,129 @@
+"""Issue 25 item 7: a job whose task fails, run through ./spark-submit.sh as people run
+it, prints seglake's one line on stderr, last and once; the Python worker's traceback
+(which Spark logs 2-4 times: ERROR Executor, WARN TaskSetManager...) only in the log
+file that line names, never on stdout or stderr. Item 6 through the jobs: a lake the
+file system refuses is one line too, nothing committed, no staging left."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from seglake.lake.catalog import Catalog
+from seglake.record.batch import scan_batches
+from seglake.spark.jobs import main
+from tests.disk_faults import ROOT, remount, seglake, tmpfs
+
+FIXTURES = Path(os.environ.get("SEGLAKE_FIXTURES", "/work/shared/fixtures")) / "kafka-3.8-broker"
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no fixtures at {FIXTURES}"),
+]
+
+
+def _damaged_lake(root: Path) -> Path:
+    """A lake of the broker's __cluster_metadata-0 with one bit flipped in a batch in
+    the middle of its segment (CRC-32C mismatch): the extract task reading it raises."""
+    proc = seglake("register", str(FIXTURES), "--root", str(root), "--topics", "__cluster_metadata")
+    assert proc.returncode == 0, proc.stderr
+    log = root / "__cluster_metadata-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    scan = scan_batches(bytes(data))
+    middle = len(scan.position) // 2
+    data[int(scan.position[middle + 1]) - 1] ^= 0x01  # its last record byte, under the CRC
+    log.write_bytes(bytes(data))
+    return log
+
+
+def test_a_failed_task_is_one_line_on_stderr_last(tmp_path) -> None:
+    """Old code: the worker's traceback three times on stderr (ERROR Utils, ERROR
+    Executor, WARN TaskSetManager, each with the JVM stack), and seglake's line on stdout
+    (spark-submit sends the Python driver's stderr to its stdout)."""
+    log = _damaged_lake(tmp_path / "lake")
+    env = {
+        **os.environ,
+        "SEGLAKE_LOG_DIR": str(tmp_path / "logs"),
+        "SEGLAKE_MASTER": "local[1]",
+    }
+    env.pop("SEGLAKE_ERROR_FILE", None)
+    args = ["--root", str(tmp_path / "lake"), "--topic", "__cluster_metadata"]
+    args += ["--start-offset", "0", "--end-offset", "4000", "--output", str(tmp_path / "out")]
+    proc = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "extract", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        timeout=900,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    for stream in (proc.stdout, proc.stderr):
+        assert "Traceback" not in stream and "PythonException" not in stream, stream
+        assert "ERROR Executor" not in stream and "TaskSetManager" not in stream, stream
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]  # \r: the progress bar
+    ours = [x for x in lines if "seglake extract" in x]
+    assert ours == [lines[-1]], proc.stderr  # once, and last
+    assert "seglake extract" not in proc.stdout
+    m = re.fullmatch(
+        rf"seglake extract: error: CorruptRecordError: {re.escape(str(log))}: position \d+: "
+        r"batch with offsets \d+\.\.\d+ .*CRC-32C mismatch.* \(Spark's log: (.+)\)",
+        lines[-1],
+    )
+    assert m, lines[-1]
+    spark_log = Path(m.group(1))
+    assert spark_log.parent == tmp_path / "logs"
+    assert "Traceback" in spark_log.read_text()  # the worker's traceback is kept there
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.parquet"))
+
+
+def _messages(n: int) -> pa.Table:
+    rng = np.random.default_rng(5)
+    return pa.table({"value": [rng.bytes(200) for _ in range(n)]})
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_ingest_into_a_lake_the_file_system_refuses(spark, capsys, tmp_path, fault) -> None:
+    """Old code: a Py4J/PythonException traceback (read-only: the task's OSError)."""
+    pq.write_table(_messages(200), tmp_path / "small.parquet")
+    pq.write_table(_messages(20_000), tmp_path / "big.parquet")  # ~4 MB: does not fit
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        root = disk / "lake"
+        argv = ["--input", str(tmp_path / "small.parquet"), "--root", str(root), "--topic", "t"]
+        assert main("ingest", argv) == 0
+        version = Catalog(str(root)).version()
+        capsys.readouterr()
+        if fault == "read-only":
+            remount(disk, "ro")
+        argv[1] = str(tmp_path / ("small.parquet" if fault == "read-only" else "big.parquet"))
+        assert main("ingest", argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        lines = [x for x in err.splitlines() if x.startswith("seglake ingest: ")]
+        assert len(lines) == 1 and lines[0].startswith("seglake ingest: error: "), err
+        assert str(root) in lines[0], lines[0]
+        assert ("(EROFS)" if fault == "read-only" else "(ENOSPC)") in lines[0], lines[0]
+        if fault == "read-only":
+            remount(disk, "rw")
+        assert Catalog(str(root)).version() == version
+        staging = root / "_staging"
+        assert not staging.exists() or not os.listdir(staging), os.listdir(staging)
+
+
+def test_a_task_refused_by_the_file_system_is_one_line() -> None:
+    from seglake.spark.session import task_error
+
+    text = (
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1\nOSError: [Errno 30] Cannot create directory '
+        "'/l/_staging/r/t-0'. Detail: [errno 30] Read-only file system\n SQLSTATE: 38000"
+    )
+    err = task_error(RuntimeError(text))
+    assert type(err).__name__ == "FileSystemError"
+    assert str(err).startswith("/l/_staging/r/t-0: the file system is read-only (EROFS): ")
