@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
-    r.add_argument("--offset", type=int, required=True)
+    r.add_argument("--offset", type=non_negative, required=True)
     r.add_argument("--max-records", type=non_negative, default=10)
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     _skip_corrupt(r)

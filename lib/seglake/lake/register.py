@@ -163,7 +163,7 @@ def register(
                 if rec.batches and rec.base_offset not in rep.deleted_segments
             ]
             if not found:
-                cut = [str(s) for s in rep.segments if s.changed]
+                cut = [str(s) for s in rep.segments if s.truncated_bytes]
                 skipped[name] = (
                     f"no records left after recovery ({cut[0].strip()})"
                     if cut
