@@ -54,6 +54,24 @@ def fill(path: Path) -> Path:
     return filler
 
 
+@contextlib.contextmanager
+def refusing(disk: Path, fault: str) -> Iterator[None]:
+    """The tmpfs at ``disk`` remounted read-only (``fault="read-only"``) or filled
+    (``"full"``) for the block; writable with its space back after."""
+    filler = None
+    if fault == "read-only":
+        remount(disk, "ro")
+    else:
+        filler = fill(disk)
+    try:
+        yield
+    finally:
+        if filler is None:
+            remount(disk, "rw")
+        else:
+            filler.unlink()
+
+
 def file_size_limit(limit: int) -> Callable[[], None]:
     """A ``preexec_fn`` that caps the files the child writes at ``limit`` bytes
     (RLIMIT_FSIZE) with SIGXFSZ ignored, so a write past it fails with EFBIG."""

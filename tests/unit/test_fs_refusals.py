@@ -15,7 +15,15 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
-from tests.disk_faults import file_size_limit, fill, one_error_line, remount, seglake, tmpfs
+from tests.disk_faults import (
+    file_size_limit,
+    fill,
+    one_error_line,
+    refusing,
+    remount,
+    seglake,
+    tmpfs,
+)
 from tests.unit.test_recovery import N, make_lake, pristine  # noqa: F401
 
 FIXTURES = Path(os.environ.get("SEGLAKE_FIXTURES", "/work/shared/fixtures")) / "kafka-3.8-broker"
@@ -128,19 +136,14 @@ def test_config_set_on_a_lake_that_cannot_be_written(tmp_path, fault) -> None:
     with tmpfs(tmp_path / "disk", "1m") as disk:
         root = disk / "lake"
         version = _lake_with_a_segment(root)
-        if fault == "read-only":
-            remount(disk, "ro")
-        else:
-            fill(disk)
-        proc = seglake("config", str(root), "--topic", "first", "--set", "cleanup.policy=compact")
+        with refusing(disk, fault):
+            proc = seglake(
+                "config", str(root), "--topic", "first", "--set", "cleanup.policy=compact"
+            )
         line = one_error_line(proc)
         assert str(root / "_catalog") in line, line
         assert ("read-only (EROFS)" if fault == "read-only" else "(ENOSPC)") in line, line
         assert "panicked" not in proc.stderr
-        if fault == "read-only":
-            remount(disk, "rw")
-        else:
-            (disk / "filler").unlink()
         assert Catalog(str(root)).version() == version
 
 
@@ -152,18 +155,11 @@ def test_retention_on_a_lake_that_cannot_be_written(tmp_path, pristine, fault) -
         root = disk / "lake"
         version = make_lake(root, pristine).version()
         files = sorted(os.listdir(root / "t-0"))
-        if fault == "read-only":
-            remount(disk, "ro")
-        else:
-            fill(disk)
-        proc = seglake("retention", str(root), "--log-start-offset", f"t:0:{N}")
+        with refusing(disk, fault):
+            proc = seglake("retention", str(root), "--log-start-offset", f"t:0:{N}")
         line = one_error_line(proc)
         assert str(root) in line and ("EROFS" if fault == "read-only" else "ENOSPC") in line
         assert "panicked" not in proc.stderr
-        if fault == "read-only":
-            remount(disk, "rw")
-        else:
-            (disk / "filler").unlink()
         assert Catalog(str(root)).version() == version
         assert sorted(os.listdir(root / "t-0")) == files
 
