@@ -37,6 +37,12 @@ done
 [ -n "$job" ] || usage
 script="$here/jobs/$job.py"
 [ -f "$script" ] || { echo "spark-submit.sh: no job '$job' (no $script)" >&2; usage; }
+# arguments, --root, input paths and topics checked before a JVM starts (seconds):
+# one line and exit 2, or --help printed (3)
+checked=0
+"$py" -m seglake.cli.jobargs "$job" "$@" || checked=$?
+[ "$checked" = 3 ] && exit 0
+[ "$checked" = 0 ] || exit "$checked"
 
 mkdir -p "$here/build"
 zip="$here/build/seglake.zip"

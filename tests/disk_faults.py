@@ -83,20 +83,33 @@ def file_size_limit(limit: int) -> Callable[[], None]:
     return apply
 
 
+def run(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """A child process with no stdin, its output captured as text."""
+    return subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        preexec_fn=preexec_fn,
+        timeout=timeout,
+    )
+
+
 def seglake(
     *args: str, preexec_fn: Callable[[], None] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``seglake`` command in a child process (no stdin, no bytecode writes)."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "seglake.cli.main", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        preexec_fn=preexec_fn,
-        timeout=300,
-    )
+    return run([sys.executable, "-m", "seglake.cli.main", *args], env=env, preexec_fn=preexec_fn)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str], prog: str = "seglake") -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ import pytest
 from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.spark.jobs import main
-from tests.disk_faults import ROOT, refusing, seglake, tmpfs
+from tests.disk_faults import ROOT, refusing, run, seglake, tmpfs
 
 FIXTURES = Path(os.environ.get("SEGLAKE_FIXTURES", "/work/shared/fixtures")) / "kafka-3.8-broker"
 pytestmark = [
@@ -55,14 +55,7 @@ def test_a_failed_task_is_one_line_on_stderr_last(tmp_path) -> None:
     env.pop("SEGLAKE_ERROR_FILE", None)
     args = ["--root", str(tmp_path / "lake"), "--topic", "__cluster_metadata"]
     args += ["--start-offset", "0", "--end-offset", "4000", "--output", str(tmp_path / "out")]
-    proc = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "extract", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        timeout=900,
-    )
+    proc = run([str(ROOT / "spark-submit.sh"), "extract", *args], env=env, timeout=900)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     for stream in (proc.stdout, proc.stderr):
         assert "Traceback" not in stream and "PythonException" not in stream, stream
@@ -114,3 +107,97 @@ def test_ingest_into_a_lake_the_file_system_refuses(spark, capsys, tmp_path, fau
         assert Catalog(str(root)).version() == version
         staging = root / "_staging"
         assert not staging.exists() or not os.listdir(staging), os.listdir(staging)
+
+
+def _check_cases(tmp_path: Path) -> dict[str, tuple[str, list[str], str]]:
+    lake = tmp_path / "lake"
+    if not lake.exists():
+        assert seglake("register", str(FIXTURES), "--root", str(lake)).returncode == 0
+    (tmp_path / "notes.txt").write_text("x")
+    out = ["--output", str(tmp_path / "o")]
+    return {
+        "extract no lake": (
+            "extract",
+            ["--root", "nolake", "--topic", "first", *out],
+            "nolake: not a lake",
+        ),
+        "extract no topic": (
+            "extract",
+            ["--root", str(lake), "--topic", "nope", *out],
+            "topic 'nope' is not in the lake",
+        ),
+        "ingest no input": (
+            "ingest",
+            ["--input", "nope.parquet", "--root", str(lake)],
+            "nope.parquet: input path does not exist",
+        ),
+        "ingest root a file": (
+            "ingest",
+            ["--input", str(tmp_path / "notes.txt"), "--root", str(tmp_path / "notes.txt")],
+            "notes.txt: is a file, not a lake directory",
+        ),
+        "ingest bad topic": (
+            "ingest",
+            ["--input", str(tmp_path / "notes.txt"), "--root", str(lake), "--topic", "a/b"],
+            "InvalidTopicError",
+        ),
+        "lookup no queries": (
+            "lookup",
+            ["--root", str(lake), "--queries", "q.json", *out],
+            "q.json: queries path does not exist",
+        ),
+        "retention no lake": (
+            "retention",
+            ["--root", "nolake", "--retention-ms", "1"],
+            "not a lake",
+        ),
+        "recover no lake": ("recover", ["--root", "nolake"], "nolake: not a lake"),
+        "compact no lake": ("compact", ["--root", "nolake"], "nolake: not a lake"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "extract no lake",
+        "extract no topic",
+        "ingest no input",
+        "ingest root a file",
+        "ingest bad topic",
+        "lookup no queries",
+        "retention no lake",
+        "recover no lake",
+        "compact no lake",
+    ],
+)
+def test_arguments_are_checked_before_spark_starts(tmp_path, monkeypatch, capsys, case) -> None:
+    """Issue 23 item 3: a wrong root, input path or topic is one line before any Spark
+    session is asked for (old code: the session first, ~17 s, then the error)."""
+    job, argv, named = _check_cases(tmp_path)[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEGLAKE_ERROR_FILE", raising=False)
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was started before the arguments were checked")
+
+    monkeypatch.setattr("seglake.spark.jobs.get_session", no_spark)
+    capsys.readouterr()
+    assert main(job, argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"seglake {job}: error: "), lines
+    assert named in lines[0], lines[0]
+    assert not (tmp_path / "nolake").exists()
+
+
+def test_spark_submit_checks_before_the_jvm(tmp_path) -> None:
+    """spark-submit.sh runs the same checks (``python -m seglake.cli.jobargs``) before it
+    starts spark-submit: one line, exit 2; --help needs no JVM either."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("SEGLAKE_ERROR_FILE", None)
+    for job, argv, named in _check_cases(tmp_path).values():
+        proc = run([sys.executable, "-m", "seglake.cli.jobargs", job, *argv], env=env, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (job, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and named in proc.stderr, proc.stderr
+    proc = run([str(ROOT / "spark-submit.sh"), "extract", "--help"])
+    assert proc.returncode == 0 and "--isolation-level" in proc.stdout
+    assert "WARNING: Using incubator modules" not in proc.stderr  # no JVM was started

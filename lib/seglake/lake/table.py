@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import fs as lakefs
-from seglake.errors import CatalogError
+from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.storage.naming import validate_partition, validate_topic
@@ -139,6 +139,22 @@ class CatalogTable:
         from deltalake import DeltaTable
 
         return bool(DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options))
+
+    def require(self) -> None:
+        """The catalog must exist: :class:`SegmentNotFoundError` ``ROOT: not a lake``."""
+        if not self.exists():
+            raise SegmentNotFoundError(f"{self.root}: not a lake (no {CATALOG_DIR}/ in it)")
+
+    def require_topic(self, topic: str, *, version: int | None = None) -> None:
+        """``topic`` must have a segment in the lake (at ``version``): a name that has none
+        would otherwise read as an empty result. The error lists the lake's topics."""
+        topics = sorted({t for t, _ in self.log_end_offsets(version=version)})
+        if topic not in topics:
+            at = f"catalog version {self.version() if version is None else version}"
+            raise SegmentNotFoundError(
+                f"topic {topic!r} is not in the lake {self.root} ({at}; "
+                f"topics: {topics[:10]}{' ...' if len(topics) > 10 else ''})"
+            )
 
     def create_if_missing(self) -> int:
         """Create the empty catalog table unless it exists; return the table version."""

@@ -31,14 +31,7 @@ def _print_skipped(acc) -> None:
 
 def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     """A DataFrame of ``path`` in ``fmt`` (delta without delta-spark: via deltalake)."""
-    import pyarrow.fs as pafs
-
-    from seglake.errors import SegmentNotFoundError
-    from seglake.fs import resolve
-
-    fs, p = resolve(path)
-    if fs.get_file_info(p).type == pafs.FileType.NotFound:
-        raise SegmentNotFoundError(f"{path}: input path does not exist")
+    jobargs.require_path(path, "input path")
     if fmt == "delta":
         if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
             return spark.read.format("delta").load(path)
@@ -274,7 +267,6 @@ def _partition_groups(rows):
 
 def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
-    from seglake.errors import SegmentNotFoundError
     from seglake.lake.catalog import Catalog
     from seglake.lake.recovery import apply_recovery_fix
     from seglake.lake.staging import STAGING, publish_pending
@@ -282,8 +274,7 @@ def run_recover(spark: SparkSession, args) -> int:
     root, interval = args.root, _config(args).index_interval_bytes
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
     catalog = Catalog(root)
-    if not catalog.exists():
-        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    catalog.require()
     if not dry_run:
         fs, base = lakefs.resolve(root)
         for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
@@ -365,26 +356,6 @@ def run_compact(spark: SparkSession, args) -> int:
     return 0
 
 
-def report_error(job: str, err: BaseException, *, in_spark: bool) -> None:
-    """The job's one error line: to ``$SEGLAKE_ERROR_FILE`` (spark-submit.sh prints it
-    on stderr after Spark has exited: spark-submit sends the Python driver's stderr to
-    its stdout), else stderr. ``in_spark``: Spark logged it (a task's traceback), so the
-    line names the log file."""
-    line = f"seglake {job}: error: {type(err).__name__}: {err}"
-    log = os.environ.get("SEGLAKE_LOG_FILE")
-    if in_spark and log:
-        line += f" (Spark's log: {log})"
-    target = os.environ.get("SEGLAKE_ERROR_FILE")
-    if target:
-        try:
-            with open(target, "a") as out:
-                out.write(line + "\n")
-            return
-        except OSError:  # the line is what matters: stderr then
-            pass
-    print(line, file=sys.stderr)
-
-
 RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
     "extract": (jobargs.extract_parser, run_extract),
@@ -403,6 +374,7 @@ def main(job: str, argv: list[str]) -> int:
     args = parser_fn().parse_args(argv)
     started = time.time()
     try:
+        jobargs.check_before_spark(job, args)  # so do paths and topics
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
@@ -410,7 +382,8 @@ def main(job: str, argv: list[str]) -> int:
         err = task_error(exc) or refused(exc) or spark_error(exc)
         if err is None:
             raise
-        report_error(job, err, in_spark=err is not exc)
+        log = os.environ.get("SEGLAKE_LOG_FILE") if err is not exc else None
+        jobargs.report_error(job, err, log_file=log)  # from a task: its traceback is there
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code
