@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
+from seglake.errors import FileSystemError, InputSchemaError, OffsetOrderError
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.record.encode_input import check_timestamps, int64_column
@@ -250,12 +250,13 @@ class SegmentWriter:
 
     @contextlib.contextmanager
     def _writing(self, path: str) -> Iterator[None]:
-        """A full disk: the error names the file; the open stream is closed (its file
-        stays as staged garbage for the run's cleanup)."""
+        """A refused write (a full disk, a read-only file system, a file past the size
+        limit): the error names the file; the open stream is closed (its file stays as
+        staged garbage for the run's cleanup)."""
         try:
             with lakefs.writing(path):
                 yield
-        except NoSpaceError:
+        except FileSystemError:
             with contextlib.suppress(OSError):
                 self.abort()
             raise
