@@ -38,9 +38,13 @@ done
 script="$here/jobs/$job.py"
 [ -f "$script" ] || { echo "spark-submit.sh: no job '$job' (no $script)" >&2; usage; }
 # arguments, --root, input paths and topics checked before a JVM starts (seconds):
-# one line and exit 2, or --help printed (3)
+# one line and exit 2, or --help printed (3); not for a driver run on the cluster
+# (--deploy-mode cluster), whose paths may exist only there
 checked=0
-"$py" -m seglake.cli.jobargs "$job" "$@" || checked=$?
+case " ${spark_opts[*]-} " in
+  *" --deploy-mode cluster "*|*" --deploy-mode=cluster "*) ;;
+  *) "$py" -m seglake.cli.jobargs "$job" "$@" || checked=$? ;;
+esac
 [ "$checked" = 3 ] && exit 0
 [ "$checked" = 0 ] || exit "$checked"
 
