@@ -393,11 +393,16 @@ def native_stderr_held() -> Iterator[None]:
     itself becomes one line (:func:`refused`)."""
     try:
         sys.stderr.flush()
-        hold = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after fd 2 is back)
-    except (OSError, ValueError):  # no temporary file, or no stderr to flush
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2, or no stderr to flush: nothing to hold
         yield
         return
-    saved = os.dup(2)
+    try:
+        hold = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after fd 2 is back)
+    except OSError:
+        os.close(saved)
+        yield
+        return
     os.dup2(hold.fileno(), 2)
     ok = False
     try:

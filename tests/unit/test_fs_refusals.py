@@ -183,3 +183,15 @@ def test_register_copies_nothing_of_a_failed_run_into_place(tmp_path) -> None:
         _no_staging(root)
         assert Catalog(str(root)).version() == version
         assert not (root / "sensor-data-0").exists()
+
+
+def test_native_stderr_is_held_back_and_dropped_on_failure(capfd) -> None:
+    """What native code writes on fd 2 during a catalog write (delta-rs's panic text)
+    is written out after a success and dropped after a failure."""
+    with lakefs.native_stderr_held():
+        os.write(2, b"kept\n")
+    with pytest.raises(RuntimeError), lakefs.native_stderr_held():
+        os.write(2, b"thread 'tokio-rt-worker' panicked at ...\n")
+        raise RuntimeError("refused")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "kept\nafter\n"
