@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
+from seglake.errors import SeglakeError
 from seglake.fs import refused
 from seglake.spark.session import get_session, list_accumulator, spark_error, task_error
 
@@ -379,11 +380,17 @@ def main(job: str, argv: list[str]) -> int:
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
-        err = task_error(exc) or refused(exc) or spark_error(exc)
+        driver_io = isinstance(exc, OSError)  # the driver's own write the file system refused
+        err = (
+            task_error(exc)
+            or (refused(exc, getattr(args, "root", None)) if driver_io else None)
+            or spark_error(exc)
+        )
         if err is None:
             raise
-        log = os.environ.get("SEGLAKE_LOG_FILE") if err is not exc else None
-        jobargs.report_error(job, err, log_file=log)  # from a task: its traceback is there
+        from_spark = not isinstance(exc, (SeglakeError, OSError))  # its traceback: the log
+        log = os.environ.get("SEGLAKE_LOG_FILE") if from_spark else None
+        jobargs.report_error(job, err, log_file=log)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code
