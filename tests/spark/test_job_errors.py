@@ -19,9 +19,9 @@ import pytest
 from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
 from seglake.spark.jobs import main
+from tests.conftest import FIXTURES
 from tests.disk_faults import ROOT, refusing, run, seglake, tmpfs
 
-FIXTURES = Path(os.environ.get("SEGLAKE_FIXTURES", "/work/shared/fixtures")) / "kafka-3.8-broker"
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no fixtures at {FIXTURES}"),

@@ -15,6 +15,7 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from tests.conftest import FIXTURES
 from tests.disk_faults import (
     file_size_limit,
     fill,
@@ -26,7 +27,6 @@ from tests.disk_faults import (
 )
 from tests.unit.test_recovery import N, make_lake, pristine  # noqa: F401
 
-FIXTURES = Path(os.environ.get("SEGLAKE_FIXTURES", "/work/shared/fixtures")) / "kafka-3.8-broker"
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no fixtures at {FIXTURES}")
 
 
