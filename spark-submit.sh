@@ -37,6 +37,16 @@ done
 [ -n "$job" ] || usage
 script="$here/jobs/$job.py"
 [ -f "$script" ] || { echo "spark-submit.sh: no job '$job' (no $script)" >&2; usage; }
+# arguments, --root, input paths and topics checked before a JVM starts (seconds):
+# one line and exit 2, or --help printed (3); not for a driver run on the cluster
+# (--deploy-mode cluster), whose paths may exist only there
+checked=0
+case " ${spark_opts[*]-} " in
+  *" --deploy-mode cluster "*|*" --deploy-mode=cluster "*) ;;
+  *) "$py" -m seglake.cli.jobargs "$job" "$@" || checked=$? ;;
+esac
+[ "$checked" = 3 ] && exit 0
+[ "$checked" = 0 ] || exit "$checked"
 
 mkdir -p "$here/build"
 zip="$here/build/seglake.zip"
@@ -58,7 +68,16 @@ export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$py}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$py}"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 export SPARK_SUBMIT_ORIGIN=seglake
-log4j="-Dlog4j.configurationFile=file:$here/conf/log4j2.properties"
+# Spark's log goes to a file (conf/log4j2.properties): a failed task's traceback stays
+# there; the job's one error line comes back through $SEGLAKE_ERROR_FILE and is printed
+# on stderr last (spark-submit sends the Python driver's stderr to its stdout)
+logdir="${SEGLAKE_LOG_DIR:-$here/build/logs}"
+mkdir -p "$logdir"
+export SEGLAKE_LOG_FILE="$logdir/$job-$(date -u +%Y%m%dT%H%M%S)-$$.log"
+export SEGLAKE_ERROR_FILE="$(mktemp "${TMPDIR:-/tmp}/seglake-$job-error.XXXXXX")"
+trap 'rm -f "$SEGLAKE_ERROR_FILE"' EXIT
+log4j="-Dlog4j.configurationFile=file:$here/conf/log4j2.properties -Dseglake.log.file=$SEGLAKE_LOG_FILE"
+executor_log4j="-Dlog4j.configurationFile=file:$here/conf/log4j2-executor.properties"
 # Spark's Kafka connector and delta-spark, when `make jars` fetched them (.jars/spark)
 jar_opts=()
 jars="$(ls "$here"/.jars/spark/*.jar 2>/dev/null | paste -sd, -)"
@@ -70,12 +89,25 @@ if [ -n "$jars" ]; then
   fi
 fi
 
-exec "$venv/bin/spark-submit" \
+"$venv/bin/spark-submit" \
   --master "${master:-${SEGLAKE_MASTER:-local[*]}}" \
   --properties-file "$here/conf/spark-defaults.conf" \
   --driver-java-options "$log4j" \
-  --conf "spark.executor.extraJavaOptions=$log4j" \
+  --conf "spark.executor.extraJavaOptions=$executor_log4j" \
   --py-files "$zip" \
   ${jar_opts[@]+"${jar_opts[@]}"} \
-  "${spark_opts[@]}" \
-  "$script" "$@"
+  ${spark_opts[@]+"${spark_opts[@]}"} \
+  "$script" "$@" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null' TERM INT HUP
+rc=0
+wait "$pid" || rc=$?
+while kill -0 "$pid" 2>/dev/null; do  # a trapped signal ended the wait, not the job
+  rc=0
+  wait "$pid" || rc=$?
+done
+if [ -s "$SEGLAKE_ERROR_FILE" ]; then
+  [ -t 2 ] && printf '\r\033[K' >&2  # over a progress bar a failed stage left
+  cat "$SEGLAKE_ERROR_FILE" >&2
+fi
+exit "$rc"

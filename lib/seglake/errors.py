@@ -11,7 +11,8 @@ SeglakeError
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
 │   └── SegmentReplacedError    the file at a row's path is another (later) segment's
-├── NoSpaceError           a write failed: no space left on the device (or quota)
+├── FileSystemError        the file system refused a write (read-only, full, too large, access)
+│   └── NoSpaceError         no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
     ├── ConcurrentRunError another run committed to the same partitions first
     └── RunReuseError      a committed run id reused for different input
@@ -104,7 +105,23 @@ class SegmentReplacedError(SegmentNotFoundError):
     :class:`VersionSupersededError`."""
 
 
-class NoSpaceError(SeglakeError):
+class FileSystemError(SeglakeError):
+    """The file system refused a lake write: read-only (EROFS), full (ENOSPC), over a
+    quota (EDQUOT), a file past a size limit (EFBIG), no access (EACCES, EPERM). The
+    message names the path and what to do; :func:`seglake.fs.refused` makes them.
+
+    Attributes:
+        errno: the refusal's ``errno`` (``None`` when rebuilt from a task's text).
+        path: the path refused.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None, path: str | None = None):
+        super().__init__(message)
+        self.errno = errno
+        self.path = path
+
+
+class NoSpaceError(FileSystemError):
     """Writing a file failed with ENOSPC/EDQUOT; the message names the file."""
 
 

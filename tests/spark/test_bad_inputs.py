@@ -128,17 +128,33 @@ def test_extract_refuses_what_would_be_an_empty_answer(capsys, lake, tmp_path, a
     assert not (tmp_path / "o").exists()
 
 
-def test_task_error_rebuilds_the_seglake_error() -> None:
+@pytest.mark.parametrize(
+    ("raised", "name", "message"),
+    [
+        (
+            "seglake.errors.NoSpaceError: /l/_staging/r/t-0/0.log: no space left on the device",
+            "NoSpaceError",
+            "/l/_staging/r/t-0/0.log: no space left on the device",
+        ),
+        (  # a task's OSError the file system raised (issue 25 item 6; old code: None)
+            "OSError: [Errno 30] Cannot create directory '/l/_staging/r/t-0'. Detail: "
+            "[errno 30] Read-only file system",
+            "FileSystemError",
+            "/l/_staging/r/t-0: the file system is read-only (EROFS): remount it read-write "
+            "or give a writable lake root",
+        ),
+    ],
+)
+def test_task_error_rebuilds_the_seglake_error(raised, name, message) -> None:
     from seglake.spark.session import task_error
 
     text = (
         "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
-        '  File "x.py", line 1\nseglake.errors.NoSpaceError: /l/_staging/r/t-0/0.log: no space '
-        "left on the device while writing it\n SQLSTATE: 38000"
+        f'  File "x.py", line 1\n{raised}\n SQLSTATE: 38000'
     )
     err = task_error(RuntimeError(text))
-    assert type(err).__name__ == "NoSpaceError"
-    assert str(err) == "/l/_staging/r/t-0/0.log: no space left on the device while writing it"
+    assert type(err).__name__ == name
+    assert str(err) == message
     assert task_error(RuntimeError("java.lang.OutOfMemoryError")) is None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from seglake import fs as lakefs
 from seglake.api.render import iso
 from seglake.cli.main import main
 from seglake.config import LogConfig
-from seglake.errors import InputSchemaError, InvalidTopicError, NoSpaceError
+from seglake.errors import FileSystemError, InputSchemaError, InvalidTopicError, NoSpaceError
 from seglake.lake.register import register
 from seglake.record.schema import MAX_TIMESTAMP_MS
 from seglake.spark.ingest_plan import plan_ingest
@@ -139,10 +140,12 @@ def test_cleanup_of_a_path_that_is_not_a_lake(capsys, tmp_path) -> None:
 
 # -- item 6: a full disk and over-long directory names -----------------------------------
 class _FullDisk:
-    """A local file system whose disk fills after ``budget`` written bytes."""
+    """A local file system whose disk fills after ``budget`` written bytes (or whose
+    writes past it fail with another ``errno``: EFBIG, a file-size limit)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, code: int = errno.ENOSPC) -> None:
         self.local, self.budget, self.opened = pafs.LocalFileSystem(), budget, []
+        self.code = code
 
     def __getattr__(self, name):
         return getattr(self.local, name)
@@ -154,7 +157,9 @@ class _FullDisk:
         class Stream:
             def write(self, data) -> int:
                 if len(data) > disk.budget:
-                    raise OSError(errno.ENOSPC, "Error writing bytes to file: No space left")
+                    raise OSError(
+                        disk.code, f"Error writing bytes to file: {os.strerror(disk.code)}"
+                    )
                 disk.budget -= len(data)
                 return stream.write(data)
 
@@ -170,9 +175,11 @@ class _FullDisk:
         return Stream()
 
 
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
 @pytest.mark.parametrize("budget", [0, 3000, 5000])
-def test_writer_on_a_full_disk_names_the_file(tmp_path, budget) -> None:
-    disk = _FullDisk(budget)
+def test_writer_on_a_full_disk_names_the_file(tmp_path, budget, code) -> None:
+    """EFBIG (issue 25.6; old code: a bare OSError, the stream left open)."""
+    disk = _FullDisk(budget, code)
     w = SegmentWriter(disk, str(tmp_path / "t-0"), config=LogConfig(segment_bytes=2000))
     recs = pa.table(
         {
@@ -181,11 +188,13 @@ def test_writer_on_a_full_disk_names_the_file(tmp_path, budget) -> None:
             "value": pa.array([bytes(40)] * 200, pa.binary()),
         }
     )
-    with pytest.raises(NoSpaceError) as err:
+    with pytest.raises(FileSystemError) as err:
         w.append(recs)
         w.close()
     msg = str(err.value)
-    assert "no space left" in msg and "\n" not in msg
+    assert isinstance(err.value, NoSpaceError) == (code == errno.ENOSPC)
+    assert ("no space left" if code == errno.ENOSPC else "(EFBIG)") in msg and "\n" not in msg
+    assert w._open is None  # the stream was closed
     assert msg.split(":")[0] in [p.rsplit(".tmp", 1)[0] for p in disk.opened]
 
 

@@ -50,6 +50,8 @@ CASES = {  # argv ({w}: the world) -> what the line names
         "--max-bytes: -1",
     ),
     "read max-records -3": (["read", P, "--offset", "0", "--max-records", "-3"], "-3"),
+    "read offset -1": (["read", P, "--offset", "-1"], "argument --offset: -1 is outside"),
+    "register nothing": (["register", "--root", "nolake", "odd"], "odd: no segment with records"),
     "cleanup older-than inf": (["cleanup", "--older-than", "inf", L], "inf"),
     "cleanup older-than nan": (["cleanup", "--older-than", "nan", L], "nan"),
     "cleanup older-than -1": (["cleanup", "--older-than", "-1", L], "-1"),

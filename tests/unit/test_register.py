@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from seglake.cli.main import main
-from seglake.errors import ConcurrentRunError, ConfigError
+from seglake.errors import ConcurrentRunError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
 from seglake.lake.staging import open_partition
@@ -115,14 +115,62 @@ def test_a_damaged_batch_keeps_the_later_ones(tmp_path: Path, kafka_truncate: bo
     data[exp[0]["size"] - 1] ^= 0x01  # the first batch's last record byte (under its CRC)
     log.write_bytes(bytes(data))
     root = tmp_path / "lake"
+    if kafka_truncate:  # the damaged batch was the first: nothing before it, no lake
+        with pytest.raises(SegmentNotFoundError, match="no records left after recovery"):
+            register(str(root), str(broker), kafka_truncate=kafka_truncate)
+        assert not root.exists()
+        return
     register(str(root), str(broker), kafka_truncate=kafka_truncate)
     rows = Catalog(str(root)).segments("sensor-data", 0).to_pylist()
-    if kafka_truncate:
-        assert rows == []  # the damaged batch was the first: nothing before it
-        return
     kept = exp[1:]
     assert [r["record_count"] for r in rows] == [sum(b["count"] for b in kept)]
     got = open_partition(str(root), "sensor-data", 0).read(kept[0]["base_offset"])
     assert got.column("offset").to_pylist() == [
         o for b in kept for o in range(b["base_offset"], b["last_offset"] + 1)
     ]
+
+
+def test_skipped_directories_are_named_with_the_reason(tmp_path: Path) -> None:
+    """Old code: ``skipped: ['empty-0', 'first-0.abc123-delete', 'notes']`` without why
+    (and nothing about a partition whose segments are all empty)."""
+    broker = tmp_path / "broker"
+    shutil.copytree(FIXTURES / "first-0", broker / "first-0")
+    (broker / "first-0.abc123-delete").mkdir()
+    (broker / "notes").mkdir()
+    (broker / "empty-0").mkdir()
+    (broker / "empty-0" / "00000000000000000000.log").write_bytes(b"")
+    (broker / "none-0").mkdir()
+    (broker / "none-0" / "leader-epoch-checkpoint").write_text("0\n")
+    rep = register(str(tmp_path / "lake"), str(broker))
+    assert rep.rows == 1
+    assert rep.skipped == {
+        "empty-0": "no records (only empty segments)",
+        "first-0.abc123-delete": "'first-0.abc123-delete' is not a partition directory name "
+        "(<topic>-<n>)",
+        "none-0": "no segment files (<20-digit base offset>.log)",
+        "notes": "'notes' is not a partition directory name (<topic>-<n>)",
+    }
+    text = str(rep).splitlines()
+    assert "  skipped empty-0: no records (only empty segments)" in text
+    assert not (tmp_path / "lake" / "_staging").exists() or not any(
+        (tmp_path / "lake" / "_staging").iterdir()
+    )
+
+
+def test_nothing_to_register_writes_no_lake(tmp_path: Path) -> None:
+    """Old code: exit 0 and an empty lake (a _catalog with no rows) at the root."""
+    broker = tmp_path / "broker"
+    (broker / "first-0.abc123-delete").mkdir(parents=True)
+    (broker / "meta.properties").write_text("version=1\n")
+    root = tmp_path / "lake"
+    with pytest.raises(SegmentNotFoundError) as err:
+        register(str(root), str(broker))
+    assert str(err.value) == (
+        f"{broker}: no segment with records to register (first-0.abc123-delete: "
+        "'first-0.abc123-delete' is not a partition directory name (<topic>-<n>)); "
+        "no lake written"
+    )
+    assert not root.exists()
+    with pytest.raises(SegmentNotFoundError, match="of topics \\['nope'\\]"):
+        register(str(root), str(FIXTURES), topics=["nope"])
+    assert not root.exists()

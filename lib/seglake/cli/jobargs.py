@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from seglake.format import LONG_MAX
@@ -299,3 +301,101 @@ def format_from_path(path: str, explicit: str | None, allowed: tuple[str, ...]) 
         if lower.endswith(exts) and fmt in allowed:
             return fmt
     return "parquet"
+
+
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "ingest": ingest_parser,
+    "extract": extract_parser,
+    "lookup": lookup_parser,
+    "recover": recover_parser,
+    "retention": retention_parser,
+    "compact": compact_parser,
+}
+
+
+def require_path(path: str, what: str) -> None:
+    """``path`` (a file or directory, any URI) must exist: ``PATH: WHAT does not exist``."""
+    import pyarrow.fs as pafs
+
+    from seglake.errors import SegmentNotFoundError
+    from seglake.fs import resolve
+
+    fs, p = resolve(path)
+    if fs.get_file_info(p).type == pafs.FileType.NotFound:
+        raise SegmentNotFoundError(f"{path}: {what} does not exist")
+
+
+def check_before_spark(job: str, args: argparse.Namespace) -> None:
+    """What a job's arguments name that is checked before Spark starts (its JVM takes
+    seconds): topic names; ``--root`` a lake (ingest: not a file, the lake is made);
+    the ``--input`` / ``--queries`` path; extract's topic in the lake.
+
+    Raises:
+        SeglakeError: one line naming the argument's value.
+    """
+    import pyarrow.fs as pafs
+
+    from seglake.errors import SegmentNotFoundError
+    from seglake.fs import resolve
+    from seglake.lake.table import CatalogTable
+    from seglake.storage.naming import validate_topic
+
+    for name in ("topic", "topics"):
+        value = getattr(args, name, None)
+        for topic in [value] if isinstance(value, str) else value or []:
+            validate_topic(topic)
+    if job == "ingest":
+        fs, base = resolve(args.root)
+        if fs.get_file_info(base).type == pafs.FileType.File:
+            raise SegmentNotFoundError(f"{args.root}: is a file, not a lake directory")
+        require_path(args.input, "input path")
+        return
+    catalog = CatalogTable(args.root)
+    catalog.require()
+    if job == "extract":
+        catalog.require_topic(args.topic)
+    if job == "lookup":
+        require_path(args.queries, "queries path")
+
+
+def report_error(job: str, err: BaseException, *, log_file: str | None = None) -> None:
+    """A job's one error line ``seglake JOB: error: TYPE: message`` (naming ``log_file``,
+    Spark's log, when given): to ``$SEGLAKE_ERROR_FILE``, which spark-submit.sh prints on
+    stderr after Spark has exited (spark-submit sends the Python driver's stderr to its
+    stdout), else stderr."""
+    line = f"seglake {job}: error: {type(err).__name__}: {err}"
+    if log_file:
+        line += f" (Spark's log: {log_file})"
+    target = os.environ.get("SEGLAKE_ERROR_FILE")
+    if target:
+        try:
+            with open(target, "a") as out:
+                out.write(line + "\n")
+            return
+        except OSError:  # the line is what matters: stderr then
+            pass
+    print(line, file=sys.stderr)
+
+
+def precheck(argv: list[str]) -> int:
+    """``python -m seglake.cli.jobargs JOB ARGS``: spark-submit.sh's check before it starts
+    Spark. 0: go on; 2: refused (one line printed); 3: ``--help`` printed, nothing to run."""
+    from seglake.errors import SeglakeError
+
+    if not argv or argv[0] not in PARSERS:
+        return 0  # the job itself says what is wrong
+    job = argv[0]
+    try:
+        args = PARSERS[job]().parse_args(argv[1:])
+    except SystemExit as exc:
+        return 3 if exc.code in (0, None) else int(exc.code)
+    try:
+        check_before_spark(job, args)
+    except (SeglakeError, ValueError) as exc:
+        report_error(job, exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(precheck(sys.argv[1:]))

@@ -22,6 +22,7 @@ from seglake.cli.jobargs import (
     seconds,
 )
 from seglake.errors import InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.fs import refused
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
@@ -95,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
-    r.add_argument("--offset", type=int, required=True)
+    r.add_argument("--offset", type=non_negative, required=True)
     r.add_argument("--max-records", type=non_negative, default=10)
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     _skip_corrupt(r)
@@ -409,6 +410,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # the file system refused a write: one line, else a bug
+        err = refused(exc)
+        if err is None:
+            raise
+        print(f"seglake: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.errors import ConfigError
 from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
@@ -160,8 +160,7 @@ def run_compaction(
     started = time.time()
     run_id = run_id or new_run_id()
     catalog = Catalog(root)
-    if not catalog.exists():
-        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    catalog.require()
     if catalog.run_committed(run_id):
         publish_pending(root, run_id)
         return CompactResult(run_id, False, True, dry_run, catalog.version(), [], 0.0)

@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
@@ -259,8 +259,7 @@ def recover_lake(
     ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
     """
     catalog = Catalog(root)
-    if not catalog.exists():
-        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    catalog.require()
     fs, base = lakefs.resolve(root)
     if not dry_run:
         for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):

@@ -13,13 +13,17 @@ elsewhere cannot be referenced in place. (``register(root=broker_dir, broker_dir
 registers in place, creating ``_catalog`` inside the broker directory; a broker does
 not expect that directory there, so do it on a copy the broker no longer runs on.)
 
-Skipped: directories that are not ``<topic>-<n>`` (``meta.properties``, ``-delete`` /
-``-future`` / ``-stray`` directories), ``.snapshot`` and checkpoint files, empty segments
-(a broker's empty active segment), and pending ``.deleted``/``.cleaned``/``.swap`` files.
+Skipped, each directory named with the reason in the report: directories that are not
+``<topic>-<n>`` (``-delete`` / ``-future`` / ``-stray`` directories), or hold no segment
+or only empty ones; files (``meta.properties``), ``.snapshot`` and checkpoint files,
+empty segments (a broker's empty active segment), and pending
+``.deleted``/``.cleaned``/``.swap`` files. A run that finds nothing to register is an
+error and writes nothing (no empty lake); a failed run leaves no staged copies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Iterable
@@ -49,7 +53,7 @@ class RegisterReport:
     source: str
     run_id: str
     partitions: dict[str, PartitionRecovery]
-    skipped: list[str]
+    skipped: dict[str, str]  # directory name -> why it was not registered
     rows: int
     commit: CommitResult | None
 
@@ -64,8 +68,7 @@ class RegisterReport:
             f"from {self.source} into {self.root} (run {self.run_id}, {state})"
         ]
         lines += [f"  {p}" for p in self.partitions.values() if p.changed]
-        if self.skipped:
-            lines.append(f"  skipped: {self.skipped}")
+        lines += [f"  skipped {name}: {why}" for name, why in sorted(self.skipped.items())]
         return "\n".join(lines)
 
 
@@ -116,53 +119,101 @@ def register(
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
-        return RegisterReport(root, broker_data_dir, run_id, {}, [], 0, None)
+        return RegisterReport(root, broker_data_dir, run_id, {}, {}, 0, None)
     staging = lakefs.join(base, STAGING, run_id)
-    skipped: list[str] = []
+    existed = lakefs.exists(fs, base)
+    skipped: dict[str, str] = {}
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict] = []
-    for entry in sfs.get_file_info(pafs.FileSelector(src)):
-        name = entry.base_name
-        if entry.type != pafs.FileType.Directory:
-            continue
-        if name in ("_catalog", STAGING) or name.startswith("."):
-            skipped.append(name)
-            continue
-        try:
-            topic, part = parse_partition_dir(name)
-        except InvalidTopicError:
-            skipped.append(name)
-            continue
-        if wanted is not None and topic not in wanted:
-            continue
-        if in_place:
-            work = entry.path
-        else:
-            work = lakefs.join(staging, name)
-            for f in sfs.get_file_info(pafs.FileSelector(entry.path)):
-                parsed = parse_segment_file_name(f.base_name)
-                if parsed and parsed[1] in SEGMENT_SUFFIXES:
-                    fs.create_dir(work, recursive=True)
-                    pafs.copy_files(
-                        f.path,
-                        lakefs.join(work, f.base_name),
-                        source_filesystem=sfs,
-                        destination_filesystem=fs,
-                    )
-            if not lakefs.exists(fs, work):
-                skipped.append(f"{name} (no segments)")
+    try:
+        for entry in sfs.get_file_info(pafs.FileSelector(src)):
+            name = entry.base_name
+            if entry.type != pafs.FileType.Directory:
                 continue
-        rep = recover_dir(
-            fs, work, dry_run=False, interval=interval, force=False, keep_valid=not kafka_truncate
-        )
-        reports[name] = rep
-        for rec in rep.segments:
-            if rec.batches and rec.base_offset not in rep.deleted_segments:
-                rows.append(
-                    segment_row(topic, part, rec, f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}")
+            if name in ("_catalog", STAGING) or name.startswith("."):
+                skipped[name] = "a lake's or a hidden directory"
+                continue
+            try:
+                topic, part = parse_partition_dir(name)
+            except InvalidTopicError as exc:
+                skipped[name] = str(exc)
+                continue
+            if wanted is not None and topic not in wanted:
+                continue
+            if in_place:
+                work = entry.path
+            else:
+                work = lakefs.join(staging, name)
+                _copy_segments(sfs, entry.path, fs, work)
+                if not lakefs.exists(fs, work):
+                    skipped[name] = "no segment files (<20-digit base offset>.log)"
+                    continue
+            rep = recover_dir(
+                fs,
+                work,
+                dry_run=False,
+                interval=interval,
+                force=False,
+                keep_valid=not kafka_truncate,
+            )
+            reports[name] = rep
+            found = [
+                segment_row(topic, part, rec, f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}")
+                for rec in rep.segments
+                if rec.batches and rec.base_offset not in rep.deleted_segments
+            ]
+            if not found:
+                cut = [str(s) for s in rep.segments if s.truncated_bytes]
+                skipped[name] = (
+                    f"no records left after recovery ({cut[0].strip()})"
+                    if cut
+                    else "no records (only empty segments)"
                 )
-    table = rows_table(rows)
-    result = catalog.commit(table, run_id, contiguous=False)
+            rows += found
+        if not rows:  # a commit would create an empty lake, or an empty catalog version
+            raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, topics, skipped))
+        table = rows_table(rows)
+        result = catalog.commit(table, run_id, contiguous=False)
+    except BaseException:
+        if not in_place:
+            _discard(catalog, fs, base, run_id, made_root=not existed)
+        raise
     if not in_place:
         publish_pending(root, run_id, table)
     return RegisterReport(root, broker_data_dir, run_id, reports, skipped, len(rows), result)
+
+
+def _discard(catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, made_root: bool):
+    """A failed run's staged copies deleted unless its commit went through (then
+    ``cleanup`` publishes them); ``_staging/`` and a root this run made go if empty."""
+    staging = lakefs.join(base, STAGING)
+    with contextlib.suppress(Exception):  # the run's own error is the one to report
+        if catalog.run_committed(run_id):
+            return
+        lakefs.delete_dir(fs, lakefs.join(staging, run_id))
+        for d in (staging, base) if made_root else (staging,):
+            if not lakefs.listdir(fs, d, missing_ok=True):
+                lakefs.delete_dir(fs, d)
+
+
+def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: str) -> None:
+    """Copy a broker partition directory's segment files (not ``.snapshot`` or
+    checkpoints) to ``work``; a refused write names the copy."""
+    for f in sfs.get_file_info(pafs.FileSelector(src)):
+        parsed = parse_segment_file_name(f.base_name)
+        if parsed and parsed[1] in SEGMENT_SUFFIXES:
+            dst = lakefs.join(work, f.base_name)
+            with lakefs.writing(dst):
+                fs.create_dir(work, recursive=True)
+                pafs.copy_files(f.path, dst, source_filesystem=sfs, destination_filesystem=fs)
+
+
+def _nothing_to_register(
+    broker_data_dir: str, topics: Iterable[str] | None, skipped: dict[str, str]
+) -> str:
+    """Why a register run found no segment to catalog (it commits nothing then)."""
+    what = f" of topics {sorted(topics)}" if topics is not None else ""
+    why = "; ".join(f"{n}: {r}" for n, r in sorted(skipped.items())) or (
+        "no <topic>-<partition> directory"
+    )
+    return f"{broker_data_dir}: no segment with records to register{what} ({why}); no lake written"

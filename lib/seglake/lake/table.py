@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.errors import CatalogError
+from seglake import fs as lakefs
+from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.storage.naming import validate_partition, validate_topic
@@ -139,6 +140,22 @@ class CatalogTable:
 
         return bool(DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options))
 
+    def require(self) -> None:
+        """The catalog must exist: :class:`SegmentNotFoundError` ``ROOT: not a lake``."""
+        if not self.exists():
+            raise SegmentNotFoundError(f"{self.root}: not a lake (no {CATALOG_DIR}/ in it)")
+
+    def require_topic(self, topic: str, *, version: int | None = None) -> None:
+        """``topic`` must have a segment in the lake (at ``version``): a name that has none
+        would otherwise read as an empty result. The error lists the lake's topics."""
+        topics = sorted({t for t, _ in self.log_end_offsets(version=version)})
+        if topic not in topics:
+            at = f"catalog version {self.version() if version is None else version}"
+            raise SegmentNotFoundError(
+                f"topic {topic!r} is not in the lake {self.root} ({at}; "
+                f"topics: {topics[:10]}{' ...' if len(topics) > 10 else ''})"
+            )
+
     def create_if_missing(self) -> int:
         """Create the empty catalog table unless it exists; return the table version."""
         from deltalake import DeltaTable
@@ -147,18 +164,21 @@ class CatalogTable:
         if not self.exists():
             schema, partition_by = schema_spec()
             try:
-                DeltaTable.create(
-                    self.uri,
-                    schema=schema,
-                    partition_by=list(partition_by),
-                    mode="ignore",
-                    name="seglake_catalog",
-                    description="seglake: one row per committed segment",
-                    storage_options=self.storage_options,
-                )
-            except DeltaError as exc:  # another process created it at the same moment
+                with lakefs.native_stderr_held():
+                    DeltaTable.create(
+                        self.uri,
+                        schema=schema,
+                        partition_by=list(partition_by),
+                        mode="ignore",
+                        name="seglake_catalog",
+                        description="seglake: one row per committed segment",
+                        storage_options=self.storage_options,
+                    )
+            except (DeltaError, OSError) as exc:  # or another process created it meanwhile
                 if not self.exists():
-                    raise CatalogError(f"cannot create catalog {self.uri}: {exc}") from exc
+                    raise lakefs.refused(exc, self.uri) or CatalogError(
+                        f"cannot create catalog {self.uri}: {exc}"
+                    ) from exc
         return self.version()
 
     def version(self) -> int:

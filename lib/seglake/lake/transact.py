@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.errors import CatalogError, ConcurrentRunError, SeglakeError
 from seglake.lake.table import CatalogTable, app_id
 from seglake.testing_hooks import crash_point
@@ -136,7 +137,8 @@ class CatalogWriter(CatalogTable):
             )
             try:
                 crash_point(f"catalog.{op}.write")
-                write(table, props)
+                with lakefs.native_stderr_held():  # delta-rs panics there on a refused write
+                    write(table, props)
             except CommitFailedError as exc:
                 now = self.version()
                 if now <= version:
@@ -146,8 +148,10 @@ class CatalogWriter(CatalogTable):
                 lost = (version, now)
                 time.sleep(random.uniform(0, 0.01 * attempt))
                 continue
-            except DeltaError as exc:
-                raise CatalogError(f"{op} of run {run_id!r} failed: {exc}") from exc
+            except (DeltaError, OSError) as exc:
+                raise lakefs.refused(exc, self.uri) or CatalogError(
+                    f"{op} of run {run_id!r} failed: {exc}"
+                ) from exc
             crash_point(f"catalog.{op}.done")
             return CommitResult(
                 committed=True,

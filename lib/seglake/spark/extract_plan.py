@@ -87,14 +87,8 @@ def _check_partitions(
     wanted = set(found if partitions is None else partitions)
     if found and wanted <= found:
         return
-    known = catalog.log_end_offsets(version=version)
-    topics = sorted({t for t, _ in known})
-    if topic not in topics:
-        raise SegmentNotFoundError(
-            f"topic {topic!r} is not in the lake {catalog.root} (catalog version {version}; "
-            f"topics: {topics[:10]}{' ...' if len(topics) > 10 else ''})"
-        )
-    have = sorted(p for t, p in known if t == topic)
+    catalog.require_topic(topic, version=version)
+    have = sorted(p for t, p in catalog.log_end_offsets(topic, version=version))
     raise SegmentNotFoundError(
         f"topic {topic!r} has no partition {sorted(wanted - found)} in the lake "
         f"(partitions: {have[:20]}{' ...' if len(have) > 20 else ''})"

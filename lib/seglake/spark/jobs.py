@@ -7,6 +7,7 @@ line and exit 2, also when a task raised them (:func:`task_error`: not a Py4J tr
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
+from seglake.errors import SeglakeError
+from seglake.fs import refused
 from seglake.spark.session import get_session, list_accumulator, spark_error, task_error
 
 
@@ -29,14 +32,7 @@ def _print_skipped(acc) -> None:
 
 def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     """A DataFrame of ``path`` in ``fmt`` (delta without delta-spark: via deltalake)."""
-    import pyarrow.fs as pafs
-
-    from seglake.errors import SegmentNotFoundError
-    from seglake.fs import resolve
-
-    fs, p = resolve(path)
-    if fs.get_file_info(p).type == pafs.FileType.NotFound:
-        raise SegmentNotFoundError(f"{path}: input path does not exist")
+    jobargs.require_path(path, "input path")
     if fmt == "delta":
         if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
             return spark.read.format("delta").load(path)
@@ -278,7 +274,6 @@ def _partition_groups(rows):
 
 def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
-    from seglake.errors import SegmentNotFoundError
     from seglake.lake.catalog import Catalog
     from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
     from seglake.lake.staging import STAGING, publish_pending
@@ -286,8 +281,7 @@ def run_recover(spark: SparkSession, args) -> int:
     root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
     catalog = Catalog(root)
-    if not catalog.exists():
-        raise SegmentNotFoundError(f"{root}: no catalog (_catalog) here")
+    catalog.require()
     if not dry_run:
         fs, base = lakefs.resolve(root)
         for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
@@ -388,14 +382,22 @@ def main(job: str, argv: list[str]) -> int:
     args = parser_fn().parse_args(argv)
     started = time.time()
     try:
+        jobargs.check_before_spark(job, args)  # so do paths and topics
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
-        err = task_error(exc) or spark_error(exc)
+        driver_io = isinstance(exc, OSError)  # the driver's own write the file system refused
+        err = (
+            task_error(exc)
+            or (refused(exc, getattr(args, "root", None)) if driver_io else None)
+            or spark_error(exc)
+        )
         if err is None:
             raise
-        print(f"seglake {job}: error: {type(err).__name__}: {err}", file=sys.stderr)
+        from_spark = not isinstance(exc, (SeglakeError, OSError))  # its traceback: the log
+        log = os.environ.get("SEGLAKE_LOG_FILE") if from_spark else None
+        jobargs.report_error(job, err, log_file=log)
         return 2
     print(f"seglake {job}: done in {time.time() - started:.1f} s", file=sys.stderr)
     return code

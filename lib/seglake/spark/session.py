@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from seglake import errors
 from seglake.errors import SeglakeError
+from seglake.fs import refused
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # `make jars` fetches Spark's Kafka connector and delta-spark here (jars/spark/pom.xml)
@@ -36,6 +37,12 @@ def jar_conf() -> dict[str, str]:
     if any(Path(j).name.startswith("delta-spark") for j in jars):
         conf.update(DELTA_CONF)
     return conf
+
+
+def log_file() -> Path:
+    """Where the driver's Spark log goes (``conf/log4j2.properties``): ``$SEGLAKE_LOG_FILE``
+    (spark-submit.sh sets it per run), else ``build/logs/spark.log``."""
+    return Path(os.environ.get("SEGLAKE_LOG_FILE") or CONF_DIR.parent / "build/logs/spark.log")
 
 
 DEFAULTS = {
@@ -69,8 +76,10 @@ def get_session(
         builder = builder.master(master or os.environ.get("SEGLAKE_MASTER", "local[*]"))
     log4j = CONF_DIR / "log4j2.properties"
     if log4j.exists():
-        opt = f"-Dlog4j.configurationFile=file:{log4j}"
+        opt = f"-Dlog4j.configurationFile=file:{log4j} -Dseglake.log.file={log_file()}"
         builder = builder.config("spark.driver.extraJavaOptions", opt)
+        executor = CONF_DIR / "log4j2-executor.properties"
+        opt = f"-Dlog4j.configurationFile=file:{executor}"
         builder = builder.config("spark.executor.extraJavaOptions", opt)
     # spark-submit.sh passes the jars itself
     extra = {} if os.environ.get("SPARK_SUBMIT_ORIGIN") else jar_conf()
@@ -111,6 +120,7 @@ def list_accumulator(spark: SparkSession):
 
 
 _TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+_LAST_ERROR = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): (.+)$", re.MULTILINE)
 
 
 def task_error(exc: BaseException) -> SeglakeError | None:
@@ -120,8 +130,9 @@ def task_error(exc: BaseException) -> SeglakeError | None:
     if isinstance(exc, SeglakeError):
         return exc
     found = _TASK_ERROR.findall(str(exc))  # the last one named: the error the task raised
-    if not found:
-        return None
+    if not found:  # a task's OSError the file system raised: one line too
+        last = _LAST_ERROR.findall(str(exc))
+        return refused(RuntimeError(last[-1])) if last else None
     name, message = found[-1]
     cls = getattr(errors, name, None)
     if cls is errors.VersionSupersededError:  # its version and run are in the text

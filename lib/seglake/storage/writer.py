@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
+from seglake.errors import FileSystemError, InputSchemaError, OffsetOrderError
 from seglake.format import LONG_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
@@ -266,12 +266,13 @@ class SegmentWriter:
 
     @contextlib.contextmanager
     def _writing(self, path: str) -> Iterator[None]:
-        """A full disk: the error names the file; the open stream is closed (its file
-        stays as staged garbage for the run's cleanup)."""
+        """A refused write (a full disk, a read-only file system, a file past the size
+        limit): the error names the file; the open stream is closed (its file stays as
+        staged garbage for the run's cleanup)."""
         try:
             with lakefs.writing(path):
                 yield
-        except NoSpaceError:
+        except FileSystemError:
             with contextlib.suppress(OSError):
                 self.abort()
             raise
@@ -281,7 +282,8 @@ class SegmentWriter:
 
     def _open_segment(self, base_offset: int) -> _Open:
         if not self._dir_made:
-            self.fs.create_dir(self.directory, recursive=True)
+            with lakefs.writing(self.directory):
+                self.fs.create_dir(self.directory, recursive=True)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
         with self._writing(log_path):
