@@ -44,6 +44,8 @@ def _admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(broker: KafkaBroker, name: str, partitions: int, config: dict[str, str]) -> None:
+    """A topic whose records are never deleted by time (they carry old CreateTimes)."""
+    config = {"retention.ms": "-1", **config}
     futures = admin(broker).create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)]
     )

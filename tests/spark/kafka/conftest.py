@@ -18,7 +18,6 @@ from seglake.kafka_broker import KafkaBroker, missing_requirements
 from tests.kafka_client import (
     CODECS,
     ISOLATION,
-    T0,
     Rec,
     consume_all,
     create_topic,
@@ -38,6 +37,9 @@ COMPACT_CONFIG = {
     "delete.retention.ms": "86400000",
     "segment.ms": "15000",
     "message.timestamp.type": "CreateTime",
+    # record times a day ahead (below): a transaction marker carries the broker's clock,
+    # and a segment that starts with one rolls by time only for a later record time
+    "message.timestamp.after.max.ms": str(2**63 - 1),
 }
 CLEANER_TIMEOUT_S = 180
 
@@ -118,12 +120,13 @@ def _produce_transactions(broker: KafkaBroker) -> None:
     wait_stable(broker, topic, PARTITIONS)
 
 
-def compact_records(n: int) -> list[dict]:
-    """Text keys and values (DumpLogSegments prints them), tombstones, one partition."""
+def compact_records(n: int, base: int) -> list[dict]:
+    """Text keys and values (DumpLogSegments prints them), tombstones, one partition,
+    times from ``base`` on, 100 ms apart."""
     recs = sample_records(n, seed=11, partitions=1, keys=COMPACT_KEYS, text=True)
     for i, r in enumerate(recs):
         r.setdefault("key", f"k{i % COMPACT_KEYS}".encode())
-        r["timestamp"] = T0 + i * 100
+        r["timestamp"] = base + i * 100
         if i % 13 == 4:
             r["value"] = None  # a tombstone
     return recs
@@ -144,7 +147,8 @@ def _produce_compacted(broker: KafkaBroker) -> int:
     plain = producer(broker, enable_idempotence=True, compression_type="gzip")
     tx = producer(broker, transactional_id="tx-compact", compression_type="snappy")
     tx.init_transactions(60)
-    recs = compact_records(3000)
+    base = (int(time.time()) + 86400) * 1000
+    recs = compact_records(3000, base)
     for chunk in range(0, len(recs), 250):
         part = recs[chunk : chunk + 250]
         if (chunk // 250) % 2 == 0:
@@ -164,7 +168,7 @@ def _produce_compacted(broker: KafkaBroker) -> int:
                 tx.commit_transaction(60)
             for topic in ("compacted", "compacted-raw"):
                 wait_stable(broker, topic, 1)
-    last = {"partition": 0, "key": b"sentinel", "value": b"end", "timestamp": T0 + 3_600_000}
+    last = {"partition": 0, "key": b"sentinel", "value": b"end", "timestamp": base + 3_600_000}
     for topic in ("compacted", "compacted-raw"):
         send(plain, topic, last)
     assert plain.flush(60) == 0
@@ -204,9 +208,11 @@ def produced(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
     }
     offsets = {}
     for t, n in topics.items():
+        every = consumed[(t, "read_uncommitted")]
+        topic_end = max(r.timestamp for r in every) + 1  # the extract test's end
         for p in range(n):
-            recs = [r for r in consumed[(t, "read_uncommitted")] if r.partition == p]
-            specs = timestamps_to_ask(recs)
+            recs = [r for r in every if r.partition == p]
+            specs = [*timestamps_to_ask(recs), topic_end]
             for iso in ISOLATION:
                 offsets[(t, p, iso)] = list_offsets(broker, t, p, specs, iso)
     snapshot = tmp_path_factory.mktemp("broker-snapshot") / "logs"
