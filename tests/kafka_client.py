@@ -12,7 +12,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+import pyarrow as pa
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from seglake.kafka_broker import KafkaBroker, kafka_classpath
@@ -190,7 +198,15 @@ def list_offsets(
     for spec in specs:
         offset_spec = special[spec]() if spec in special else OffsetSpec.for_timestamp(spec)
         tp = TopicPartition(topic, partition)
-        res = a.list_offsets({tp: offset_spec}, isolation_level=level)[tp].result(timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                res = a.list_offsets({tp: offset_spec}, isolation_level=level)[tp].result(60)
+                break
+            except KafkaException as e:  # e.g. just restarted: its leader epoch not caught up
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         out[spec] = (res.offset, res.timestamp)
     return out
 
@@ -233,3 +249,26 @@ def dump_log_segments(files: Iterable[Path]) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"DumpLogSegments failed: {done.stderr[-2000:]}")
     return done.stdout
+
+
+def recs_from_arrow(t: pa.Table) -> list[Rec]:
+    """Kafka source columns (timestamp as a timestamp type or epoch ms)."""
+    ts = t.column("timestamp")
+    if pa.types.is_timestamp(ts.type):
+        ts = ts.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        ms = [None if v is None else v // 1000 for v in ts.to_pylist()]
+    else:
+        ms = ts.to_pylist()
+    headers = t.column("headers").to_pylist() if "headers" in t.column_names else [[]] * t.num_rows
+    return sorted(
+        Rec(p, o, m, k, v, tuple((h["key"], h["value"]) for h in (hs or [])))
+        for p, o, m, k, v, hs in zip(
+            t.column("partition").to_pylist(),
+            t.column("offset").to_pylist(),
+            ms,
+            t.column("key").to_pylist(),
+            t.column("value").to_pylist(),
+            headers,
+            strict=True,
+        )
+    )

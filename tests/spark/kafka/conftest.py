@@ -96,18 +96,10 @@ def _produce_transactions(broker: KafkaBroker) -> None:
     for round_ in range(12):
         a.begin_transaction()
         b.begin_transaction()
-        for _ in range(60):
-            send(a, topic, next(recs))
-        a.flush(60)
-        for _ in range(60):
-            send(b, topic, next(recs))
-        b.flush(60)
-        for _ in range(30):
-            send(plain, topic, next(recs))
-        plain.flush(60)
-        for _ in range(40):
-            send(a, topic, next(recs))
-        a.flush(60)
+        for p, count in ((a, 60), (b, 60), (plain, 30), (a, 40)):
+            for _ in range(count):
+                send(p, topic, next(recs))
+            p.flush(60)
         # a: committed 2 of 3 rounds; b: aborted 2 of 3 rounds
         if round_ % 3 == 2:
             a.abort_transaction(60)

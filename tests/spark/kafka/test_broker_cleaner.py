@@ -27,7 +27,7 @@ import seglake
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
 from seglake.lake.topic_store import alter_config
-from tests.kafka_client import ISOLATION, Rec, dump_log_segments
+from tests.kafka_client import ISOLATION, dump_log_segments, recs_from_arrow
 from tests.spark.kafka.conftest import COMPACT_CONFIG, Produced
 
 pytestmark = pytest.mark.spark
@@ -91,17 +91,7 @@ def test_seglake_reads_what_kafkas_consumer_got(
 ) -> None:
     part = seglake.open(compacted_lake).partition("compacted", 0)
     t = part.read(0, max_records=100_000, as_="arrow")
-    got = sorted(
-        Rec(
-            0,
-            r["offset"],
-            int(r["timestamp"].timestamp() * 1000),
-            r["key"],
-            r["value"],
-            tuple((h["key"], h["value"]) for h in r["headers"]),
-        )
-        for r in t.to_pylist()
-    )
+    got = recs_from_arrow(t)
     want = produced.consumed[("compacted", isolation)]
     # aborted records are gone from both logs: the isolation levels agree
     assert got == want

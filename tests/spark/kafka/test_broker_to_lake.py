@@ -16,7 +16,7 @@ import pytest
 
 import seglake
 from seglake.cli.main import run
-from tests.kafka_client import ISOLATION, Rec
+from tests.kafka_client import ISOLATION, Rec, recs_from_arrow
 from tests.spark.kafka.conftest import Produced
 
 pytestmark = pytest.mark.spark
@@ -45,29 +45,6 @@ def recs_from_json(lines: list[dict], partition: int | None = None) -> list[Rec]
             tuple((h["key"], _b64(h["value"])) for h in d["headers"]),
         )
         for d in lines
-    )
-
-
-def recs_from_arrow(t: pa.Table) -> list[Rec]:
-    """Kafka source columns (timestamp as a timestamp type or epoch ms)."""
-    ts = t.column("timestamp")
-    if pa.types.is_timestamp(ts.type):
-        ts = ts.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        ms = [None if v is None else v // 1000 for v in ts.to_pylist()]
-    else:
-        ms = ts.to_pylist()
-    headers = t.column("headers").to_pylist() if "headers" in t.column_names else [[]] * t.num_rows
-    return sorted(
-        Rec(p, o, m, k, v, tuple((h["key"], h["value"]) for h in (hs or [])))
-        for p, o, m, k, v, hs in zip(
-            t.column("partition").to_pylist(),
-            t.column("offset").to_pylist(),
-            ms,
-            t.column("key").to_pylist(),
-            t.column("value").to_pylist(),
-            headers,
-            strict=True,
-        )
     )
 
 

@@ -27,6 +27,7 @@ from tests.kafka_client import (
     create_topic,
     list_offsets,
     producer,
+    recs_from_arrow,
     send,
 )
 
@@ -77,24 +78,13 @@ def lake(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pa.Table
     root = str(tmp_path_factory.mktemp("to-broker") / "lake")
     served = _input(SERVED, N, 1, keys=500)
     conf = {"log.segment.bytes": "40000", "log.index.interval.bytes": "1024"}
-    ingest(
-        spark,
-        spark.createDataFrame(served),
-        root,
-        num_partitions=1,
-        conf={**conf, "compression.type": "lz4"},
-    )
     changelog = _input(SERVED_COMPACTED, N, 2, keys=40)
     changelog = changelog.set_column(
         1, "key", pa.array([f"k{i % 40}".encode() for i in range(N)], pa.binary())
     )
-    ingest(
-        spark,
-        spark.createDataFrame(changelog),
-        root,
-        num_partitions=1,
-        conf={**conf, "compression.type": "zstd"},
-    )
+    for table, codec in ((served, "lz4"), (changelog, "zstd")):
+        df = spark.createDataFrame(table)
+        ingest(spark, df, root, num_partitions=1, conf={**conf, "compression.type": codec})
     alter_config(
         Catalog(root),
         SERVED_COMPACTED,
@@ -109,17 +99,8 @@ def lake(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pa.Table
 
 
 def _seglake_records(root: str, topic: str) -> list[Rec]:
-    t = seglake.open(root).partition(topic, 0).read(0, max_records=10 * N, as_="arrow")
-    return sorted(
-        Rec(
-            0,
-            r["offset"],
-            int(r["timestamp"].timestamp() * 1000),
-            r["key"],
-            r["value"],
-            tuple((h["key"], h["value"]) for h in r["headers"]),
-        )
-        for r in t.to_pylist()
+    return recs_from_arrow(
+        seglake.open(root).partition(topic, 0).read(0, max_records=10 * N, as_="arrow")
     )
 
 
