@@ -54,8 +54,24 @@ def brute(partition: str) -> tuple[np.ndarray, np.ndarray, list[tuple], int, int
     return np.array(offsets), np.array(timestamps), rows, start or 0, leo
 
 
+@cache
+def all_times(partition: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, timestamps) of every record, control records too (kafka-python): Kafka's
+    ``FileRecords.searchForTimestamp`` walks control batches, so ListOffsets can answer
+    a control record."""
+    offsets, timestamps = [], []
+    for name, _seg in sorted(load_expected(partition).items(), key=lambda kv: kv[1]["base_offset"]):
+        mr = MemoryRecords((FIXTURES / partition / f"{name}.log").read_bytes())
+        while (batch := mr.next_batch()) is not None:
+            for r in batch:
+                offsets.append(r.offset)
+                timestamps.append(r.timestamp)
+    return np.array(offsets), np.array(timestamps)
+
+
 def first_at_or_after(partition: str, t: int) -> tuple[int, int] | None:
-    offs, ts, _rows, start, leo = brute(partition)
+    _offs, _ts, _rows, start, leo = brute(partition)
+    offs, ts = all_times(partition)
     if t == -2:
         return (-1, start)
     if t == -1:

@@ -116,8 +116,10 @@ def write_segment(
 
 
 def records_of(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets and timestamps of every data record (control batches left out)."""
-    tables = [read_log(p.read_bytes())[0] for p in paths]
+    """Offsets and timestamps of every record, transaction markers included: Kafka's
+    ``FileRecords.searchForTimestamp`` walks control batches too, so ListOffsets can
+    answer a marker (a real broker does: tests/spark/kafka/test_broker_to_lake.py)."""
+    tables = [read_log(p.read_bytes(), skip_control=False)[0] for p in paths]
     t = pa.concat_tables(tables)
     return t.column("offset").to_numpy(), t.column("timestamp").to_numpy()
 
@@ -268,13 +270,13 @@ def test_find_offset_raises_as_decode(
     decoded: list[CorruptRecordError | None] = []
     read_times = Window.record_times
 
-    def checked(self: Window, sel=None, *, path=None):
+    def checked(self: Window, sel=None, *, path=None, skip_control=True):
         try:
-            self.decode(sel, path=path)
+            self.decode(sel, path=path, skip_control=skip_control)
             decoded.append(None)
         except CorruptRecordError as exc:
             decoded.append(exc)
-        return read_times(self, sel, path=path)
+        return read_times(self, sel, path=path, skip_control=skip_control)
 
     monkeypatch.setattr(Window, "record_times", checked)
     assert found(seg.find_offset_by_timestamp(5)) == (5, 0)

@@ -139,15 +139,15 @@ class SegmentReads:
                 return self.find_offset_by_timestamp(timestamp, start_offset)
             if w.end == pos:
                 return None  # a torn tail
-            # control batches hold no records to return (their markers are skipped)
-            hits = np.nonzero(
-                (w.scan.max_timestamp >= timestamp)
-                & (w.scan.last_offset >= lo)
-                & ~w.scan.is_control
-            )[0]
+            # control batches too: Kafka's FileRecords.searchForTimestamp walks every
+            # batch, so a transaction marker (stamped with the broker's clock) can be the
+            # answer, as ListOffsets gives it
+            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
             for b in hits:
                 # offsets and timestamps only (each batch checked whole, as decode does)
-                offs, ts = w.record_times(slice(int(b), int(b) + 1), path=self.log_path)
+                offs, ts = w.record_times(
+                    slice(int(b), int(b) + 1), path=self.log_path, skip_control=False
+                )
                 ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
                 if len(ok):
                     return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))

@@ -93,12 +93,17 @@ class Window:
         )
 
     def record_times(
-        self, sel: slice | np.ndarray | None = None, *, path: str | None = None
+        self,
+        sel: slice | np.ndarray | None = None,
+        *,
+        path: str | None = None,
+        skip_control: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
-        left out), checked as it checks them, with no key, value or header decoded."""
+        left out unless ``skip_control`` is false), checked as it checks them, with no key,
+        value or header decoded."""
         scan = self.scan if sel is None else self.scan.take(sel)
-        return record_times(self.data, scan, path=path)
+        return record_times(self.data, scan, path=path, skip_control=skip_control)
 
 
 class WindowReads:
