@@ -213,7 +213,9 @@ class Seek:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line.startswith("round "):
-            sys.exit(f"bench/kafka.py: error: KafkaSeek.java said {line!r} (exit {self.proc.poll()})")
+            sys.exit(
+                f"bench/kafka.py: error: KafkaSeek.java said {line!r} (exit {self.proc.poll()})"
+            )
         return float(line.split()[2])
 
     def close(self) -> None:
@@ -261,7 +263,7 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     from seglake.spark.lookup import lookup
 
     lo, hi = window(spark, lake, pct)
-    parts = Catalog(lake).log_end_offsets(TOPIC)
+    parts = {p: end for (_, p), end in Catalog(lake).log_end_offsets(TOPIC).items()}
     by_ts = {
         "startingOffsetsByTimestamp": json.dumps({TOPIC: {str(p): lo for p in parts}}),
         "endingOffsetsByTimestamp": json.dumps({TOPIC: {str(p): hi for p in parts}}),
@@ -296,7 +298,9 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
         }
     )
     qfile, afile = work / f"queries-{n_queries}.txt", work / f"answers-{n_queries}.txt"
-    qfile.write_text("".join(f"{p} {o}\n" for p, o in zip(q["partition"], q["offset"])))
+    qfile.write_text(
+        "".join(f"{p} {o}\n" for p, o in zip(q["partition"], q["offset"], strict=True))
+    )
     queries = spark.createDataFrame(q).cache()
     queries.count()
 
@@ -321,7 +325,9 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     mine = seglake_lookup().select("partition", "offset", "key", "value").toPandas()
     ours = sorted(
         (int(p), int(o), k, v)
-        for p, o, k, v in zip(mine["partition"], mine["offset"], mine["key"], mine["value"])
+        for p, o, k, v in zip(
+            mine["partition"], mine["offset"], mine["key"], mine["value"], strict=True
+        )
     )
     if len(ours) != n_queries or ours != seek_answers(afile):
         sys.exit("bench/kafka.py: error: K3: seglake's answers differ from the consumer's")
@@ -329,10 +335,39 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     runs = {name: (lambda fn=fn: noop(fn())) for name, fn in dfs.items()}
     runs["K3 kafka"] = seek.round
     runs["K3 seglake"] = lambda: noop(seglake_lookup())
+    runs.update(
+        floors(
+            spark,
+            work,
+            {"K1": dfs["K1 seglake"], "K2": dfs["K2 seglake"], "K3": seglake_lookup},
+            noop,
+        )
+    )
     for name, fn in runs.items():  # warm up
         if name != "K3 kafka":
             fn()
     return runs, facts, seek
+
+
+def floors(spark, work: Path, dfs: dict, noop) -> dict:
+    """The floor cases: a Spark job of one row without Python ("job"), a ``mapInArrow``
+    job of no rows ("Python job"), and for each of ``dfs`` its rows decoded beforehand,
+    handed over by Python (bench/extract.py's ``python_floor``, "K floor") and read by
+    Spark's own parquet reader from one uncompressed file ("K JVM floor")."""
+
+    runs = {"job": lambda: noop(spark.range(0, 1, numPartitions=1))}
+    for k, fn in dfs.items():
+        rows, jvm = str(work / f"floor-{k}.arrow"), str(work / f"floor-{k}.parquet")
+        table = fn().toArrow()
+        bx.write_floor_files(table, rows, jvm)
+        if k == "K1":
+            empty = str(work / "floor-empty.arrow")
+            bx.write_floor_files(table.slice(0, 0), empty, empty + ".parquet")
+            runs["Python job"] = lambda f=empty: noop(bx.python_floor(spark, f))
+        runs[f"{k} floor"] = lambda f=rows: noop(bx.python_floor(spark, f))
+        runs[f"{k} JVM floor"] = lambda f=jvm: noop(spark.read.parquet(f))
+        del table
+    return runs
 
 
 def measured(runs: dict, groups, repeat: int) -> dict[str, tuple[float, dict]]:
@@ -361,6 +396,9 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     def cpu(c: dict) -> str:
         return " / ".join(f"{c.get(k, 0):.2f}" for k in ("driver", "jvm", "workers", "broker"))
 
+    def total(c: dict) -> float:
+        return sum(c.get(k, 0) for k in ("driver", "jvm", "workers", "broker"))
+
     lo, hi = facts["window"]
     lines = [
         SECTION,
@@ -376,8 +414,9 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
         "in the best round: this driver / Spark's JVM / Python workers / the broker "
         "(K3's peer: the consumer JVM instead of Spark's).",
         "",
-        "| id | case | rows | seconds | ratio | target | CPU s driver / JVM / workers / broker |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| id | case | rows | seconds | ratio | target | CPU s driver / JVM / workers / broker "
+        "| CPU s total, ratio |",
+        "|---|---|---:|---:|---:|---|---|---:|",
     ]
     rows = {
         "K1": f"{facts['K1 rows']:,}",
@@ -391,21 +430,52 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     ):
         peer_t, peer_c = got[f"{k} kafka"]
         if k == "K3":
-            peer_c = {**peer_c, "jvm": peer_c.get("consumer", 0.0)}
+            peer_c = {"jvm": peer_c.get("consumer", 0.0), "broker": peer_c.get("broker", 0.0)}
         peer = "Java consumer seeks" if k == "K3" else "Spark Kafka source"
         lines.append(
-            f"| {k} | {what}: {peer} | {rows[k]} | {peer_t:.2f} | | | {cpu(peer_c)} |"
+            f"| {k} | {what}: {peer} | {rows[k]} | {peer_t:.2f} | | | {cpu(peer_c)} | "
+            f"{total(peer_c):.2f} |"
         )
         for m in mine:
             t, c = got[f"{k} {m}"]
             ratio = peer_t / t if k == "K3" else t / peer_t
+            cratio = total(peer_c) / total(c) if k == "K3" else total(c) / total(peer_c)
             label = {"seglake": "seglake data source", "extract": "seglake `extract`"}[m]
             if k == "K3":
                 label = "seglake `lookup`"
             lines.append(
                 f"| {k} | {what}: {label} | {rows[k]} | {t:.2f} | **{ratio:.2f}x** | "
-                f"{TARGETS[k]} | {cpu(c)} |"
+                f"{TARGETS[k]} | {cpu(c)} | {total(c):.2f}, {cratio:.2f}x |"
             )
+    lines += [
+        "",
+        "Floors (same session, same rounds): a Spark job of one row without Python, a "
+        "`mapInArrow` job of no rows, and each case's rows decoded beforehand, handed "
+        "to Spark by Python (one `mapInArrow` task a core memory-mapping an Arrow file: "
+        "what any Python reader pays) or read by Spark's own parquet reader from one "
+        "uncompressed file (a JVM reader's floor); ratio as the case's (against the same "
+        "peer run):",
+        "",
+        "| floor | seconds | ratio | CPU s driver / JVM / workers / broker |",
+        "|---|---:|---:|---|",
+    ]
+    for name in (
+        "job",
+        "Python job",
+        "K1 floor",
+        "K1 JVM floor",
+        "K2 floor",
+        "K2 JVM floor",
+        "K3 floor",
+        "K3 JVM floor",
+    ):
+        t, c = got[name]
+        k = name[:2]
+        ratio = ""
+        if k in TARGETS:
+            peer_t = got[f"{k} kafka"][0]
+            ratio = f"{peer_t / t if k == 'K3' else t / peer_t:.2f}x"
+        lines.append(f"| {name} | {t:.2f} | {ratio} | {cpu(c)} |")
     return "\n".join(lines) + "\n"
 
 
