@@ -71,10 +71,8 @@ def get_session(
         opt = f"-Dlog4j.configurationFile=file:{log4j}"
         builder = builder.config("spark.driver.extraJavaOptions", opt)
         builder = builder.config("spark.executor.extraJavaOptions", opt)
-    if os.environ.get("SPARK_SUBMIT_ORIGIN"):
-        extra = {}  # spark-submit.sh passed them already
-    else:
-        extra = jar_conf()
+    # spark-submit.sh passes the jars itself
+    extra = {} if os.environ.get("SPARK_SUBMIT_ORIGIN") else jar_conf()
     for key, value in {**DEFAULTS, **extra, **(conf or {})}.items():
         builder = builder.config(key, value)
     if quiet:
