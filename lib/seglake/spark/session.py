@@ -37,6 +37,7 @@ def jar_conf() -> dict[str, str]:
         conf.update(DELTA_CONF)
     return conf
 
+
 DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.python.filterPushdown.enabled": "true",
