@@ -335,6 +335,7 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     runs = {name: (lambda fn=fn: noop(fn())) for name, fn in dfs.items()}
     runs["K3 kafka"] = seek.round
     runs["K3 seglake"] = lambda: noop(seglake_lookup())
+    runs["K3 in-process"] = in_process_lookup(lake, q)
     runs.update(
         floors(
             spark,
@@ -347,6 +348,29 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
         if name != "K3 kafka":
             fn()
     return runs, facts, seek
+
+
+def in_process_lookup(lake: str, q):
+    """K3 without Spark: what a lookup task runs (``answer_queries`` over the broadcast
+    catalog arrays, its own index cache), called here in the driver: seglake's own work."""
+    import pyarrow as pa
+
+    from seglake.lake.catalog import Catalog
+    from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
+    from seglake.storage.index_cache import IndexCache
+
+    parts = partition_arrays(Catalog(lake).segments())
+    queries = pa.table(
+        {
+            "topic": q["topic"],
+            "partition": pa.array(q["partition"], pa.int32()),
+            "query_offset": pa.array(q["offset"], pa.int64()),
+            "query_timestamp": pa.nulls(len(q), pa.int64()),
+        },
+        schema=QUERY_SCHEMA,
+    )
+    cache = IndexCache()
+    return lambda: answer_queries(lake, parts, cache, queries).num_rows
 
 
 def floors(spark, work: Path, dfs: dict, noop) -> dict:
@@ -450,10 +474,12 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     lines += [
         "",
         "Floors (same session, same rounds): a Spark job of one row without Python, a "
-        "`mapInArrow` job of no rows, and each case's rows decoded beforehand, handed "
-        "to Spark by Python (one `mapInArrow` task a core memory-mapping an Arrow file: "
-        "what any Python reader pays) or read by Spark's own parquet reader from one "
-        "uncompressed file (a JVM reader's floor); ratio as the case's (against the same "
+        "`mapInArrow` job of no rows, K3's lookup without Spark (what its task runs, "
+        "`answer_queries`, called in the driver with a warm index cache), and each "
+        "case's rows decoded beforehand, handed to Spark by Python (one `mapInArrow` "
+        "task a core memory-mapping an Arrow file: what any Python reader pays) or read "
+        "by Spark's own parquet reader from one uncompressed file (a JVM reader's "
+        "floor); ratio as the case's (against the same "
         "peer run):",
         "",
         "| floor | seconds | ratio | CPU s driver / JVM / workers / broker |",
@@ -462,6 +488,7 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     for name in (
         "job",
         "Python job",
+        "K3 in-process",
         "K1 floor",
         "K1 JVM floor",
         "K2 floor",
