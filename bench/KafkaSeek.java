@@ -8,9 +8,9 @@
 // answers every query in the file's order (seek, then poll until the partition returns a
 // record at or after the offset: what a fetch from that offset returns), so the caller
 // can interleave rounds with other cases; the first is the warm-up (connections,
-// metadata, JIT). Prints "round N SECONDS" after each round, writes round 1's answers to ANSWERS as
-// "partition offset key value" (hex, "-" for null) for bench/kafka.py to compare with
-// seglake's. Consumer settings: the smallest fetch (max.partition.fetch.bytes=1: the
+// metadata, JIT). Prints "round N SECONDS" after each round; writes round 1's answers to
+// ANSWERS as "partition offset key value" (hex, "-" for null) for bench/kafka.py to
+// compare with seglake's. Consumer settings: the smallest fetch (max.partition.fetch.bytes=1: the
 // broker still returns the first whole batch), one record a poll, no group.
 import java.io.BufferedReader;
 import java.io.BufferedWriter;

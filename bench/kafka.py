@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
@@ -122,7 +123,8 @@ def java_tool(main: str, *args: str, timeout: float = 1800) -> str:
     cmd = ["java", "-Xmx1g", "-cp", kafka_classpath(), main, *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        sys.exit(f"bench/kafka.py: error: {main} exited {done.returncode}: {done.stderr[-2000:]}")
+        last = (done.stderr.strip() or done.stdout.strip() or "-").splitlines()[-1]
+        fail(f"{main} exited {done.returncode}: {last}")
     return done.stdout
 
 
@@ -135,19 +137,24 @@ def payload_file(path: Path) -> None:
     )
 
 
-def build(work: Path, n: int, partitions: int):
-    """The broker (started) over a topic of ``n`` messages, and the lake registered from
-    its data directory; both reused when already built. Returns (broker, lake, facts)."""
-    from seglake.kafka_broker import KafkaBroker
+def fail(msg: str) -> NoReturn:
+    """One line on stderr, exit 2 (``main`` stops the broker and Spark on the way out)."""
+    print(f"bench/kafka.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def build(broker, work: Path, n: int, partitions: int) -> tuple[str, dict]:
+    """Start ``broker`` (over ``work/broker``) with a topic of ``n`` messages, and the
+    lake registered from its data directory; both reused when already built. Returns
+    (lake, facts)."""
     from seglake.lake.catalog import Catalog
     from seglake.lake.register import register
 
     lake = work / "lake"
-    broker = KafkaBroker(work / "broker")
     facts: dict = {"built": "reused"}
     if (lake / "_catalog").exists() and sum(Catalog(str(lake)).log_end_offsets().values()) == n:
         broker.start()
-        return broker, str(lake), facts
+        return str(lake), facts
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     payload_file(work / "payloads.txt")
@@ -190,8 +197,8 @@ def build(work: Path, n: int, partitions: int):
     )
     got = sum(Catalog(str(lake)).log_end_offsets().values())
     if got != n:
-        sys.exit(f"bench/kafka.py: error: the lake holds {got:,} messages, not {n:,}")
-    return broker, str(lake), facts
+        fail(f"the lake {lake} holds {got:,} messages, not {n:,}")
+    return str(lake), facts
 
 
 class Seek:
@@ -213,9 +220,7 @@ class Seek:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line.startswith("round "):
-            sys.exit(
-                f"bench/kafka.py: error: KafkaSeek.java said {line!r} (exit {self.proc.poll()})"
-            )
+            fail(f"KafkaSeek.java said {line!r} (exit status {self.proc.poll()})")
         return float(line.split()[2])
 
     def close(self) -> None:
@@ -318,7 +323,7 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     for k in ("K1", "K2"):
         sums = {name: checksum(fn()) for name, fn in dfs.items() if name.startswith(k)}
         if len(set(sums.values())) != 1:
-            sys.exit(f"bench/kafka.py: error: {k}: the rows differ: {sums}")
+            fail(f"{k}: the rows differ (count, value bytes, checksum): {sums}")
         facts[f"{k} rows"] = next(iter(sums.values()))[0]
     seek = Seek(broker.bootstrap, qfile, afile)
     seek.round()  # warm-up; writes the answers
@@ -329,8 +334,15 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
             mine["partition"], mine["offset"], mine["key"], mine["value"], strict=True
         )
     )
-    if len(ours) != n_queries or ours != seek_answers(afile):
-        sys.exit("bench/kafka.py: error: K3: seglake's answers differ from the consumer's")
+    theirs = seek_answers(afile)
+    if ours != theirs:
+        bad = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        fail(
+            f"K3: seglake answered {len(ours):,} queries, the consumer {len(theirs):,}; "
+            f"first difference at sorted row {bad}: "
+            f"{ours[bad][:2] if bad is not None else '-'} vs "
+            f"{theirs[bad][:2] if bad is not None else '-'}"
+        )
     facts["K3 rows"] = len(ours)
     runs = {name: (lambda fn=fn: noop(fn())) for name, fn in dfs.items()}
     runs["K3 kafka"] = seek.round
@@ -518,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.messages, args.queries = 200_000, 1_000
-    from seglake.kafka_broker import BrokerError, missing_requirements
+    from seglake.kafka_broker import BrokerError, KafkaBroker, missing_requirements
 
     why = missing_requirements()
     if why:
@@ -528,14 +540,14 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.dir) / f"kafka-{args.messages}-{args.partitions}"
     loads = [f"{os.getloadavg()[0]:.1f}"]
+    broker = KafkaBroker(work / "broker")
+    spark = seek = None
     try:
-        broker, lake, facts = build(work, args.messages, args.partitions)
-    except BrokerError as e:
-        print(f"bench/kafka.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    spark = bx.session()
-    seek = None
-    try:
+        try:
+            lake, facts = build(broker, work, args.messages, args.partitions)
+        except (BrokerError, OSError) as e:
+            fail(f"{str(e).splitlines()[0]} (broker log: {broker.server_log})")
+        spark = bx.session()
         seglake.spark.register(spark)
         runs, more, seek = cases(spark, broker, lake, work, args.window, args.queries)
         facts.update(more)
@@ -549,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if seek is not None:
             seek.close()
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         broker.stop()
     return 0
 
