@@ -30,8 +30,14 @@ Same rows checked before timing: count, sum of value lengths and a checksum of
 row (partition, offset, key, value). Timed: best of R rounds (default 3), every case in
 every round, every other round reversed, all warmed up. CPU seconds by process over each
 case's best round, from ``/proc/<pid>/stat`` (bench/ingest.py's sampler): this driver
-process, Spark's JVM, its Python workers, the broker and the consumer JVM. Replaces the
-"## kafka (bench/kafka.py)" section of bench/RESULTS.md.
+process, Spark's JVM, its Python workers, the broker and the consumer JVM.
+
+Floors, timed in the same rounds: a one-row Spark job, an empty ``mapInArrow`` job, K3's
+``answer_queries`` in the driver (no Spark), and each case's rows decoded beforehand and
+handed over by Python (bench/extract.py's ``python_floor``) or read by Spark's parquet
+reader. ``--quick`` (``make bench QUICK=1``): 200,000 messages, 1,000 queries. Skips
+(exit 0) without java or ``.jars/kafka``. Replaces the "## kafka (bench/kafka.py)"
+section of bench/RESULTS.md (``$SEGLAKE_BENCH_RESULTS``).
 """
 
 from __future__ import annotations
