@@ -156,8 +156,6 @@ def section(pct: float) -> str:
 def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[dict, dict]:
     """``(runs, facts)``: the timed functions of one lake (same rows checked, warmed up)
     and what to report besides the times (``floors``: with the two floor cases)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     from seglake.lake.catalog import Catalog
@@ -165,7 +163,6 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
     from seglake.sample import START_MS
     from seglake.spark.extract import extract
     from seglake.spark.extract_plan import plan_extract
-    from seglake.spark.session import spark_schema
 
     total = sum(Catalog(root).log_end_offsets(TOPIC).values())
     lo = START_MS + total // 2  # 1 message per ms: the middle window of n_window messages
@@ -197,27 +194,13 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
     # (uncompressed, row groups of 500k rows), read whole by Spark's own reader
     jvm_file = root + f"-window-{n_window}.parquet"
     if floors:
-        window = seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA)
-        with pa.ipc.new_file(rows_file, KAFKA_SOURCE_SCHEMA) as out:
-            out.write_table(window, max_chunksize=FLOOR_BATCH)
-        pq.write_table(window, jvm_file, compression="none", row_group_size=CHUNK // 2)
-        del window
-    floor_tasks = min(spark.sparkContext.defaultParallelism, -(-n_window // FLOOR_BATCH))
+        write_floor_files(seglake().toArrow().cast(KAFKA_SOURCE_SCHEMA), rows_file, jvm_file)
 
     def jvm_floor():
         return spark.read.parquet(jvm_file)
 
     def floor():
-        def emit(batches):
-            mine = [k for b in batches for k in b.column(0).to_pylist()]
-            f = pa.ipc.open_file(pa.memory_map(rows_file))
-            for k in mine:
-                for i in range(k, f.num_record_batches, floor_tasks):
-                    yield f.get_batch(i)
-
-        return spark.range(floor_tasks, numPartitions=floor_tasks).mapInArrow(
-            emit, spark_schema(KAFKA_SOURCE_SCHEMA)
-        )
+        return python_floor(spark, rows_file)
 
     plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
     same = [seglake, parquet] + ([floor, jvm_floor] if floors else [])
@@ -246,6 +229,41 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
         "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes,
     }
     return runs, facts
+
+
+def write_floor_files(rows, rows_file: str, jvm_file: str) -> None:
+    """The floors' inputs: the Arrow table ``rows`` as an Arrow file of FLOOR_BATCH-row
+    batches (:func:`python_floor`) and as one uncompressed parquet file (row groups of
+    500k rows, for Spark's own reader)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pa.ipc.new_file(rows_file, rows.schema) as out:
+        out.write_table(rows, max_chunksize=FLOOR_BATCH)
+    pq.write_table(rows, jvm_file, compression="none", row_group_size=CHUNK // 2)
+
+
+def python_floor(spark, rows_file: str):
+    """What any Python reader pays to hand rows to Spark: the rows of ``rows_file``
+    (decoded beforehand), memory-mapped by one ``mapInArrow`` task per core (at most one
+    per batch), each emitting its share of the batches."""
+    import pyarrow as pa
+
+    from seglake.spark.session import spark_schema
+
+    with pa.memory_map(rows_file) as m:
+        head = pa.ipc.open_file(m)
+        schema, n_batches = head.schema, head.num_record_batches
+    tasks = max(1, min(spark.sparkContext.defaultParallelism, n_batches))
+
+    def emit(batches):
+        mine = [k for b in batches for k in b.column(0).to_pylist()]
+        f = pa.ipc.open_file(pa.memory_map(rows_file))
+        for k in mine:
+            for i in range(k, f.num_record_batches, tasks):
+                yield f.get_batch(i)
+
+    return spark.range(tasks, numPartitions=tasks).mapInArrow(emit, spark_schema(schema))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,9 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     ),
     ("streaming", "streaming", "", "--records 200000 --batches 4 --rounds 2"),
     ("extract", "extract", "--dir {dir}", None),  # 1% window, flatness: full runs only
+    # issue 22 K1-K3: a local broker (skips without java or .jars/kafka); its broker
+    # directory and lake are kept in bench/out/kafka
+    ("kafka", "kafka", "", "--quick"),
 ]
 QUICK_REPEAT = "2"
 # RESULTS.md section (title prefix) -> the issue-14 rows its bold figures answer
@@ -62,6 +65,7 @@ TARGETS = {
     "## compact": "compact vs a Spark job; merge-only vs ingest",
     "## streaming": "streaming sink and source",
     "## notebook": "notebook point reads vs pandas",
+    "## kafka": "issue 22 K1-K3 vs Spark's Kafka source / a consumer (<= 0.3x, <= 0.5x, >= 10x)",
 }
 
 
