@@ -8,7 +8,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: venv jars demo test lint bench fuzz clean
+.PHONY: venv jars demo test lint bench fuzz clean kafka
 
 venv: $(STAMP) jars
 
@@ -50,6 +50,12 @@ demo: $(STAMP) jars
 .PHONY: notebook
 notebook: $(STAMP) jars
 	$(PY) -m seglake.notebook
+
+# A Kafka broker (KRaft, broker+controller) on 127.0.0.1 over ./kafka-data (KAFKA_DATA=dir):
+# prints its bootstrap address, Ctrl-C stops it cleanly (seglake/kafka_broker.py, as the tests).
+KAFKA_DATA ?= kafka-data
+kafka: $(STAMP) jars
+	$(PY) -m seglake.kafka_broker $(KAFKA_DATA)
 
 test: lint jars
 	$(PY) -m pytest -q tests
