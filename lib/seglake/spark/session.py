@@ -110,13 +110,20 @@ def list_accumulator(spark: SparkSession):
         return None
 
 
-_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+# a worker's last line (its traceback before it), or after Spark's prefix on the line
+# (``[PYTHON_DATA_SOURCE_ERROR] Failed to ...: seglake.errors.X: ...``, worker_errors.py),
+# Spark's ``SQLSTATE: ...`` after it
+_TASK_ERROR = re.compile(
+    r"(?:^|: )seglake\.(?:\w+\.)*?(\w+(?:Error|Warning)): (.+?)(?:\s+SQLSTATE: \w+)*$",
+    re.MULTILINE,
+)
 
 
 def task_error(exc: BaseException) -> SeglakeError | None:
     """The :class:`SeglakeError` a Python worker raised, rebuilt from the Spark exception
-    that carries its traceback text (``PythonException``, ``Py4JJavaError``); ``exc``
-    itself if it is one; ``None`` for other failures. Jobs print it as one line."""
+    that carries its text (``PythonException``, ``AnalysisException``,
+    ``StreamingQueryException``, ``Py4JJavaError``); ``exc`` itself if it is one; ``None``
+    for other failures. Jobs print it as one line; the notebook API raises it."""
     if isinstance(exc, SeglakeError):
         return exc
     found = _TASK_ERROR.findall(str(exc))  # the last one named: the error the task raised
