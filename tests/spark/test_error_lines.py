@@ -18,7 +18,7 @@ import seglake.spark
 from seglake import errors
 from seglake.lake.catalog import Catalog
 from seglake.spark.ingest import ingest
-from seglake.spark.session import task_error
+from seglake.spark.session import seglake_errors, task_error
 from seglake.spark.worker_errors import HIDE_TRACEBACK, WORKER_MARKER, one_line_errors
 
 pytestmark = pytest.mark.spark
@@ -35,27 +35,37 @@ def lake(spark, tmp_path_factory) -> str:
     return root
 
 
+# PythonException's own first line (pyspark's __str__): a task's error follows it
+WORKER_HEADER = "An exception was thrown from the Python worker:"
+
+
 def assert_one_line(exc: BaseException, cls: type, message: str) -> None:
-    """``exc``'s first line ends with seglake's ``cls: message...`` (its whole message:
-    ``message`` is its start); nothing of a traceback in it; task_error gives it back."""
+    """``exc`` names seglake's ``cls: message...`` (its whole message: ``message`` is its
+    start) on its first line (after Spark's own header line for a task's error), nothing
+    of a traceback in it; task_error gives the error back, and seglake_errors (the
+    notebook API, ingest, compact) raises it alone: its str is the one line."""
     text = str(exc)
     assert "Traceback" not in text and "UnboundLocalError" not in text, text
-    first = re.sub(r"(\s+SQLSTATE: \w+)+$", "", text.splitlines()[0])
+    lines = text.splitlines()
+    first = re.sub(r"(\s+SQLSTATE: \w+)+$", "", lines[1 if lines[0] == WORKER_HEADER else 0])
     name = f"seglake.errors.{cls.__name__}: "
-    assert name in first, first
+    assert name in first, text
     whole = first.split(name, 1)[1]
     assert whole.startswith(message), first
     err = task_error(exc)
     assert type(err) is cls and str(err) == whole
+    with pytest.raises(cls) as info, seglake_errors():
+        raise exc
+    assert str(info.value) == whole and "\n" not in whole
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 def test_batch_read_option_and_planning_errors(spark, lake: str) -> None:
-    read = spark.read.format("seglake")
     with pytest.raises(Exception) as info:  # reader(): a planner worker
-        read.option("startingOffsets", "latest").load(lake).count()
+        spark.read.format("seglake").option("startingOffsets", "latest").load(lake).count()
     assert_one_line(info.value, errors.ConfigError, "startingOffsets: 'latest' is not allowed")
     with pytest.raises(Exception) as info:  # partitions(): a planner worker
-        read.option("startingTimestamp", str(T0 + 10**6)).load(lake).count()
+        spark.read.format("seglake").option("startingTimestamp", str(T0 + 10**6)).load(lake).count()
     assert_one_line(
         info.value,
         errors.ConfigError,

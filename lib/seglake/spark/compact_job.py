@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.compaction import CompactResult, run_compaction
+from seglake.spark.session import seglake_errors
 
 __all__ = ["DRIVER_MERGE_CONF", "compact"]
 
@@ -29,6 +30,7 @@ DRIVER_MERGE_CONF = "spark.seglake.compact.driver.merge.bytes"
 DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 
 
+@seglake_errors()  # a task's own error, not Spark's wrapper
 def compact(
     spark: SparkSession,
     root: str,

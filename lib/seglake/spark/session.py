@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -138,6 +140,25 @@ def task_error(exc: BaseException) -> SeglakeError | None:
     if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
         cls = SeglakeError
     return cls(message.strip())
+
+
+@contextlib.contextmanager
+def seglake_errors() -> Iterator[None]:
+    """Spark's exception that carries a seglake error (a task's, a data source's: see
+    :func:`task_error`) re-raised as that error ``from None``: its one line is what a
+    notebook shows, not Spark's header and traceback. Other exceptions pass unchanged.
+    A context manager and a decorator (``ingest``, ``compact``)::
+
+        with seglake.spark.seglake_errors():
+            spark.read.format("seglake").option(...).load(root).count()
+    """
+    try:
+        yield
+    except Exception as exc:
+        err = task_error(exc)
+        if err is None or err is exc:
+            raise
+        raise err from None
 
 
 def spark_error(exc: BaseException) -> Exception | None:
