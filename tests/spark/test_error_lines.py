@@ -150,3 +150,11 @@ def test_only_seglake_errors_in_a_spark_worker_hide_the_traceback(monkeypatch) -
     with pytest.raises(errors.ConfigError, match=r"^two lines$"):
         list(Source().rows(errors.ConfigError("two\nlines")))
     assert os.environ[HIDE_TRACEBACK] == "1"
+
+
+def test_task_error_keeps_every_seglake_class() -> None:
+    """Old code: the stream source's DataLossError (not in seglake.errors) came back as a
+    plain SeglakeError; an error after Spark's prefix on a line was not found at all."""
+    line = "[PYTHON_DATA_SOURCE_ERROR] Failed to plan: seglake.errors.DataLossError: t-0 gone"
+    err = task_error(Exception(line + " SQLSTATE: 38000"))
+    assert type(err) is errors.DataLossError and str(err) == "t-0 gone"

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from seglake.errors import ConfigError, SeglakeError
+from seglake.errors import ConfigError, DataLossError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.spark.datasource import SeglakeReader
 from seglake.spark.extract_plan import pack_splits
@@ -56,10 +56,6 @@ from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
 _DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-
-
-class DataLossError(SeglakeError):
-    """Offsets a stream has not read yet are gone from the lake (Kafka's data loss)."""
 
 
 @dataclasses.dataclass(frozen=True)
