@@ -3,7 +3,8 @@
     python tests/stream_runner.py SPEC_JSON
 
 ``SPEC_JSON``: ``{"input" (a directory of JSON files), "schema" (DDL), "root", "checkpoint",
-"options" (the sink's), "max_files" (files per micro-batch)}``; the query runs with
+"options" (the sink's), "max_files" (files per micro-batch)}``, or ``"kafka"`` (the Kafka
+source's options: a topic archived) instead of input and schema; the query runs with
 ``Trigger.AvailableNow`` and prints ``{"batches": N}``. With ``SEGLAKE_CRASH_AT`` set, a
 crash point SIGKILLs the whole process group (driver, JVM, Python workers), as in
 tests/crash_runner.py.
@@ -29,11 +30,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     conf = {"spark.driver.extraJavaOptions": f"{log4j} {JVM_OPTIONS}", **spec.get("spark_conf", {})}
     spark = get_session("seglake-stream-crash", master="local[1]", quiet=True, conf=conf)
     seglake.spark.register(spark)
-    df = (
-        spark.readStream.schema(spec["schema"])
-        .option("maxFilesPerTrigger", spec.get("max_files", 1))
-        .json(spec["input"])
-    )
+    if "kafka" in spec:
+        df = spark.readStream.format("kafka").options(**spec["kafka"]).load()
+    else:
+        df = (
+            spark.readStream.schema(spec["schema"])
+            .option("maxFilesPerTrigger", spec.get("max_files", 1))
+            .json(spec["input"])
+        )
     writer = df.writeStream.format("seglake").option("checkpointLocation", spec["checkpoint"])
     for k, v in spec.get("options", {}).items():
         writer = writer.option(k, v)

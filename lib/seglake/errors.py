@@ -135,3 +135,7 @@ class ConcurrentRunError(CatalogError):
 
 class RunReuseError(CatalogError):
     """A run id that committed before is reused with different input (nothing written)."""
+
+
+class DataLossError(SeglakeError):
+    """Offsets a stream has not read yet are gone from the lake (Kafka's data loss)."""

@@ -104,4 +104,17 @@ def to_kafka_source(records: pa.Table, topic: str, partition: int) -> pa.Table:
     if "headers" not in records.column_names:
         return pa.Table.from_arrays(columns, schema=without_headers(KAFKA_SOURCE_SCHEMA))
     headers = records.column("headers").cast(KAFKA_SOURCE_SCHEMA.field("headers").type)
-    return pa.Table.from_arrays([*columns, headers], schema=KAFKA_SOURCE_SCHEMA)
+    return pa.Table.from_arrays([*columns, _null_if_empty(headers)], schema=KAFKA_SOURCE_SCHEMA)
+
+
+def _null_if_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A record without headers has ``null`` in the Kafka source's ``headers`` column, not
+    an empty array (Spark's ``KafkaRecordToRowConverter``); the lists' buffers are kept,
+    only a validity bitmap is added."""
+    chunks = [
+        pa.ListArray.from_arrays(
+            c.offsets, c.values, type=c.type, mask=pyarrow.compute.equal(c.value_lengths(), 0)
+        )
+        for c in headers.chunks
+    ]
+    return pa.chunked_array(chunks, headers.type)

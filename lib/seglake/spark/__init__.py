@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compact", "ingest_batch", "register"]
+__all__ = ["compact", "ingest_batch", "register", "seglake_errors"]
 
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
@@ -34,3 +34,11 @@ def ingest_batch(df: Any, batch_id: int, **kwargs: Any) -> Any:
     from seglake.spark.stream_sink import ingest_batch as _ingest_batch
 
     return _ingest_batch(df, batch_id, **kwargs)
+
+
+def seglake_errors() -> Any:
+    """Spark's exceptions carrying a seglake error raised as that error, one line (see
+    :func:`seglake.spark.session.seglake_errors`)."""
+    from seglake.spark.session import seglake_errors as _seglake_errors
+
+    return _seglake_errors()

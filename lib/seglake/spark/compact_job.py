@@ -23,6 +23,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.format import LONG_MAX
 from seglake.lake.compaction import CompactResult, run_compaction
+from seglake.spark.session import seglake_errors
 
 __all__ = ["DRIVER_MERGE_CONF", "compact"]
 
@@ -30,6 +31,7 @@ DRIVER_MERGE_CONF = "spark.seglake.compact.driver.merge.bytes"
 DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 
 
+@seglake_errors()  # a task's own error, not Spark's wrapper
 def compact(
     spark: SparkSession,
     root: str,

@@ -54,6 +54,7 @@ from seglake.spark.read_options import (
     parse_options,
 )
 from seglake.spark.read_plan import Pushed, plan_read
+from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.index_cache import get_cache
 
 __all__ = [  # with the planning names tests take from here
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ Spark
+@one_line_errors
 class SeglakeReader(DataSourceReader):
     """Plans splits (with pushed filters) on the planner, packs them into tasks, reads
     each task's splits together."""
@@ -122,6 +124,7 @@ class SeglakeReader(DataSourceReader):
             log.warning("seglake: skipped a damaged batch: %s", line)
 
 
+@one_line_errors
 class SeglakeDataSource(DataSource):
     """``spark.read.format("seglake").load(root)``; see the module docstring."""
 

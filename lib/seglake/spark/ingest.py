@@ -51,12 +51,13 @@ from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts
 from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
-from seglake.spark.session import spark_schema, task_error
+from seglake.spark.session import seglake_errors, spark_schema
 from seglake.storage.naming import validate_topic
 
 log = logging.getLogger("seglake.ingest")
 
 
+@seglake_errors()  # a task's own error, not Spark's wrapper
 def ingest(
     spark: SparkSession,
     df: DataFrame,
@@ -137,11 +138,8 @@ def ingest(
             contiguous=not has_offset,
             metadata={runs.INPUT_KEY: covered.to_json()},
         )
-    except BaseException as exc:
+    except BaseException:
         lakefs.delete_dir(fs, staging)
-        err = task_error(exc) if isinstance(exc, Exception) else None
-        if err is not None and err is not exc:  # a task's own error, not Spark's wrapper
-            raise err from exc
         raise
     if result.already_committed:
         lakefs.delete_dir(fs, staging)

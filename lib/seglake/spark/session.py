@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,14 +121,21 @@ def list_accumulator(spark: SparkSession):
         return None
 
 
-_TASK_ERROR = re.compile(r"^seglake\.errors\.(\w+): (.+)$", re.MULTILINE)
+# a worker's last line (its traceback before it), or after Spark's prefix on the line
+# (``[PYTHON_DATA_SOURCE_ERROR] Failed to ...: seglake.errors.X: ...``, worker_errors.py),
+# Spark's ``SQLSTATE: ...`` after it
+_TASK_ERROR = re.compile(
+    r"(?:^|: )seglake\.(?:\w+\.)*?(\w+(?:Error|Warning)): (.+?)(?:\s+SQLSTATE: \w+)*$",
+    re.MULTILINE,
+)
 _LAST_ERROR = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): (.+)$", re.MULTILINE)
 
 
 def task_error(exc: BaseException) -> SeglakeError | None:
     """The :class:`SeglakeError` a Python worker raised, rebuilt from the Spark exception
-    that carries its traceback text (``PythonException``, ``Py4JJavaError``); ``exc``
-    itself if it is one; ``None`` for other failures. Jobs print it as one line."""
+    that carries its text (``PythonException``, ``AnalysisException``,
+    ``StreamingQueryException``, ``Py4JJavaError``); ``exc`` itself if it is one; ``None``
+    for other failures. Jobs print it as one line; the notebook API raises it."""
     if isinstance(exc, SeglakeError):
         return exc
     found = _TASK_ERROR.findall(str(exc))  # the last one named: the error the task raised
@@ -142,6 +151,25 @@ def task_error(exc: BaseException) -> SeglakeError | None:
     if not (isinstance(cls, type) and issubclass(cls, SeglakeError)):
         cls = SeglakeError
     return cls(message.strip())
+
+
+@contextlib.contextmanager
+def seglake_errors() -> Iterator[None]:
+    """Spark's exception that carries a seglake error (a task's, a data source's: see
+    :func:`task_error`) re-raised as that error ``from None``: its one line is what a
+    notebook shows, not Spark's header and traceback. Other exceptions pass unchanged.
+    A context manager and a decorator (``ingest``, ``compact``)::
+
+        with seglake.spark.seglake_errors():
+            spark.read.format("seglake").option(...).load(root).count()
+    """
+    try:
+        yield
+    except Exception as exc:
+        err = task_error(exc)
+        if err is None or err is exc:
+            raise
+        raise err from None
 
 
 def spark_error(exc: BaseException) -> Exception | None:

@@ -58,6 +58,7 @@ from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
 from seglake.spark.ingest import IngestResult, ingest, partition_count
 from seglake.spark.normalize import check_types
+from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.naming import validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
@@ -175,6 +176,7 @@ class _Schema:
     schema: StructType
 
 
+@one_line_errors
 class SeglakeStreamWriter(DataSourceStreamArrowWriter):
     """The sink; ``write`` runs in the tasks, ``commit``/``abort`` on the driver."""
 

@@ -45,20 +45,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from seglake.errors import ConfigError, SeglakeError
+from seglake.errors import ConfigError, DataLossError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.spark.datasource import SeglakeReader
 from seglake.spark.extract_plan import pack_splits
 from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
 from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribed
+from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
 _DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-
-
-class DataLossError(SeglakeError):
-    """Offsets a stream has not read yet are gone from the lake (Kafka's data loss)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,20 +133,37 @@ class Snapshot:
         return {tp: log.log_start_offset for tp, (_, log) in self.logs.items()}
 
 
+@one_line_errors
 class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The source; offsets and planning on the driver, ``read`` in the tasks."""
+    """The source; offsets and planning on the driver, ``read`` in the tasks.
+
+    Bad options are raised by the first method Spark calls, not by ``__init__``:
+    pyspark's stream runner reports an error of the constructor as an
+    ``UnboundLocalError`` of its own (its ``finally`` stops a reader never made)."""
 
     def __init__(
         self, options: Mapping[str, str], bytes_accumulator: Any = None, parallelism: int = 0
     ) -> None:
-        self.opts: ReadOptions = parse_options(options, stream=True)
-        self.limits = StreamLimits.parse(options)
+        self.error: SeglakeError | None = None
+        try:
+            self.opts: ReadOptions = parse_options(options, stream=True)
+            self.limits = StreamLimits.parse(options)
+        except SeglakeError as exc:
+            self.error = exc  # no opts, limits, reader: __getattr__ raises it
+            return
         self.reader = SeglakeReader(self.opts, bytes_accumulator, parallelism)
         self.target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self.clock: Callable[[], float] = time.monotonic  # seconds (tests set it)
         self.last_trigger: float | None = None  # minOffsetsPerTrigger: clock() let through
         self.snapshot: Snapshot | None = None  # the catalog version read last
         self.planned: tuple[Offsets, Snapshot] | None = None  # latestOffset's end, its version
+
+    def __getattr__(self, name: str) -> Any:
+        """Only for attributes ``__init__`` did not set: its options' error."""
+        error = self.__dict__.get("error")
+        if error is not None:
+            raise error
+        raise AttributeError(name)
 
     # -- offsets (driver) -------------------------------------------------------------
     def _read_catalog(self, strict: bool = False) -> Snapshot:
