@@ -44,6 +44,9 @@ shrink it; both are valid logs.
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 
@@ -61,6 +64,7 @@ from seglake.record.batch import (
 )
 from seglake.record.codecs import NAMES
 from seglake.record.encode_input import (
+    EncodedHeaders,
     binary_lengths,
     bytes_column,
     cast_binary,
@@ -145,12 +149,70 @@ def encode_batches(
         ConfigError: an invalid codec, timestamp type or batch size.
     """
     config = config or LogConfig()
+    codec, level = _compression(config, codec, level)
+    _check_batch_fields(timestamp_type, log_append_time, transactional, producer_id)
+    cols = _Input.of(records)
+    if cols is None:
+        return empty_batches(producer_id, producer_epoch, leader_epoch)
+    lib = native.kernel()  # None: the numpy code (both give the same bytes)
+    sizes = _RecordSizes.of(lib, cols)
+    plan = _Plan.of(lib, cols, sizes, config, batch_starts, batch_bases)
+    hdr = _batch_headers(
+        cols,
+        plan,
+        (timestamp_type, log_append_time, codec, transactional),
+        (producer_id, producer_epoch, base_sequence, leader_epoch),
+    )
+    data = _assemble(lib, cols, sizes, plan, hdr, codec)
+    position = np.zeros(len(plan.starts), dtype=np.int64)
+    np.cumsum(plan.size[:-1], out=position[1:])
+    size = plan.size
+    if codec:
+        data, position, size = compress_batches(data, position, size, hdr, codec, level)
+    elif lib is None or not native.has_crc(lib):  # (else the kernel wrote the CRCs)
+        crcs = batch_crcs(data, position, size)
+        data[position[:, None] + _CRC_COLUMNS] = (
+            crcs.astype(">u4").view(np.uint8).reshape(len(size), 4)
+        )
+    starts, ends = plan.starts, plan.ends
+    min_ts = (
+        hdr["max_timestamp"].astype(np.int64)
+        if timestamp_type == 1
+        else np.minimum.reduceat(cols.ts, starts)
+    )
+    return EncodedBatches(
+        data=data,
+        position=position,
+        size=size,
+        base_offset=hdr["base_offset"].astype(np.int64),
+        last_offset=cols.off[ends - 1].copy(),
+        records_count=ends - starts,
+        first_timestamp=cols.ts[starts].copy(),
+        max_timestamp=hdr["max_timestamp"].astype(np.int64),
+        min_timestamp=min_ts,
+        record_start=starts,
+        attributes=hdr["attributes"].astype(np.int64),
+        base_sequence=hdr["base_sequence"].astype(np.int64),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        leader_epoch=leader_epoch,
+    )
+
+
+def _compression(config: LogConfig, codec: int | None, level: int | None) -> tuple[int, int | None]:
+    """The codec and level to write: the arguments, else ``config``'s."""
     if codec is None:
         codec = config.codec
     if level is None:
         level = {1: config.gzip_level, 3: config.lz4_level, 4: config.zstd_level}.get(codec)
     if codec not in NAMES:
         raise ConfigError(f"codec {codec}: expected one of {sorted(NAMES)} ({NAMES})")
+    return codec, level
+
+
+def _check_batch_fields(
+    timestamp_type: int, log_append_time: int | None, transactional: bool, producer_id: int
+) -> None:
     if timestamp_type not in (0, 1):
         raise ConfigError(
             f"timestamp_type {timestamp_type}: expected 0 (CreateTime) or 1 (LogAppendTime)"
@@ -159,166 +221,238 @@ def encode_batches(
         raise ConfigError("log_append_time is only meaningful with timestamp_type=1")
     if transactional and producer_id < 0:
         raise ConfigError(f"transactional batches need a producer id, got {producer_id}")
-    if not isinstance(records, (pa.Table, pa.RecordBatch)):
-        raise InputSchemaError(f"expected a pyarrow Table or RecordBatch, got {type(records)}")
 
-    n = records.num_rows
-    off = int64_column(records, "offset")
-    ts = int64_column(records, "timestamp")
-    if n == 0:
-        return empty_batches(producer_id, producer_epoch, leader_epoch)
-    check_offsets(off)
-    key = bytes_column(records, "key", n)
-    value = bytes_column(records, "value", n)
-    klen, vlen = binary_lengths(key), binary_lengths(value)
-    for name, lens in (("key", klen), ("value", vlen)):
-        if int(lens.max()) > INT32_MAX:
-            i = int(np.argmax(lens))
-            raise InputSchemaError(f"row {i}: {name} of {int(lens[i])} bytes exceeds int32")
-    hcol = headers_column(records)
-    # output size, over-estimated (Arrow nbytes: data + offsets of the referenced rows)
-    estimate = key.nbytes + value.nbytes + (hcol[0].nbytes if hcol else 0) + (HEADER_SIZE + 40) * n
-    btype = pa.large_binary() if estimate > _BINARY_LIMIT else pa.binary()
-    headers = prepare_headers(hcol[0], hcol[1], btype) if hcol else None
 
-    # each record's size but its length and delta varints: attributes .. headers
-    hbytes = None if headers is None else vsize_z(zigzag(headers.count)) + headers.entry_bytes
-    lib = native.kernel()  # None: the numpy code (both give the same bytes)
-    if lib is not None:
-        fixed = native.record_extra(lib, klen, vlen, hbytes)
-    else:
-        zk, zv = zigzag(klen), zigzag(vlen)
+@dataclasses.dataclass
+class _Input:
+    """The input columns, checked: offsets, timestamps, keys, values and their lengths,
+    headers (encoded), and the Arrow binary type the output needs."""
+
+    n: int
+    off: np.ndarray
+    ts: np.ndarray
+    key: pa.ChunkedArray
+    value: pa.ChunkedArray
+    klen: np.ndarray
+    vlen: np.ndarray
+    headers: EncodedHeaders | None
+    btype: pa.DataType
+
+    @classmethod
+    def of(cls, records: pa.Table | pa.RecordBatch) -> _Input | None:
+        """The checked columns (``None``: no rows)."""
+        if not isinstance(records, (pa.Table, pa.RecordBatch)):
+            raise InputSchemaError(f"expected a pyarrow Table or RecordBatch, got {type(records)}")
+        n = records.num_rows
+        off = int64_column(records, "offset")
+        ts = int64_column(records, "timestamp")
+        if n == 0:
+            return None
+        check_offsets(off)
+        key = bytes_column(records, "key", n)
+        value = bytes_column(records, "value", n)
+        klen, vlen = binary_lengths(key), binary_lengths(value)
+        for name, lens in (("key", klen), ("value", vlen)):
+            if int(lens.max()) > INT32_MAX:
+                i = int(np.argmax(lens))
+                raise InputSchemaError(f"row {i}: {name} of {int(lens[i])} bytes exceeds int32")
+        hcol = headers_column(records)
+        # output size, over-estimated (Arrow nbytes: data + offsets of the referenced rows)
+        estimate = (
+            key.nbytes + value.nbytes + (hcol[0].nbytes if hcol else 0) + (HEADER_SIZE + 40) * n
+        )
+        btype = pa.large_binary() if estimate > _BINARY_LIMIT else pa.binary()
+        headers = prepare_headers(hcol[0], hcol[1], btype) if hcol else None
+        lo, hi = int(ts.min()), int(ts.max())
+        if hi - lo > LONG_MAX:
+            raise InputSchemaError(
+                f"timestamps {lo} and {hi} are too far apart: their "
+                "difference, a possible timestampDelta, overflows int64"
+            )
+        return cls(n, off, ts, key, value, klen, vlen, headers, btype)
+
+
+@dataclasses.dataclass
+class _RecordSizes:
+    """Each record's size but its length and delta varints (attributes .. headers);
+    the numpy path also keeps the key and value length varints: ``(zigzag, size)``."""
+
+    fixed: np.ndarray
+    key_varints: tuple[np.ndarray, np.ndarray] | None = None
+    value_varints: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, lib: ctypes.CDLL | None, cols: _Input) -> _RecordSizes:
+        h = cols.headers
+        hbytes = None if h is None else vsize_z(zigzag(h.count)) + h.entry_bytes
+        if lib is not None:
+            return cls(native.record_extra(lib, cols.klen, cols.vlen, hbytes))
+        zk, zv = zigzag(cols.klen), zigzag(cols.vlen)
         vk, vv = vsize_z(zk), vsize_z(zv)
-        fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1
+        fixed = np.maximum(cols.klen, 0) + np.maximum(cols.vlen, 0) + vk + vv + 1
         fixed += 1 if hbytes is None else hbytes  # headerCount 0, or count and headers
-    lo, hi = int(ts.min()), int(ts.max())
-    if hi - lo > LONG_MAX:
-        raise InputSchemaError(
-            f"timestamps {lo} and {hi} are too far apart: their "
-            "difference, a possible timestampDelta, overflows int64"
-        )
+        return cls(fixed, (zk, vk), (zv, vv))
 
-    pieces: list[RelVarints] = []  # the numpy path's varints, in cache-sized pieces
-    if batch_starts is None:
-        check_plan_args(config.batch_size, config.batch_max_records)
-        if lib is not None:
-            starts, size = native.plan(
-                lib, fixed, off, ts, config.batch_size, config.batch_max_records
-            )
-        else:
-            starts, pieces = plan_exact(
-                fixed, off, ts, batch_size=config.batch_size, max_records=config.batch_max_records
-            )
-    else:
-        starts = check_starts(batch_starts, n)
-        if batch_bases is not None:
-            b_off, b_ts = (np.asarray(b, dtype=np.int64) for b in batch_bases)
-            if len(b_off) != len(starts) or len(b_ts) != len(starts):
-                raise InputSchemaError(
-                    f"batch_bases: {len(b_off)}/{len(b_ts)} values for {len(starts)} batches"
+
+@dataclasses.dataclass
+class _Plan:
+    """Where batches start (record indexes), their bases and sizes; the numpy path's
+    varints in cache-sized pieces."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    size: np.ndarray
+    bases: tuple[np.ndarray, np.ndarray]  # (baseOffset, baseTimestamp) of each batch
+    pieces: list[RelVarints]
+
+    @classmethod
+    def of(
+        cls,
+        lib: ctypes.CDLL | None,
+        cols: _Input,
+        sizes: _RecordSizes,
+        config: LogConfig,
+        batch_starts: np.ndarray | None,
+        batch_bases: tuple[np.ndarray, np.ndarray] | None,
+    ) -> _Plan:
+        off, ts, fixed = cols.off, cols.ts, sizes.fixed
+        pieces: list[RelVarints] = []
+        size: np.ndarray | None = None
+        if batch_starts is None:
+            check_plan_args(config.batch_size, config.batch_max_records)
+            if lib is not None:
+                starts, size = native.plan(
+                    lib, fixed, off, ts, config.batch_size, config.batch_max_records
                 )
-            if (b_off > off[starts]).any() or (b_off < 0).any():
-                i = int(np.argmax((b_off > off[starts]) | (b_off < 0)))
-                raise OffsetOrderError(
-                    f"batch {i}: base offset {int(b_off[i])} is negative or above its first "
-                    f"offset {int(off[starts[i]])}"
+            else:
+                starts, pieces = plan_exact(
+                    fixed,
+                    off,
+                    ts,
+                    batch_size=config.batch_size,
+                    max_records=config.batch_max_records,
                 )
-            batch_bases = (b_off, b_ts)
-        check_deltas(off, starts)  # (from a lower base offset: checked again below)
-        if lib is not None:
-            bases = (off[starts], ts[starts]) if batch_bases is None else batch_bases
-            size = native.batch_sizes(lib, fixed, off, ts, starts, bases)
         else:
-            pieces = rel_varints_for(fixed, off, ts, starts, batch_bases)
+            starts = check_starts(batch_starts, cols.n)
+            if batch_bases is not None:
+                batch_bases = _checked_bases(batch_bases, off, starts)
+            check_deltas(off, starts)  # (from a lower base offset: checked again below)
+            if lib is not None:
+                bases = (off[starts], ts[starts]) if batch_bases is None else batch_bases
+                size = native.batch_sizes(lib, fixed, off, ts, starts, bases)
+            else:
+                pieces = rel_varints_for(fixed, off, ts, starts, batch_bases)
+        ends = np.append(starts[1:], cols.n)
+        if size is None:
+            record_sizes = np.concatenate([p.size for p in pieces])
+            size = np.add.reduceat(record_sizes, starts) + HEADER_SIZE
+        if int(size.max()) - LOG_OVERHEAD > INT32_MAX:
+            i = int(np.argmax(size))
+            raise InputSchemaError(
+                f"batch {i} (rows {int(starts[i])}..{int(ends[i]) - 1}) would be "
+                f"{int(size[i])} bytes; batchLength must fit int32"
+            )
+        bases = (off[starts], ts[starts]) if batch_bases is None else batch_bases
+        if int((off[ends - 1] - bases[0]).max()) > INT32_MAX:
+            raise OffsetOrderError("batch_bases: an offset delta does not fit int32")
+        return cls(starts, ends, size, bases, pieces)
+
+
+def _checked_bases(
+    batch_bases: tuple[np.ndarray, np.ndarray], off: np.ndarray, starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Given batch bases: one per batch, at or below its first offset, not negative."""
+    b_off, b_ts = (np.asarray(b, dtype=np.int64) for b in batch_bases)
+    if len(b_off) != len(starts) or len(b_ts) != len(starts):
+        raise InputSchemaError(
+            f"batch_bases: {len(b_off)}/{len(b_ts)} values for {len(starts)} batches"
+        )
+    if (b_off > off[starts]).any() or (b_off < 0).any():
+        i = int(np.argmax((b_off > off[starts]) | (b_off < 0)))
+        raise OffsetOrderError(
+            f"batch {i}: base offset {int(b_off[i])} is negative or above its first "
+            f"offset {int(off[starts[i]])}"
+        )
+    return b_off, b_ts
+
+
+def _batch_headers(
+    cols: _Input,
+    plan: _Plan,
+    kind: tuple[int, int | None, int, bool],
+    producer: tuple[int, int, int, int],
+) -> np.ndarray:
+    """The 61-byte headers (:data:`HEADER_DTYPE`), CRC still 0. ``kind``: timestamp type,
+    log append time, codec, transactional; ``producer``: id, epoch, base sequence and
+    the partition leader epoch."""
+    timestamp_type, log_append_time, codec, transactional = kind
+    producer_id, producer_epoch, base_sequence, leader_epoch = producer
+    starts, ends = plan.starts, plan.ends
     nb = len(starts)
-    ends = np.append(starts[1:], n)
-    counts = ends - starts
-    if lib is None:
-        sizes = np.concatenate([p.size for p in pieces])  # of each record
-        size = np.add.reduceat(sizes, starts) + HEADER_SIZE
-    if int(size.max()) - LOG_OVERHEAD > INT32_MAX:
-        i = int(np.argmax(size))
-        raise InputSchemaError(
-            f"batch {i} (rows {int(starts[i])}..{int(ends[i]) - 1}) would be "
-            f"{int(size[i])} bytes; batchLength must fit int32"
-        )
-
-    # the 61-byte headers, CRC still 0
-    max_ts = np.maximum.reduceat(ts, starts)
+    max_ts = np.maximum.reduceat(cols.ts, starts)
     if log_append_time is not None:
         max_ts = np.full(nb, log_append_time, dtype=np.int64)
-    min_ts = max_ts if timestamp_type == 1 else np.minimum.reduceat(ts, starts)
     attributes = (
         codec
         | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
         | (TRANSACTIONAL_BIT if transactional else 0)
     )
-    sequence = (
-        (base_sequence + starts) % (INT32_MAX + 1)
-        if base_sequence >= 0
-        else np.full(nb, -1, dtype=np.int64)
-    )
     hdr = np.zeros(nb, dtype=HEADER_DTYPE)
-    first_off, first_ts = (off[starts], ts[starts]) if batch_bases is None else batch_bases
-    if int((off[ends - 1] - first_off).max()) > INT32_MAX:
-        raise OffsetOrderError("batch_bases: an offset delta does not fit int32")
+    first_off, first_ts = plan.bases
     hdr["base_offset"] = first_off
-    hdr["batch_length"] = size - LOG_OVERHEAD
+    hdr["batch_length"] = plan.size - LOG_OVERHEAD
     hdr["leader_epoch"] = leader_epoch
     hdr["magic"] = MAGIC
     hdr["attributes"] = attributes
-    hdr["last_offset_delta"] = off[ends - 1] - first_off
+    hdr["last_offset_delta"] = cols.off[ends - 1] - first_off
     hdr["base_timestamp"] = first_ts
     hdr["max_timestamp"] = max_ts
     hdr["producer_id"] = producer_id
     hdr["producer_epoch"] = producer_epoch
-    hdr["base_sequence"] = sequence
-    hdr["records_count"] = counts
+    hdr["base_sequence"] = (base_sequence + starts) % (INT32_MAX + 1) if base_sequence >= 0 else -1
+    hdr["records_count"] = ends - starts
+    return hdr
 
-    total = int(size.sum())
-    raw = hdr.view(np.uint8).reshape(nb, HEADER_SIZE)
+
+def _assemble(
+    lib: ctypes.CDLL | None,
+    cols: _Input,
+    sizes: _RecordSizes,
+    plan: _Plan,
+    hdr: np.ndarray,
+    codec: int,
+) -> np.ndarray:
+    """The uncompressed log: each batch's header then its records, back to back (the
+    kernel also writes the CRCs of uncompressed batches when it has CRC-32C)."""
+    total = int(plan.size.sum())
+    raw = hdr.view(np.uint8).reshape(len(hdr), HEADER_SIZE)
+    headers = cols.headers
     if lib is not None:
         hc = None if headers is None else _column(headers.joined, headers.count)
-        data = native.assemble(
+        return native.assemble(
             lib,
             total,
-            starts,
-            (first_off, first_ts),
+            plan.starts,
+            plan.bases,
             raw,
-            (off, ts, fixed),
-            _column(cast_binary(key, key.type), klen),
-            _column(cast_binary(value, value.type), vlen),
+            (cols.off, cols.ts, sizes.fixed),
+            _column(cast_binary(cols.key, cols.key.type), cols.klen),
+            _column(cast_binary(cols.value, cols.value.type), cols.vlen),
             hc,
             codec == 0 and native.has_crc(lib),
         )
-    else:
-        data = join_records(
-            pieces, (zk, vk), (zv, vv), key, value, headers, starts, raw, btype, total
-        )
-    position = np.zeros(nb, dtype=np.int64)
-    np.cumsum(size[:-1], out=position[1:])
-
-    if codec:
-        data, position, size = compress_batches(data, position, size, hdr, codec, level)
-    elif lib is None or not native.has_crc(lib):  # (else the kernel wrote the CRCs)
-        crcs = batch_crcs(data, position, size)
-        data[position[:, None] + _CRC_COLUMNS] = crcs.astype(">u4").view(np.uint8).reshape(nb, 4)
-    return EncodedBatches(
-        data=data,
-        position=position,
-        size=size,
-        base_offset=np.array(first_off, dtype=np.int64),
-        last_offset=off[ends - 1].copy(),
-        records_count=counts,
-        first_timestamp=ts[starts].copy(),
-        max_timestamp=max_ts,
-        min_timestamp=min_ts,
-        record_start=starts,
-        attributes=np.full(nb, attributes, dtype=np.int64),
-        base_sequence=sequence,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        leader_epoch=leader_epoch,
+    assert sizes.key_varints is not None and sizes.value_varints is not None
+    return join_records(
+        plan.pieces,
+        sizes.key_varints,
+        sizes.value_varints,
+        cols.key,
+        cols.value,
+        headers,
+        plan.starts,
+        raw,
+        cols.btype,
+        total,
     )
 
 
