@@ -9,13 +9,14 @@ first invalid batch at position P  ->  .log truncated to P
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SegmentNotFoundError
-from seglake.record.batch import scan_batches
+from seglake.record.batch import BatchScan, scan_batches
 from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
 from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
 from seglake.storage.naming import (
@@ -37,7 +38,7 @@ from seglake.storage.recovery_checks import (
 )
 from seglake.storage.recovery_report import SegmentRecovery
 from seglake.storage.time_index import TimeIndex
-from seglake.storage.txn_index import TransactionIndex
+from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = ["DEFAULT_INTERVAL", "recover_segment"]
 
@@ -77,99 +78,20 @@ def recover_segment(
         raise SegmentNotFoundError(f"{log_path}: not a segment .log file name")
     base = parsed[0]
     stem = log_path[: -len(LOG_SUFFIX)]
-    buf = lakefs.read_all(fs, log_path)
-    original = len(buf)
-    scan = scan_batches(buf)
-    keep, why = valid_prefix(scan, base)
-    error = scan.error
-    if keep < len(scan):
-        cut = int(scan.position[keep])
-        scan = scan.take(slice(0, keep))
-        scan.valid_bytes, error = cut, why
-    dropped: list[DroppedBytes] = []
-    if skip_damaged and error:
-        buf, dropped = drop_damaged(buf, scan, error, base)
-        scan = scan_batches(buf)  # the rewritten log: every batch valid
-    valid = scan.valid_bytes
-    if valid < original:
-        buf = buf[:valid]
+    original = lakefs.read_all(fs, log_path)
+    buf, scan, error, dropped = _valid_log(original, base, skip_damaged)
     next_offset = int(scan.last_offset[-1]) + 1 if len(scan) else base
-    rebuilt: dict[str, str] = {}
-
-    oi_new, ti_new = rebuild_indexes(scan, base, interval)
-    oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
-    ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
-    oi_final, ti_final = oi_new, ti_new
-    if force:
-        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = "forced"
-    elif error:
-        why_rebuilt = (
-            "log rewritten" if any(d.last_offset is not None for d in dropped) else "log truncated"
-        )
-        rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = why_rebuilt
-    else:
-        if oi_bytes is None:
-            rebuilt[INDEX_SUFFIX] = "missing"
-        else:
-            oi_old = OffsetIndex.from_bytes(oi_bytes, base, path=stem + INDEX_SUFFIX)
-            problem = offset_index_problem(oi_old, scan)
-            if problem:
-                rebuilt[INDEX_SUFFIX] = problem
-            else:
-                oi_final = oi_old
-        if ti_bytes is None:
-            rebuilt[TIME_INDEX_SUFFIX] = "missing"
-        else:
-            ti_old = TimeIndex.from_bytes(ti_bytes, base, path=stem + TIME_INDEX_SUFFIX)
-            problem = time_index_problem(ti_old, scan, base, next_offset)
-            if problem:
-                rebuilt[TIME_INDEX_SUFFIX] = problem
-            else:
-                ti_final = ti_old
-    # a rebuilt index identical to the file is not a change
-    for suffix, new, old in (
-        (INDEX_SUFFIX, oi_new, oi_bytes),
-        (TIME_INDEX_SUFFIX, ti_new, ti_bytes),
-    ):
-        if suffix in rebuilt and old is not None and new.to_bytes() == bytes(old):
-            del rebuilt[suffix]
-
-    # transaction index
-    tpath = stem + TXN_INDEX_SUFFIX
-    txn_bytes = read_optional(fs, tpath)
-    known: dict[tuple[int, int], int] = {}
-    txn_old_ok = False
-    if txn_bytes is not None:
-        txn_old = TransactionIndex.from_bytes(txn_bytes, base, path=tpath)
-        try:
-            txn_old.sanity_check()
-            known = {(t.producer_id, t.last_offset): t.first_offset for t in txn_old}
-            txn_old_ok = True
-        except CorruptRecordError:
-            pass
-    aborted = aborted_txns(
-        buf, scan, producer_state if producer_state is not None else {}, known, base, log_path
+    indexes = _Indexes.recover(fs, stem, scan, base, next_offset, interval, force, error, dropped)
+    txn = _TxnIndex.recover(
+        fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
-    txn_new = TransactionIndex(base)
-    for t in aborted:
-        txn_new.append(t)
-    txn_entries = len(aborted)
-    if txn_bytes is None:
-        if aborted:
-            rebuilt[TXN_INDEX_SUFFIX] = "missing"
-    elif not txn_old_ok:
-        rebuilt[TXN_INDEX_SUFFIX] = "fails its sanity check"
-    elif set(known) != {(t.producer_id, t.last_offset) for t in aborted}:
-        rebuilt[TXN_INDEX_SUFFIX] = "disagrees with the abort markers of the log"
-    elif (force or error) and txn_new.to_bytes() != bytes(txn_bytes):
-        rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
-
+    rebuilt = {**indexes.rebuilt, **txn.rebuilt}
     min_ts, tail = segment_timestamps(buf, scan, log_path)
     report = SegmentRecovery(
         log_path=log_path,
         base_offset=base,
-        original_bytes=original,
-        valid_bytes=valid,
+        original_bytes=len(original),
+        valid_bytes=scan.valid_bytes,
         error=error,
         batches=len(scan),
         next_offset=next_offset,
@@ -177,9 +99,9 @@ def recover_segment(
         min_timestamp=min_ts,
         tail_min_timestamps=tail,
         max_timestamp=int(scan.max_timestamp.max()) if len(scan) else -1,
-        index_entries=len(oi_final),
-        time_index_entries=len(ti_final),
-        txn_index_entries=txn_entries,
+        index_entries=len(indexes.offset_final),
+        time_index_entries=len(indexes.time_final),
+        txn_index_entries=len(txn.aborted),
         rebuilt=rebuilt,
         codec=codec_name(scan),
         dry_run=dry_run,
@@ -192,21 +114,160 @@ def recover_segment(
     # the next recovery (and every reader) detects. A rewrite moves the batches after a
     # dropped stretch back, so their old entries could point at later batches: the
     # indexes go first (a reader rebuilds missing ones in memory)
-    rewritten = any(d.last_offset is not None for d in dropped)
+    rewritten = _rewritten(dropped)
     if rewritten:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             lakefs.delete_file(fs, stem + suffix)
-    if valid < original:
+    if len(buf) < len(original):
         lakefs.write_bytes(fs, log_path, buf)
     if INDEX_SUFFIX in rebuilt or rewritten:
-        lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi_new.to_bytes())
+        lakefs.write_bytes(fs, stem + INDEX_SUFFIX, indexes.offset_new.to_bytes())
     if TIME_INDEX_SUFFIX in rebuilt or rewritten:
-        lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti_new.to_bytes())
+        lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, indexes.time_new.to_bytes())
     if TXN_INDEX_SUFFIX in rebuilt:
-        if len(aborted):
-            lakefs.write_bytes(fs, tpath, txn_new.to_bytes())
+        if len(txn.aborted):
+            lakefs.write_bytes(fs, stem + TXN_INDEX_SUFFIX, txn.new.to_bytes())
         else:
-            lakefs.delete_file(fs, tpath)
+            lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX)
     if report.changed:
         log.warning("recovered %s", report)
     return report
+
+
+def _rewritten(dropped: list[DroppedBytes]) -> bool:
+    """Damaged bytes were cut out of the middle of the log (not a truncation)."""
+    return any(d.last_offset is not None for d in dropped)
+
+
+def _valid_log(
+    buf: bytes, base: int, skip_damaged: bool
+) -> tuple[bytes, BatchScan, str | None, list[DroppedBytes]]:
+    """The log's valid batches: its valid prefix (Kafka's rule), or with
+    ``skip_damaged`` every valid batch, the damaged stretches dropped. ``(bytes, their
+    scan, the error that stopped the scan, what was dropped)``."""
+    scan = scan_batches(buf)
+    keep, why = valid_prefix(scan, base)
+    error = scan.error
+    if keep < len(scan):
+        cut = int(scan.position[keep])
+        scan = scan.take(slice(0, keep))
+        scan.valid_bytes, error = cut, why
+    dropped: list[DroppedBytes] = []
+    if skip_damaged and error:
+        buf, dropped = drop_damaged(buf, scan, error, base)
+        scan = scan_batches(buf)  # the rewritten log: every batch valid
+    return buf[: scan.valid_bytes], scan, error, dropped
+
+
+@dataclasses.dataclass
+class _Indexes:
+    """The ``.index``/``.timeindex`` built from the valid log, the ones recovery keeps
+    (the files when valid), and why each was rebuilt (suffix -> reason)."""
+
+    offset_new: OffsetIndex
+    time_new: TimeIndex
+    offset_final: OffsetIndex
+    time_final: TimeIndex
+    rebuilt: dict[str, str]
+
+    @classmethod
+    def recover(
+        cls,
+        fs: pafs.FileSystem,
+        stem: str,
+        scan: BatchScan,
+        base: int,
+        next_offset: int,
+        interval: int,
+        force: bool,
+        error: str | None,
+        dropped: list[DroppedBytes],
+    ) -> _Indexes:
+        oi_new, ti_new = rebuild_indexes(scan, base, interval)
+        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
+        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
+        oi_final, ti_final = oi_new, ti_new
+        rebuilt: dict[str, str] = {}
+        if force:
+            rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = "forced"
+        elif error:
+            why = "log rewritten" if _rewritten(dropped) else "log truncated"
+            rebuilt[INDEX_SUFFIX] = rebuilt[TIME_INDEX_SUFFIX] = why
+        else:
+            if oi_bytes is None:
+                rebuilt[INDEX_SUFFIX] = "missing"
+            else:
+                oi_old = OffsetIndex.from_bytes(oi_bytes, base, path=stem + INDEX_SUFFIX)
+                problem = offset_index_problem(oi_old, scan)
+                if problem:
+                    rebuilt[INDEX_SUFFIX] = problem
+                else:
+                    oi_final = oi_old
+            if ti_bytes is None:
+                rebuilt[TIME_INDEX_SUFFIX] = "missing"
+            else:
+                ti_old = TimeIndex.from_bytes(ti_bytes, base, path=stem + TIME_INDEX_SUFFIX)
+                problem = time_index_problem(ti_old, scan, base, next_offset)
+                if problem:
+                    rebuilt[TIME_INDEX_SUFFIX] = problem
+                else:
+                    ti_final = ti_old
+        # a rebuilt index identical to the file is not a change
+        for suffix, new, old in (
+            (INDEX_SUFFIX, oi_new, oi_bytes),
+            (TIME_INDEX_SUFFIX, ti_new, ti_bytes),
+        ):
+            if suffix in rebuilt and old is not None and new.to_bytes() == bytes(old):
+                del rebuilt[suffix]
+        return cls(oi_new, ti_new, oi_final, ti_final, rebuilt)
+
+
+@dataclasses.dataclass
+class _TxnIndex:
+    """The ``.txnindex`` the log's ABORT markers call for, and why the file must be
+    rewritten (``rebuilt``: empty when it stays)."""
+
+    aborted: list[AbortedTxn]
+    new: TransactionIndex
+    rebuilt: dict[str, str]
+
+    @classmethod
+    def recover(
+        cls,
+        fs: pafs.FileSystem,
+        tpath: str,
+        buf: bytes,
+        scan: BatchScan,
+        base: int,
+        producer_state: dict[int, int] | None,
+        force: bool,
+        error: str | None,
+        log_path: str,
+    ) -> _TxnIndex:
+        txn_bytes = read_optional(fs, tpath)
+        known: dict[tuple[int, int], int] = {}
+        txn_old_ok = False
+        if txn_bytes is not None:
+            txn_old = TransactionIndex.from_bytes(txn_bytes, base, path=tpath)
+            try:
+                txn_old.sanity_check()
+                known = {(t.producer_id, t.last_offset): t.first_offset for t in txn_old}
+                txn_old_ok = True
+            except CorruptRecordError:
+                pass
+        state = producer_state if producer_state is not None else {}
+        aborted = aborted_txns(buf, scan, state, known, base, log_path)
+        new = TransactionIndex(base)
+        for t in aborted:
+            new.append(t)
+        rebuilt: dict[str, str] = {}
+        if txn_bytes is None:
+            if aborted:
+                rebuilt[TXN_INDEX_SUFFIX] = "missing"
+        elif not txn_old_ok:
+            rebuilt[TXN_INDEX_SUFFIX] = "fails its sanity check"
+        elif set(known) != {(t.producer_id, t.last_offset) for t in aborted}:
+            rebuilt[TXN_INDEX_SUFFIX] = "disagrees with the abort markers of the log"
+        elif (force or error) and new.to_bytes() != bytes(txn_bytes):
+            rebuilt[TXN_INDEX_SUFFIX] = "log truncated" if error else "forced"
+        return cls(aborted, new, rebuilt)
