@@ -265,12 +265,13 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _open_partition(path: str, *, on_corrupt: str = "raise"):
-    """The partition directory's log; an error if it holds no segment (``.log`` named by
-    a 20-digit base offset): an empty answer would look like an empty partition."""
+    """The partition directory's log (in a lake: its catalog's segments); an error if it
+    holds no segment (``.log`` named by a 20-digit base offset): an empty answer would
+    look like an empty partition."""
 
-    from seglake.storage.log import PartitionLog
+    from seglake.lake.staging import open_partition_dir
 
-    log = PartitionLog.open(path, on_corrupt=on_corrupt)
+    log = open_partition_dir(path, on_corrupt=on_corrupt)
     if not log.segments:
         raise _no_segments(path, "")
     return log

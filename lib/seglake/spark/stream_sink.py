@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
+from seglake.api.times import micros_to_millis
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.stream_commit import (
@@ -291,9 +292,10 @@ def internal_columns(
         cols["timestamp"] = pa.array(np.full(n, append_ms, dtype=np.int64))
         cols["timestamp_type"] = pa.array(np.ones(n, dtype=np.int32))
     else:
-        if pa.types.is_timestamp(ts.type):  # Spark's unix_millis: floor(micros / 1000)
+        if pa.types.is_timestamp(ts.type):  # the one ms rule (floor), in integers
             us = ts.cast(pa.timestamp("us", ts.type.tz)).cast(pa.int64())
-            ts = pc.floor(pc.divide(us.cast(pa.float64()), 1000.0))
+            ms = micros_to_millis(us.fill_null(0).to_numpy())
+            ts = pa.array(ms, pa.int64(), mask=us.is_null().to_numpy(zero_copy_only=False))
         cols["timestamp"] = ts.cast(pa.int64())
         tt = col("timestampType")
         cols["timestamp_type"] = (
