@@ -302,8 +302,8 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     segs = logs(d)
     data = segs[1].read_bytes()
     scan = scan_batches(data)
-    segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     full = open_partition(str(root), "t", 0).read(0, 10 * N)
+    segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     v = cat.version()
     dry = recover_lake(str(root), dry_run=True, interval=INTERVAL, kafka_truncate=True)
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2

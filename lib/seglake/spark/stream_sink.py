@@ -42,8 +42,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
-from seglake.config import LogConfig
 from seglake.api.times import micros_to_millis
+from seglake.config import LogConfig
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.stream_commit import (

@@ -121,6 +121,7 @@ class WindowReads:
     _offset_index: OffsetIndex | None
     pin: Pin | None
     _lost_tail: SkippedBatch | None = None  # a .log cut short: what it lost (found once)
+    _cut_checked = False
 
     if TYPE_CHECKING:
 
@@ -150,13 +151,9 @@ class WindowReads:
         """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
         see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
         (module docstring)."""
-        if eof == "file" and self.committed:
-            self._cut_short()
         scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
         for b in scan.skipped:
             self._skip(b, start)
-        if scan.error is not None:
-            self._check_stop(scan, start, data, eof)
         nxt = self._next_offset if self.committed else None
         if nxt is not None and len(scan) and int(scan.last_offset[-1]) >= nxt:
             self.gone(
@@ -165,6 +162,10 @@ class WindowReads:
                     f"{start + int(scan.position[-1])}"
                 )
             )
+        if eof == "file" and self.committed:
+            self._cut_short()
+        if scan.error is not None:
+            self._check_stop(scan, start, data, eof)
         return Window(start, data, scan)
 
     def _cut_short(self) -> None:
@@ -175,20 +176,27 @@ class WindowReads:
             err = self.pin.short(self)  # type: ignore[arg-type]
             if err is not None:
                 raise err
-        if self._lost_tail is None:
-            self._lost_tail = self._find_lost_tail()
+        if not self._cut_checked:
+            self._lost_tail, self._cut_checked = self._find_lost_tail(), True
         lost = self._lost_tail
+        if lost is None:
+            return  # the file still ends with the row's last offset (below)
         if self.on_corrupt != "skip":
             raise TruncatedSegmentError(lost.why, path=self.log_path, position=lost.position)
         self._skip(lost, 0)
 
-    def _find_lost_tail(self) -> SkippedBatch:
+    def _find_lost_tail(self) -> SkippedBatch | None:
         """What a ``.log`` cut short lost: from the end of its last whole batch to the
-        row's ``size_bytes`` and ``next_offset`` (one read of the file: error path only)."""
+        row's ``size_bytes`` and ``next_offset`` (one read of the file: error path only).
+        ``None`` when its batches still reach the row's last offset: bytes went from its
+        middle, not its end (a recovery's rewrite without a damaged batch, before its
+        commit: the damaged batch's offsets are the gap recovery reports)."""
         length = self._file_size()
         scan = scan_batches(self._read_range(0, length), skip_corrupt=True)
         first = int(scan.last_offset[-1]) + 1 if len(scan) else self.base_offset
         nxt = self._next_offset
+        if nxt is not None and first >= nxt:
+            return None
         last = first - 1 if nxt is None else int(nxt) - 1
         gone = f"offsets {first}..{last}" if nxt is not None else f"offsets from {first}"
         why = (
