@@ -24,7 +24,7 @@ from seglake.errors import ConfigError
 from seglake.spark.arrow_input import Normalizer
 from seglake.spark.lookup_queries import _string_millis
 from seglake.spark.stream_sink import internal_columns
-from tests.unit.test_corrupt_reads import N, T0, lake, pristine  # noqa: F401
+from tests.unit.test_corrupt_reads import T0, N, lake, pristine  # noqa: F401
 
 UTC = dt.UTC
 # 1 ms, 2 ms and 3 ms before the epoch: -1, -2, -3 when converted
