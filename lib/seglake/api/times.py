@@ -7,23 +7,32 @@ one of Kafka's sentinels: those come only from their names (``latest``, ``earlie
 ``max``) or the numbers -1/-2/-3 where Kafka takes them (``allow_special``); a time
 before 1970 (negative ms: no Kafka log holds one) is a :class:`ConfigError`.
 
-:func:`micros_to_millis` is the one rule for microseconds (a Spark ``TIMESTAMP``, a
-``datetime``) -> ms: floor. :data:`SPARK_MILLIS` is the same rule in Spark SQL.
+:func:`micros_to_millis` (``seglake.record.schema``, re-exported here) is the one rule
+for microseconds (a Spark ``TIMESTAMP``, a ``datetime``) -> ms: floor.
+:data:`SPARK_MILLIS` is the same rule in Spark SQL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from seglake.errors import ConfigError
-from seglake.record.schema import LONG_MAX
+from seglake.record.schema import LONG_MAX, micros_to_millis
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
+__all__ = [
+    "NAMED_TIMES",
+    "SPARK_MILLIS",
+    "TimeLike",
+    "datetime_micros",
+    "micros_to_millis",
+    "to_millis",
+]
+
 TimeLike = int | str | dt.datetime | dt.date | np.datetime64 | Any
-_Micros = TypeVar("_Micros", int, np.ndarray)
 
 # Kafka's ListOffsets sentinels, by name (``allow_special``)
 NAMED_TIMES = {"latest": LATEST_TIMESTAMP, "earliest": EARLIEST_TIMESTAMP, "max": MAX_TIMESTAMP}
@@ -31,17 +40,6 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # micros_to_millis in Spark SQL (``{}``: a column): Spark's unix_millis floors
 # (DateTimeUtils.microsToMillis: Math.floorDiv)
 SPARK_MILLIS = "unix_millis(CAST({} AS TIMESTAMP))"
-
-
-def micros_to_millis(us: _Micros) -> _Micros:
-    """Epoch ms of epoch microseconds (an int or an int64 array): **floor**, the
-    millisecond the instant lies in. It is Spark's rule (``unix_millis``,
-    ``microsToMillis``) and Java's (``Instant.toEpochMilli``), so a Kafka record's
-    timestamp, which the Kafka source hands over as ``ms * 1000`` µs, comes back
-    exactly, and a time before 1970 stays negative (truncation toward zero would make
-    -1500 µs -1 ms, Kafka's "latest"). Where a bound is needed, the first ms at or after
-    ``us`` is ``-micros_to_millis(-us)``."""
-    return us // 1000
 
 
 def _instant_millis(us: int, given: object) -> int:
