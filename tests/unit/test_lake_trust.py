@@ -160,6 +160,12 @@ def test_partition_dir_of_a_lake_follows_the_catalog(lake: Path, capsys) -> None
     assert cli_main(["consume", str(d), "--topic", "t", "--property", "print.offset=true"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"Offset:{start}\t") and err.endswith(f"total of {N - start} messages\n")
+    # recover of it would apply Kafka's rule behind the catalog's back: refused
+    before = sorted(p.name for p in d.iterdir())
+    assert cli_main(["recover", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"seglake recover {lake}" in err, err
+    assert sorted(p.name for p in d.iterdir()) == before
     # a partition directory the catalog does not have holds nothing
     (lake / "t-7").mkdir()
     (lake / "t-7" / f"{0:020d}.log").write_bytes((d / f"{start:020d}.log").read_bytes())

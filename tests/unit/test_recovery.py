@@ -357,7 +357,10 @@ def test_cli_recover(tmp_path: Path, pristine: Path, capsys) -> None:
     assert main(["recover", str(root), "--dry-run"]) == 0
     assert "would" in capsys.readouterr().out
     assert main(["recover", str(root), "--index-interval-bytes", str(INTERVAL)]) == 0
-    assert main(["recover", str(root / "t-0"), "--json"]) == 0
+    assert main(["recover", str(root), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["log_end_offset"] is not None and not out["deleted_segments"]
+    # a partition directory of the lake: Kafka's rule would bypass the catalog (issue 25)
+    assert main(["recover", str(root / "t-0"), "--json"]) == 2
+    assert f"seglake recover {root}" in capsys.readouterr().err
     assert main(["recover", str(tmp_path / "nope")]) == 2

@@ -20,7 +20,7 @@ from seglake.cli.jobargs import (
     retention_from_args,
     seconds,
 )
-from seglake.errors import InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
@@ -320,6 +320,7 @@ def _recover(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.recovery import recover_lake
+    from seglake.lake.staging import lake_of
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
@@ -338,6 +339,12 @@ def _recover(args: argparse.Namespace) -> int:
         else:
             print(rep)
         return 0
+    lake = lake_of(args.target)
+    if lake is not None:  # Kafka's rule there would leave catalog rows without files
+        raise ConfigError(
+            f"{args.target}: a partition directory of the lake {lake[0]}: recover the lake "
+            f"(seglake recover {lake[0]}), which fixes its catalog too"
+        )
     names = lakefs.listdir(fs, path)
     if not any(_SEGMENT_FILE.match(n) for n in names):  # nor a leftover .swap/.deleted
         try:

@@ -238,21 +238,29 @@ def open_partition(
     return PartitionLog.from_rows(fs, base, rows, on_corrupt=on_corrupt)
 
 
-def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
-    """The log of the partition directory ``path``. Inside a lake (``<root>/_catalog``
-    beside it, its name ``<topic>-<p>``) the catalog decides what it holds
-    (:func:`open_partition`): segments retention or compaction removed, whose files wait
-    for ``file.delete.delay.ms``, and files of uncommitted runs are not read; a partition
-    the catalog does not have is an error. Any other directory is read as a broker left
-    it (:meth:`PartitionLog.open`)."""
+def lake_of(path: str) -> tuple[str, str, int] | None:
+    """``(root, topic, partition)`` when ``path`` is a partition directory of a lake
+    (``<root>/<topic>-<p>`` with ``<root>/_catalog``), else ``None``."""
     from seglake.storage.naming import parse_partition_dir
 
     fs, d = lakefs.resolve(path)
     d = d.rstrip("/")
     name = d.rsplit("/", 1)[-1]
-    if "/" in d and lakefs.exists(fs, lakefs.join(d.rsplit("/", 1)[0], CATALOG_DIR)):
-        root = path.rstrip("/")[: -len(name)].rstrip("/") or "/"
-        topic, partition = parse_partition_dir(name)
+    if "/" not in d or not lakefs.exists(fs, lakefs.join(d.rsplit("/", 1)[0], CATALOG_DIR)):
+        return None
+    topic, partition = parse_partition_dir(name)
+    return path.rstrip("/")[: -len(name)].rstrip("/") or "/", topic, partition
+
+
+def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
+    """The log of the partition directory ``path``. Inside a lake (:func:`lake_of`) the
+    catalog decides what it holds (:func:`open_partition`): segments retention or
+    compaction removed, whose files wait for ``file.delete.delay.ms``, and files of
+    uncommitted runs are not read; a partition the catalog does not have is an error.
+    Any other directory is read as a broker left it (:meth:`PartitionLog.open`)."""
+    lake = lake_of(path)
+    if lake is not None:
+        root, topic, partition = lake
         rows = Catalog(root).segments(topic, partition)
         if not rows.num_rows:
             raise SegmentNotFoundError(
