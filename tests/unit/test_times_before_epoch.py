@@ -122,3 +122,19 @@ def test_cli_and_notebook_refuse_times_before_1970(lake: Path, capsys) -> None: 
     assert f'"offset": {N}' in capsys.readouterr().out
     assert cli_main(["offset-for-time", d, "latest"]) == 0
     assert f'"offset": {N}' in capsys.readouterr().out
+
+
+def test_encoder_floors_timestamp_columns() -> None:
+    """``int64_column`` (every writer's timestamps): Arrow's cast truncates toward zero,
+    so 0.5 ms before 1970 was written as 0; floor makes it -1, which the writer refuses."""
+    from seglake.errors import InputSchemaError
+    from seglake.record.encode_input import check_timestamps, int64_column
+
+    for unit, before in (("us", -500), ("ns", -500_000), ("ms", -1), ("s", -1)):
+        t = pa.table({"timestamp": pa.array([before, 0], pa.timestamp(unit, tz="UTC"))})
+        ms = int64_column(t, "timestamp")
+        assert ms.tolist() == [-1 if unit != "s" else -1000, 0], unit
+        with pytest.raises(InputSchemaError):
+            check_timestamps(ms)
+    t = pa.table({"timestamp": pa.array([1_767_225_600_123_999], pa.timestamp("us", tz="UTC"))})
+    assert int64_column(t, "timestamp").tolist() == [1_767_225_600_123]

@@ -46,6 +46,22 @@ def micros_to_millis(us: _Micros) -> _Micros:
     return us // 1000
 
 
+_MICROS_PER = {"s": 1_000_000, "ms": 1000, "us": 1}
+
+
+def timestamp_millis(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """An Arrow timestamp column of any unit as int64 epoch ms, nulls kept: the unit's
+    microseconds through :func:`micros_to_millis` (floor; nanoseconds floored to
+    microseconds first, which floors the same). Arrow's own cast truncates toward zero:
+    a time just before 1970 would become 0, not the negative ms the caller refuses."""
+    unit = col.type.unit
+    raw = col.cast(pa.int64())
+    vals = raw.fill_null(0).to_numpy()
+    us = vals // 1000 if unit == "ns" else vals * _MICROS_PER[unit]
+    mask = raw.is_null().to_numpy(zero_copy_only=False) if raw.null_count else None
+    return pa.array(micros_to_millis(us), pa.int64(), mask=mask)
+
+
 HEADER_TYPE = pa.struct(
     [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
 )

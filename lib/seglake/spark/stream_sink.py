@@ -42,7 +42,6 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
-from seglake.api.times import micros_to_millis
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
@@ -54,6 +53,7 @@ from seglake.lake.stream_commit import (
     commit_pieces,
     stream_run_id,
 )
+from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.ingest import IngestResult, ingest, partition_count
 from seglake.spark.normalize import check_types
@@ -293,9 +293,7 @@ def internal_columns(
         cols["timestamp_type"] = pa.array(np.ones(n, dtype=np.int32))
     else:
         if pa.types.is_timestamp(ts.type):  # the one ms rule (floor), in integers
-            us = ts.cast(pa.timestamp("us", ts.type.tz)).cast(pa.int64())
-            ms = micros_to_millis(us.fill_null(0).to_numpy())
-            ts = pa.array(ms, pa.int64(), mask=us.is_null().to_numpy(zero_copy_only=False))
+            ts = timestamp_millis(ts)
         cols["timestamp"] = ts.cast(pa.int64())
         tt = col("timestampType")
         cols["timestamp_type"] = (
