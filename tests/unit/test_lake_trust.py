@@ -145,7 +145,7 @@ def test_a_pinned_reader_reports_a_cut_of_a_row_still_current(lake: Path) -> Non
     expect_loss(exc, path, pos, lo, hi)
 
 
-def test_partition_dir_of_a_lake_follows_the_catalog(lake: Path, capsys) -> None:  # noqa: F811
+def test_partition_dir_of_a_lake_follows_the_catalog(lake: Path, capsys, monkeypatch) -> None:  # noqa: F811
     d = lake / "t-0"
     first = sorted(Catalog(str(lake)).segments("t", 0).column("base_offset").to_pylist())
     start = first[2]
@@ -160,6 +160,10 @@ def test_partition_dir_of_a_lake_follows_the_catalog(lake: Path, capsys) -> None
     assert cli_main(["consume", str(d), "--topic", "t", "--property", "print.offset=true"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"Offset:{start}\t") and err.endswith(f"total of {N - start} messages\n")
+    # a relative path, from inside the lake
+    monkeypatch.chdir(lake)
+    assert cli_main(["offset-for-time", "t-0", str(T0)]) == 0
+    assert json.loads(capsys.readouterr().out)["offset"] == start
     # recover of it would apply Kafka's rule behind the catalog's back: refused
     before = sorted(p.name for p in d.iterdir())
     assert cli_main(["recover", str(d)]) == 2

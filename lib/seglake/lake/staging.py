@@ -249,7 +249,8 @@ def lake_of(path: str) -> tuple[str, str, int] | None:
     if "/" not in d or not lakefs.exists(fs, lakefs.join(d.rsplit("/", 1)[0], CATALOG_DIR)):
         return None
     topic, partition = parse_partition_dir(name)
-    return path.rstrip("/")[: -len(name)].rstrip("/") or "/", topic, partition
+    root = path.rstrip("/")[: -len(name)].rstrip("/")
+    return root or ("/" if path.startswith("/") else "."), topic, partition
 
 
 def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
