@@ -221,7 +221,7 @@ class WindowReads:
     def _torn(self, at: int, rest: bytes, eof: str) -> bool:
         """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
         tail (module docstring); in a lake, the end of a file cut short (reported by
-        :meth:`_cut_short` before the scan, read on only when skipping)."""
+        :meth:`_cut_short` first, read on only when skipping)."""
         if not (len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest)):
             return False
         if self.committed:
