@@ -45,6 +45,12 @@ $(STAMP): pyproject.toml native/pyproject.toml native/setup.py native/seglake_na
 demo: $(STAMP) jars
 	$(PY) -m seglake.demo
 
+# notebooks/explore.ipynb executed and saved with its outputs (plots), on a small sample
+# lake (demo-lake/notebook-lake; SEGLAKE_LAKE=path for another)
+.PHONY: notebook
+notebook: $(STAMP) jars
+	$(PY) -m seglake.notebook
+
 test: lint jars
 	$(PY) -m pytest -q tests
 

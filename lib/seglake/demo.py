@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seglake.sample import START_MS, generate
@@ -101,20 +102,15 @@ def _summary(lake: Path, seconds: float) -> None:
     from seglake.cli.dump import dump
     from seglake.lake.catalog import Catalog
 
-    seg = Catalog(str(lake)).segments().to_pandas()
+    seg = Catalog(str(lake)).segments()
     print("\n== the lake ==")
-    print(
-        seg.groupby(["topic", "partition"])
-        .agg(
-            segments=("base_offset", "size"),
-            records=("record_count", "sum"),
-            bytes=("size_bytes", "sum"),
-            first_offset=("base_offset", "min"),
-            log_end_offset=("next_offset", "max"),
-        )
-        .to_string()
-    )
-    first = seg.iloc[0]
+    print(lake_table(seg))
+    extracted = pq.read_table(lake.parent / "extract")
+    print(f"\n== extract: {extracted.num_rows:,} records ==")
+    print(extract_table(extracted))
+    print("\n== lookup answers ==")
+    print(lookup_table(read_json_lines(lake.parent / "lookup")))
+    first = seg.slice(0, 1).to_pylist()[0]
     print(f"\n== first batches of {first['path']} (seglake dump) ==")
     import io
 
@@ -122,6 +118,108 @@ def _summary(lake: Path, seconds: float) -> None:
     dump([str(lake / first["path"])], max_bytes=65536, out=buf)
     print("\n".join(buf.getvalue().splitlines()[:6]))
     print(f"\ndemo done in {seconds:.0f} s; lake at {lake}")
+
+
+def lake_table(seg: pa.Table) -> str:
+    """Catalog rows summed per partition: segments, records, bytes, offsets, times."""
+    from seglake.api.render import iso, size_text, text_table
+
+    parts: dict[tuple[str, int], list] = {}
+    for r in seg.to_pylist():
+        p = parts.setdefault(
+            (r["topic"], r["partition"]), [0, 0, 0, r["base_offset"], 0, None, None]
+        )
+        p[0] += 1
+        p[1] += r["record_count"]
+        p[2] += r["size_bytes"]
+        p[3] = min(p[3], r["base_offset"])
+        p[4] = max(p[4], r["next_offset"])
+        lo, hi = r["min_timestamp"], r["max_timestamp"]
+        p[5] = lo if p[5] is None else min(p[5], lo)
+        p[6] = hi if p[6] is None else max(p[6], hi)
+    rows = [
+        [t, n, segs, recs, size_text(size), start, end, iso(lo), iso(hi)]
+        for (t, n), (segs, recs, size, start, end, lo, hi) in sorted(parts.items())
+    ]
+    headers = ["topic", "partition", "segments", "records", "bytes", "log start", "log end"]
+    return text_table(
+        [*headers, "first timestamp (UTC)", "last timestamp (UTC)"], rows, right={1, 2, 3, 4, 5, 6}
+    )
+
+
+def extract_table(records: pa.Table) -> str:
+    """An extraction's records per partition: count, offsets and times."""
+    from seglake.api.render import text_table
+
+    df = records.select(["topic", "partition", "offset", "timestamp"]).to_pandas()
+    g = df.groupby(["topic", "partition"]).agg(
+        records=("offset", "size"),
+        first_offset=("offset", "min"),
+        last_offset=("offset", "max"),
+        first_time=("timestamp", "min"),
+        last_time=("timestamp", "max"),
+    )
+    rows = [
+        [
+            t,
+            int(p),
+            int(r.records),
+            int(r.first_offset),
+            int(r.last_offset),
+            str(r.first_time)[:23],
+            str(r.last_time)[:23],
+        ]
+        for (t, p), r in g.iterrows()
+    ]
+    headers = ["topic", "partition", "records", "first offset", "last offset"]
+    return text_table([*headers, "first timestamp", "last timestamp"], rows)
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """The rows of a JSON-lines output directory (Spark's ``part-*.json`` files)."""
+    return [
+        json.loads(line)
+        for f in sorted(path.glob("part-*"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def lookup_table(answers: list[dict]) -> str:
+    """Lookup answers as Spark's JSON writer writes them (key/value base64, null fields
+    left out): what was asked, the status, the record found."""
+    import base64
+
+    from seglake.api.render import iso, text_table
+
+    def text(b64: str | None, width: int = 24) -> str:
+        if b64 is None:
+            return ""
+        s = base64.b64decode(b64).decode("utf-8", "replace")
+        return s if len(s) <= width else s[: width - 3] + "..."
+
+    def asked(a: dict) -> str:
+        if a.get("query_offset") is not None:
+            return f"offset {a['query_offset']:,}"
+        return f"time {iso(a.get('query_timestamp'))}"
+
+    rows = [
+        [
+            f"{a['topic']}-{a['partition']}",
+            asked(a),
+            a["status"],
+            a.get("offset"),
+            (a.get("timestamp") or "").replace("T", " ").rstrip("Z")[:23],
+            text(a.get("key")),
+            text(a.get("value")),
+        ]
+        for a in sorted(
+            answers,
+            key=lambda a: (a["topic"], a["partition"], a.get("query_offset", -1)),
+        )
+    ]
+    headers = ["partition", "query", "status", "offset", "timestamp (UTC)", "key", "value"]
+    return text_table(headers, rows, right={3})
 
 
 if __name__ == "__main__":

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglake.errors import CorruptIndexError, OffsetOrderError, SeglakeError
+from seglake.format import INT32_MAX
 from seglake.storage.index_builder import IndexBuilder, prefix_indexes
 from seglake.storage.offset_index import (
     DEFAULT_MAX_INDEX_SIZE,
-    INT32_MAX,
     WARM_SECTION_BYTES,
     IndexFullError,
     InvalidIndexAppendError,

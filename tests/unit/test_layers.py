@@ -1,14 +1,18 @@
 """The package layers, read from the source with ``ast`` (nothing is imported).
 
-Only module-level imports count (those run when the module is imported): imports inside
-functions are lazy on purpose, and those under ``if TYPE_CHECKING:`` never run. Layers,
+Import cycles count only module-level imports (those run when the module is imported;
+an import inside a function is how a cycle is broken, and those under ``if
+TYPE_CHECKING:`` never run). The layer rules count every import, inside functions too:
+a lazy import upwards is still a dependency upwards. Layers,
 bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
-``errors``, ``config``, ``fs`` and ``testing_hooks`` are shared by all of them.
+``errors``, ``config``, ``format``, ``fs`` and ``testing_hooks`` are shared by all of them.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,13 +51,26 @@ def _top_level_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom
     return found
 
 
-def imports_of(module: str) -> set[str]:
-    """Everything ``module`` imports at module level (absolute names; for ``from x import
-    y``: ``x``, and ``x.y`` too when that is a module of ours)."""
+def _all_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Every import that can run: in functions too, not under TYPE_CHECKING."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    skip: set[int] = set()
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            skip.update(id(n) for part in node.body for n in ast.walk(part))
+        elif isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip:
+            found.append(node)
+    return found
+
+
+def imports_of(module: str, *, lazy: bool = False) -> set[str]:
+    """Everything ``module`` imports at module level, or anywhere with ``lazy`` (absolute
+    names; for ``from x import y``: ``x``, and ``x.y`` too when that is a module of ours)."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
-    for node in _top_level_imports(ast.parse(path.read_text(), str(path)).body):
+    tree = ast.parse(path.read_text(), str(path)).body
+    for node in _all_imports(tree) if lazy else _top_level_imports(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
             continue
@@ -68,6 +85,7 @@ def imports_of(module: str) -> set[str]:
 
 
 GRAPH = {m: {i for i in imports_of(m) if i in MODULES and i != m} for m in MODULES}
+USES = {m: {i for i in imports_of(m, lazy=True) if i in MODULES and i != m} for m in MODULES}
 
 
 def _layer(module: str) -> str:
@@ -118,8 +136,10 @@ def test_the_parser_sees_imports() -> None:
     assert "pyspark.sql" in imports_of("seglake.spark.session") or any(
         i.startswith("pyspark") for i in imports_of("seglake.spark.session")
     )
-    # lazy (in a function) and TYPE_CHECKING imports do not count
+    # lazy (in a function) imports count for the layers only, TYPE_CHECKING ones never
     assert "seglake.api" not in GRAPH["seglake"]
+    assert "seglake.api" in USES["seglake"]
+    assert "seglake.storage.offset_index" not in USES["seglake.storage.segment_reads"]
 
 
 def test_cycle_finder_finds_cycles() -> None:
@@ -131,9 +151,10 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "fs", "io_stats", "testing_hooks"}
+SHARED = {"errors", "config", "format", "fs", "io_stats", "testing_hooks"}
 ALLOWED = {
-    "record": {"", "record", "errors", "config"},
+    **{shared: {"", *SHARED} for shared in SHARED},
+    "record": {"", "record", "errors", "config", "format"},
     "storage": {"", "record", "storage", *SHARED},
     "lake": {"", "record", "storage", "lake", *SHARED},
 }
@@ -143,7 +164,7 @@ FORBIDDEN = {"lake": {"api", "spark", "cli"}, "api": {"spark", "cli"}, "cli": {"
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_layer_imports_only_what_lies_below(layer: str) -> None:
     wrong = {
-        m: sorted(i for i in GRAPH[m] if _layer(i) not in ALLOWED[layer])
+        m: sorted(i for i in USES[m] if _layer(i) not in ALLOWED[layer])
         for m in MODULES
         if _layer(m) == layer
     }
@@ -153,7 +174,7 @@ def test_layer_imports_only_what_lies_below(layer: str) -> None:
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_no_import_of_a_layer_beside_or_above(layer: str) -> None:
     wrong = {
-        m: sorted(i for i in GRAPH[m] if _layer(i) in FORBIDDEN[layer])
+        m: sorted(i for i in USES[m] if _layer(i) in FORBIDDEN[layer])
         for m in MODULES
         if _layer(m) == layer
     }
@@ -169,3 +190,20 @@ def test_pyspark_only_in_spark() -> None:
         if _layer(m) != "spark"
     }
     assert {m: i for m, i in wrong.items() if i} == {}
+
+
+def test_record_loads_no_storage_or_lake() -> None:
+    """Importing the record layer (config and format with it) loads nothing above it: the
+    format's numbers come from the dependency-free ``seglake.format``, not from storage."""
+    code = (
+        "import seglake.record, seglake.record.encode, seglake.record.decode_fused, sys;"
+        "print([m for m in sys.modules if m.startswith(('seglake.storage', 'seglake.lake'))])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=LIB
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_format_imports_nothing() -> None:
+    assert imports_of("seglake.format") <= {"__future__"}

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglake.errors import ConcurrentRunError
+from seglake.format import INT32_MAX
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.rows import rows_table
@@ -33,7 +34,6 @@ from seglake.record.encode import encode_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.merge import MergeSource, group_segments, merge_segments, merged_tail
 from seglake.storage.naming import segment_file_name
-from seglake.storage.offset_index import INT32_MAX
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import tail_minima
 from tests.lake_check import lake_records

@@ -90,7 +90,7 @@ def test_spark_timestamp_columns_floor_in_integers() -> None:
         }
     )
     want = [u // 1000 for u in us]
-    got = internal_columns(batch, "t", 0, "CreateTime").column("timestamp")
+    got = internal_columns(batch, "t", 0).column("timestamp")  # CreateTime
     assert got.to_pylist() == want
     ts, _ = Normalizer("t", ("value", "timestamp"), None)._timestamps(batch, "f")
     assert ts.to_pylist() == want

@@ -12,8 +12,9 @@ import pyarrow.fs as pafs
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from seglake.config import INT32_MAX, LogConfig
-from seglake.errors import OffsetOrderError
+from seglake.config import LogConfig
+from seglake.errors import InputSchemaError, OffsetOrderError
+from seglake.format import INT32_MAX
 from seglake.record.batch import scan_batches
 from seglake.record.decode import read_log
 from seglake.record.schema import HEADERS_TYPE
@@ -319,3 +320,42 @@ def test_held_back_records_do_not_keep_the_callers_batch_alive(tmp_path: Path) -
     assert pa.total_allocated_bytes() - before < 64_000  # the held back batch: < batch.size
     w.close()
     assert as_rows(decoded(tmp_path / "t-0")) == as_rows(make_records(2000, value_bytes=2000))
+
+
+def test_max_message_bytes_refuses_a_larger_batch(tmp_path: Path) -> None:
+    """Kafka's max.message.bytes (RecordTooLargeException): a batch over it is refused with
+    one line naming the partition, the offsets and both sizes; nothing is appended. A
+    batch of exactly that size goes in (kafka-python reads it back)."""
+    recs = make_records(50, value_bytes=400)
+    log = new_log(tmp_path)
+    probe = new_log(tmp_path, "probe-0").append(recs, config=LogConfig(batch_size=1 << 20))
+    size = probe[0].size_bytes  # one batch: its whole size
+    with pytest.raises(InputSchemaError) as err:
+        log.append(recs, config=LogConfig(batch_size=1 << 20, max_message_bytes=size - 1))
+    msg = str(err.value)
+    assert "t-0" in msg and "offsets 0..49" in msg and f"is {size} bytes" in msg
+    assert f"max.message.bytes={size - 1}" in msg and "\n" not in msg
+    assert log.log_end_offset == 0
+    log.append(recs, config=LogConfig(batch_size=1 << 20, max_message_bytes=size))
+    data = b"".join(f.read_bytes() for f in log_files(tmp_path / "t-0"))
+    got = MemoryRecords(data)
+    batch = got.next_batch()
+    assert batch is not None and len(list(batch)) == 50
+
+
+def test_compacted_topic_rolls_at_max_compaction_lag(tmp_path: Path) -> None:
+    """Kafka's LogConfig.maxSegmentMs: on a compact topic a max.compaction.lag.ms below
+    segment.ms is the time rule (a delete topic ignores it); checked against the rule
+    by brute force over the batches' timestamps."""
+    ts = np.arange(0, 10_000, 10, dtype=np.int64)  # 10 s of records, 10 ms apart
+    recs = make_records(len(ts), timestamps=ts)
+    lag = {"max.compaction.lag.ms": "1000", "batch.max.records": "10"}
+    compact = LogConfig().with_overrides({**lag, "cleanup.policy": "compact"})
+    assert compact.max_segment_ms == 1000
+    assert LogConfig().with_overrides(lag).max_segment_ms == LogConfig().roll_ms
+    infos = new_log(tmp_path, "c-0").append(recs, config=compact)
+    assert {i.roll_reason for i in infos[:-1]} == {"time"}
+    for f in log_files(tmp_path / "c-0"):
+        scan = scan_batches(f.read_bytes())
+        assert scan.max_timestamp[-1] - scan.max_timestamp[0] <= 1000
+    assert len(new_log(tmp_path, "d-0").append(recs, config=LogConfig().with_overrides(lag))) == 1

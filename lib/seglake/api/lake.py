@@ -16,7 +16,7 @@ from seglake.api.partition import LRU, Partition
 from seglake.api.render import html_table, iso, size_text
 from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
-from seglake.storage.segment import check_on_corrupt
+from seglake.storage.segment_window import check_on_corrupt
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -53,3 +53,45 @@ def html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) ->
         f'<table class="seglake"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def cell_text(v: Any) -> str:
+    """A table cell as a person reads it: integers with thousands separators, floats with
+    two decimals, ``None`` as "" (a bool stays ``True``/``False``)."""
+    if v is None:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):,.2f}"
+    return str(v)
+
+
+def text_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> str:
+    """An aligned plain-text table (a header line, a rule, one line per row), cells by
+    :func:`cell_text`; columns in ``right`` (default: those whose cells are all numbers)
+    are right-aligned. No trailing blanks."""
+    cells = [[cell_text(v) for v in r] for r in rows]
+    if right is None:
+        right = {
+            i
+            for i in range(len(headers))
+            if rows
+            and all(
+                isinstance(r[i], (int, float, np.integer, np.floating))
+                and not isinstance(r[i], (bool, np.bool_))
+                for r in rows
+                if r[i] is not None
+            )
+        }
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if i in right else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])

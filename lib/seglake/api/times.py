@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from seglake.errors import ConfigError
-from seglake.record.schema import LONG_MAX, micros_to_millis
+from seglake.format import LONG_MAX
+from seglake.record.schema import micros_to_millis
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 __all__ = [
@@ -34,8 +35,13 @@ __all__ = [
 
 TimeLike = int | str | dt.datetime | dt.date | np.datetime64 | Any
 
-# Kafka's ListOffsets sentinels, by name (``allow_special``)
-NAMED_TIMES = {"latest": LATEST_TIMESTAMP, "earliest": EARLIEST_TIMESTAMP, "max": MAX_TIMESTAMP}
+# Kafka's ListOffsets sentinels, by name (``allow_special``; ``max-timestamp``: GetOffsetShell's)
+NAMED_TIMES = {
+    "latest": LATEST_TIMESTAMP,
+    "earliest": EARLIEST_TIMESTAMP,
+    "max": MAX_TIMESTAMP,
+    "max-timestamp": MAX_TIMESTAMP,
+}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # micros_to_millis in Spark SQL (``{}``: a column): Spark's unix_millis floors
 # (DateTimeUtils.microsToMillis: Math.floorDiv)

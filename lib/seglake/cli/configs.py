@@ -10,7 +10,7 @@ from seglake.config import parse_overrides
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.topic_config import resolve
-from seglake.lake.topic_store import alter_config, overrides_for, stored_configs
+from seglake.lake.topic_store import alter_config, check_topic, overrides_for, stored_configs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "config",
         help="show or change topic configs kept in the lake (cleanup.policy, segment.bytes...)",
         description="Topic-level settings stored in the catalog (one commit per change); "
-        "read by compact and retention, where a job's --conf still wins. Without --set or "
+        "every job that writes, compacts or deletes a topic applies them over its broker-level "
+        "settings (a job's --conf by the topic-level name still wins). Without --set or "
         "--delete: print the overrides and the values in force.",
     )
     c.add_argument("root", metavar="LAKE")
@@ -29,6 +30,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--delete", action="append", default=[], metavar="KEY", help="remove an override"
     )
+    c.add_argument(
+        "--create",
+        action="store_true",
+        help="configure a topic the lake does not have yet (default: refused, a typo)",
+    )
     c.add_argument("--run-id", default=None)
 
 
@@ -36,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     catalog = Catalog(args.root)
     if not catalog.exists():  # --set would create a lake at a mistyped path
         raise SegmentNotFoundError(f"{args.root}: not a lake (no _catalog/ in it)")
+    if args.topic is not None and not args.create:
+        check_topic(catalog, args.topic)  # a typo: no commit, no defaults shown for it
     if args.set or args.delete:
         result = alter_config(
             catalog,
@@ -43,11 +51,13 @@ def run(args: argparse.Namespace) -> int:
             set_=parse_overrides(args.set),
             delete=args.delete,
             run_id=args.run_id,
+            create=args.create,
         )
         print(f"config of {args.topic or 'every topic'}: catalog version {result.version}")
     stored = stored_configs(catalog)
     own = stored.get(args.topic, {})
-    effective = resolve(overrides_for(stored, args.topic) if args.topic else own).to_dict()
+    given = overrides_for(stored, args.topic) if args.topic else own
+    effective = resolve(given).topic_values(given)
     for name, value in effective.items():
         source = (
             "override"

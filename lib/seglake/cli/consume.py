@@ -7,6 +7,12 @@ directory and prints each record as Kafka's ``DefaultMessageFormatter`` does::
     [<key>] <value>                       fields joined by key.separator (tab), then
                                           line.separator (newline); null -> null.literal
 
+Or, with ``--formatter`` a kcat format string (``kcat -f``): ``%t`` topic, ``%p``
+partition, ``%o`` offset, ``%T`` timestamp (ms), ``%k``/``%s`` key/value (null: empty),
+``%K``/``%S`` their lengths (-1: null), ``%R`` the value's length as a big-endian int32,
+``%h`` headers ``name=value,...`` (null: ``NULL``), ``%%``; ``\\n \\r \\t``, ``\\xHH``
+(hex) and ``\\NNN`` (decimal) bytes.
+
 Defaults as Kafka's: value only, one per line. Partitions in ascending order, each from
 its start offset to its end (the log end offset, or ``--to-timestamp``'s offset), read in
 chunks of at most ``chunk_records`` records (ranged reads of whole batches), so memory
@@ -21,6 +27,8 @@ import base64
 import dataclasses
 import json
 import os
+import re
+import struct
 import sys
 import warnings
 from collections.abc import Iterator
@@ -30,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import ConfigError, SegmentNotFoundError
-from seglake.record.schema import LONG_MAX
+from seglake.format import LONG_MAX
 from seglake.storage.log import PartitionLog
 from seglake.storage.txn_index import collect_aborted
 
@@ -65,10 +73,99 @@ def record_dict(r: dict) -> dict:
     }
 
 
+KCAT_TOKENS = {
+    "t": "topic",
+    "p": "partition",
+    "o": "offset",
+    "T": "timestamp (ms)",
+    "k": "key",
+    "K": "key length (-1: null)",
+    "s": "value",
+    "S": "value length (-1: null)",
+    "R": "value length, big-endian int32",
+    "h": "headers name=value,...",
+}
+_ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]+|[0-9]+|.)", re.DOTALL)
+_CONTROL = {b"n": b"\n", b"r": b"\r", b"t": b"\t"}
+
+
+def _unescape(text: str) -> bytes:
+    """kcat's escapes in a literal part: ``\\n \\r \\t``, ``\\xHH`` (hex), ``\\NNN``
+    (decimal) as one byte, any other ``\\c`` as ``c``."""
+
+    def one(m: re.Match[bytes]) -> bytes:
+        e = m.group(1)
+        if e[:1] == b"x":
+            return bytes([int(e[1:], 16) & 0xFF])
+        if e.isdigit():
+            return bytes([int(e) & 0xFF])
+        return _CONTROL.get(e, e)
+
+    return _ESCAPE.sub(one, text.encode())
+
+
+def parse_kcat_format(fmt: str) -> list[bytes | str]:
+    """A kcat ``-f`` format string as literal byte strings and token letters."""
+    parts: list[bytes | str] = []
+    literal = ""
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c != "%":
+            literal += c
+            i += 1
+            continue
+        token = fmt[i + 1 : i + 2]
+        if token == "%":
+            literal += "%"
+        elif token in KCAT_TOKENS:
+            if literal:
+                parts.append(_unescape(literal))
+            parts.append(token)
+            literal = ""
+        else:
+            what = f"unsupported formatter %{token}" if token else "a % at the end"
+            raise ConfigError(
+                f"--formatter {fmt!r}: {what} (known: %% and "
+                + ", ".join(f"%{t} {d}" for t, d in KCAT_TOKENS.items())
+                + ")"
+            )
+        i += 2
+    if literal:
+        parts.append(_unescape(literal))
+    return parts
+
+
+def _kcat_field(token: str, topic: str, partition: int, r: dict) -> bytes:
+    """One token of a kcat format for the record ``r`` (internal schema)."""
+    if token == "t":
+        return topic.encode()
+    if token == "p":
+        return b"%d" % partition
+    if token == "o":
+        return b"%d" % r["offset"]
+    if token == "T":
+        return b"%d" % r["timestamp"]
+    if token in "kK":
+        key = r["key"]
+        return (key or b"") if token == "k" else b"%d" % (-1 if key is None else len(key))
+    value = r["value"]
+    if token == "s":
+        return value or b""
+    if token in "SR":
+        n = -1 if value is None else len(value)
+        return b"%d" % n if token == "S" else struct.pack(">i", n)
+    return b",".join(  # "h"
+        h["key"].encode() + b"=" + (b"NULL" if h["value"] is None else h["value"])
+        for h in r["headers"]
+    )
+
+
 @dataclasses.dataclass
 class Formatter:
-    """Kafka's ``DefaultMessageFormatter`` (its ``--property`` names), or ``json``: one
-    object per record with topic and partition (:func:`record_dict`)."""
+    """Kafka's ``DefaultMessageFormatter`` (its ``--property`` names), ``json``: one
+    object per record with topic and partition (:func:`record_dict`), or a kcat format
+    string (``kcat``: :func:`parse_kcat_format`'s parts)."""
 
     print_timestamp: bool = False
     print_key: bool = False
@@ -81,12 +178,19 @@ class Formatter:
     headers_separator: bytes = b","
     null_literal: bytes = b"null"
     json: bool = False
+    kcat: list[bytes | str] | None = None
 
     @classmethod
     def from_properties(cls, props: list[str], kind: str = "default") -> Formatter:
-        if kind not in ("default", "json"):
-            raise ConfigError(f"--formatter {kind!r}: expected default or json")
-        f = cls(json=kind == "json")
+        if "%" in kind:
+            f = cls(kcat=parse_kcat_format(kind))
+        elif kind in ("default", "json"):
+            f = cls(json=kind == "json")
+        else:
+            raise ConfigError(
+                f"--formatter {kind!r}: expected default, json or a kcat format string "
+                "such as '%t [%p] at offset %o: key %k: %s\\n'"
+            )
         for prop in props:
             name, sep, value = prop.partition("=")
             if not sep:
@@ -109,6 +213,12 @@ class Formatter:
     def format(self, topic: str, partition: int, t: pa.Table) -> bytes:
         """The lines of the records of ``t`` (internal record schema)."""
         rows = t.to_pylist()
+        if self.kcat is not None:
+            return b"".join(
+                p if isinstance(p, bytes) else _kcat_field(p, topic, partition, r)
+                for r in rows
+                for p in self.kcat
+            )
         if self.json:
             return b"".join(
                 json.dumps({"topic": topic, "partition": partition, **record_dict(r)}).encode()
@@ -277,7 +387,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=("read_uncommitted", "read_committed"),
     )
     c.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
-    c.add_argument("--formatter", default="default", help="default (Kafka's) or json")
+    c.add_argument(
+        "--formatter",
+        default="default",
+        help="default (Kafka's DefaultMessageFormatter), json, or a kcat format string: "
+        "%%t topic, %%p partition, %%o offset, %%T timestamp, %%k key, %%K key length, "
+        "%%s value, %%S value length, %%h headers, \\n \\t (e.g. '%%t:%%p:%%o %%k\\n')",
+    )
     from seglake.cli.main import _skip_corrupt  # the flag of `seglake read`
 
     _skip_corrupt(c)  # argument errors: one line, exit 2 (jobargs.Parser, the parent's class)

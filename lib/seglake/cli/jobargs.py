@@ -3,22 +3,63 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
 from typing import NoReturn
 
-from seglake.record.schema import LONG_MAX
+from seglake.format import LONG_MAX
 
 FORMATS = ("parquet", "json", "csv", "delta")
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with Kafka tools' one error line: ``PROG: error: why (see PROG --help)``,
-    exit 2 (argparse prints the whole usage first). Sub-commands' parsers are of this
-    class too."""
+    exit 2 (argparse prints the whole usage first), and "did you mean" for a mistyped
+    sub-command, choice or option (the closest known one by ``difflib``). Sub-commands'
+    parsers are of this class too."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._seen = list(sys.argv[1:] if args is None else args)  # for the hint
+        return super().parse_known_args(args, namespace)
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if action.choices is not None and value not in action.choices:
+            names = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), names, n=1)
+            if close:
+                raise argparse.ArgumentError(
+                    action,
+                    f"invalid choice: {value!r}; did you mean {close[0]!r}? "
+                    f"(choose from {', '.join(names)})",
+                )
+        super()._check_value(action, value)
+
+    def _unknown_option_hint(self) -> str:
+        """``; did you mean --x?`` for the first option given that neither this parser nor
+        the sub-command given knows (nor abbreviates), if one is close to a known one."""
+        seen: list[str] = getattr(self, "_seen", [])
+        parsers: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [action.choices[a] for a in seen if a in action.choices][:1]
+        known = [o for p in parsers for o in p._option_string_actions]
+        for arg in seen:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if not name.startswith("-") or name[1:2].isdigit():  # a value, or a number
+                continue
+            if any(k.startswith(name) for k in known):
+                continue
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+        return ""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        hint = "" if "did you mean" in message else self._unknown_option_hint()
+        print(f"{self.prog}: error: {message}{hint} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 

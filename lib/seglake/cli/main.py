@@ -1,5 +1,5 @@
-"""The ``seglake`` command: dump, consume, offset-for-time, read, cleanup, recover, register,
-retention, config.
+"""The ``seglake`` command: dump, consume, offsets, history, offset-for-time, read, cleanup,
+recover, register, retention, config.
 
 Errors of seglake's own print one line naming the file, position and numbers, exit 2.
 """
@@ -11,6 +11,7 @@ import json
 import re
 import sys
 
+from seglake.cli import history, offsets
 from seglake.cli.consume import add_parser as add_consume_parser
 from seglake.cli.consume import record_dict, run_consume
 from seglake.cli.jobargs import (
@@ -26,12 +27,22 @@ from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="seglake", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"seglake {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
-        "dump", help="print .log/.index/.timeindex/.txnindex files (like kafka-dump-log.sh)"
+        "dump",
+        help="print .log/.index/.timeindex/.txnindex/.snapshot files (as kafka-dump-log.sh)",
     )
-    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("files", nargs="*", metavar="FILE")
+    d.add_argument(
+        "--files",
+        dest="file_list",
+        action="append",
+        default=[],
+        metavar="FILE1,FILE2,...",
+        help="comma-separated files, as kafka-dump-log.sh takes them",
+    )
     d.add_argument("--print-data-log", action="store_true", help="print keys and values")
     d.add_argument("--deep-iteration", action="store_true", help="print every record")
     d.add_argument(
@@ -51,8 +62,25 @@ def _parser() -> argparse.ArgumentParser:
         help="read at most this many bytes of each .log",
     )
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+    for name, topic in (
+        ("offsets", "__consumer_offsets"),
+        ("transaction-log", "__transaction_state"),
+        ("cluster-metadata", "__cluster_metadata"),
+    ):
+        d.add_argument(
+            f"--{name}-decoder", dest="decoder", action="store_const", const=name,
+            help=f"decode {topic} records as Kafka does (implies --print-data-log)",
+        )  # fmt: skip
+    d.set_defaults(decoder="string")
+    d.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="print only the records' keys and payloads, not their offsets and sizes",
+    )
 
     add_consume_parser(sub)
+    offsets.add_parser(sub)
+    history.add_parser(sub)
 
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
@@ -142,6 +170,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    """seglake's installed version (the package metadata's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("seglake")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _skip_corrupt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--skip-corrupt",
@@ -173,17 +211,26 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "dump":
         from seglake.cli.dump import dump
 
+        files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+        if not files:
+            raise ValueError("dump: no file given (FILE... or --files a,b,c)")
         return dump(
-            args.files,
+            files,
             deep=args.deep_iteration,
             print_data=args.print_data_log,
             as_json=args.json,
             sanity=args.index_sanity_check,
             verify_only=args.verify_index_only,
             max_bytes=args.max_bytes,
+            decoder=args.decoder,
+            skip_metadata=args.skip_record_metadata,
         )
     if args.command == "consume":
         return run_consume(args)
+    if args.command == "offsets":
+        return offsets.run_offsets(args)
+    if args.command == "history":
+        return history.run_history(args)
     if args.command == "offset-for-time":
         from seglake.api.times import to_millis
 
@@ -225,7 +272,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup
 
-        _check_lake(args.root)
+        check_lake(args.root, staging=True)
         print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
         return 0
     if args.command == "recover":
@@ -302,15 +349,17 @@ def _past_end(path: str, offset: int, start: int, end: int) -> None:
     print(f"seglake: offset {offset} is the log end offset: no records yet", file=sys.stderr)
 
 
-def _check_lake(root: str) -> None:
-    """``cleanup`` only on a lake: a path with a catalog or a staging directory."""
+def check_lake(root: str, *, staging: bool = False) -> None:
+    """A lake's commands only on a lake: a path with a catalog (``staging``: or a staging
+    directory, for ``cleanup``)."""
     from seglake import fs as lakefs
     from seglake.lake.staging import STAGING
     from seglake.lake.table import CATALOG_DIR
 
     fs, base = lakefs.resolve(root)
-    if not any(lakefs.exists(fs, lakefs.join(base, d)) for d in (CATALOG_DIR, STAGING)):
-        raise SegmentNotFoundError(f"{root}: not a lake (no {CATALOG_DIR}/ or {STAGING}/ in it)")
+    dirs = (CATALOG_DIR, STAGING) if staging else (CATALOG_DIR,)
+    if not any(lakefs.exists(fs, lakefs.join(base, d)) for d in dirs):
+        raise SegmentNotFoundError(f"{root}: not a lake (no {'/ or '.join(dirs)}/ in it)")
 
 
 _SEGMENT_FILE = re.compile(r"\d{20}\.")  # a segment's files, leftovers (.swap, .deleted) too

@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 
 from seglake import fs as lakefs
+from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError
 from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
-from seglake.lake.topic_config import TopicConfig
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType, parse_control_record
 from seglake.record.decode import decode_batches
@@ -49,7 +49,7 @@ def _overlapping(base: np.ndarray, nxt: np.ndarray, lo: int, hi: int) -> np.ndar
     return (base < hi) & (nxt > lo)
 
 
-def cleanable(rows: pa.Table, cfg: TopicConfig, now_ms: int, lso: int | None = None) -> dict:
+def cleanable(rows: pa.Table, cfg: LogConfig, now_ms: int, lso: int | None = None) -> dict:
     """The round's bounds and whether it is due (``lso``: known last stable offset)."""
     base = rows["base_offset"].to_numpy()
     nxt = rows["next_offset"].to_numpy()
@@ -96,7 +96,7 @@ def _control_kinds(data: bytes, scan, path: str) -> np.ndarray:
 
 
 def analyze_partition(
-    root: str, rows: list[dict], *, cfg: TopicConfig, now_ms: int
+    root: str, rows: list[dict], *, cfg: LogConfig, now_ms: int
 ) -> tuple[dict, CleanRound | None, int]:
     """Task: read the whole partition once; the round's bounds and, if it is due, what
     every group task needs (:class:`CleanRound`). Also returns the bytes read."""

@@ -38,8 +38,7 @@ from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
 from seglake.lake.packing import pack
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
-from seglake.lake.topic_config import TopicConfig, resolve, split_conf
-from seglake.lake.topic_store import overrides_for, stored_configs
+from seglake.lake.topic_store import topic_configs
 from seglake.storage.clean import CleanStats
 from seglake.storage.naming import validate_partition
 
@@ -129,15 +128,6 @@ class CompactResult:
         return "\n".join(lines)
 
 
-def topic_configs(
-    catalog: Catalog, topics: Iterable[str], conf: Mapping[str, Any] | None, base: LogConfig
-) -> dict[str, TopicConfig]:
-    """Each topic's settings: stored overrides (``seglake config``) under the job's conf."""
-    topic_conf, _ = split_conf(conf)
-    stored = stored_configs(catalog)
-    return {t: resolve(overrides_for(stored, t), topic_conf, base) for t in topics}
-
-
 def _task(root: str, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]:
     """One segment group: ``("merge", rows, interval)`` or ``("clean", rows, interval,
     round)``."""
@@ -146,7 +136,7 @@ def _task(root: str, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]
     return clean_group(root, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
 
 
-def _analyze(root: str, now_ms: int, spec: tuple[list[dict], TopicConfig]) -> tuple:
+def _analyze(root: str, now_ms: int, spec: tuple[list[dict], LogConfig]) -> tuple:
     return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
 
 
@@ -179,14 +169,12 @@ def run_compaction(
     rows = catalog.segments(
         list(topics) if topics else None, parse_partitions(partitions), version=version
     )
-    _, rest = split_conf(conf)
-    base = (base or LogConfig()).with_overrides(rest)
-    configs = topic_configs(catalog, set(rows.column("topic").to_pylist()), conf, base)
+    configs = topic_configs(catalog, (base or LogConfig()).with_overrides(conf), version=version)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     plans: list[tuple[PartitionSummary, list[tuple]]] = []
-    to_analyze: list[tuple[PartitionSummary, pa.Table, TopicConfig]] = []
+    to_analyze: list[tuple[PartitionSummary, pa.Table, LogConfig]] = []
     for (topic, partition), prow in _by_partition(rows):
-        cfg = configs[topic]
+        cfg = configs.for_topic(topic)
         size = int(pa.compute.sum(prow["size_bytes"]).as_py() or 0)
         summary = PartitionSummary(
             topic,
@@ -200,7 +188,7 @@ def run_compaction(
         )
         if merge_only or not cfg.compact:
             groups = plan_merge_groups(
-                prow, segment_bytes=cfg.segment_bytes, segment_index_bytes=cfg.segment_index_bytes
+                prow, segment_bytes=cfg.segment_bytes, segment_index_bytes=cfg.index_size_max_bytes
             )
             plans.append((summary, [("merge", g, cfg.index_interval_bytes) for g in groups]))
             continue
@@ -226,7 +214,7 @@ def run_compaction(
         groups = plan_merge_groups(
             prow.filter(pa.compute.less(prow["base_offset"], rnd.upper_bound)),
             segment_bytes=cfg.segment_bytes,
-            segment_index_bytes=cfg.segment_index_bytes,
+            segment_index_bytes=cfg.index_size_max_bytes,
             first_uncleanable=rnd.upper_bound,
             min_len=1,  # Kafka cleans single-segment groups too
         )

@@ -37,6 +37,7 @@ from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
 from seglake.lake.stream_append import cut_uncommitted
+from seglake.lake.topic_store import topic_configs
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -239,6 +240,13 @@ def apply_recovery_fix(
     return report
 
 
+def fallback_intervals(catalog: Catalog, topics: Iterable[str], base: LogConfig) -> dict[str, int]:
+    """``index.interval.bytes`` each topic's indexes are rebuilt with where a row has no
+    recorded one: the topic's config (:mod:`seglake.lake.topic_config`) over ``base``."""
+    configs = topic_configs(catalog, base)
+    return {t: configs.for_topic(t).index_interval_bytes for t in set(topics)}
+
+
 def recover_lake(
     root: str,
     *,
@@ -266,6 +274,9 @@ def recover_lake(
             if catalog.run_committed(run):
                 publish_pending(root, run)
     rows = catalog.segments(list(topics) if topics is not None else None)
+    intervals = fallback_intervals(
+        catalog, rows.column("topic").to_pylist(), LogConfig(index_interval_bytes=interval)
+    )
     partitions, replace, remove = [], [], []
     for key in sorted(
         set(
@@ -279,7 +290,7 @@ def recover_lake(
             root,
             rows.filter(mask),
             dry_run=dry_run,
-            interval=interval,
+            interval=intervals[key[0]],
             force=force,
             kafka_truncate=kafka_truncate,
         )

@@ -51,6 +51,7 @@ from seglake.lake.stream_segments import (
     roll,
     source,
 )
+from seglake.lake.topic_store import topic_configs
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -133,7 +134,8 @@ def commit_pieces(
         root: the lake.
         run_id: the batch's run id (:func:`stream_run_id`).
         pieces: every task's staged piece (order: input order of the tasks).
-        config: ``log.segment.bytes``, ``log.roll.ms`` and ``log.index.interval.bytes``.
+        config: ``segment.bytes``, ``segment.ms`` and ``index.interval.bytes`` (each
+            topic's: ``config.for_topic``).
         assigned: offsets were assigned by the tasks (each piece's first offset of a
             partition is a guess: the pieces follow each other from the log end offset);
             else they are the input's and are kept.
@@ -148,6 +150,7 @@ def commit_pieces(
     catalog = Catalog(root)
     empty = BatchCommit(run_id, None, rows_table([]), [])
     committed, current = catalog.committed_or_segments(run_id)  # one catalog read
+    config = topic_configs(catalog, config)  # the driver's writer may not have planned
     if committed:
         publish_pending(root, run_id)
         _drop(fs, stages)
@@ -159,7 +162,7 @@ def commit_pieces(
     growable = {
         k: t
         for k, t in newest.items()
-        if append != "false" and t["size_bytes"] < config.segment_bytes
+        if append != "false" and t["size_bytes"] < config.for_topic(k[0]).segment_bytes
     }
     for t in growable.values():
         publish_pending(root, t["run_id"])  # its files, if still staged
@@ -210,22 +213,23 @@ def _write_all(
     rows: list[dict] = []
     tails: list[tuple[str, int, int]] = []
     grown: list[tuple[str, int, int]] = []
-    interval = config.index_interval_bytes
 
     def rolling(s: Source) -> int:
         return first_batch_timestamp(fs, s.path)
 
     for key, sources in _plan(base, pieces, stages, newest, assigned).items():
+        cfg = config.for_topic(key[0])  # the topic's segment.bytes, segment.ms ...
+        interval = cfg.index_interval_bytes
         tail = newest.get(key)
         path = ""  # the newest segment's, when it takes this batch's first records
         if (
             tail is not None
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
-            and tail["size_bytes"] < config.segment_bytes
+            and tail["size_bytes"] < cfg.segment_bytes
         ):
             path = lakefs.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
-        groups = roll(sources, config, rolling)
+        groups = roll(sources, cfg, rolling)
         if path and tail is not None and len(groups[0]) > 1:  # the newest segment grows
             tails.append((*key, tail["base_offset"]))
             if path in fds:

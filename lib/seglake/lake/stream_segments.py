@@ -18,6 +18,7 @@ import numpy as np
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
+from seglake.format import LONG_MAX
 from seglake.lake.rows import segment_row
 from seglake.record.batch import HEADER_SIZE, BatchHeader, BatchScan, scan_batches
 from seglake.storage.naming import partition_dir_name, segment_file_name
@@ -181,7 +182,7 @@ def join_minima(group: list[Source]) -> list[dict] | None:
     :data:`TAIL_POINTS` (dropping checkpoints is safe: a filter reads further); None if a
     source's are unknown."""
     out: list[dict] = []
-    later = np.iinfo(np.int64).max
+    later = LONG_MAX
     for s in reversed(group):
         if s.tail_minima is None:
             return None

@@ -1,21 +1,19 @@
 """Topic-level settings (Kafka's topic configs: ``kafka-configs --entity-type topics``).
 
-Each has Kafka's topic-level name and the broker-level name that sets its default::
+Names, types, defaults and bounds are the rows of :data:`seglake.config.SETTINGS` that
+have a topic-level name (``segment.bytes``, whose broker-level name is
+``log.segment.bytes``); a topic's values are a :class:`~seglake.config.LogConfig`.
 
-    cleanup.policy             log.cleanup.policy                  delete
-    min.cleanable.dirty.ratio  log.cleaner.min.cleanable.ratio     0.5
-    min.compaction.lag.ms      log.cleaner.min.compaction.lag.ms   0
-    max.compaction.lag.ms      log.cleaner.max.compaction.lag.ms   2^63-1
-    delete.retention.ms        log.cleaner.delete.retention.ms     86400000 (1 day)
-    segment.bytes              log.segment.bytes                   1 GiB
-    segment.index.bytes        log.index.size.max.bytes            10 MiB
-    index.interval.bytes       log.index.interval.bytes            4096
-    retention.ms               log.retention.ms                    7 days (-1: never)
-    retention.bytes            log.retention.bytes                 -1
+A topic's value is, lowest precedence first (Kafka's: a topic config overrides the
+broker's default):
 
-A topic's value is, lowest precedence first: the default, the broker-level name (a
-``LogConfig``: ``--conf-file``), the topic's override stored in the lake (``seglake
-config``), a job's ``--conf`` (either name).
+1. the default;
+2. broker level: the job's ``--conf-file`` (whatever the names), then its ``--conf`` (or
+   options, ``conf=``) by a broker-level name (``log.segment.bytes``);
+3. the lake-wide topic configs (``seglake config LAKE --set``), then the topic's own
+   (``seglake config LAKE --topic T --set``), kept in the catalog;
+4. the job's ``--conf`` by the topic-level name (``segment.bytes``): that run's own
+   override of every topic it writes.
 """
 
 from __future__ import annotations
@@ -24,175 +22,46 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from seglake.config import LogConfig
+from seglake.config import BY_TOPIC_NAME, LogConfig, parse_value, setting
 from seglake.errors import ConfigError
-from seglake.record.schema import LONG_MAX
-from seglake.storage.index_builder import DEFAULT_INTERVAL
 
-POLICIES = ("delete", "compact", "compact,delete")
+__all__ = ["BY_TOPIC_NAME", "checked", "parse_value", "resolve", "with_topics"]
 
-
-@dataclasses.dataclass(frozen=True)
-class TopicSetting:
-    name: str
-    broker: str
-    attr: str
-    kind: type
-    default: Any
-    minimum: float | None = None
+Stored = Mapping[str | None, Mapping[str, str]]
 
 
-TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
-    TopicSetting("cleanup.policy", "log.cleanup.policy", "cleanup_policy", str, "delete"),
-    TopicSetting(
-        "min.cleanable.dirty.ratio",
-        "log.cleaner.min.cleanable.ratio",
-        "min_cleanable_dirty_ratio",
-        float,
-        0.5,
-        0.0,
-    ),
-    TopicSetting(
-        "min.compaction.lag.ms",
-        "log.cleaner.min.compaction.lag.ms",
-        "min_compaction_lag_ms",
-        int,
-        0,
-        0,
-    ),
-    TopicSetting(
-        "max.compaction.lag.ms",
-        "log.cleaner.max.compaction.lag.ms",
-        "max_compaction_lag_ms",
-        int,
-        LONG_MAX,
-        1,
-    ),
-    TopicSetting(
-        "delete.retention.ms",
-        "log.cleaner.delete.retention.ms",
-        "delete_retention_ms",
-        int,
-        86_400_000,
-        0,
-    ),
-    TopicSetting("segment.bytes", "log.segment.bytes", "segment_bytes", int, 1 << 30, 14),
-    TopicSetting(
-        "segment.index.bytes",
-        "log.index.size.max.bytes",
-        "segment_index_bytes",
-        int,
-        10 * 1024 * 1024,
-        4,
-    ),
-    TopicSetting(
-        "index.interval.bytes",
-        "log.index.interval.bytes",
-        "index_interval_bytes",
-        int,
-        DEFAULT_INTERVAL,
-        0,
-    ),
-    TopicSetting("retention.ms", "log.retention.ms", "retention_ms", int, 7 * 86_400_000, -1),
-    TopicSetting("retention.bytes", "log.retention.bytes", "retention_bytes", int, -1, -1),
-)
-BY_TOPIC_NAME = {s.name: s for s in TOPIC_SETTINGS}
-BY_BROKER_NAME = {s.broker: s for s in TOPIC_SETTINGS}
+def _stored_layer(base: LogConfig, layer: Mapping[str, str]) -> LogConfig:
+    """``base`` with stored topic configs applied, below what the job gave by topic name."""
+    given = dict(base.topic_given)
+    out = base.with_overrides({k: v for k, v in layer.items() if k not in given})
+    return dataclasses.replace(out, topic_given=base.topic_given)
 
 
-@dataclasses.dataclass(frozen=True)
-class TopicConfig:
-    """One topic's resolved settings (attribute names: the topic-level names)."""
-
-    cleanup_policy: str = "delete"
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    delete_retention_ms: int = 86_400_000
-    segment_bytes: int = 1 << 30
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = DEFAULT_INTERVAL
-    retention_ms: int = 7 * 86_400_000
-    retention_bytes: int = -1
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
-
-    def to_dict(self) -> dict[str, str]:
-        return {s.name: str(getattr(self, s.attr)) for s in TOPIC_SETTINGS}
+def resolve(stored: Mapping[str, str] | None = None, base: LogConfig | None = None) -> LogConfig:
+    """A topic's settings: ``base`` (defaults, broker level) under ``stored`` (the
+    topic's stored configs, lake-wide ones under its own) under ``base.topic_given``."""
+    return _stored_layer(base or LogConfig(), stored or {})
 
 
-def parse_value(name: str, raw: Any) -> Any:
-    """``raw`` as the type of topic setting ``name`` (topic- or broker-level name);
-    :class:`ConfigError` names the key and the value."""
-    s = BY_TOPIC_NAME.get(name) or BY_BROKER_NAME.get(name)
-    if s is None:
-        raise ConfigError(
-            f"unknown topic setting {name!r}; known: {', '.join(sorted(BY_TOPIC_NAME))}"
-        )
-    text = str(raw).strip()
-    if s.kind is str:
-        value: Any = ",".join(p.strip() for p in text.split(",") if p.strip())
-        value = ",".join(sorted(value.split(","))) if value else value
-        if value not in POLICIES:
-            raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(POLICIES)}")
-        return value
-    try:
-        value = s.kind(text.replace("_", ""))
-    except ValueError:
-        raise ConfigError(
-            f"{name}={raw!r} is not {'a number' if s.kind is float else 'an integer'}"
-        ) from None
-    if s.minimum is not None and value < s.minimum:
-        raise ConfigError(f"{name}={value} is below its minimum {s.minimum}")
-    if s.attr == "min_cleanable_dirty_ratio" and value > 1:
-        raise ConfigError(f"{name}={value} is above its maximum 1")
-    return value
+def with_topics(base: LogConfig, stored: Stored) -> LogConfig:
+    """``base`` resolved for every topic of the lake's stored configs (``stored``: ``{topic:
+    overrides}``, ``None`` for the lake-wide ones): the lake-wide layer applied to the
+    result, each topic with its own overrides in ``per_topic`` (``for_topic(t)``)."""
+    lake_wide = dict(stored.get(None, {}))
+    default = resolve(lake_wide, base)
+    topics = tuple(
+        (t, resolve({**lake_wide, **own}, base))
+        for t, own in sorted((t, o) for t, o in stored.items() if t is not None and o)
+    )
+    return dataclasses.replace(default, per_topic=topics)
 
 
-def is_topic_setting(name: str) -> bool:
-    return name in BY_TOPIC_NAME or name in BY_BROKER_NAME
-
-
-def split_conf(conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(topic settings, the rest)`` of a job's ``--conf`` pairs; a name that both a
-    topic setting and :class:`LogConfig` know (``log.segment.bytes``) goes to both."""
-    topic, rest = {}, {}
-    known = set(LogConfig().to_properties())
-    for k, v in (conf or {}).items():
-        if is_topic_setting(k):
-            topic[k] = v
-            if k in known:
-                rest[k] = v
-        else:
-            rest[k] = v
-    return topic, rest
-
-
-def resolve(
-    stored: Mapping[str, str] | None = None,
-    conf: Mapping[str, Any] | None = None,
-    base: LogConfig | None = None,
-) -> TopicConfig:
-    """The topic's settings: defaults < ``base`` (broker level) < ``stored`` < ``conf``."""
-    base = base or LogConfig()
-    values: dict[str, Any] = {
-        "segment_bytes": base.segment_bytes,
-        "segment_index_bytes": base.index_size_max_bytes,
-        "index_interval_bytes": base.index_interval_bytes,
-        "retention_ms": base.retention_ms,
-        "retention_bytes": base.retention_bytes,
-    }
-    for layer in (stored or {}, conf or {}):
-        broker_first = sorted(layer.items(), key=lambda kv: kv[0] in BY_TOPIC_NAME)
-        for k, v in broker_first:  # a topic-level name beats the broker-level one
-            s = BY_TOPIC_NAME.get(k) or BY_BROKER_NAME.get(k)
-            if s is None:
-                raise ConfigError(f"unknown topic setting {k!r}")
-            values[s.attr] = parse_value(k, v)
-    return TopicConfig(**values)
+def checked(name: str, raw: Any) -> str:
+    """``raw`` checked as topic setting ``name``, as it is stored; a name that is not a
+    topic-level one is a :class:`ConfigError` saying which name to use."""
+    if name not in BY_TOPIC_NAME:
+        s, _ = setting(name)  # unknown: "did you mean"
+        use = f"use {s.topic}" if s.topic else "a job setting: give it to the job with --conf"
+        raise ConfigError(f"{name!r} is not a topic setting ({use})")
+    parse_value(name, raw)
+    return str(raw).strip()

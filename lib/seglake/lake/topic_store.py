@@ -11,8 +11,10 @@ of catalog version V sees the configuration of version V::
 
 Why table properties and not a second table: a second Delta table cannot commit
 atomically with the catalog; properties are in the same log, versioned with the rows
-and read with the snapshot (no extra file). Only names of
-:data:`seglake.lake.topic_config.TOPIC_SETTINGS` are accepted, each value checked.
+and read with the snapshot (no extra file). Only topic-level names of
+:data:`seglake.config.SETTINGS` are accepted, each value checked. Configs of a topic the
+lake does not have are refused unless asked for (``create=True``; Kafka's
+``kafka-configs`` refuses an unknown topic too), so a mistyped name commits nothing.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from seglake.errors import ConfigError
+from seglake.config import LogConfig, did_you_mean
+from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
-from seglake.lake.topic_config import BY_BROKER_NAME, BY_TOPIC_NAME, parse_value, resolve
+from seglake.lake.topic_config import BY_TOPIC_NAME, checked, parse_value, resolve, with_topics
 from seglake.storage.naming import validate_topic
 from seglake.storage.retention import RetentionRules
 
@@ -32,8 +35,11 @@ __all__ = [
     "DEFAULTS_KEY",
     "TOPIC_PREFIX",
     "alter_config",
+    "check_topic",
+    "lake_topics",
     "overrides_for",
     "stored_configs",
+    "topic_configs",
     "topic_rules",
 ]
 
@@ -62,6 +68,32 @@ def stored_configs(catalog: Catalog, *, version: int | None = None) -> dict[str 
     return _decode(catalog._open(version).metadata().configuration)
 
 
+def lake_topics(catalog: Catalog, *, version: int | None = None) -> list[str]:
+    """Topics the lake has: those with segments and those with stored configs."""
+    stored = stored_configs(catalog, version=version)
+    rows = catalog.segments(version=version).column("topic").to_pylist()
+    return sorted({*rows, *(t for t in stored if t is not None)})
+
+
+def topic_configs(catalog: Catalog, base: LogConfig, *, version: int | None = None) -> LogConfig:
+    """``base`` (a job's settings) with the lake's topic configs: ``for_topic(t)`` is the
+    :class:`LogConfig` topic ``t`` is written, compacted and kept with (precedence:
+    :mod:`seglake.lake.topic_config`). No catalog: ``base``."""
+    if not catalog.exists():
+        return base
+    return with_topics(base, stored_configs(catalog, version=version))
+
+
+def check_topic(catalog: Catalog, topic: str) -> None:
+    """A topic the lake does not have is refused, naming a close one."""
+    known = lake_topics(catalog)
+    if topic not in known:
+        raise SegmentNotFoundError(
+            f"topic {topic!r} is not in the lake{did_you_mean(topic, known)}; "
+            "give --create to configure it before its first ingest"
+        )
+
+
 def overrides_for(stored: Mapping[str | None, Mapping[str, str]], topic: str) -> dict[str, str]:
     """A topic's stored settings: the lake-wide defaults under its own overrides."""
     return {**stored.get(None, {}), **stored.get(topic, {})}
@@ -74,21 +106,22 @@ def alter_config(
     set_: Mapping[str, Any] | None = None,
     delete: Iterable[str] = (),
     run_id: str | None = None,
+    create: bool = False,
 ) -> CommitResult:
     """Set and delete overrides of ``topic`` (``None``: the lake-wide defaults) in one
-    catalog commit. Names are topic-level (``segment.bytes``); values are checked."""
+    catalog commit. Names are topic-level (``segment.bytes``); values are checked. A
+    topic the lake does not have is refused unless ``create``."""
     key = _key(topic)
-    sets = {}
-    for name, value in (set_ or {}).items():
-        if name not in BY_TOPIC_NAME:
-            hint = f" (use {BY_BROKER_NAME[name].name})" if name in BY_BROKER_NAME else ""
-            raise ConfigError(f"{name!r} is not a topic setting{hint}")
-        parse_value(name, value)
-        sets[name] = str(value).strip()
+    sets = {name: checked(name, value) for name, value in (set_ or {}).items()}
     drops = list(delete)
     unknown = [n for n in drops if n not in BY_TOPIC_NAME]
     if unknown:
-        raise ConfigError(f"cannot delete unknown topic setting(s) {unknown}")
+        raise ConfigError(
+            f"cannot delete unknown topic setting(s) {unknown}"
+            f"{did_you_mean(unknown[0], sorted(BY_TOPIC_NAME))}"
+        )
+    if topic is not None and (sets or drops) and not create:
+        check_topic(catalog, topic)
     both = sorted(set(sets) & set(drops))
     if both:
         raise ConfigError(f"settings both set and deleted: {both}")

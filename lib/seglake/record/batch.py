@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from seglake.format import INT32_MAX, LOG_OVERHEAD
 from seglake.record import native
 from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength
+LENGTH_OFFSET = 8
+MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAGIC = 2
@@ -51,8 +53,6 @@ TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40
 NO_PRODUCER_ID = -1
-NO_TIMESTAMP = -1
-INT32_MAX = 2**31 - 1  # batchLength, lastOffsetDelta, offset deltas
 # below these, the compiled kernel's fixed cost (~30 us) is more than the Python scan's
 NATIVE_SCAN_BYTES = 1 << 16
 NATIVE_SCAN_BATCHES = 8
@@ -75,6 +75,28 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's ``DefaultRecordBatch.incrementSequence``: producer sequences wrap from
+    int32 max to 0 (a record's is its batch's baseSequence + its offset delta)."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's ``DefaultRecordBatch.decrementSequence`` (the inverse wrap)."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:
+    """The size the batch header at ``pos`` claims for its batch: ``LOG_OVERHEAD +
+    batchLength`` (not checked: a damaged header claims anything)."""
+    at = pos + LENGTH_OFFSET
+    return LOG_OVERHEAD + int.from_bytes(buf[at : at + 4], "big", signed=True)
 
 
 class SkippedBatch(NamedTuple):
@@ -185,11 +207,11 @@ class BatchScan:
 
     @property
     def is_control(self) -> np.ndarray:
-        return (self.attributes & CONTROL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & CONTROL_BIT) != 0)
 
     @property
     def is_transactional(self) -> np.ndarray:
-        return (self.attributes & TRANSACTIONAL_BIT) != 0
+        return cast(np.ndarray, (self.attributes & TRANSACTIONAL_BIT) != 0)
 
     def header(self, i: int) -> BatchHeader:
         """The header of batch ``i`` as a :class:`BatchHeader`."""
@@ -284,7 +306,7 @@ def scan_batches(
     """
     view = memoryview(buf)
     end = len(view) if end is None else min(end, len(view))
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     crcs: list[bool] = []
     skipped: list[SkippedBatch] = []
     pos = start
@@ -355,7 +377,7 @@ def _plausible_end(view: memoryview, at: int, end: int) -> bool:
 
 
 def _from_rows(
-    rows: list,
+    rows: list[Any],
     valid_bytes: int,
     error: str | None,
     crcs: list[bool] | None = None,

@@ -15,7 +15,7 @@ readers' use: the batch is decoded later the usual way, which names the problem)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class Walked(NamedTuple):
 
 
 def walk_batches(
-    buf: bytes | bytearray | memoryview | list,
+    buf: bytes | bytearray | memoryview | list[Any],
     scan: BatchScan,
     sel: np.ndarray,
     path: str | None,
@@ -92,7 +92,7 @@ def walk_batches(
 
 
 def batch_blocks(
-    buf: bytes | bytearray | memoryview | list,
+    buf: bytes | bytearray | memoryview | list[Any],
     scan: BatchScan,
     sel: np.ndarray,
     path: str | None,
@@ -202,7 +202,9 @@ def record_blocks(
     return out.data, new_end - sizes, new_end
 
 
-def _block(blocks: list[memoryview] | tuple[np.ndarray, np.ndarray, np.ndarray], b: int):
+def _block(
+    blocks: list[memoryview] | tuple[np.ndarray, np.ndarray, np.ndarray], b: int
+) -> memoryview:
     if isinstance(blocks, tuple):
         data, start, end = blocks
         return memoryview(data)[int(start[b]) : int(end[b])]  # type: ignore[arg-type]  # ndarray

@@ -7,7 +7,8 @@ Key and value, big-endian::
                                               footer, kraft.version, voters
     value  (abort/commit only) version:int16 (0)  coordinatorEpoch:int32
 
-The values of the KRaft types are their own messages; they are kept as raw bytes.
+The values of the KRaft types are their own (flexible) messages; they are kept as raw
+bytes, and :func:`parse_kraft_control` reads them (``KRAFT_SCHEMAS``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from typing import Any
 
 from seglake.errors import CorruptRecordError
+from seglake.record.messages import Array, Field, Message, read_message
 
 _KEY = struct.Struct(">hh")
 _TXN_VALUE = struct.Struct(">hi")
@@ -71,7 +74,7 @@ class ControlRecord:
 
 
 def _unpack(
-    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict
+    layout: struct.Struct, data: bytes | None, what: str, fields: str, where: dict[str, Any]
 ) -> tuple[int, ...]:
     """The fields of ``data`` (at least ``layout.size`` bytes, a version >= 0 first), or
     :class:`CorruptRecordError` naming ``what`` and the sizes."""
@@ -116,3 +119,68 @@ def encode_control_record(kind: ControlType, coordinator_epoch: int = 0) -> tupl
     if kind not in (ControlType.ABORT, ControlType.COMMIT):
         raise ValueError(f"only abort/commit markers can be encoded, not {kind!r}")
     return _KEY.pack(0, int(kind)), _TXN_VALUE.pack(0, coordinator_epoch)
+
+
+_VOTER_ID = (Field("voterId", "int32"),)
+_ENDPOINT = (Field("name", "string"), Field("host", "string"), Field("port", "uint16"))
+_FEATURE = (Field("minSupportedVersion", "int16"), Field("maxSupportedVersion", "int16"))
+# the KRaft control records' values (flexible messages), as Kafka's JSON converters name
+# their fields
+KRAFT_SCHEMAS: dict[ControlType, Message] = {
+    ControlType.LEADER_CHANGE: Message(
+        (
+            Field("version", "int16"),
+            Field("leaderId", "int32"),
+            Field("voters", Array(_VOTER_ID)),
+            Field("grantingVoters", Array(_VOTER_ID)),
+        ),
+        flexible=0,
+    ),
+    ControlType.SNAPSHOT_HEADER: Message(
+        (Field("version", "int16"), Field("lastContainedLogTimestamp", "int64")), flexible=0
+    ),
+    ControlType.SNAPSHOT_FOOTER: Message((Field("version", "int16"),), flexible=0),
+    ControlType.KRAFT_VERSION: Message(
+        (Field("version", "int16"), Field("kRaftVersion", "int16")), flexible=0
+    ),
+    ControlType.KRAFT_VOTERS: Message(
+        (
+            Field("version", "int16"),
+            Field(
+                "voters",
+                Array(
+                    (
+                        Field("voterId", "int32"),
+                        Field("voterDirectoryId", "uuid"),
+                        Field("endpoints", Array(_ENDPOINT)),
+                        Field("kRaftVersionFeature", _FEATURE),
+                    )
+                ),
+            ),
+        ),
+        flexible=0,
+    ),
+}
+
+
+def parse_kraft_control(
+    kind: ControlType,
+    value: bytes | None,
+    *,
+    path: str | None = None,
+    position: int | None = None,
+) -> dict[str, Any]:
+    """A KRaft control record's value (leader change, snapshot header or footer,
+    kraft.version, voters) as Kafka's JSON converter writes it; a value that does not
+    parse is :class:`CorruptRecordError`."""
+    buf = value or b""
+    try:
+        data, _ = read_message(KRAFT_SCHEMAS[kind], buf, 0)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(
+            f"{kind.name.lower().replace('_', ' ')} value of {len(buf)} bytes does not "
+            f"parse: {exc}",
+            path=path,
+            position=position,
+        ) from None
+    return data

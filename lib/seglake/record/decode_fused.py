@@ -20,13 +20,13 @@ header key that is not UTF-8): the caller decodes the usual way, which names the
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from seglake.config import INT32_MAX
+from seglake.format import INT32_MAX
 from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.decode_native import binary_column, headers_column
@@ -52,7 +52,7 @@ class Batches(NamedTuple):
     addr: np.ndarray
     length: np.ndarray
     inputs: list[np.ndarray]  # codec, count, 3 bases, log append, last delta, pid, tx
-    keep: list
+    keep: list[Any]
 
 
 def batches_of(parts: Sequence[tuple[Bytes, BatchScan]]) -> Batches | None:
@@ -72,7 +72,7 @@ def batches_of(parts: Sequence[tuple[Bytes, BatchScan]]) -> Batches | None:
         scans.append(scan)
         keep.append(view)
 
-    def col(f):
+    def col(f: Callable[[BatchScan], np.ndarray]) -> np.ndarray:
         return np.concatenate([f(s) for s in scans]) if scans else np.zeros(0, np.int64)
 
     inputs = [
@@ -103,7 +103,11 @@ class _Chunk(NamedTuple):
     @classmethod
     def new(cls, cap: np.ndarray) -> _Chunk:
         rows, kb, vb, nh, hkb, hvb = (int(c) for c in cap)
-        e, bits = native.pool_array, lambda k: np.zeros((k + 7) // 8, np.uint8)
+        e = native.pool_array
+
+        def bits(k: int) -> np.ndarray:
+            return np.zeros((k + 7) // 8, np.uint8)
+
         buffers = [
             e(rows, np.int64),  # offset
             e(rows, np.int64),  # timestamp

@@ -13,7 +13,7 @@ refuses the bytes, a header key is not UTF-8, or a column would pass int32 offse
 from __future__ import annotations
 
 import ctypes
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,7 @@ class Walked(NamedTuple):
 
 def walk_native(
     lib: ctypes.CDLL,
-    buf: bytes | bytearray | memoryview | list,
+    buf: bytes | bytearray | memoryview | list[Any],
     scan: BatchScan,
     sel: np.ndarray,
     path: str | None,

@@ -49,13 +49,12 @@ import pyarrow as pa
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
+from seglake.format import INT32_MAX, LOG_OVERHEAD, LONG_MAX
 from seglake.record import native
 from seglake.record.batch import (
     CRC_OFFSET,
     HEADER_DTYPE,
     HEADER_SIZE,
-    INT32_MAX,
-    LOG_OVERHEAD,
     MAGIC,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
@@ -193,7 +192,7 @@ def encode_batches(
         fixed = np.maximum(klen, 0) + np.maximum(vlen, 0) + vk + vv + 1
         fixed += 1 if hbytes is None else hbytes  # headerCount 0, or count and headers
     lo, hi = int(ts.min()), int(ts.max())
-    if hi - lo > 2**63 - 1:
+    if hi - lo > LONG_MAX:
         raise InputSchemaError(
             f"timestamps {lo} and {hi} are too far apart: their "
             "difference, a possible timestampDelta, overflows int64"

@@ -9,6 +9,7 @@ Errors are :class:`~seglake.errors.InputSchemaError` /
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -76,11 +77,11 @@ def int64_column(records: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
         raise InputSchemaError(f"column {name!r} has type {t}; expected an integer type")
     if col.null_count:
         raise InputSchemaError(f"row {_first_null(col)}: {name} is null")
-    return _single(col).to_numpy().astype(np.int64, copy=False)
+    return cast(np.ndarray, _single(col).to_numpy().astype(np.int64, copy=False))
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_string(t)
@@ -104,7 +105,7 @@ def bytes_column(records: pa.Table | pa.RecordBatch, name: str, n: int) -> pa.Ch
 
 
 def _is_large(t: pa.DataType) -> bool:
-    return pa.types.is_large_binary(t) or pa.types.is_large_string(t)
+    return bool(pa.types.is_large_binary(t) or pa.types.is_large_string(t))
 
 
 def binary_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -112,7 +113,7 @@ def binary_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     lens = pc.binary_length(col).fill_null(-1)
     if isinstance(lens, pa.ChunkedArray):
         lens = _single(lens)
-    return lens.to_numpy().astype(np.int64, copy=False)
+    return cast(np.ndarray, lens.to_numpy().astype(np.int64, copy=False))
 
 
 def cast_binary(col: pa.ChunkedArray | pa.Array, btype: pa.DataType) -> pa.Array:

@@ -9,13 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from seglake.record.batch import (
-    ATTRIBUTES_OFFSET,
-    CODEC_MASK,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    BatchScan,
-)
+from seglake.format import LOG_OVERHEAD
+from seglake.record.batch import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, BatchScan
 from seglake.record.codecs import compress
 from seglake.record.crc import crc32c
 

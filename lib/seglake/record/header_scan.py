@@ -22,11 +22,11 @@ import struct
 
 import numpy as np
 
+from seglake.format import LOG_OVERHEAD
 from seglake.record.batch import (
     ATTRIBUTES_OFFSET,
     HEADER_DTYPE,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     SCAN_COLUMNS,
     BatchScan,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
@@ -162,7 +162,7 @@ def int64s(a: np.ndarray) -> np.ndarray:
 def address(a: np.ndarray) -> int:
     """Address of a C-contiguous array's data (an Arrow buffer's: 4x faster than
     ``a.ctypes.data``)."""
-    return pa.py_buffer(a).address
+    return cast(int, pa.py_buffer(a).address)
 
 
 def pool_array(n: int, dtype: type = np.uint8) -> np.ndarray:

@@ -9,12 +9,13 @@ per batch, everything per record is numpy.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from seglake.errors import ConfigError, InputSchemaError, OffsetOrderError
-from seglake.record.batch import HEADER_SIZE, INT32_MAX
+from seglake.format import INT32_MAX
+from seglake.record.batch import HEADER_SIZE
 from seglake.record.encode_input import first_not_increasing
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import vsize_z
@@ -46,7 +47,7 @@ class RelVarints(NamedTuple):
     @property
     def size(self) -> np.ndarray:
         """Whole encoded size of each record, length varint included (int64)."""
-        return (self.z_len >> np.uint64(1)).view(np.int64) + self.s_len
+        return cast(np.ndarray, (self.z_len >> np.uint64(1)).view(np.int64) + self.s_len)
 
     def head(self, k: int) -> RelVarints:
         return RelVarints(*(a[:k] for a in self))

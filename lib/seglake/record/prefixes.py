@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from seglake.record.batch import HEADER_SIZE, INT32_MAX
+from seglake.format import INT32_MAX
+from seglake.record.batch import HEADER_SIZE
 from seglake.record.encode_input import EncodedHeaders, cast_binary
 from seglake.record.plan import RelVarints
 from seglake.record.varint import zigzag

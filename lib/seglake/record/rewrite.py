@@ -28,13 +28,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from seglake.format import LOG_OVERHEAD
 from seglake.record.batch import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
     DELETE_HORIZON_BIT,
     HEADER_DTYPE,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     TIMESTAMP_TYPE_BIT,
     BatchScan,

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute
 
 from seglake.errors import InputSchemaError
+from seglake.format import LONG_MAX
 
-LONG_MAX = 2**63 - 1  # Java's Long.MAX_VALUE: Kafka's offsets and timestamps are int64
 # the last epoch ms a microsecond timestamp (Spark's, the Kafka source's column) holds:
 # +294247-01-10T04:00:54.775Z. Kafka takes any timestamp >= 0; ingest refuses later ones.
 MAX_TIMESTAMP_MS = LONG_MAX // 1000

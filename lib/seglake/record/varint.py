@@ -38,6 +38,18 @@ def decode_varint(
 
     Raises :class:`CorruptRecordError` if it runs past the buffer or ``max_bytes``.
     """
+    result, nxt = decode_unsigned_varint(buf, pos, max_bytes)
+    return (result >> 1) ^ -(result & 1), nxt
+
+
+def decode_unsigned_varint(
+    buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARINT_BYTES
+) -> tuple[int, int]:
+    """``(value, next_pos)`` of the unsigned varint (no zig-zag: Kafka's protocol
+    ``UNSIGNED_VARINT``, compact lengths and tag counts) at ``buf[pos]``.
+
+    Raises :class:`CorruptRecordError` if it runs past the buffer or ``max_bytes``.
+    """
     result = 0
     shift = 0
     end = len(buf)
@@ -49,7 +61,7 @@ def decode_varint(
         b = buf[pos + i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos + i + 1
+            return result, pos + i + 1
         shift += 7
     raise CorruptRecordError(f"varint longer than {max_bytes} bytes", position=pos)
 

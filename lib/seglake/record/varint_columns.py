@@ -8,7 +8,7 @@ bytes is multiplying by ``256 ** k``. No scatter per byte.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -78,7 +78,7 @@ def varint_word(z: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:
             word |= (s > k + 1).astype(dt) << dt.type(8 * k + 7)
     else:
         word |= cont[s.astype(np.intp)]
-    return word
+    return cast(np.ndarray, word)
 
 
 def _varint_matrix(z: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:

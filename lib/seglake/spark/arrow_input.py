@@ -40,6 +40,24 @@ HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 @dataclasses.dataclass(frozen=True)
+class AppendTime:
+    """``message.timestamp.type`` per row where topics differ: rows of the ``flip`` topics
+    get the other type than ``default`` (LogAppendTime: ``ms``, the run's time, type 1)."""
+
+    ms: int
+    default: bool  # LogAppendTime for the topics not in flip
+    flip: frozenset[str]
+
+    def __call__(self, topics: pa.Array, ts: pa.Array, kind: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """``(timestamp, timestamp_type)`` with the append time where it applies."""
+        appended = pc.is_in(topics, pa.array(sorted(self.flip), pa.string())).fill_null(False)
+        if self.default:
+            appended = pc.invert(appended)
+        ms = pa.scalar(self.ms, pa.int64())
+        return pc.if_else(appended, ms, ts), pc.if_else(appended, pa.scalar(1, pa.int32()), kind)
+
+
+@dataclasses.dataclass(frozen=True)
 class Normalizer:
     """How to turn the input file columns into seglake's internal columns (decided on the
     driver from the DataFrame's schema, as ``normalize`` decides it)."""
@@ -47,6 +65,7 @@ class Normalizer:
     topic: str | None  # the --topic constant, else the ``topic`` column
     columns: tuple[str, ...]  # the input DataFrame's columns (file columns)
     append_time_ms: int | None  # LogAppendTime (or no timestamp column): this constant
+    per_topic: AppendTime | None = None  # else: where topics differ, per row
 
     @property
     def has_partition(self) -> bool:
@@ -80,6 +99,10 @@ class Normalizer:
         if "value" in names:
             cols["value"] = b.column("value").cast(pa.binary())
             cols["timestamp"], cols["timestamp_type"] = self._timestamps(b, path)
+            if self.per_topic is not None:
+                cols["timestamp"], cols["timestamp_type"] = self.per_topic(
+                    cols["topic"], cols["timestamp"], cols["timestamp_type"]
+                )
             cols["headers"] = (
                 _headers(b.column("headers")) if "headers" in names else _no_headers(n)
             )

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.format import LONG_MAX
 from seglake.lake.compaction import CompactResult, run_compaction
 
 __all__ = ["DRIVER_MERGE_CONF", "compact"]
@@ -81,7 +82,7 @@ def driver_merge_bytes(spark: SparkSession) -> int:
     raw = spark.conf.get(DRIVER_MERGE_CONF, None)
     if raw is None:
         local = str(spark.sparkContext.master).startswith("local")
-        return 2**63 - 1 if local else DEFAULT_DRIVER_MERGE_BYTES
+        return LONG_MAX if local else DEFAULT_DRIVER_MERGE_BYTES
     try:
         return int(raw)
     except ValueError:

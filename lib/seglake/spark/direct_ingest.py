@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from seglake.spark import ingest_tasks as tasks
-from seglake.spark.arrow_input import Normalizer, Split, read_split
+from seglake.spark.arrow_input import AppendTime, Normalizer, Split, read_split
 from seglake.spark.session import spark_schema
 
 _PLAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "FileSourceScanExec"}
@@ -155,5 +155,7 @@ def write(
 
 def normalizer(df: DataFrame, topic: str | None, append_ms: int, config) -> Normalizer:
     """The :class:`Normalizer` of ``df`` (validated by ``normalize`` already)."""
-    append = config.timestamp_type == "LogAppendTime" or "timestamp" not in df.columns
-    return Normalizer(topic, tuple(df.columns), append_ms if append else None)
+    default, flip = config.append_time(topic)
+    if "timestamp" not in df.columns or (default and not flip):
+        return Normalizer(topic, tuple(df.columns), append_ms)
+    return Normalizer(topic, tuple(df.columns), None, AppendTime(append_ms, default, flip))

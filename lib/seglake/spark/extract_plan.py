@@ -286,7 +286,7 @@ def _tail_bytes(seg: LogSegment, ts_hi: int, splits: list[dict]) -> int:
     nxt = int(seg.time_index.bounds_many([ts_hi])[1][0])
     if nxt == NO_ENTRY:
         return 0
-    at = seg.offset_index.lookup(nxt)[1] if nxt > seg.base_offset else 0
+    at = seg.floor_position(nxt)
     return sum(max(0, s["end_pos"] - max(s["start_pos"], at)) for s in splits)
 
 
@@ -327,12 +327,8 @@ def _segment_splits(
         extend = False
     else:
         oi = seg.offset_index
-        start = int(oi.lookup(first)[1]) if first_needs_index else 0
-        if last_needs_index:
-            j = int(np.searchsorted(oi.offsets, hi - 1, side="right"))
-            end = int(oi.positions[j]) if j < len(oi) else size
-        else:
-            end = size
+        start = seg.floor_position(first)
+        end = seg.upper_position(hi - 1) if last_needs_index else size
         extend = last_needs_index and end < size
         bounds = [start]
         if end - start > split_bytes:

@@ -16,7 +16,8 @@ from seglake.lake.pinned import PinnedVersion
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
-from seglake.storage.segment import LogSegment, Window
+from seglake.storage.segment import LogSegment
+from seglake.storage.segment_window import Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from seglake.storage.window_records import (
     NO_TS_HI,

@@ -43,6 +43,7 @@ from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
+from seglake.lake.topic_store import topic_configs
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
@@ -86,6 +87,7 @@ def ingest(
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
     run_id = run_id or new_run_id()
     catalog = Catalog(root)
+    config = topic_configs(catalog, config)  # each topic's: for_topic(t)
     files = stat_files(_input_paths(df))
     if catalog.run_committed(run_id):
         recount = functools.partial(_recount, df, topic, num_partitions, catalog, config)
@@ -172,7 +174,7 @@ def _write(
         df,
         topic=topic,
         log_append_time_ms=int(started * 1000),
-        timestamp_type=config.timestamp_type,
+        append_time=config.append_time(topic),
     )
     leo = catalog.log_end_offsets() if catalog.exists() else {}
     has_offset = "offset" in norm.columns
@@ -260,7 +262,7 @@ def _recount(
 ) -> dict[tuple[str, int], int]:
     """Records per (topic, partition) of ``df`` (a count pass), partitioned as the run
     that committed was (``stored.num_partitions``), to compare a reused run id's input."""
-    norm = normalize(df, topic=topic, log_append_time_ms=0, timestamp_type=config.timestamp_type)
+    norm = normalize(df, topic=topic, log_append_time_ms=0, append_time=config.append_time(topic))
     n = None
     if "partition" not in norm.columns:
         leo = catalog.log_end_offsets()

@@ -64,7 +64,7 @@ def one_pass(
         num_partitions is None
         or config.ingest_order != "input"
         or config.ingest_shuffle == "always"
-        or config.roll_jitter_ms > 0
+        or any(c.roll_jitter_ms > 0 for c in config.every_topic())
         or not lakefs.is_local(lakefs.resolve(root)[0])
     ):
         return False

@@ -126,7 +126,7 @@ class StagedWriters:
         return SegmentWriter(
             self.fs,
             lakefs.join(self.staging, *([self.subdir] if self.subdir else []), pdir),
-            config=self.config,
+            config=self.config.for_topic(key[0]),
             min_offset=min_offset,
             tmp_suffix=self.tmp_suffix,
             label=pdir,

@@ -65,14 +65,9 @@ def _read_delta(spark: SparkSession, path: str) -> DataFrame:
 
 
 def _config(args) -> LogConfig:
-    """Broker-level settings; topic-level names (``cleanup.policy``...) are checked here
-    and left to the jobs that read topic configs."""
-    from seglake.lake.topic_config import parse_value, split_conf
-
-    topic, rest = split_conf(parse_overrides(args.conf))
-    for k, v in topic.items():
-        parse_value(k, v)
-    return LogConfig.load(args.conf_file, rest)
+    """The job's settings: ``--conf-file`` (broker level), then ``--conf``; those given by
+    a topic-level name (``segment.bytes``) win over the lake's topic configs."""
+    return LogConfig.load(args.conf_file, parse_overrides(args.conf))
 
 
 def run_ingest(spark: SparkSession, args) -> int:
@@ -214,10 +209,7 @@ def run_extract(spark: SparkSession, args) -> int:
     write_output(spark, df, args.output, args.output_format)
     # in local mode executors may share this process's counter: count it once
     task_bytes = acc.value if acc is not None else lakefs.IO_STATS.snapshot()["bytes_read"] - before
-    print(
-        f"extracted {args.topic} ranges {sorted(plan.ranges.items())[:8]}"
-        f"{' ...' if len(plan.ranges) > 8 else ''}"
-    )
+    print(f"extracted offset ranges:\n{ranges_table(plan.ranges)}")
     print(
         f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
         f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
@@ -225,6 +217,22 @@ def run_extract(spark: SparkSession, args) -> int:
     )
     _print_skipped(skipped)
     return 0
+
+
+def ranges_table(ranges: dict[tuple[str, int], tuple[int, int]]) -> str:
+    """An extraction's ``[start, end)`` offsets per partition as an aligned table."""
+    from seglake.api.render import text_table
+
+    rows = [[t, p, lo, hi, hi - lo] for (t, p), (lo, hi) in sorted(ranges.items())]
+    return text_table(["topic", "partition", "start offset", "end offset", "offsets"], rows)
+
+
+def status_table(counts: dict[str, int]) -> str:
+    """A lookup's answers per ``status`` as an aligned table (most common first)."""
+    from seglake.api.render import text_table
+
+    rows = [[s, n] for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return text_table(["status", "queries"], rows)
 
 
 def run_lookup(spark: SparkSession, args) -> int:
@@ -253,10 +261,8 @@ def run_lookup(spark: SparkSession, args) -> int:
         if None not in accs
         else ""
     )
-    print(
-        f"lookup: {sum(counts.values())} queries, statuses {dict(sorted(counts.items()))}; "
-        f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
-    )
+    print(f"lookup: {sum(counts.values()):,} queries\n{status_table(counts)}")
+    print(f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
     _print_skipped(skipped)
     return 0
 
@@ -274,10 +280,10 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
     from seglake.errors import SegmentNotFoundError
     from seglake.lake.catalog import Catalog
-    from seglake.lake.recovery import apply_recovery_fix
+    from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
     from seglake.lake.staging import STAGING, publish_pending
 
-    root, interval = args.root, _config(args).index_interval_bytes
+    root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
     catalog = Catalog(root)
     if not catalog.exists():
@@ -288,6 +294,7 @@ def run_recover(spark: SparkSession, args) -> int:
             if catalog.run_committed(run):
                 publish_pending(root, run)
     groups = _partition_groups(catalog.segments(args.topics))
+    intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
 
     def task(rows):
         import pyarrow as pa
@@ -300,7 +307,7 @@ def run_recover(spark: SparkSession, args) -> int:
             root,
             pa.Table.from_pylist(rows, schema=schema),
             dry_run=dry_run,
-            interval=interval,
+            interval=intervals[rows[0]["topic"]],
             force=force,
             kafka_truncate=kafka_truncate,
         )

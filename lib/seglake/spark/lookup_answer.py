@@ -16,6 +16,7 @@ from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededEr
 from seglake.lake.pinned import PinnedVersion
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.log_segments import NONE, LogSegments
 from seglake.storage.point_reads import (
     Gather,
     Request,
@@ -96,24 +97,23 @@ def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.n
             "run_id": cols["run_id"][ix].astype(object),
             "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
         }
-        a["running_max"] = np.maximum.accumulate(a["max_timestamp"])
+        a["segments"] = LogSegments(a["base_offset"], a["max_timestamp"])
         out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
     return out
 
 
 def segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Segment index of each query (-1: answered without a segment / no segment)."""
-    n = len(a["base_offset"])
-    seg = np.full(len(off), -1, dtype=np.int64)
+    segments: LogSegments = a["segments"]  # type: ignore[assignment]
+    seg = np.full(len(off), NONE, dtype=np.int64)
     is_off = off >= 0
     if is_off.any():
-        seg[is_off] = np.searchsorted(a["base_offset"], off[is_off], side="right") - 1
+        seg[is_off] = segments.floor_many(off[is_off])
     is_ts = ~is_off & (ts >= 0)
     if is_ts.any():
-        s = np.searchsorted(a["running_max"], ts[is_ts], side="left")
-        seg[is_ts] = np.where(s < n, s, -1)
+        seg[is_ts] = segments.for_time_many(ts[is_ts])
     seg[~is_off & (ts == EARLIEST)] = 0
-    seg[~is_off & (ts == MAX_TS)] = int(np.argmax(a["max_timestamp"])) if n else -1
+    seg[~is_off & (ts == MAX_TS)] = segments.largest()
     return seg
 
 
@@ -241,7 +241,8 @@ def answer_queries(
             has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
         )
         o_q = o_q[~out]
-        for s, qi in _split_by(np.searchsorted(a["base_offset"], target[o_q], "right") - 1, o_q):
+        segments: LogSegments = a["segments"]
+        for s, qi in _split_by(segments.floor_many(target[o_q]), o_q):
             uniq, which = np.unique(target[qi], return_inverse=True)
             req = ans.request(
                 cache, root, (k, a, s, qi), lambda seg, u=uniq: offset_request(seg, u)
@@ -251,12 +252,10 @@ def answer_queries(
                 by_off.append((qi, (k, a, s, None)))
         # timestamps (-3: the largest one): the first segment whose running max reaches it
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
-        top = int(np.argmax(a["max_timestamp"]))
+        top = segments.largest()
         target[t_q[ts[t_q] == MAX_TS]] = int(a["max_timestamp"][top])
-        s_of = np.where(
-            ts[t_q] == MAX_TS, top, np.searchsorted(a["running_max"], target[t_q], side="left")
-        )
-        none = (s_of >= len(a["base_offset"])) | (target[t_q] < 0)
+        s_of = np.where(ts[t_q] == MAX_TS, top, segments.for_time_many(target[t_q]))
+        none = (s_of == NONE) | (target[t_q] < 0)
         ans.status[t_q[none]] = "no_record_for_timestamp"
         for s, qi in _split_by(s_of[~none], t_q[~none]):
             req = ans.request(

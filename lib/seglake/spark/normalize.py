@@ -95,12 +95,13 @@ def normalize(
     *,
     topic: str | None = None,
     log_append_time_ms: int,
-    timestamp_type: str = "CreateTime",
+    append_time: tuple[bool, frozenset[str]] = (False, frozenset()),
 ) -> DataFrame:
     """Validate ``df`` and return seglake's internal columns (see module docstring).
 
     ``log_append_time_ms`` is the run's append time, used when the input has no
-    timestamp or when ``timestamp_type`` (``message.timestamp.type``) is LogAppendTime.
+    timestamp or where ``message.timestamp.type`` is LogAppendTime (``append_time``: for
+    every topic, except those listed: :meth:`LogConfig.append_time`).
     """
     types = check_types(df)
     if topic is None and "topic" not in types:
@@ -120,8 +121,8 @@ def normalize(
         ).alias("key")
     )
     cols.append(_binary(F.col("value"), types["value"]).alias("value"))
-    append_time = timestamp_type == "LogAppendTime" or "timestamp" not in types
-    if append_time:
+    default, flip = append_time
+    if "timestamp" not in types or (default and not flip):
         cols.append(F.lit(log_append_time_ms).cast("long").alias("timestamp"))
         cols.append(F.lit(1).alias("timestamp_type"))
     else:
@@ -131,12 +132,14 @@ def normalize(
             if isinstance(ts, (T.TimestampType, T.TimestampNTZType))
             else F.col("timestamp").cast("long")
         )
+        kind = F.col("timestampType").cast("int") if "timestampType" in types else F.lit(0)
+        if flip:  # topics whose message.timestamp.type differs: per row
+            appended = F.col("topic").isin(sorted(flip))
+            appended = ~appended if default else appended
+            ms = F.when(appended, F.lit(log_append_time_ms).cast("long")).otherwise(ms)
+            kind = F.when(appended, F.lit(1)).otherwise(kind)
         cols.append(ms.alias("timestamp"))
-        cols.append(
-            (F.col("timestampType").cast("int") if "timestampType" in types else F.lit(0)).alias(
-                "timestamp_type"
-            )
-        )
+        cols.append(kind.alias("timestamp_type"))
     if "headers" in types:
         h = F.col("headers")
         if isinstance(types["headers"].elementType["value"].dataType, T.StringType):  # type: ignore[attr-defined]

@@ -53,14 +53,15 @@ from seglake.lake.stream_commit import (
     commit_pieces,
     stream_run_id,
 )
+from seglake.lake.topic_store import topic_configs
 from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
+from seglake.spark.arrow_input import AppendTime
 from seglake.spark.ingest import IngestResult, ingest, partition_count
 from seglake.spark.normalize import check_types
 from seglake.storage.naming import validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
-NO_TIMESTAMP = -1
 FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
 
 
@@ -130,7 +131,8 @@ class SinkOptions:
         catalog = Catalog(self.root)
         leo = catalog.log_end_offsets() if catalog.exists() else {}
         n = None if self.has_partition else partition_count(self.topic, None, leo, self.config)
-        return dataclasses.replace(self, log_end=dict(leo), num_partitions=n)
+        config = topic_configs(catalog, self.config)  # each topic's: for_topic(t)
+        return dataclasses.replace(self, log_end=dict(leo), num_partitions=n, config=config)
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -195,7 +197,7 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
         o = self.opts.planned()  # (already, unless write runs where it was made: tests)
         append_ms = int(time.time() * 1000)
         batches = (
-            internal_columns(b, o.topic, append_ms, o.config.timestamp_type) for b in iterator
+            internal_columns(b, o.topic, append_ms, o.config.append_time(o.topic)) for b in iterator
         )
         indexes = o.append == "false"  # else the commit grows or rewrites the pieces
         if o.has_offset:
@@ -263,7 +265,10 @@ class _FromLogEnd(Mapping):
 
 
 def internal_columns(
-    b: pa.RecordBatch, topic: str | None, append_ms: int, timestamp_type: str
+    b: pa.RecordBatch,
+    topic: str | None,
+    append_ms: int,
+    append_time: tuple[bool, frozenset[str]] = (False, frozenset()),
 ) -> pa.RecordBatch:
     """An input batch (Spark Kafka source columns, only ``value`` required) as the ingest's
     internal columns: topic, [partition int32], [offset int64], key/value binary,
@@ -288,7 +293,8 @@ def internal_columns(
     cols["key"] = pa.nulls(n, pa.binary()) if key is None else key.cast(pa.binary())
     cols["value"] = b.column("value").cast(pa.binary())
     ts = col("timestamp")
-    if timestamp_type == "LogAppendTime" or ts is None:
+    default, flip = append_time
+    if (default and not flip) or ts is None:
         cols["timestamp"] = pa.array(np.full(n, append_ms, dtype=np.int64))
         cols["timestamp_type"] = pa.array(np.ones(n, dtype=np.int32))
     else:
@@ -299,6 +305,10 @@ def internal_columns(
         cols["timestamp_type"] = (
             pa.array(np.zeros(n, dtype=np.int32)) if tt is None else tt.cast(pa.int32())
         )
+        if flip:  # topics whose message.timestamp.type differs: per row
+            cols["timestamp"], cols["timestamp_type"] = AppendTime(append_ms, default, flip)(
+                cols["topic"], cols["timestamp"], cols["timestamp_type"]
+            )
     cols["headers"] = _headers(col("headers"), n)
     return pa.RecordBatch.from_pydict(cols)
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
+from seglake.format import LONG_MAX
 from seglake.record.batch import scan_batches
 from seglake.record.decode import decode_batches
 from seglake.record.rewrite import empty_batches, rewrite_batches
@@ -133,7 +134,7 @@ def clean_segments(
             out[i] = b
         ts = recs.column("timestamp").to_numpy()
         rb = np.repeat(np.arange(len(scan)), scan.records_count)
-        keep_ts = np.where(plan.keep, ts, np.iinfo(np.int64).max)
+        keep_ts = np.where(plan.keep, ts, LONG_MAX)
         low = batch_minima(keep_ts, scan.records_count)
         for i in sorted(out):
             pieces.append(out[i])
@@ -171,7 +172,7 @@ def clean_segments(
         base_offset=base,
         next_offset=sources[-1].next_offset,
         record_count=int(result.records_count.sum()),
-        min_timestamp=int(low.min()) if len(low) and low.min() < np.iinfo(np.int64).max else -1,
+        min_timestamp=int(low.min()) if len(low) and low.min() < LONG_MAX else -1,
         max_timestamp=int(result.max_timestamp.max()) if len(result) else -1,
         size_bytes=len(buf),
         index_entries=len(oi),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -88,9 +89,9 @@ def walk_partition(
     entries: dict[int, AbortedTxn] = {}
     queue = sorted(aborted_txns, key=lambda t: (t.first_offset, t.last_offset))
     q = 0
-    ongoing_aborted: dict[int, list] = {}  # pid -> [txn, traversed a data batch]
+    ongoing_aborted: dict[int, list[Any]] = {}  # pid -> [txn, traversed a data batch]
     ongoing_committed: set[int] = set()
-    producers: dict[int, list] = {}  # pid -> [epoch, last data offset, last ts, open first]
+    producers: dict[int, list[Any]] = {}  # pid -> [epoch, last data offset, last ts, open first]
     for i in range(n):
         pid, last = int(producer_id[i]), int(last_offset[i])
         while q < len(queue) and queue[q].first_offset <= last:

@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
-from seglake.record.batch import HEADER_SIZE, BatchScan, scan_batches
-from seglake.storage.offset_index import INT32_MAX
+from seglake.format import INT32_MAX, LOG_OVERHEAD
+from seglake.record.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    MAGIC_OFFSET,
+    BatchScan,
+    claimed_size,
+    scan_batches,
+)
 
 __all__ = ["DroppedBytes", "drop_damaged"]
-
-MAGIC_AT = 16  # baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8
-LENGTH_AT = 8
-LOG_OVERHEAD = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +60,14 @@ class DroppedBytes:
         )
 
 
-def _candidates(arr: np.ndarray, pos: int, after: int, base_offset: int, chunk: int = 1 << 20):
+def _candidates(
+    arr: np.ndarray, pos: int, after: int, base_offset: int, chunk: int = 1 << 20
+) -> Iterator[int]:
     """Positions > ``pos`` with magic 2 and a base offset that could follow ``after``."""
     n = len(arr)
     for lo in range(pos + 1, max(n - HEADER_SIZE + 1, pos + 1), chunk):
         hi = min(lo + chunk, n - HEADER_SIZE + 1)
-        c = np.flatnonzero(arr[lo + MAGIC_AT : hi + MAGIC_AT] == 2) + lo
+        c = np.flatnonzero(arr[lo + MAGIC_OFFSET : hi + MAGIC_OFFSET] == MAGIC) + lo
         if not len(c):
             continue
         shifts = 8 * np.arange(7, -1, -1, dtype=np.uint64)
@@ -72,8 +78,8 @@ def _candidates(arr: np.ndarray, pos: int, after: int, base_offset: int, chunk: 
 def _next_batch(buf: bytes, pos: int, after: int, base_offset: int) -> int | None:
     """The first position > ``pos`` where a valid batch with offsets > ``after`` starts."""
     n = len(buf)
-    claimed = int.from_bytes(buf[pos + LENGTH_AT : pos + LENGTH_AT + 4], "big", signed=True)
-    first = pos + LOG_OVERHEAD + claimed if pos + LENGTH_AT + 4 <= n and claimed > 0 else None
+    claimed = claimed_size(buf, pos) if pos + LOG_OVERHEAD <= n else 0
+    first = pos + claimed if claimed > LOG_OVERHEAD else None
     order = [first] if first is not None and pos < first <= n - HEADER_SIZE else []
     for q in itertools.chain(
         order, _candidates(np.frombuffer(buf, np.uint8), pos, after, base_offset)
@@ -84,7 +90,7 @@ def _next_batch(buf: bytes, pos: int, after: int, base_offset: int) -> int | Non
             and int(one.base_offset[0]) > after
             and int(one.last_offset[0]) - base_offset <= INT32_MAX
         ):
-            return q
+            return int(q)
     return None
 
 

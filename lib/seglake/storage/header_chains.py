@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.errors import SeglakeError
-from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, LOG_OVERHEAD, MAGIC
+from seglake.format import LOG_OVERHEAD
+from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, MAGIC
 from seglake.record.header_scan import headers_at
 from seglake.storage.point_gather import Gather
 from seglake.storage.point_requests import (
@@ -24,7 +25,8 @@ from seglake.storage.point_requests import (
     byte_ranges,
     read_groups,
 )
-from seglake.storage.segment import LogSegment, Window
+from seglake.storage.segment import LogSegment
+from seglake.storage.segment_window import Window
 
 __all__ = ["Chains", "locate"]
 

@@ -33,9 +33,9 @@ from seglake.errors import (
     OffsetOrderError,
     SeglakeError,
 )
+from seglake.format import DEFAULT_INDEX_SIZE_MAX_BYTES as DEFAULT_MAX_INDEX_SIZE
+from seglake.format import INT32_MAX
 
-INT32_MAX = 2**31 - 1
-DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # log.index.size.max.bytes
 _UNLIMITED_ENTRIES = INT32_MAX
 
 __all__ = [

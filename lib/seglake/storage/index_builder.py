@@ -47,13 +47,13 @@ from __future__ import annotations
 import numpy as np
 
 from seglake.errors import ConfigError
+from seglake.format import DEFAULT_INDEX_INTERVAL_BYTES as DEFAULT_INTERVAL
+from seglake.format import INT32_MAX, NO_TIMESTAMP
 from seglake.record.batch import BatchScan
-from seglake.storage.offset_index import INT32_MAX, InvalidIndexAppendError, OffsetIndex
-from seglake.storage.time_index import NO_TIMESTAMP, TimeIndex
+from seglake.storage.offset_index import InvalidIndexAppendError, OffsetIndex
+from seglake.storage.time_index import TimeIndex
 
 __all__ = ["DEFAULT_INTERVAL", "IndexBuilder", "prefix_indexes", "rebuild_indexes"]
-
-DEFAULT_INTERVAL = 4096  # log.index.interval.bytes: an entry after this many bytes
 
 
 class IndexBuilder:

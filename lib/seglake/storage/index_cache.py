@@ -48,7 +48,7 @@ class IndexCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, tuple[LogSegment, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], tuple[LogSegment, int]] = OrderedDict()
         self._fs: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.bytes = 0
         self.hits = 0

@@ -20,10 +20,10 @@ from typing import Self
 import numpy as np
 
 from seglake.errors import ConfigError, CorruptIndexError, SeglakeError, SegmentNotFoundError
+from seglake.format import INT32_MAX
 from seglake.storage.index_buffer import (
     _UNLIMITED_ENTRIES,
     DEFAULT_MAX_INDEX_SIZE,
-    INT32_MAX,
     IndexBuffer,
     IndexFullError,
     InvalidIndexAppendError,

@@ -1,9 +1,9 @@
 """PartitionLog: a partition's segments in offset order, and Kafka's partition-level reads.
 
-    segments sorted by base offset (Kafka: a skip-list map; here numpy arrays)
-    segment for offset o:  floor  = searchsorted(base_offsets, o, "right") - 1
-    segment for time t:    first with largestTimestamp >= t
-                           = searchsorted(running max of max_timestamps, t, "left")
+    segments sorted by base offset (Kafka: a skip-list map; here numpy arrays, searched
+    by :class:`~seglake.storage.log_segments.LogSegments`)
+    segment for offset o:  floor (largest base offset <= o)
+    segment for time t:    first whose largestTimestamp (or an earlier one's) >= t
 
 A partition directory is opened as a broker left it (``open``), or from catalog rows
 (``from_rows``), in which case sizes, next offsets and largest timestamps come from the
@@ -23,6 +23,7 @@ from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records
+from seglake.storage.log_segments import NONE, LogSegments
 from seglake.storage.naming import (
     LOG_SUFFIX,
     parse_partition_dir,
@@ -52,6 +53,7 @@ class PartitionLog:
         self.directory = directory.rstrip("/")
         self.segments = sorted(segments, key=lambda s: s.base_offset)
         self.base_offsets = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._searched: LogSegments | None = None
         self._log_start_offset = log_start_offset
         name = self.directory.rsplit("/", 1)[-1]
         try:
@@ -152,22 +154,27 @@ class PartitionLog:
 
     @property
     def max_timestamps(self) -> np.ndarray:
-        return np.array([s.max_timestamp for s in self.segments], dtype=np.int64)
+        return self.searched.max_timestamps
+
+    @property
+    def searched(self) -> LogSegments:
+        """The segments' base offsets and largest timestamps, for Kafka's searches."""
+        if self._searched is None:
+            maxes = np.array([s.max_timestamp for s in self.segments], dtype=np.int64)
+            self._searched = LogSegments(self.base_offsets, maxes)
+        return self._searched
 
     def segment_index_for_offset(self, offset: int) -> int | None:
         """Index of the segment with the largest base offset <= ``offset`` (floor)."""
         if offset < self.log_start_offset or offset >= self.log_end_offset:
             return None
-        i = int(np.searchsorted(self.base_offsets, offset, side="right")) - 1
-        return i if i >= 0 else None
+        i = self.searched.floor(offset)
+        return i if i != NONE else None
 
     def segment_index_for_timestamp(self, timestamp: int) -> int | None:
         """Index of the first segment whose largest timestamp >= ``timestamp``."""
-        if not self.segments:
-            return None
-        running = np.maximum.accumulate(self.max_timestamps)
-        i = int(np.searchsorted(running, timestamp, side="left"))
-        return i if i < len(self.segments) else None
+        i = self.searched.for_time(timestamp)
+        return i if i != NONE else None
 
     # -- reads ------------------------------------------------------------------------
     def read(self, offset: int, max_records: int = 500, *, skip_control: bool = True) -> pa.Table:
@@ -227,13 +234,11 @@ class PartitionLog:
         if timestamp == MAX_TIMESTAMP:
             if not self.segments:
                 return None
-            maxes = self.max_timestamps
-            if maxes.max() < 0:
+            top = self.searched.largest()
+            if top == NONE or int(self.max_timestamps[top]) < 0:
                 return None
-            top = int(np.argmax(maxes))
-            return self.segments[top].find_offset_by_timestamp(
-                int(maxes[top]), self.log_start_offset
-            )
+            largest = int(self.max_timestamps[top])
+            return self.segments[top].find_offset_by_timestamp(largest, self.log_start_offset)
         if timestamp < 0:
             raise ValueError(f"timestamp {timestamp}: expected >= 0 or -1/-2/-3")
         i = self.segment_index_for_timestamp(timestamp)
@@ -275,4 +280,5 @@ class PartitionLog:
                 )
             )
         self.base_offsets = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._searched = None
         return infos

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
+from seglake.format import INT32_MAX, LONG_MAX
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
@@ -33,7 +35,6 @@ from seglake.storage.naming import (
     TXN_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.offset_index import INT32_MAX
 from seglake.storage.recovery_checks import codec_name
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import TAIL_POINTS
@@ -98,16 +99,16 @@ class MergeSource:
     record_count: int
     min_timestamp: int
     max_timestamp: int
-    tail_min_timestamps: list[dict] | None
+    tail_min_timestamps: list[dict[str, Any]] | None
 
 
-def merged_tail(sources: Sequence[MergeSource]) -> list[dict] | None:
+def merged_tail(sources: Sequence[MergeSource]) -> list[dict[str, Any]] | None:
     """Tail minima of the concatenation: each old checkpoint's minimum lowered by the
     smallest timestamp of every later segment (``None`` if any is unknown)."""
     if any(s.tail_min_timestamps is None for s in sources):
         return None
-    later = np.iinfo(np.int64).max
-    out: list[dict] = []
+    later = LONG_MAX
+    out: list[dict[str, Any]] = []
     for s in reversed(sources):
         points = [
             {"offset": int(p["offset"]), "min_timestamp": min(int(p["min_timestamp"]), later)}

@@ -16,11 +16,16 @@ from __future__ import annotations
 import re
 
 from seglake.errors import InvalidTopicError
+from seglake.format import LONG_MAX
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"  # a broker's producer state (storage/producer_snapshot.py)
+CHECKPOINT_SUFFIX = ".checkpoint"  # a KRaft snapshot: batches, as a .log
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+_CHECKPOINT_RE = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
@@ -95,7 +100,7 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
 
 def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
     """``00000000000000368769.log`` for base offset 368769."""
-    if not 0 <= base_offset < 2**63:
+    if not 0 <= base_offset <= LONG_MAX:
         raise ValueError(f"base offset {base_offset} is outside 0..2^63-1")
     if suffix not in SEGMENT_SUFFIXES:
         raise ValueError(f"unknown segment file suffix {suffix!r}")
@@ -108,6 +113,13 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     if not m:
         return None
     return int(m.group(1)), m.group(2)
+
+
+def parse_checkpoint_file_name(name: str) -> tuple[int, int] | None:
+    """``("00000000000000000100-0000000003.checkpoint")`` -> ``(100, 3)``: a KRaft
+    snapshot's end offset and epoch (Kafka's ``Snapshots.parse``); ``None`` otherwise."""
+    m = _CHECKPOINT_RE.fullmatch(name)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
 def row_copies(root: str, path: str, run_id: str | None) -> tuple[str | None, str | None]:

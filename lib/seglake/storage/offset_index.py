@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from seglake.format import INT32_MAX
 from seglake.storage.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
-    INT32_MAX,
     IndexFullError,
     InvalidIndexAppendError,
     ReadOnlyIndexError,
@@ -81,7 +81,7 @@ class OffsetIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return self._base + _REL.unpack_from(self._buf, slot * 8)[0]
+        return cast(int, self._base + _REL.unpack_from(self._buf, slot * 8)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.offsets
@@ -160,6 +160,26 @@ class OffsetIndex(AbstractIndex):
         offsets = np.where(hit, self.offsets[s], self._base)
         positions = np.where(hit, self.positions[s], 0)
         return offsets, positions
+
+    def upper_positions(self, targets: np.ndarray | list[int], end: int) -> np.ndarray:
+        """Where a read that must cover each target offset may stop: the position of the
+        first entry whose offset is > the target (the batch there starts after it), or
+        ``end`` (the segment's size) when there is none. Vectorised; int64."""
+        slots = self._upper_slots(targets, strict=True)
+        if self._n == 0:
+            return np.full(slots.shape, end, dtype=np.int64)
+        return np.where(slots < self._n, self.positions[np.minimum(slots, self._n - 1)], end)
+
+    def upper_position(self, target_offset: int, end: int) -> int:
+        """:meth:`upper_positions` of one offset."""
+        return int(self.upper_positions([int(target_offset)], end)[0])
+
+    def next_position(self, position: int, end: int) -> int:
+        """The first entry's position > ``position`` (Kafka's smallestUpperBound over the
+        positions, strictly above), or ``end``: one index interval read from there."""
+        pos = self.positions
+        i = int(np.searchsorted(pos, int(position), side="right"))
+        return int(pos[i]) if i < len(pos) else end
 
     # ---------------------------------------------------------------------------- writing
     def append(self, offset: int, position: int) -> None:

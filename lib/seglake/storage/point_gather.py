@@ -12,7 +12,7 @@ import pyarrow as pa
 from seglake.errors import CorruptRecordError
 from seglake.record.schema import empty_records
 from seglake.storage.point_picks import pick_records
-from seglake.storage.segment import Window
+from seglake.storage.segment_window import Window
 from seglake.storage.window_records import RecordWalk, walk_batches
 
 __all__ = ["Gather"]

@@ -17,7 +17,7 @@ from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
 from seglake.record.inflate_native import Sources, sources
 from seglake.record.native import address, int64s
 from seglake.record.walk import MIN_RECORD_SIZE
-from seglake.storage.segment import Window
+from seglake.storage.segment_window import Window
 from seglake.storage.window_records import RecordWalk, gathered
 
 __all__ = ["pick_records"]

@@ -58,14 +58,8 @@ def byte_ranges(
     """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: ``(floor, start,
     end)``, the offset index floor of ``lo`` (its offset, and its position: 0 when
     there is none) to the first entry after ``hi``."""
-    oi = seg.offset_index
-    floor, start = oi.lookup_many(lo)
-    start = np.where(lo > seg.base_offset, start, 0)
-    if not len(oi):
-        return floor, start, np.full(len(hi), seg.size, dtype=np.int64)
-    nxt = np.searchsorted(oi.offsets, hi, side="right")
-    end = np.where(nxt < len(oi), oi.positions[np.minimum(nxt, len(oi) - 1)], seg.size)
-    return floor, start, end
+    floor, start = seg.floor_positions(lo)
+    return floor, start, seg.upper_positions(hi)
 
 
 @dataclasses.dataclass

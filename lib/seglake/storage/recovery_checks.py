@@ -6,17 +6,19 @@ the codec and timestamps of what is kept."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptRecordError, SegmentNotFoundError
+from seglake.format import INT32_MAX
 from seglake.record.batch import BatchScan
 from seglake.record.codecs import NAMES as CODEC_NAMES
 from seglake.record.control import parse_control_record
 from seglake.record.decode import decode_batches, record_times
-from seglake.storage.offset_index import INT32_MAX, OffsetIndex
+from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.tail_minima import batch_minima, tail_minima
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import AbortedTxn
@@ -179,7 +181,9 @@ def codec_name(scan: BatchScan) -> str:
     return names.pop() if len(names) == 1 else "mixed"
 
 
-def segment_timestamps(buf: bytes, scan: BatchScan, path: str) -> tuple[int, list[dict] | None]:
+def segment_timestamps(
+    buf: bytes, scan: BatchScan, path: str
+) -> tuple[int, list[dict[str, Any]] | None]:
     """The smallest record timestamp (-1: none) and the tail minima of the kept batches
     (None, and the smallest batch base timestamp, when records do not decode)."""
     if not len(scan):

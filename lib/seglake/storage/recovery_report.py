@@ -4,6 +4,7 @@ and :class:`PartitionRecovery` (a partition directory), printable and JSON-able.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from seglake.storage.damaged_batches import DroppedBytes
 
@@ -46,7 +47,7 @@ class SegmentRecovery:
     rebuilt: dict[str, str]
     codec: str
     dry_run: bool = False
-    tail_min_timestamps: list[dict] | None = None  # seglake.storage.tail_minima
+    tail_min_timestamps: list[dict[str, Any]] | None = None  # seglake.storage.tail_minima
     dropped: list[DroppedBytes] = dataclasses.field(default_factory=list)
     index_interval_bytes: int | None = None  # log.index.interval.bytes of a rebuild
 
@@ -94,7 +95,7 @@ class PartitionRecovery:
     dry_run: bool = False
     # offsets that were in the log and are no longer readable: {file, position,
     # first_offset, last_offset, reason} (filled in by the lake, which knows the old rows)
-    lost: list[dict] = dataclasses.field(default_factory=list)
+    lost: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def log_end_offset(self) -> int | None:
@@ -110,7 +111,7 @@ class PartitionRecovery:
             or any(s.changed for s in self.segments)
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "directory": self.directory,
             "dry_run": self.dry_run,

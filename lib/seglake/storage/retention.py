@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,7 @@ def _largest_timestamps(rows: pa.Table) -> np.ndarray:
     if (ts < 0).any():
         committed = micros_to_millis(pc.cast(rows.column("committed_at"), pa.int64()).to_numpy())
         ts = np.where(ts < 0, committed, ts)
-    return ts
+    return cast(np.ndarray, ts)
 
 
 def plan_retention(

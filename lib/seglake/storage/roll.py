@@ -18,7 +18,8 @@ import dataclasses
 
 import numpy as np
 
-from seglake.config import INT32_MAX, LogConfig
+from seglake.config import LogConfig
+from seglake.format import INT32_MAX
 
 
 @dataclasses.dataclass
@@ -87,6 +88,7 @@ def batches_before_roll(
 
 
 def roll_time_limit(base_offset: int, config: LogConfig) -> int:
-    """The time rule's bound for the segment at ``base_offset``: ``log.roll.ms`` less its
+    """The time rule's bound for the segment at ``base_offset``: ``segment.ms`` (on a
+    compacted topic at most ``max.compaction.lag.ms``: Kafka's ``maxSegmentMs``) less its
     jitter."""
-    return config.roll_ms - roll_jitter(base_offset, config)
+    return config.max_segment_ms - roll_jitter(base_offset, config)

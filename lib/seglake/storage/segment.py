@@ -38,9 +38,9 @@ from seglake.errors import (
 )
 from seglake.record.batch import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchScan,
     SkippedBatch,
+    claimed_size,
 )
 from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
@@ -259,19 +259,35 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         """Headers of every valid batch (one full read); stops at a corrupt tail."""
         return self.window(0, self.size).scan
 
-    def _next_entry_position(self, offset: int) -> int:
-        """Position of the first offset-index entry with offset > ``offset`` (or EOF)."""
-        oi = self.offset_index
-        i = int(np.searchsorted(oi.offsets, offset, side="right"))
-        return int(oi.positions[i]) if i < len(oi) else self.size
+    def floor_position(self, offset: int) -> int:
+        """Where a read of ``offset`` starts: the offset index floor's position; 0 at or
+        below the base offset (no index opened)."""
+        return int(self.offset_index.lookup(offset)[1]) if offset > self.base_offset else 0
+
+    def floor_positions(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`floor_position` of many offsets: ``(floor offsets, positions)``."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not (offsets > self.base_offset).any():
+            zeros = np.zeros(offsets.shape, dtype=np.int64)
+            return zeros + self.base_offset, zeros
+        floor, start = self.offset_index.lookup_many(offsets)
+        return floor, np.where(offsets > self.base_offset, start, 0)
+
+    def upper_position(self, offset: int) -> int:
+        """Where a read that must cover ``offset`` may stop: the position of the first
+        offset index entry above it, or the segment's size."""
+        return self.offset_index.upper_position(offset, self.size)
+
+    def upper_positions(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`upper_position` of many offsets (int64)."""
+        return self.offset_index.upper_positions(offsets, self.size)
 
     def _span(self, lo: int, hi: int) -> Window:
         """Whole batches covering offsets ``[lo, hi]``, read with at most two requests:
         ``[floor(lo), next_entry(hi))`` plus the header after it; the batch at
         ``next_entry(hi)`` is read whole only when ``hi`` lies in it."""
-        oi = self.offset_index
-        start = int(oi.lookup(lo)[1]) if lo > self.base_offset else 0
-        end = self._next_entry_position(hi)
+        start = self.floor_position(lo)
+        end = self.upper_position(hi)
         w = self.window(start, end + HEADER_SIZE if end < self.size else end)
         if self.index_source == "file" and not self._window_agrees(w, start, end):
             self.rebuild_indexes(
@@ -289,7 +305,7 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         tail = w.data[end - start :]
         if len(tail) < HEADER_SIZE:
             return w
-        size = int.from_bytes(tail[8:12], "big", signed=True) + LOG_OVERHEAD
+        size = claimed_size(tail)
         rest = self.window(end, end + size, verify_crc=False)
         eof = self._eof(end, min(end + size, self.size), rest.data)
         return self._make_window(start, w.data[: end - start] + rest.data, eof)
@@ -306,10 +322,6 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             if int(entry[1]) != start or int(entry[0]) < int(w.scan.base_offset[0]):
                 return False
         return True
-
-    def _floor_position(self, offset: int) -> int:
-        """Offset index floor of ``offset`` as a position (0 at or below the base)."""
-        return int(self.offset_index.lookup(offset)[1]) if offset > self.base_offset else 0
 
     def _bad_start(self, w: Window, start: int) -> bool:
         """A window read from an offset index position does not start where the index

@@ -14,15 +14,16 @@ and by timestamp.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.record.batch import HEADER_SIZE, LOG_OVERHEAD, BatchScan
+from seglake.record.batch import HEADER_SIZE, BatchScan, claimed_size
 from seglake.record.decode import decode_batches
 from seglake.storage.segment_window import Window
+from seglake.storage.time_index import TimestampOffset
 
 if TYPE_CHECKING:
     from seglake.storage.offset_index import OffsetIndex
@@ -31,14 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["SegmentReads", "TimestampOffset"]
 
 
-class TimestampOffset(NamedTuple):
-    timestamp: int
-    offset: int
-
-
 class SegmentReads:
     """Record reads of a segment (needs ``base_offset``, ``log_path``, ``size``, the
-    indexes, ``window``, ``_span``, ``_floor_position`` and ``_bad_start``)."""
+    indexes, ``window``, ``_span``, ``floor_position`` and ``_bad_start``)."""
 
     base_offset: int
     log_path: str
@@ -58,7 +54,7 @@ class SegmentReads:
 
         def _span(self, lo: int, hi: int) -> Window: ...
 
-        def _floor_position(self, offset: int) -> int: ...
+        def floor_position(self, offset: int) -> int: ...
 
         def _bad_start(self, w: Window, start: int) -> bool: ...
 
@@ -77,7 +73,7 @@ class SegmentReads:
         if max_records is not None and (hi is None or hi > lo + max_records - 1):
             hi = lo + max_records - 1  # offsets are unique: max_records records lie within
         if hi is None:
-            start = self._floor_position(lo)
+            start = self.floor_position(lo)
             w = self.window(start, self.size)
             if self._bad_start(w, start):
                 return self.read_records(
@@ -128,20 +124,17 @@ class SegmentReads:
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
         ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
         from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
-        pos = first = self._floor_position(from_offset)
-        oi_positions = self.offset_index.positions
+        pos = first = self.floor_position(from_offset)
+        oi = self.offset_index
         while pos < self.size:
             # one index interval at a time: up to the next index entry after pos
-            i = int(np.searchsorted(oi_positions, pos, side="right"))
-            end = int(oi_positions[i]) if i < len(oi_positions) else self.size
+            end = oi.next_position(pos, self.size)
             w = self.window(pos, end)
             if w.end == pos:
                 # a batch larger than the chunk (or a torn tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
                 if len(head) == HEADER_SIZE:
-                    w = self.window(
-                        pos, pos + int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
-                    )
+                    w = self.window(pos, pos + claimed_size(head))
             if pos == first and self._bad_start(w, first):
                 return self.find_offset_by_timestamp(timestamp, start_offset)
             if w.end == pos:

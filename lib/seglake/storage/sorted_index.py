@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from seglake.errors import CorruptIndexError
-from seglake.storage.index_file import INT32_MAX, IndexFile, InvalidIndexAppendError
+from seglake.format import INT32_MAX
+from seglake.storage.index_file import IndexFile, InvalidIndexAppendError
 
 WARM_SECTION_BYTES = 8192  # Kafka's AbstractIndex warm section: the last 8 KiB of entries
 
@@ -72,6 +73,12 @@ class AbstractIndex(IndexFile):
         """Vectorised :meth:`_floor_slot` (``strict``: largest key < target)."""
         t = np.asarray(targets, dtype=np.int64)
         return np.searchsorted(self._native_keys(), t, side="left" if strict else "right") - 1
+
+    def _upper_slots(self, targets: np.ndarray | list[int], strict: bool = False) -> np.ndarray:
+        """Kafka's ``smallestUpperBoundSlotFor`` of each target: slot of the smallest key
+        >= target (``strict``: > target), or the entry count when there is none."""
+        t = np.asarray(targets, dtype=np.int64)
+        return np.searchsorted(self._native_keys(), t, side="right" if strict else "left")
 
     def _check_slot(self, i: int) -> int:
         self._check_open()

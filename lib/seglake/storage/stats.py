@@ -24,7 +24,7 @@ STAT_COLUMNS = (
 )
 
 
-def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict:
+def segment_row(topic: str, partition: int, seg: Any, path: str) -> dict[str, Any]:
     """The catalog row (no ``run_id``/``committed_at``) of a segment ``seg`` describes (a
     writer's ``SegmentInfo``, a recovery's ``SegmentRecovery``: ``base_offset`` and the
     :data:`STAT_COLUMNS` as attributes); ``path`` relative to the root."""

@@ -21,8 +21,13 @@ Null (unknown, e.g. a catalog written before the column): read to the segment's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
+
+from seglake.format import LONG_MAX
 
 TAIL_POINTS = 64
 TAIL_STEP = 16 * 1024  # no closer than this: a smaller read gains nothing
@@ -45,14 +50,14 @@ def tail_step(size: int, *, points: int = TAIL_POINTS, min_step: int = TAIL_STEP
 
 
 def tail_minima(
-    first_offsets,
-    positions,
-    min_timestamps,
+    first_offsets: np.ndarray | Sequence[int],
+    positions: np.ndarray | Sequence[int],
+    min_timestamps: np.ndarray | Sequence[int],
     size: int,
     *,
     points: int = TAIL_POINTS,
     min_step: int = TAIL_STEP,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Checkpoints of one segment from its batches (in file order): their first offsets,
     byte positions and smallest record timestamps (an empty batch: ``int64`` max)."""
     first = np.asarray(first_offsets, dtype=np.int64)
@@ -78,7 +83,7 @@ def batch_minima(timestamps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Smallest of each batch's ``counts[i]`` consecutive ``timestamps`` (``int64`` max
     for an empty batch)."""
     counts = np.asarray(counts, dtype=np.int64)
-    out = np.full(len(counts), np.iinfo(np.int64).max, dtype=np.int64)
+    out = np.full(len(counts), LONG_MAX, dtype=np.int64)
     full = counts > 0
     if full.any():
         starts = (np.cumsum(counts) - counts)[full]
@@ -86,7 +91,7 @@ def batch_minima(timestamps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def cutoff(tail: list[dict] | None, end: int) -> int | None:
+def cutoff(tail: list[dict[str, Any]] | None, end: int) -> int | None:
     """The first offset from which every record of the segment is >= ``end`` (None:
     unknown, or some record near the end is older)."""
     for point in tail or ():

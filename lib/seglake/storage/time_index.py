@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from seglake.format import NO_TIMESTAMP
 from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppendError
 from seglake.storage.sorted_index import AbstractIndex
 
-NO_TIMESTAMP = -1
 NO_ENTRY = -1  # bounds_many: no entry >= the target
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "NO_ENTRY", "NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
@@ -92,7 +92,7 @@ class TimeIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return _TS.unpack_from(self._buf, slot * 12)[0]
+        return cast(int, _TS.unpack_from(self._buf, slot * 12)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.timestamps

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -277,7 +277,7 @@ class TransactionIndex:
             & (t_first[cand] <= flat_off)
             & (flat_off <= t_last[cand])
         )
-        return hit.reshape(off.shape)
+        return cast(np.ndarray, hit.reshape(off.shape))
 
     # ----------------------------------------------------------------------- validation
     def sanity_check(self) -> None:
@@ -299,7 +299,7 @@ class TransactionIndex:
         del raw
         c = self._columns()
         first, last = c["first_offset"], c["last_offset"]
-        checks = [
+        checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
             (version != CURRENT_VERSION, lambda i: f"unexpected version {version[i]}"),
             (first > last, lambda i: f"first offset {first[i]} is above last offset {last[i]}"),
         ]

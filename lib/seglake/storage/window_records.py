@@ -8,17 +8,18 @@ it. Extraction and lookup read with them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
+from seglake.format import LOG_OVERHEAD, LONG_MAX, LONG_MIN
 from seglake.record import native
 from seglake.record.batch import (
     CODEC_MASK,
     HEADER_DTYPE,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     SCAN_COLUMNS,
     BatchScan,
@@ -29,7 +30,7 @@ from seglake.record.decode import decode_batches
 from seglake.record.decode_fused import batches_of, decode_fused
 from seglake.record.decode_native import walk_native
 from seglake.record.schema import empty_records
-from seglake.storage.segment import Window
+from seglake.storage.segment_window import Window
 from seglake.storage.tail_minima import batch_minima
 
 __all__ = [
@@ -42,7 +43,7 @@ __all__ = [
     "walk_batches",
 ]
 
-NO_TS_LO, NO_TS_HI = -(2**63), 2**63 - 1  # no timestamp bound
+NO_TS_LO, NO_TS_HI = LONG_MIN, LONG_MAX  # no timestamp bound
 
 
 def decode_windows(
@@ -103,7 +104,7 @@ def decode_windows(
 
 
 def _fused(
-    lib, parts: list[tuple[Window, np.ndarray, str | None]], headers: bool
+    lib: Any, parts: list[tuple[Window, np.ndarray, str | None]], headers: bool
 ) -> list[pa.Table] | None:
     """The records of ``parts`` by the kernel's one-pass decode (control batches left out;
     all within the sum of the budgets :func:`~seglake.record.decode.decode_batches` gives

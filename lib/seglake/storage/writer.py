@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import posixpath
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import InputSchemaError, NoSpaceError, OffsetOrderError
+from seglake.format import LONG_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
 from seglake.record.encode_input import check_timestamps, int64_column
@@ -59,10 +61,10 @@ class SegmentInfo:
     codec: str
     log_path: str
     roll_reason: str | None = None
-    tail_min_timestamps: list[dict] | None = None  # see seglake.storage.tail_minima
+    tail_min_timestamps: list[dict[str, Any]] | None = None  # see seglake.storage.tail_minima
     index_interval_bytes: int | None = None  # log.index.interval.bytes of its indexes
 
-    def catalog_row(self, topic: str, partition: int, path: str) -> dict:
+    def catalog_row(self, topic: str, partition: int, path: str) -> dict[str, Any]:
         """Its catalog row (no ``run_id``/``committed_at``); ``path`` relative to the root."""
         return segment_row(topic, partition, self, path)
 
@@ -74,7 +76,7 @@ class _Open:
     log_path: str
     builder: IndexBuilder
     records: int = 0
-    min_ts: int = np.iinfo(np.int64).max
+    min_ts: int = LONG_MAX
     max_ts: int = np.iinfo(np.int64).min
     next_offset: int = 0
     batches: list[np.ndarray] = dataclasses.field(default_factory=list)
@@ -203,6 +205,7 @@ class SegmentWriter:
         of batches that needs no roll, each run accounted in one step (indexes:
         ``IndexBuilder.add_batches``, Kafka's per-batch rule vectorised)."""
         data = memoryview(b.data) if not isinstance(b.data, np.ndarray) else memoryview(b.data.data)
+        self._check_sizes(b, n)
         i = 0
         while i < n:
             seg = self._open
@@ -223,6 +226,19 @@ class SegmentWriter:
                 seg.state, b.size[i:n], b.last_offset[i:n], b.max_timestamp[i:n], self.config
             )
             i += self._append_run(seg, b, i, i + run, data)
+
+    def _check_sizes(self, b: EncodedBatches, n: int) -> None:
+        """Kafka's ``max.message.bytes`` rule (``RecordTooLargeException``): no batch
+        larger than it is appended."""
+        over = np.flatnonzero(b.size[:n] > self.config.max_message_bytes)
+        if len(over):
+            k = int(over[0])
+            raise InputSchemaError(
+                f"{self.label}: the record batch of offsets {int(b.base_offset[k])}.."
+                f"{int(b.last_offset[k])} is {int(b.size[k])} bytes, over max.message.bytes="
+                f"{self.config.max_message_bytes} (Kafka refuses it: RecordTooLargeException; "
+                "raise the topic's max.message.bytes or lower batch.size)"
+            )
 
     def _append_run(self, seg: _Open, b: EncodedBatches, i: int, j: int, data: memoryview) -> int:
         """Batches ``[i, j)`` (or a prefix: an index became full) into the open segment;

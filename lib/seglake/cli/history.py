@@ -1,0 +1,66 @@
+"""``seglake history``: the lake's catalog versions as a table (Delta's ``DESCRIBE
+HISTORY``, with seglake's commit metadata): version, commit time, operation, run id,
+catalog rows (segments) added and removed, and what the run read (``seglake.input``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from seglake.errors import ConfigError
+
+__all__ = ["add_parser", "history_table", "run_history"]
+
+HEADERS = ["version", "committed (UTC)", "operation", "run id", "segments +", "segments -", "input"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    h = sub.add_parser(
+        "history", help="the catalog's versions: time, operation, run id, segments, input"
+    )
+    h.add_argument("root", metavar="LAKE")
+    h.add_argument(
+        "--limit", type=int, default=None, help="only the newest N versions (default all)"
+    )
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def history_table(entries: Sequence[Any]) -> str:
+    """:class:`~seglake.lake.table.HistoryEntry` rows (newest first) as an aligned table."""
+    from seglake.api.render import text_table
+    from seglake.lake.runs import INPUT_KEY, RunInput
+
+    rows = []
+    for h in entries:
+        text = h.metadata.get(INPUT_KEY)
+        rows.append(
+            [
+                h.version,
+                h.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
+                h.seglake_operation or h.operation,
+                h.run_id or "",
+                _int(h.metadata.get("seglake.rows_added")),
+                _int(h.metadata.get("seglake.rows_removed")),
+                str(RunInput.from_json(text)) if text else "",
+            ]
+        )
+    return text_table(HEADERS, rows, right={0, 4, 5})
+
+
+def run_history(args: argparse.Namespace) -> int:
+    from seglake.cli.main import check_lake
+    from seglake.lake.catalog import Catalog
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit {args.limit}: expected 1 or more")
+    check_lake(args.root)
+    print(history_table(Catalog(args.root).history(limit=args.limit)))
+    return 0

@@ -1,0 +1,25 @@
+"""The numbers of Kafka's log format and of its index defaults, in one place.
+
+No imports: every layer (record, storage, config ...) takes them from here, so importing
+one of them loads nothing else. Byte layouts: ``/work/shared/docs/kafka-log-format.md``.
+"""
+
+from __future__ import annotations
+
+INT32_MAX = 2**31 - 1  # Java's Integer.MAX_VALUE: batchLength, offset deltas, index positions
+LONG_MAX = 2**63 - 1  # Java's Long.MAX_VALUE: Kafka's offsets and timestamps are int64
+LONG_MIN = -(2**63)  # Java's Long.MIN_VALUE
+NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP: a batch or index entry without a timestamp
+LOG_OVERHEAD = 12  # Records.LOG_OVERHEAD: baseOffset (8) + batchLength (4) before the length
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # log.index.interval.bytes: bytes between index entries
+DEFAULT_INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # log.index.size.max.bytes: an index's size
+
+__all__ = [
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_INDEX_SIZE_MAX_BYTES",
+    "INT32_MAX",
+    "LOG_OVERHEAD",
+    "LONG_MAX",
+    "LONG_MIN",
+    "NO_TIMESTAMP",
+]
