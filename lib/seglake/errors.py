@@ -6,7 +6,8 @@ SeglakeError
 ├── InputSchemaError       input columns missing or of the wrong type
 ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
 ├── CorruptRecordError     bytes of a .log that do not decode
-│   └── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
+│   ├── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
+│   └── TruncatedSegmentError  a lake .log shorter than its catalog row: records lost
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
@@ -63,6 +64,12 @@ class CorruptRecordError(SeglakeError):
 class TruncatedBatchError(CorruptRecordError):
     """A batch, or its header, runs past the end of the bytes given: a torn tail when
     those bytes end where the file ends (a broker's crash), else a read cut short."""
+
+
+class TruncatedSegmentError(CorruptRecordError):
+    """A lake segment's ``.log`` is shorter than its current catalog row's
+    ``size_bytes``: committed records are gone (the message names the file, both sizes
+    and the offsets lost). Data loss, reported as a damaged batch is."""
 
 
 class CorruptBatchWarning(UserWarning):

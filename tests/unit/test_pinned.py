@@ -2,7 +2,8 @@
 segment of catalog version V opened with V's pin, after a later version removed or
 replaced it in place and ``cleanup`` deleted the old file, raises one
 VersionSupersededError at the read, whichever reader (notebook, Spark task, lookup)
-opened it. Both faces: the ``.log`` missing, and a ``.log`` shorter than the row."""
+opened it. Both faces: the ``.log`` missing, and a ``.log`` shorter than the row (of a
+row still current: data loss, TruncatedSegmentError)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError, VersionSupersededError
+from seglake.errors import SegmentNotFoundError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.pinned import PinnedVersion
@@ -81,15 +82,20 @@ def test_shorter_file_of_a_pinned_segment(tmp_path: Path) -> None:
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] < first["size_bytes"]
     # unpinned, the compacted file reads as the old row's torn tail (a subset)
-    assert _segment(root, first, None).read_records().num_rows < first["next_offset"]
+    # unpinned, it cannot tell: the old row's records are reported lost (issue 25; was a
+    # silent subset)
+    with pytest.raises(TruncatedSegmentError, match=r"offsets 0\.\.109 are gone"):
+        _segment(root, first, None).read_records()
     with pytest.raises(VersionSupersededError) as err:
         _segment(root, first, PinnedVersion(str(root), pinned)).read_records()
     assert err.value.version == pinned and first["path"] in str(err.value)
     assert "shorter than size_bytes" in str(err.value)
-    # a torn tail of the newest version's row reads up to the tear, pinned or not
+    # a file of the newest version's row cut short is data loss, pinned or not (issue
+    # 25: it was read up to the cut)
     last = Catalog(str(root)).segments("c", 0).to_pylist()[-1]
     path = root / last["path"]
     path.write_bytes(path.read_bytes()[:-10])
     pin = PinnedVersion(str(root), Catalog(str(root)).version())
-    got = _segment(root, last, pin).read_records()
-    assert got.num_rows and got.column("offset").to_pylist()[-1] < last["next_offset"] - 1
+    for p in (pin, None):
+        with pytest.raises(TruncatedSegmentError, match=f"{last['next_offset'] - 1} are gone"):
+            _segment(root, last, p).read_records()

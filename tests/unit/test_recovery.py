@@ -302,8 +302,8 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     segs = logs(d)
     data = segs[1].read_bytes()
     scan = scan_batches(data)
-    segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     full = open_partition(str(root), "t", 0).read(0, 10 * N)
+    segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     v = cat.version()
     dry = recover_lake(str(root), dry_run=True, interval=INTERVAL, kafka_truncate=True)
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2
@@ -357,7 +357,10 @@ def test_cli_recover(tmp_path: Path, pristine: Path, capsys) -> None:
     assert main(["recover", str(root), "--dry-run"]) == 0
     assert "would" in capsys.readouterr().out
     assert main(["recover", str(root), "--index-interval-bytes", str(INTERVAL)]) == 0
-    assert main(["recover", str(root / "t-0"), "--json"]) == 0
+    assert main(["recover", str(root), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["log_end_offset"] is not None and not out["deleted_segments"]
+    # a partition directory of the lake: Kafka's rule would bypass the catalog (issue 25)
+    assert main(["recover", str(root / "t-0"), "--json"]) == 2
+    assert f"seglake recover {root}" in capsys.readouterr().err
     assert main(["recover", str(tmp_path / "nope")]) == 2

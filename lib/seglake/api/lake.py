@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from seglake.api.partition import LRU, Partition
 from seglake.api.render import html_table, iso, size_text
-from seglake.errors import SegmentNotFoundError
+from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.storage.segment_window import check_on_corrupt
 
@@ -61,13 +61,17 @@ class Lake:
         """Base offsets of this version's rows of ``topic``-``partition`` that the newest
         catalog version removed or replaced (a compaction keeps a group's first name):
         their readers must find the file exactly as committed (one catalog version check
-        per call; none of it when this is the newest version)."""
+        per call; none of it when this is the newest version). A newest version whose
+        rows cannot be read (a bad row) tells nothing: every row is checked so."""
         from seglake.lake.pinned import row_identities
 
         rows = self._by_key.get((topic, int(partition)))
         if rows is None or self.catalog.version() == self.version:
             return set()
-        now = row_identities(self.catalog.segments(topic, int(partition)))
+        try:
+            now = row_identities(self.catalog.segments(topic, int(partition)))
+        except CatalogError:  # this version's rows were checked when it was read
+            return set(rows.column("base_offset").to_pylist())
         gone = {(b, n, s) for b, n, s in row_identities(rows) - now}
         if gone and self._only_appends_since():  # grown tails: the old row is their prefix
             grown = {b: (n, s) for b, n, s in now}

@@ -174,8 +174,9 @@ class Partition:
         """Kafka's offsetsForTimes for this partition.
 
         Args:
-            ts: epoch ms, datetime, ISO string; or -2 earliest / -1 latest (``(-1, offset)``)
-                / -3 the first record with the largest timestamp.
+            ts: epoch ms, datetime, ISO string (before 1970: ConfigError); or -2 /
+                ``"earliest"``, -1 / ``"latest"`` (``(-1, offset)``), -3 / ``"max"`` the
+                first record with the largest timestamp.
 
         Returns:
             ``TimestampOffset(timestamp, offset)`` of the first record with timestamp >=

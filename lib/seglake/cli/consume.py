@@ -251,11 +251,12 @@ def partition_logs(
     target: str, topic: str, partition: int | None, *, on_corrupt: str = "raise"
 ) -> list[PartitionLog]:
     """The partitions to read: of a lake (``_catalog`` inside ``target``), sorted, or the
-    partition directory ``target`` itself (whose name must be ``<topic>-<partition>``);
+    partition directory ``target`` itself (whose name must be ``<topic>-<partition>``;
+    in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
     from seglake.lake.catalog import CATALOG_DIR, Catalog
-    from seglake.lake.staging import open_partition
+    from seglake.lake.staging import open_partition, open_partition_dir
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)
@@ -279,7 +280,7 @@ def partition_logs(
             for p in parts
         ]
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    log = PartitionLog.open(target, on_corrupt=on_corrupt)
+    log = open_partition_dir(target, on_corrupt=on_corrupt)
     got = parse_partition_dir(name)
     if got[0] != topic or (partition is not None and got[1] != partition):
         want = f"{topic}-{partition}" if partition is not None else f"{topic}-<n>"

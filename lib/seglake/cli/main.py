@@ -21,7 +21,7 @@ from seglake.cli.jobargs import (
     retention_from_args,
     seconds,
 )
-from seglake.errors import InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
 from seglake.fs import refused
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
@@ -313,12 +313,13 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _open_partition(path: str, *, on_corrupt: str = "raise"):
-    """The partition directory's log; an error if it holds no segment (``.log`` named by
-    a 20-digit base offset): an empty answer would look like an empty partition."""
+    """The partition directory's log (in a lake: its catalog's segments); an error if it
+    holds no segment (``.log`` named by a 20-digit base offset): an empty answer would
+    look like an empty partition."""
 
-    from seglake.storage.log import PartitionLog
+    from seglake.lake.staging import open_partition_dir
 
-    log = PartitionLog.open(path, on_corrupt=on_corrupt)
+    log = open_partition_dir(path, on_corrupt=on_corrupt)
     if not log.segments:
         raise _no_segments(path, "")
     return log
@@ -369,6 +370,7 @@ def _recover(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.recovery import recover_lake
+    from seglake.lake.staging import lake_of
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
@@ -387,6 +389,12 @@ def _recover(args: argparse.Namespace) -> int:
         else:
             print(rep)
         return 0
+    lake = lake_of(args.target)
+    if lake is not None:  # Kafka's rule there would leave catalog rows without files
+        raise ConfigError(
+            f"{args.target}: a partition directory of the lake {lake[0]}: recover the lake "
+            f"(seglake recover {lake[0]}), which fixes its catalog too"
+        )
     names = lakefs.listdir(fs, path)
     if not any(_SEGMENT_FILE.match(n) for n in names):  # nor a leftover .swap/.deleted
         try:

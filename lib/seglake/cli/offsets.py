@@ -23,7 +23,6 @@ from seglake.errors import ConfigError, SegmentNotFoundError
 
 __all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
 
-TIME_NAMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 # GetOffsetShell's TOPIC_PARTITION_PATTERN: topic regex, then a partition, a range or none
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 Filter = Callable[[str, int], bool]
@@ -60,11 +59,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_time(text: str) -> int:
-    """``--time``: Kafka's names and -1/-2/-3, else a time by ``to_millis``'s rule."""
+    """``--time``: Kafka's names and -1/-2/-3, else a time: ``to_millis``'s rule (its
+    ``NAMED_TIMES`` hold GetOffsetShell's ``max-timestamp`` too)."""
     from seglake.api.times import to_millis
 
-    named = TIME_NAMES.get(text.strip())
-    return named if named is not None else to_millis(text, allow_special=True)
+    return to_millis(text, allow_special=True)
 
 
 def _topic_regex(raw: str) -> re.Pattern[str]:

@@ -10,8 +10,9 @@ paths only, so the catalog is read only there.
 
     .log missing              missing(seg, exc): superseded if the pinned rows of the
                               segment's partition are not all in the newest version
-    .log shorter than its     short(seg): None for a torn tail (the newest version still
-    row's size_bytes          has the row: one version check), else superseded
+    .log shorter than its     short(seg): superseded if a later version replaced the
+    row's size_bytes          row, else None (the newest version still has it, or cannot
+                              be read: the segment reports the records lost)
 
 A row's identity is (base_offset, next_offset, size_bytes): a segment a later run
 replaced under its own name is another segment.
@@ -24,7 +25,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from seglake.errors import SeglakeError, SegmentNotFoundError, VersionSupersededError
+from seglake.errors import (
+    CatalogError,
+    SeglakeError,
+    SegmentNotFoundError,
+    VersionSupersededError,
+)
 from seglake.storage.naming import parse_partition_dir
 
 if TYPE_CHECKING:
@@ -95,16 +101,20 @@ class PinnedVersion:
             return exc
 
     def short(self, seg: LogSegment) -> Exception | None:
-        """``seg``'s ``.log`` read shorter than its row's ``size_bytes``: ``None`` for a
-        torn tail (the newest version still has the row), else the
+        """``seg``'s ``.log`` read shorter than its row's ``size_bytes``: the
         :class:`VersionSupersededError` of a row a later version replaced in place (one
-        catalog version check; the rows only when it moved on)."""
+        catalog version check; the rows only when it moved on), else ``None``: the
+        newest version still has the row (or its rows cannot be read, a bad row of a
+        later version), so the records are lost and the segment says so."""
         catalog = self.catalog
         if catalog.version() == self.version:
             return None
         topic, partition = _partition_of(seg)
         rows = self.rows(topic, partition)
-        now = row_identities(catalog.segments(topic, partition))
+        try:
+            now = row_identities(catalog.segments(topic, partition))
+        except CatalogError:
+            return None
         mine = [i for i in row_identities(rows) if i[0] == seg.base_offset]
         if not mine or mine[0] in now:
             return None

@@ -158,7 +158,8 @@ def recover_partition_rows(
 
 def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: str) -> list[dict]:
     """The offsets of the catalog ``rows`` ({base offset: row}) that the recovery in
-    ``report`` made unreadable: dropped stretches, cut tails, deleted segments."""
+    ``report`` made unreadable: dropped stretches, cut tails, files cut short (shorter
+    than their row's ``size_bytes``, also at a batch boundary), deleted segments."""
     lost = []
     for rec in report.segments:
         old = rows.get(rec.base_offset)
@@ -170,6 +171,12 @@ def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: st
             if rec.error
             else []
         )
+        size = int(old["size_bytes"])
+        if rec.original_bytes < size and all(d.last_offset is not None for d in drops):
+            # a file cut short at a batch boundary: nothing in it is damaged, the
+            # committed batches past its end are gone
+            why = f"cut short: the file has {rec.original_bytes} bytes, its catalog row {size}"
+            drops = [*drops, DroppedBytes(rec.original_bytes, 0, rec.next_offset, None, why)]
         for d in drops:
             last = end if d.last_offset is None else d.last_offset
             if last >= d.first_offset:

@@ -1,5 +1,6 @@
 """Lake-level operations that need no Spark: publishing a committed run's staged files,
-cleaning up after failed runs, and opening partitions from the catalog.
+cleaning up after failed runs, and opening partitions from the catalog (also one given
+as its directory, ``<root>/<topic>-<p>``: the catalog decides what it holds).
 
     <root>/_catalog/                 Delta table, one row per committed segment
     <root>/<topic>-<p>/<base>.log    published segment files (+ .index, .timeindex)
@@ -26,8 +27,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SeglakeError
-from seglake.lake.catalog import Catalog
+from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.lake.catalog import CATALOG_DIR, Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
@@ -235,3 +236,37 @@ def open_partition(
     if rows is None:
         rows = (catalog or Catalog(root)).segments(topic, partition)
     return PartitionLog.from_rows(fs, base, rows, on_corrupt=on_corrupt)
+
+
+def lake_of(path: str) -> tuple[str, str, int] | None:
+    """``(root, topic, partition)`` when ``path`` is a partition directory of a lake
+    (``<root>/<topic>-<p>`` with ``<root>/_catalog``), else ``None``."""
+    from seglake.storage.naming import parse_partition_dir
+
+    fs, d = lakefs.resolve(path)
+    d = d.rstrip("/")
+    name = d.rsplit("/", 1)[-1]
+    if "/" not in d or not lakefs.exists(fs, lakefs.join(d.rsplit("/", 1)[0], CATALOG_DIR)):
+        return None
+    topic, partition = parse_partition_dir(name)
+    root = path.rstrip("/")[: -len(name)].rstrip("/")
+    return root or ("/" if path.startswith("/") else "."), topic, partition
+
+
+def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
+    """The log of the partition directory ``path``. Inside a lake (:func:`lake_of`) the
+    catalog decides what it holds (:func:`open_partition`): segments retention or
+    compaction removed, whose files wait for ``file.delete.delay.ms``, and files of
+    uncommitted runs are not read; a partition the catalog does not have is an error.
+    Any other directory is read as a broker left it (:meth:`PartitionLog.open`)."""
+    lake = lake_of(path)
+    if lake is not None:
+        root, topic, partition = lake
+        rows = Catalog(root).segments(topic, partition)
+        if not rows.num_rows:
+            raise SegmentNotFoundError(
+                f"{path}: the lake {root} has no committed segment of {topic}-{partition} "
+                "(its catalog decides what a partition directory of a lake holds)"
+            )
+        return open_partition(root, topic, partition, rows=rows, on_corrupt=on_corrupt)
+    return PartitionLog.open(path, on_corrupt=on_corrupt)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import InputSchemaError, OffsetOrderError
-from seglake.record.schema import MAX_TIMESTAMP_MS
+from seglake.record.schema import MAX_TIMESTAMP_MS, timestamp_millis
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import data_of, from_numpy, join_binary, varint_array, vsize_z
 
@@ -67,7 +67,7 @@ def int64_column(records: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
         raise InputSchemaError(f"input has no {name!r} column (columns: {records.schema.names})")
     t = col.type
     if pa.types.is_timestamp(t) and name == "timestamp":
-        col = col.cast(pa.timestamp("ms", t.tz), safe=False).cast(pa.int64())
+        col = pa.chunked_array([timestamp_millis(col)])  # floor, as everywhere
     elif pa.types.is_integer(t):
         try:
             col = col.cast(pa.int64())

@@ -19,6 +19,9 @@ Without ``headers`` (a decode asked not to build them; the Kafka source's
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 
@@ -28,6 +31,37 @@ from seglake.format import LONG_MAX
 # the last epoch ms a microsecond timestamp (Spark's, the Kafka source's column) holds:
 # +294247-01-10T04:00:54.775Z. Kafka takes any timestamp >= 0; ingest refuses later ones.
 MAX_TIMESTAMP_MS = LONG_MAX // 1000
+_Micros = TypeVar("_Micros", int, np.ndarray)
+
+
+def micros_to_millis(us: _Micros) -> _Micros:
+    """Epoch ms of epoch microseconds (an int or an int64 array): **floor**, the
+    millisecond the instant lies in, the one rule wherever microseconds (a Spark
+    ``TIMESTAMP``, a ``datetime``, the catalog's ``committed_at``) become ms. It is
+    Spark's (``unix_millis``, ``microsToMillis``) and Java's (``Instant.toEpochMilli``),
+    so a Kafka record's timestamp, which the Kafka source hands over as ``ms * 1000`` µs,
+    comes back exactly, and a time before 1970 stays negative (truncation toward zero
+    would make -1500 µs -1 ms, Kafka's "latest"). The first ms at or after ``us`` (a
+    bound) is ``-micros_to_millis(-us)``. In Spark SQL: ``seglake.api.times.SPARK_MILLIS``."""
+    return us // 1000
+
+
+_MICROS_PER = {"s": 1_000_000, "ms": 1000, "us": 1}
+
+
+def timestamp_millis(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """An Arrow timestamp column of any unit as int64 epoch ms, nulls kept: the unit's
+    microseconds through :func:`micros_to_millis` (floor; nanoseconds floored to
+    microseconds first, which floors the same). Arrow's own cast truncates toward zero:
+    a time just before 1970 would become 0, not the negative ms the caller refuses."""
+    unit = col.type.unit
+    raw = col.cast(pa.int64())
+    vals = raw.fill_null(0).to_numpy()
+    us = vals // 1000 if unit == "ns" else vals * _MICROS_PER[unit]
+    mask = raw.is_null().to_numpy(zero_copy_only=False) if raw.null_count else None
+    return pa.array(micros_to_millis(us), pa.int64(), mask=mask)
+
+
 HEADER_TYPE = pa.struct(
     [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
 )

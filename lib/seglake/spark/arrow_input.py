@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from seglake.errors import SeglakeError
+from seglake.record.schema import timestamp_millis
 
 Split = Sequence[tuple[str, int, int]]  # (local path, start byte, length) of one task
 # Rows per batch read. The reader's transient memory is a few times the batch it builds
@@ -36,7 +37,6 @@ Split = Sequence[tuple[str, int, int]]  # (local path, start byte, length) of on
 BATCH_ROWS = 16_384
 READ_BUFFER = 1 << 20  # column chunks are streamed page by page through a 1 MiB buffer
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-_MS_PER = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000)}  # (multiply, floor-divide) to ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +117,9 @@ class Normalizer:
             )
         ts = b.column("timestamp")
         if pa.types.is_timestamp(ts.type):
-            if ts.type.unit not in _MS_PER or ts.type.tz is None:
+            if ts.type.unit == "ns" or ts.type.tz is None:
                 raise SeglakeError(f"{path}: timestamp type {ts.type} is not read directly")
-            mul, div = _MS_PER[ts.type.unit]
-            raw = ts.cast(pa.int64())
-            ms = np.floor_divide(raw.fill_null(0).to_numpy() * mul, div)  # Spark: floorDiv
-            ts = pa.array(ms, pa.int64(), mask=raw.is_null().to_numpy(zero_copy_only=False))
+            ts = timestamp_millis(ts)  # the one ms rule (floor)
         else:
             ts = ts.cast(pa.int64())
         kind = (

@@ -135,6 +135,7 @@ def _split_batches(
     row = {
         "path": split["path"],
         "size_bytes": split["size"],
+        "next_offset": split.get("next_offset"),  # a file cut short names its lost offsets
         "run_id": split["run_id"],
         "index_interval_bytes": split.get("index_interval_bytes"),
     }

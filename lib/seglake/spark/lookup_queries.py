@@ -1,12 +1,15 @@
 """The lookup job's queries: any DataFrame with ``topic``, ``partition`` and ``offset``
 and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms).
 
-``timestamp`` may be epoch ms, a Spark timestamp, or strings (epoch ms or ISO-8601,
-through :func:`seglake.api.times.to_millis`, the rule extract and the notebook API use).
+``timestamp`` may be epoch ms (-1/-2/-3: Kafka's sentinels), a Spark timestamp (floored
+to ms, :data:`seglake.api.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
+:func:`seglake.api.times.to_millis`, the rule extract and the notebook API use); a Spark
+timestamp or string before 1970 is no time (null: ``invalid_query``), never a sentinel.
 """
 
 from __future__ import annotations
 
+from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
 
 
@@ -46,7 +49,9 @@ def normalize_queries(df):
     if "timestamp" in cols:
         dt = df.schema["timestamp"].dataType
         if isinstance(dt, (TimestampType, TimestampNTZType)):
-            ts = "CAST(unix_micros(CAST(`timestamp` AS TIMESTAMP)) / 1000 AS BIGINT)"
+            # the one ms rule (floor); before 1970 no time, never a sentinel: invalid_query
+            ms = SPARK_MILLIS.format("`timestamp`")
+            ts = f"CASE WHEN {ms} >= 0 THEN {ms} END"
         elif isinstance(dt, StringType):  # epoch ms or ISO-8601, as extract takes them
             udf = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
         else:

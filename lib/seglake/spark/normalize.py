@@ -16,6 +16,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
+from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
 
 _BINARYISH = (T.BinaryType, T.StringType)
@@ -127,7 +128,7 @@ def normalize(
     else:
         ts = types["timestamp"]
         ms = (
-            F.unix_millis(F.col("timestamp").cast("timestamp"))
+            F.expr(SPARK_MILLIS.format("`timestamp`"))  # the one ms rule: floor
             if isinstance(ts, (T.TimestampType, T.TimestampNTZType))
             else F.col("timestamp").cast("long")
         )

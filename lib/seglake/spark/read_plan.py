@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from seglake.api.times import datetime_micros, micros_to_millis
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.spark.extract_plan import plan_partition
@@ -70,19 +71,17 @@ def _as_int(v: Any) -> int:
     return v
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
 def _as_micros(v: Any) -> int:
     """Epoch microseconds of a Spark timestamp literal (naive: UTC), exactly."""
     if not isinstance(v, dt.datetime):
         raise TypeError(v)
-    aware = v if v.tzinfo else v.replace(tzinfo=dt.UTC)
-    return (aware - _EPOCH) // dt.timedelta(microseconds=1)
+    return datetime_micros(v)
 
 
 def _ceil_ms(us: int) -> int:
-    return us if us in ALL else -(-us // 1000)
+    """The first ms at or after ``us`` (:func:`micros_to_millis`' rule turned into a
+    bound: a record of ms ``r`` passes ``lo_us <= 1000 r`` iff ``r >= _ceil_ms(lo_us)``)."""
+    return us if us in ALL else -micros_to_millis(-us)
 
 
 _CONVERT = {"partition": _as_int, "offset": _as_int, "timestamp": _as_micros}

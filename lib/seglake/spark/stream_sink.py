@@ -54,6 +54,7 @@ from seglake.lake.stream_commit import (
     stream_run_id,
 )
 from seglake.lake.topic_store import topic_configs
+from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
 from seglake.spark.ingest import IngestResult, ingest, partition_count
@@ -299,9 +300,8 @@ def internal_columns(
         cols["timestamp"] = pa.array(np.full(n, append_ms, dtype=np.int64))
         cols["timestamp_type"] = pa.array(np.ones(n, dtype=np.int32))
     else:
-        if pa.types.is_timestamp(ts.type):  # Spark's unix_millis: floor(micros / 1000)
-            us = ts.cast(pa.timestamp("us", ts.type.tz)).cast(pa.int64())
-            ts = pc.floor(pc.divide(us.cast(pa.float64()), 1000.0))
+        if pa.types.is_timestamp(ts.type):  # the one ms rule (floor), in integers
+            ts = timestamp_millis(ts)
         cols["timestamp"] = ts.cast(pa.int64())
         tt = col("timestampType")
         cols["timestamp_type"] = (

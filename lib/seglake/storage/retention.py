@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
+from seglake.record.schema import micros_to_millis
 from seglake.storage.naming import validate_partition, validate_topic
 
 __all__ = [
@@ -59,7 +60,7 @@ def parse_log_start_offsets(specs: Iterable[str]) -> dict[Key, int]:
 def _largest_timestamps(rows: pa.Table) -> np.ndarray:
     ts = rows.column("max_timestamp").to_numpy().astype(np.int64)
     if (ts < 0).any():
-        committed = pc.cast(rows.column("committed_at"), pa.int64()).to_numpy() // 1000
+        committed = micros_to_millis(pc.cast(rows.column("committed_at"), pa.int64()).to_numpy())
         ts = np.where(ts < 0, committed, ts)
     return cast(np.ndarray, ts)
 

@@ -75,7 +75,8 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         staged_path: where the files are if ``log_path`` is missing (a committed run
             whose files were not moved out of staging yet). A segment that switched to
             the staged copy switches back once the files have moved to ``log_path``.
-        committed: ``size`` is a lake's committed size (module docstring: torn tail).
+        committed: ``size`` is a lake's committed size: a file shorter is data loss
+            (:mod:`~seglake.storage.segment_window`: cut short).
         may_tear: a broker segment that may end in a torn tail (the partition's last).
         on_corrupt: ``"raise"`` (default) or ``"skip"`` damaged batches (module doc).
         retired_path: where this segment's files went if a later run (compaction, merge)

@@ -36,8 +36,9 @@ class Pin(Protocol):
 
         missing(seg, exc)  the .log is gone, or is not the row's (another segment's
                            under its name): ``exc``, or the error to raise instead
-        short(seg)         the .log ends before the row's size_bytes: None (a torn
-                           tail, read on), or the error to raise
+        short(seg)         the .log ends before the row's size_bytes: the error to
+                           raise for a row a later version replaced, else None (the
+                           segment then reports the lost records)
     """
 
     def missing(self, seg: LogSegment, exc: SegmentNotFoundError) -> Exception: ...

@@ -3,12 +3,17 @@ whole batches in them) and how :class:`~seglake.storage.segment.LogSegment` make
 (:class:`WindowReads`). Damaged bytes are never read as "not written yet"
 (:meth:`WindowReads._make_window`):
 
-    torn tail   the last batch runs past the end of the file (its header has magic 2),
-                or a partial header, or zeros to the end, and: in a lake (``committed``)
-                the file is shorter than the catalog's ``size_bytes``; in a broker
-                directory the segment is the partition's last (``may_tear``) and no
-                offset index entry lies past it. The records before it are the
-                segment's records (Kafka's recovery cuts there)
+    torn tail   in a broker directory only: the last batch runs past the end of the
+                file (its header has magic 2), or a partial header, or zeros to the
+                end, the segment is the partition's last (``may_tear``) and no offset
+                index entry lies past it. The records before it are the segment's
+                records (Kafka's recovery cuts there)
+    cut short   in a lake (``committed``): the file ends before its catalog row's
+                ``size_bytes``. A row a later catalog version replaced in place is the
+                reader's pin's :class:`VersionSupersededError`; a current row's
+                committed records are gone: :class:`TruncatedSegmentError` naming the
+                file, both sizes and the lost offsets (``on_corrupt="skip"``: reported
+                once as a skipped range, the whole batches before the cut read)
     corruption  anything else that does not scan (CRC, magic, length, offsets going
                 backwards, a batch running past a committed size): raises
                 :class:`CorruptRecordError` naming the file, position, offsets and why;
@@ -21,7 +26,6 @@ whole batches in them) and how :class:`~seglake.storage.segment.LogSegment` make
 from __future__ import annotations
 
 import dataclasses
-import logging
 import warnings
 from typing import TYPE_CHECKING, NoReturn
 
@@ -34,6 +38,7 @@ from seglake.errors import (
     CorruptRecordError,
     SegmentNotFoundError,
     SegmentReplacedError,
+    TruncatedSegmentError,
 )
 from seglake.record.batch import (
     HEADER_SIZE,
@@ -49,7 +54,6 @@ if TYPE_CHECKING:
     from seglake.storage.offset_index import OffsetIndex
     from seglake.storage.segment_files import Pin
 
-log = logging.getLogger("seglake.storage.segment")
 ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
 
 
@@ -121,6 +125,8 @@ class WindowReads:
     index_source: str
     _offset_index: OffsetIndex | None
     pin: Pin | None
+    _lost_tail: SkippedBatch | None = None  # a .log cut short: what it lost (found once)
+    _cut_checked = False
 
     if TYPE_CHECKING:
 
@@ -130,6 +136,10 @@ class WindowReads:
         def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window: ...
 
         def longer(self) -> bool: ...
+
+        def _file_size(self) -> int: ...
+
+        def _read_range(self, start: int, length: int) -> bytes: ...
 
         def gone(self, exc: SegmentNotFoundError) -> NoReturn: ...
 
@@ -146,18 +156,9 @@ class WindowReads:
         """The whole batches of ``data`` (file bytes from ``start``, ending at ``eof``,
         see :meth:`_eof`): damaged ones raise or are skipped, a torn tail ends them
         (module docstring)."""
-        if eof == "file" and self.committed and self.pin is not None:
-            # shorter than its row's size_bytes: a torn tail, or the file of a segment a
-            # later catalog version replaced in place (whole batches, fewer bytes): the
-            # reader's pin tells which
-            err = self.pin.short(self)  # type: ignore[arg-type]
-            if err is not None:
-                raise err
         scan = scan_batches(data, verify_crc=verify_crc, skip_corrupt=self.on_corrupt == "skip")
         for b in scan.skipped:
             self._skip(b, start)
-        if scan.error is not None:
-            self._check_stop(scan, start, data, eof)
         nxt = self._next_offset if self.committed else None
         if nxt is not None and len(scan) and int(scan.last_offset[-1]) >= nxt:
             self.gone(
@@ -166,7 +167,49 @@ class WindowReads:
                     f"{start + int(scan.position[-1])}"
                 )
             )
+        if eof == "file" and self.committed:
+            self._cut_short()
+        if scan.error is not None:
+            self._check_stop(scan, start, data, eof)
         return Window(start, data, scan)
+
+    def _cut_short(self) -> None:
+        """The ``.log`` ends before its row's ``size_bytes`` (module docstring: cut
+        short): the pin's error for a row a later version replaced in place, else a
+        :class:`TruncatedSegmentError` (skip mode: noted once, the read goes on)."""
+        if self.pin is not None:
+            err = self.pin.short(self)  # type: ignore[arg-type]
+            if err is not None:
+                raise err
+        if not self._cut_checked:
+            self._lost_tail, self._cut_checked = self._find_lost_tail(), True
+        lost = self._lost_tail
+        if lost is None:
+            return  # the file still ends with the row's last offset (below)
+        if self.on_corrupt != "skip":
+            raise TruncatedSegmentError(lost.why, path=self.log_path, position=lost.position)
+        self._skip(lost, 0)
+
+    def _find_lost_tail(self) -> SkippedBatch | None:
+        """What a ``.log`` cut short lost: from the end of its last whole batch to the
+        row's ``size_bytes`` and ``next_offset`` (one read of the file: error path only).
+        ``None`` when its batches still reach the row's last offset: bytes went from its
+        middle, not its end (a recovery's rewrite without a damaged batch, before its
+        commit: the damaged batch's offsets are the gap recovery reports)."""
+        length = self._file_size()
+        scan = scan_batches(self._read_range(0, length), skip_corrupt=True)
+        first = int(scan.last_offset[-1]) + 1 if len(scan) else self.base_offset
+        nxt = self._next_offset
+        if nxt is not None and first >= nxt:
+            return None
+        last = first - 1 if nxt is None else int(nxt) - 1
+        gone = f"offsets {first}..{last}" if nxt is not None else f"offsets from {first}"
+        why = (
+            f"cut short: the file has {length} bytes, its catalog row {self.size} "
+            f"(size_bytes); {gone} are gone (data loss; `seglake recover` commits what is "
+            "left)"
+        )
+        return SkippedBatch(scan.valid_bytes, self.size - scan.valid_bytes, first, last, why)
 
     def not_row_file(self, why: str) -> SegmentReplacedError:
         """The file at ``log_path`` is not the one its catalog row describes (a later run
@@ -182,7 +225,8 @@ class WindowReads:
 
     def _torn(self, at: int, rest: bytes, eof: str) -> bool:
         """Whether a batch at ``at`` running past the end (``rest`` its bytes) is a torn
-        tail (module docstring)."""
+        tail (module docstring); in a lake, the end of a file cut short (reported by
+        :meth:`_cut_short` first, read on only when skipping)."""
         if not (len(rest) < HEADER_SIZE or rest[16] == MAGIC or not any(rest)):
             return False
         if self.committed:
@@ -191,13 +235,14 @@ class WindowReads:
         return self.may_tear and not (oi is not None and len(oi) and oi.positions[-1] > at)
 
     def _skip(self, b: SkippedBatch, start: int) -> None:
-        """Note a skipped batch once: a log line and a :class:`CorruptBatchWarning`."""
+        """Note a skipped batch once: in ``skipped`` and one :class:`CorruptBatchWarning`
+        (no log line besides: each reader reports ``skipped`` its own way, one line a
+        batch: the CLI on stderr, the Spark jobs' summary, the data source's task log)."""
         at = start + b.position
         if at in self.skipped:
             return
         self.skipped[at] = b._replace(position=at)
         line = "skipped a damaged batch: " + b.describe(self.log_path, start)
-        log.warning("%s", line)
         warnings.warn(line, CorruptBatchWarning, stacklevel=2)
 
     def _check_stop(self, scan: BatchScan, start: int, data: bytes, eof: str | None) -> None:
