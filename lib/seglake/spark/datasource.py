@@ -161,6 +161,12 @@ class SeglakeDataSource(DataSource):
 
         return SeglakeStreamReader(self.options, self.bytes_accumulator, self.parallelism)
 
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("seglake")``: see :mod:`seglake.spark.batch_sink`."""
+        from seglake.spark.batch_sink import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
+
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         """``df.writeStream.format("seglake")``: see :mod:`seglake.spark.stream_sink`."""
         from seglake.spark.stream_sink import SeglakeStreamWriter, parse_sink_options

@@ -37,6 +37,7 @@ def jar_conf() -> dict[str, str]:
         conf.update(DELTA_CONF)
     return conf
 
+
 DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.python.filterPushdown.enabled": "true",
@@ -71,10 +72,8 @@ def get_session(
         opt = f"-Dlog4j.configurationFile=file:{log4j}"
         builder = builder.config("spark.driver.extraJavaOptions", opt)
         builder = builder.config("spark.executor.extraJavaOptions", opt)
-    if os.environ.get("SPARK_SUBMIT_ORIGIN"):
-        extra = {}  # spark-submit.sh passed them already
-    else:
-        extra = jar_conf()
+    # spark-submit.sh passed the jars and Delta's conf already
+    extra = {} if os.environ.get("SPARK_SUBMIT_ORIGIN") else jar_conf()
     for key, value in {**DEFAULTS, **extra, **(conf or {})}.items():
         builder = builder.config(key, value)
     if quiet:
