@@ -146,7 +146,7 @@ class SeglakeDataSource(DataSource):
         return from_arrow_schema(opts.arrow_schema)
 
     def reader(self, schema: StructType) -> SeglakeReader:
-        opts = parse_options(self.options)
+        opts = parse_options(self.options).time_travelled()
         expected = from_arrow_schema(opts.arrow_schema)
         if schema.simpleString() != expected.simpleString():
             raise ConfigError(
