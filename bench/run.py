@@ -50,6 +50,12 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     ),
     ("streaming", "streaming", "", "--records 200000 --batches 4 --rounds 2"),
     ("extract", "extract", "--dir {dir}", None),  # 1% window, flatness: full runs only
+    (
+        "catalog-commit",
+        "catalog_commit",
+        "--history 20 --commits 4 --rounds 2",
+        "--history 5 --commits 2 --rounds 1",
+    ),
 ]
 QUICK_REPEAT = "2"
 # RESULTS.md section (title prefix) -> the issue-14 rows its bold figures answer
@@ -62,6 +68,7 @@ TARGETS = {
     "## compact": "compact vs a Spark job; merge-only vs ingest",
     "## streaming": "streaming sink and source",
     "## notebook": "notebook point reads vs pandas",
+    "## catalog commits": "issue 23: catalog commits, deltalake vs delta-spark",
 }
 
 
