@@ -10,11 +10,14 @@ chains, the careful path, the forward scan), in the kernel's picks and in numpy'
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
@@ -24,7 +27,17 @@ from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_
 from seglake.storage import point_gather, point_picks, point_reads
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
+from seglake.storage.segment import LogSegment
 from tests.txn_log import write_transactional_log
+from tests.unit.test_time_lookup import (
+    FS,
+    SETTINGS,
+    encode_spec,
+    records_of,
+    segment_specs,
+    write_segment,
+)
+from tests.unit.test_time_lookup import targets as time_targets
 
 TOPIC = "txn"
 
@@ -168,3 +181,29 @@ def test_resolve_timestamps_of_one_segment(txn_lake) -> None:
             assert (got.column("offset")[i].as_py() if i >= 0 else None) == want, t
             checked += 1
     assert checked > 100
+
+
+@SETTINGS
+@given(
+    spec=segment_specs,
+    interval=st.sampled_from([1, 150, 4096]),
+    index_files=st.booleans(),
+)
+def test_resolve_timestamps_equals_a_fetch_from_find_offset_by_timestamp(
+    tmp_path: Path, spec, interval: int, index_files: bool
+) -> None:
+    """Random segments (every codec, non-monotonic CreateTime, LogAppendTime, offset gaps,
+    control batches stamped anywhere): each target's answer is the first data record at
+    or after ``find_offset_by_timestamp``'s (itself checked against brute force)."""
+    d = Path(tempfile.mkdtemp(dir=tmp_path))
+    log = write_segment(d, encode_spec(spec, 100), 100, interval=interval, index_files=index_files)
+    seg = LogSegment(FS, str(log), index_interval_bytes=interval)
+    _, timestamps = records_of([log])
+    data = read_log(log.read_bytes())[0].column("offset").to_numpy()
+    targets = np.array([t for t in time_targets(timestamps) if t >= 0], dtype=np.int64)
+    row, got = point_reads.resolve_timestamps(seg, targets)
+    for t, i in zip(targets.tolist(), row.tolist(), strict=True):
+        found = seg.find_offset_by_timestamp(t)
+        nxt = data[data >= found.offset] if found is not None else data[:0]
+        want = int(nxt[0]) if len(nxt) else None
+        assert (got.column("offset")[i].as_py() if i >= 0 else None) == want, t
