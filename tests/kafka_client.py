@@ -41,6 +41,18 @@ class Rec(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+# errors of a client whose metadata predates a broker restart: retried (its next request
+# refreshes the metadata), though librdkafka does not call all of them retriable
+_STALE_LEADER = frozenset(
+    {
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
 def admin(broker: KafkaBroker) -> AdminClient:
     """One admin client per bootstrap address, kept (a dropped client fails its futures)."""
     return _admin(broker.bootstrap)
@@ -204,7 +216,9 @@ def list_offsets(
                 res = a.list_offsets({tp: offset_spec}, isolation_level=level)[tp].result(60)
                 break
             except KafkaException as e:  # e.g. just restarted: its leader epoch not caught up
-                if not e.args[0].retriable() or time.monotonic() > deadline:
+                err = e.args[0]
+                stale = err.code() in _STALE_LEADER  # the client's metadata is of before
+                if not (err.retriable() or stale) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         out[spec] = (res.offset, res.timestamp)

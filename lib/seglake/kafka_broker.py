@@ -343,10 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
         print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
         return 2
-    print(f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
-    print(f"log: {broker.server_log}; Ctrl-C stops it")
-    sys.stdout.flush()
-    try:
+    try:  # Ctrl-C from here on stops the broker, even while the lines are printed
+        print(f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
+        print(f"log: {broker.server_log}; Ctrl-C stops it")
+        sys.stdout.flush()
         while broker.proc is not None and broker.proc.poll() is None:
             time.sleep(1)
         print("seglake kafka: error: the broker exited on its own", file=sys.stderr)
