@@ -45,7 +45,7 @@ from seglake.record.batch_walk import walk_batches
 from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
 from seglake.record.decode import numpy_table, numpy_times
 from seglake.record.decode_fused import batches_of, decode_fused
-from seglake.record.decode_native import decode_native, times_native, walk_native
+from seglake.record.decode_native import NativeWalk, decode_native, times_native, walk_native
 from seglake.record.pick_native import pick_native
 from seglake.record.schema import empty_records
 
@@ -139,8 +139,7 @@ def decode_batches(
     sel = _selected(scan, skip_control)
     if not len(sel):
         return empty_records(headers=headers)
-    lib = native.kernel()
-    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    walked = _kernel_walk(buf, scan, sel, path, limits)
     table = decode_native(walked, scan, sel, headers=headers) if walked is not None else None
     if table is not None:
         return table
@@ -154,8 +153,6 @@ def record_times(
     *,
     skip_control: bool = True,
     path: str | None = None,
-    max_batch_bytes: int = MAX_BATCH_OUTPUT,
-    max_decompressed_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(offset, timestamp)`` of the records :func:`decode_batches` returns (same order).
 
@@ -163,18 +160,26 @@ def record_times(
     deltas, headers, header keys' UTF-8), so bytes it refuses raise the same
     :class:`CorruptRecordError` here; but no key, value or header column is built. (The
     one check left out: a key or value of over 1 GiB in a buffer of over 2 GiB, which
-    :func:`decode_batches` cannot put in a column.)
+    :func:`decode_batches` cannot put in a column.) Decompression is bounded as there,
+    by the default limits.
     """
-    limits = (max_batch_bytes, max_decompressed_bytes)
+    limits = (MAX_BATCH_OUTPUT, None)
     sel = _selected(scan, skip_control)
     if not len(sel):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    lib = native.kernel()
-    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
+    walked = _kernel_walk(buf, scan, sel, path, limits)
     times = times_native(walked) if walked is not None else None
     if times is not None:
         return times
     return numpy_times(walk_batches(buf, scan, sel, path, limits))  # names what is wrong
+
+
+def _kernel_walk(
+    buf: Bytes, scan: BatchScan, sel: np.ndarray, path: str | None, limits: tuple[int, int | None]
+) -> NativeWalk | None:
+    """The kernel's walk of the batches ``sel``; None without a kernel or where it refuses."""
+    lib = native.kernel()
+    return walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
 
 
 def _selected(scan: BatchScan, skip_control: bool) -> np.ndarray:
