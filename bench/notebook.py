@@ -261,9 +261,10 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace (or append) ``section`` of RESULTS.md with ``text`` (which starts with it)."""
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(old):
         new = pattern.sub(lambda _: text + "\n", old)
     else:

@@ -53,6 +53,12 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     # issue 22 K1-K3: a local broker (skips without java or .jars/kafka); its broker
     # directory and lake are kept in bench/out/kafka
     ("kafka", "kafka", "", "--quick"),
+    (
+        "catalog-commit",
+        "catalog_commit",
+        "--history 20 --commits 4 --rounds 2",
+        "--history 5 --commits 2 --rounds 1",
+    ),
 ]
 QUICK_REPEAT = "2"
 # RESULTS.md section (title prefix) -> the issue-14 rows its bold figures answer
@@ -66,6 +72,7 @@ TARGETS = {
     "## streaming": "streaming sink and source",
     "## notebook": "notebook point reads vs pandas",
     "## kafka": "issue 22 K1-K3 vs Spark's Kafka source / a consumer (<= 0.3x, <= 0.5x, >= 10x)",
+    "## catalog commits": "issue 23: catalog commits, deltalake vs delta-spark",
 }
 
 

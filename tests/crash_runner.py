@@ -3,7 +3,9 @@
     python tests/crash_runner.py SPEC_JSON
 
 ``SPEC_JSON``: ``{"root", "input" (parquet path), "run_id", "num_partitions", "conf"
-(Kafka-named overrides), "master", "spark_conf"}``. Prints the result as one JSON line.
+(Kafka-named overrides), "master", "spark_conf", "via"}`` (``"via": "write"``: the input
+appended by ``df.write.format("seglake")`` instead, ``conf`` as its options). Prints the
+result as one JSON line.
 
 Started by the tests in a session of its own (``start_new_session=True``), so with
 ``SEGLAKE_CRASH_AT`` set and ``"kill": "group"`` in the spec the crash point SIGKILLs
@@ -32,6 +34,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     spark = get_session(
         "seglake-crash", master=spec.get("master", "local[1]"), quiet=True, conf=conf
     )
+    if spec.get("via") == "write":  # df.write.format("seglake"): the batch sink
+        from seglake.lake.catalog import Catalog
+        from seglake.spark import register
+
+        register(spark)
+        (
+            spark.read.parquet(spec["input"])
+            .write.format("seglake")
+            .options(**spec.get("conf", {}))
+            .mode("append")
+            .save(spec["root"])
+        )
+        return {"committed": True, "version": Catalog(spec["root"]).version()}
     result = ingest(
         spark,
         spark.read.parquet(spec["input"]),

@@ -14,8 +14,10 @@ import pyarrow.compute as pc
 
 from seglake.api.partition import LRU, Partition
 from seglake.api.render import html_table, iso, size_text
-from seglake.errors import CatalogError, SegmentNotFoundError
+from seglake.api.times import TimeLike, to_millis
+from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.lake.time_travel import version_as_of
 from seglake.storage.segment_window import check_on_corrupt
 
 if TYPE_CHECKING:
@@ -36,13 +38,14 @@ class Lake:
         storage_options: Mapping[str, str] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         on_corrupt: str = "raise",
+        timestamp_as_of: TimeLike | None = None,
     ) -> None:
         self.root = os.fspath(root)
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.catalog = Catalog(self.root, storage_options=storage_options)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._cache = LRU(cache_bytes)
-        self._load(version)
+        self._load(_as_of(self.root, version, timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
         self.version = self.catalog.version() if version is None else int(version)
@@ -93,13 +96,16 @@ class Lake:
             if h.version > self.version
         )
 
-    def refresh(self, version: int | None = None) -> Lake:
-        """Move to the catalog's newest version (or ``version``); returns ``self``.
+    def refresh(
+        self, version: int | None = None, *, timestamp_as_of: TimeLike | None = None
+    ) -> Lake:
+        """Move to the catalog's newest version (or ``version``, or the version at
+        ``timestamp_as_of``); returns ``self``.
 
         Cached partitions whose catalog rows did not change keep their read indexes.
         """
         old = self._by_key
-        self._load(version)
+        self._load(_as_of(self.root, version, timestamp_as_of))
         for key in list(self._partitions):
             new = self._by_key.get(key)
             if new is None or not new.equals(old.get(key)):
@@ -245,6 +251,19 @@ class Lake:
         return self.segments(topic)
 
 
+def _as_of(root: str, version: int | None, timestamp_as_of: TimeLike | None) -> int | None:
+    """``version``, or the catalog version at ``timestamp_as_of`` (Delta's rule:
+    :func:`seglake.lake.time_travel.version_as_of`); not both."""
+    if timestamp_as_of is None:
+        return version
+    if version is not None:
+        raise ConfigError(
+            "version, timestamp_as_of: cannot specify both version and timestamp when "
+            "time travelling (as in Delta)"
+        )
+    return version_as_of(root, to_millis(timestamp_as_of))
+
+
 def open(
     root: str | os.PathLike[str],
     *,
@@ -252,8 +271,11 @@ def open(
     storage_options: Mapping[str, str] | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     on_corrupt: str = "raise",
+    timestamp_as_of: TimeLike | None = None,
 ) -> Lake:
-    """Open the lake at ``root`` (path or URI) at catalog ``version`` (default: newest).
+    """Open the lake at ``root`` (path or URI) at catalog ``version`` (default: newest),
+    or at the version ``timestamp_as_of`` names (ms, datetime or ISO-8601), as Delta's
+    ``timestampAsOf`` picks it: the last catalog commit at or before that time.
 
     ``cache_bytes`` bounds the decoded records kept for repeated point lookups.
     ``on_corrupt``: a damaged batch (CRC mismatch, bad magic or length, offsets going
@@ -264,6 +286,7 @@ def open(
 
     Raises:
         CatalogError: no catalog at ``root`` (or no such version).
+        ConfigError: ``timestamp_as_of`` before the first commit or after the newest.
     """
     return Lake(
         root,
@@ -271,4 +294,5 @@ def open(
         storage_options=storage_options,
         cache_bytes=cache_bytes,
         on_corrupt=on_corrupt,
+        timestamp_as_of=timestamp_as_of,
     )

@@ -170,55 +170,12 @@ def run_compaction(
     )
     configs = topic_configs(catalog, (base or LogConfig()).with_overrides(conf), version=version)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    plans: list[tuple[PartitionSummary, list[tuple]]] = []
-    to_analyze: list[tuple[PartitionSummary, pa.Table, LogConfig]] = []
-    for (topic, partition), prow in _by_partition(rows):
-        cfg = configs.for_topic(topic)
-        size = int(pa.compute.sum(prow["size_bytes"]).as_py() or 0)
-        summary = PartitionSummary(
-            topic,
-            partition,
-            "merge",
-            prow.num_rows,
-            size,
-            prow.num_rows,
-            size,
-            records_kept=int(pa.compute.sum(prow["record_count"]).as_py() or 0),
-        )
-        if merge_only or not cfg.compact:
-            groups = plan_merge_groups(
-                prow, segment_bytes=cfg.segment_bytes, segment_index_bytes=cfg.index_size_max_bytes
-            )
-            plans.append((summary, [("merge", g, cfg.index_interval_bytes) for g in groups]))
-            continue
-        summary.action = "compact"
-        bounds = cleanable(prow, cfg, now_ms)
-        summary.dirty_ratio, summary.checkpoint = bounds["dirty_ratio"], bounds["first_dirty"]
-        if bounds["due"]:
-            to_analyze.append((summary, prow, cfg))
-        else:
-            summary.action = "skip"
-            plans.append((summary, []))
+    plans, to_analyze = _plan_partitions(rows, configs, merge_only, now_ms)
     analyses = map_tasks(
         functools.partial(_analyze, root, now_ms),
         [(p.to_pylist(), cfg) for _, p, cfg in to_analyze],
     )
-    for (summary, prow, cfg), (bounds, rnd, read) in zip(to_analyze, analyses, strict=True):
-        summary.dirty_ratio = bounds["dirty_ratio"]
-        summary.bytes_read += read
-        if rnd is None:
-            summary.action = "skip"
-            plans.append((summary, []))
-            continue
-        groups = plan_merge_groups(
-            prow.filter(pa.compute.less(prow["base_offset"], rnd.upper_bound)),
-            segment_bytes=cfg.segment_bytes,
-            segment_index_bytes=cfg.index_size_max_bytes,
-            first_uncleanable=rnd.upper_bound,
-            min_len=1,  # Kafka cleans single-segment groups too
-        )
-        summary.checkpoint = rnd.upper_bound
-        plans.append((summary, [("clean", g, cfg.index_interval_bytes, rnd) for g in groups]))
+    plans += _plan_cleaning(to_analyze, analyses)
     specs = [s for _, ss in plans for s in ss]
     if dry_run or not specs:
         for summary, ss in plans:
@@ -246,7 +203,87 @@ def run_compaction(
         raise
     new_rows = [row for row, _ in outputs]
     result = commit_rewrite(root, run_id, new_rows, [r for s in specs for r in s[1]])
-    elapsed = time.time() - t0
+    _summarize(plans, outputs, time.time() - t0)
+    return CompactResult(
+        run_id,
+        result.committed,
+        result.already_committed,
+        False,
+        result.version,
+        [p for p, _ in plans],
+        time.time() - started,
+    )
+
+
+_Plans = list[tuple[PartitionSummary, list[tuple]]]  # per partition: its task specs
+_ToAnalyze = list[tuple[PartitionSummary, pa.Table, LogConfig]]
+
+
+def _plan_partitions(
+    rows: pa.Table, configs: LogConfig, merge_only: bool, now_ms: int
+) -> tuple[_Plans, _ToAnalyze]:
+    """Each partition's plan by its topic's ``cleanup.policy``: merge groups (``delete``
+    topics, ``merge_only``), or a cleaning to analyze first (``compact`` topics whose
+    dirty section is due: Kafka's ``LogCleanerManager.grabFilthiestCompactedLog``), or
+    nothing (``skip``)."""
+    plans: _Plans = []
+    to_analyze: _ToAnalyze = []
+    for (topic, partition), prow in _by_partition(rows):
+        cfg = configs.for_topic(topic)
+        size = int(pa.compute.sum(prow["size_bytes"]).as_py() or 0)
+        summary = PartitionSummary(
+            topic,
+            partition,
+            "merge",
+            prow.num_rows,
+            size,
+            prow.num_rows,
+            size,
+            records_kept=int(pa.compute.sum(prow["record_count"]).as_py() or 0),
+        )
+        if merge_only or not cfg.compact:
+            groups = plan_merge_groups(
+                prow, segment_bytes=cfg.segment_bytes, segment_index_bytes=cfg.index_size_max_bytes
+            )
+            plans.append((summary, [("merge", g, cfg.index_interval_bytes) for g in groups]))
+            continue
+        summary.action = "compact"
+        bounds = cleanable(prow, cfg, now_ms)
+        summary.dirty_ratio, summary.checkpoint = bounds["dirty_ratio"], bounds["first_dirty"]
+        if bounds["due"]:
+            to_analyze.append((summary, prow, cfg))
+        else:
+            summary.action = "skip"
+            plans.append((summary, []))
+    return plans, to_analyze
+
+
+def _plan_cleaning(to_analyze: _ToAnalyze, analyses: list[Any]) -> _Plans:
+    """The cleaning groups of each analyzed partition (up to its first uncleanable
+    offset; Kafka cleans single-segment groups too), or ``skip``."""
+    plans: _Plans = []
+    for (summary, prow, cfg), (bounds, rnd, read) in zip(to_analyze, analyses, strict=True):
+        summary.dirty_ratio = bounds["dirty_ratio"]
+        summary.bytes_read += read
+        if rnd is None:
+            summary.action = "skip"
+            plans.append((summary, []))
+            continue
+        groups = plan_merge_groups(
+            prow.filter(pa.compute.less(prow["base_offset"], rnd.upper_bound)),
+            segment_bytes=cfg.segment_bytes,
+            segment_index_bytes=cfg.index_size_max_bytes,
+            first_uncleanable=rnd.upper_bound,
+            min_len=1,
+        )
+        summary.checkpoint = rnd.upper_bound
+        plans.append((summary, [("clean", g, cfg.index_interval_bytes, rnd) for g in groups]))
+    return plans
+
+
+def _summarize(plans: _Plans, outputs: list[Any], elapsed: float) -> None:
+    """Each partition's summary from its tasks' outputs (in plan order): segments and
+    bytes after, bytes read and written, records and tombstones removed."""
     i = 0
     for summary, ss in plans:
         out = outputs[i : i + len(ss)]
@@ -266,15 +303,6 @@ def run_compaction(
             summary.records_kept -= read - kept
             summary.tombstones_removed = sum(st.tombstones_removed for st in cleaned)
         summary.seconds = elapsed
-    return CompactResult(
-        run_id,
-        result.committed,
-        result.already_committed,
-        False,
-        result.version,
-        [p for p, _ in plans],
-        time.time() - started,
-    )
 
 
 def _run_tasks(

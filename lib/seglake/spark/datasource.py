@@ -149,7 +149,7 @@ class SeglakeDataSource(DataSource):
         return from_arrow_schema(opts.arrow_schema)
 
     def reader(self, schema: StructType) -> SeglakeReader:
-        opts = parse_options(self.options)
+        opts = parse_options(self.options).time_travelled()
         expected = from_arrow_schema(opts.arrow_schema)
         if schema.simpleString() != expected.simpleString():
             raise ConfigError(
@@ -163,6 +163,12 @@ class SeglakeDataSource(DataSource):
         from seglake.spark.stream_source import SeglakeStreamReader
 
         return SeglakeStreamReader(self.options, self.bytes_accumulator, self.parallelism)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("seglake")``: see :mod:`seglake.spark.batch_sink`."""
+        from seglake.spark.batch_sink import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         """``df.writeStream.format("seglake")``: see :mod:`seglake.spark.stream_sink`."""

@@ -53,21 +53,27 @@ def task_id() -> tuple[int, str]:
 
 
 class Partitioner:
-    """Partition numbers of successive batches of one task (stateful for null keys)."""
+    """Partition numbers of successive batches of one task (stateful for null keys): a
+    ``partition`` column's, else (or, with ``num_partitions``, where it is null) Kafka's
+    default partitioner's."""
 
     def __init__(self, num_partitions: int | None, task: int) -> None:
         self.n = num_partitions
         self.null_start = task * NULL_KEY_STRIDE
 
     def __call__(self, b: pa.RecordBatch) -> np.ndarray:
+        given = b.column("partition") if "partition" in b.schema.names else None
         if self.n is None:
-            given = b.column("partition")
-            if given.null_count:
-                raise SeglakeError(f"{given.null_count} input rows have a null partition")
+            if given is None or given.null_count:
+                n = b.num_rows if given is None else given.null_count
+                raise SeglakeError(f"{n} input rows have a null partition")
             return given.to_numpy()
         keys = b.column("key")
         parts = default_partition(keys, self.n, null_start=self.null_start)
         self.null_start += keys.null_count
+        if given is not None:  # the Kafka sink's rule: a null partition is the partitioner's
+            null = given.is_null().to_numpy(zero_copy_only=False)
+            parts = np.where(null, parts, given.fill_null(0).to_numpy())
         return parts.astype(np.int32, copy=False)
 
 

@@ -30,8 +30,10 @@
 Every query gets exactly one output row: the Kafka source columns of the record found
 (for an offset, the record there, or where there is none (removed by the cleaner, a
 transaction marker) the next one, as a fetch from that offset returns it: ``offset`` >
-``query_offset`` then; for a timestamp, the first record with timestamp >= it, as
-``offsetsForTimes``), plus ``query_offset``, ``query_timestamp`` and ``status``:
+``query_offset`` then; for a timestamp, the record a fetch from ``offsetsForTimes``
+returns: the first record with timestamp >= it or, where Kafka's answer is a transaction
+marker (its time search counts markers), the record after the marker), plus
+``query_offset``, ``query_timestamp`` and ``status``:
 
     ok                       record returned
     offset_out_of_range      offset < log start offset or >= log end offset
@@ -39,7 +41,8 @@ transaction marker) the next one, as a fetch from that offset returns it: ``offs
     corrupt_batch            the offset lies in a damaged batch that was skipped
                              (``on_corrupt="skip"``; by default a damaged batch raises
                              CorruptRecordError and the job fails with one line, exit 2)
-    no_record_for_timestamp  no record with timestamp >= target
+    no_record_for_timestamp  no record with timestamp >= target (or only markers from
+                             offsetsForTimes' answer on)
     log_end_offset           timestamp -1 (latest): ``offset`` is the log end offset
     unknown_partition        no committed segment for (topic, partition)
     invalid_query            neither/both of offset and timestamp, a timestamp < -3, or a

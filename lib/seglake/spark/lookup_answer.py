@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededError
+from seglake.format import NO_TIMESTAMP
 from seglake.lake.pinned import PinnedVersion
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
@@ -43,7 +44,7 @@ log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as befo
 
 
 EARLIEST, LATEST, MAX_TS = -2, -1, -3
-ANY_TIME = -1  # every record's timestamp is >= -1 (NO_TIMESTAMP): "the next record"
+ANY_TIME = NO_TIMESTAMP  # every record's timestamp is >= -1: "the next record"
 
 LOOKUP_SCHEMA = pa.schema(
     [
@@ -268,16 +269,20 @@ def answer_queries(
                 reqs.append((req, None, (k, a, s, qi)))
                 by_ts.append((qi, (k, a, s, log_start)))
     plan_requests([r for r, _, _ in reqs], gather)  # all segments' reads and chains at once
+    # what each query picks in its batch: an offset, a timestamp (from lo), or after a
+    # transaction marker that answered a timestamp, the next record (a fetch from it)
+    picks, lo, is_ts = target.copy(), np.zeros(q.num_rows, np.int64), np.zeros(q.num_rows, bool)
+    for qi, (_, _, _, log_start) in by_ts:
+        lo[qi] = log_start
     for r, pick, where in reqs:
         if r.error is not None:
             ans.fail(where, r.error)
         else:
             assert r.ids is not None  # set by plan_requests
             ans.batch[where[3]] = r.ids if pick is None else r.ids[pick]
-    lo, is_ts = np.zeros(q.num_rows, dtype=np.int64), np.zeros(q.num_rows, dtype=bool)
-    for qi, (_, _, _, log_start) in by_ts:
-        lo[qi], is_ts[qi] = log_start, True
-    record, bad = gather.pick(ans.batch, target, lo, is_ts)  # -1 where no batch
+            if pick is None:  # timestamps
+                picks[where[3]], is_ts[where[3]] = r.picks()
+    record, bad = gather.pick(ans.batch, picks, lo, is_ts)  # -1 where no batch
     placed = np.flatnonzero(ans.batch >= 0)
     failed = placed[bad[ans.batch[placed]]]  # records that do not walk (corrupt)
     if len(failed) and on_corrupt == "raise":
@@ -305,13 +310,14 @@ def answer_queries(
 
 
 def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
-    """Query ``i``'s answer, the first record with timestamp >= ``t`` and offset >= ``lo``
-    (``where`` = (key, arrays, s, lo)), by scanning from segment ``s`` on (rare: see
-    scan_time; an offset query is ``t`` = :data:`ANY_TIME`)."""
+    """Query ``i``'s answer, the record a fetch from offsetsForTimes(``t``) (offset >=
+    ``lo``; ``where`` = (key, arrays, s, lo)) returns, by scanning from segment ``s`` on
+    (rare: see scan_time; an offset query is ``t`` = :data:`ANY_TIME`)."""
     (topic, partition), a, s, log_start = where
+    asked = t
     for j in range(s, len(a["base_offset"])):
         try:
-            found = scan_time(_open(cache, root, a, j, ans.on_corrupt, ans.pin), t, log_start)
+            found, t = scan_time(_open(cache, root, a, j, ans.on_corrupt, ans.pin), t, log_start)
         except (SeglakeError, OSError) as exc:
             if isinstance(exc, CorruptRecordError):
                 raise
@@ -323,7 +329,7 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
             ans.add(i, found.slice(0, 1))
             ans.status[i] = "ok"
             return
-    ans.status[i] = "no_record_at_offset" if t == ANY_TIME else "no_record_for_timestamp"
+    ans.status[i] = "no_record_at_offset" if asked == ANY_TIME else "no_record_for_timestamp"
 
 
 def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.ndarray) -> None:

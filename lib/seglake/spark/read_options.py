@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
+from seglake.lake.time_travel import version_as_of
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
 from seglake.storage.log import EARLIEST_TIMESTAMP as EARLIEST
@@ -64,13 +65,21 @@ OPTIONS: dict[str, str] = {
     "transactions); also `kafka.isolation.level`",
     "splitBytes": f"largest piece of a segment one task reads (default {DEFAULT_SPLIT_BYTES})",
     "versionAsOf": "catalog version to read (default: the newest)",
+    "timestampAsOf": "the catalog version at this time (epoch ms or ISO-8601), as Delta's "
+    "`timestampAsOf` picks it: the last commit at or before it",
 }
 STREAM_OPTIONS: dict[str, str] = {
     "maxOffsetsPerTrigger": "most offsets per micro-batch over all partitions (split by lag)",
     "minOffsetsPerTrigger": "fewest new offsets that start a micro-batch (until maxTriggerDelay)",
     "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (default 15m; 500ms, 30s, 5m, 1h)",
 }
-BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "versionAsOf")
+BATCH_ONLY = (
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "versionAsOf",
+    "timestampAsOf",
+)
 _KNOWN = {name.lower() for name in OPTIONS} | {"path", "kafka.isolation.level"}
 _LEVELS = ("read_uncommitted", "read_committed")
 
@@ -267,6 +276,15 @@ class ReadOptions:
     split_bytes: int = DEFAULT_SPLIT_BYTES
     version: int | None = None
     on_corrupt: str = "raise"
+    timestamp_as_of: int | None = None  # resolved to ``version`` by :meth:`time_travelled`
+
+    def time_travelled(self) -> ReadOptions:
+        """These options with ``timestampAsOf`` resolved to its catalog version (Delta's
+        rule, :func:`seglake.lake.time_travel.version_as_of`; one listing of the log)."""
+        if self.timestamp_as_of is None:
+            return self
+        version = version_as_of(self.root, self.timestamp_as_of)
+        return dataclasses.replace(self, version=version, timestamp_as_of=None)
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -350,6 +368,12 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
     if not levels <= set(_LEVELS):
         raise ConfigError(f"isolationLevel: {levels.pop()!r} is not one of {list(_LEVELS)}")
     version = options.get("versionAsOf")
+    at = options.get("timestampAsOf")
+    if version is not None and at is not None:
+        raise ConfigError(
+            "versionAsOf, timestampAsOf: cannot specify both version and timestamp when "
+            "time travelling (as in Delta)"
+        )
     return ReadOptions(
         str(root),
         *_topic_choice(options),
@@ -363,4 +387,5 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
         ),
         version=None if version is None else int_option("versionAsOf", version, minimum=0),
         on_corrupt="skip" if _bool(options, "ignoreCorruptBatches", False) else "raise",
+        timestamp_as_of=None if at is None else _millis("timestampAsOf", at),
     )

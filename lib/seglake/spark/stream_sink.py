@@ -140,9 +140,6 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
     """The sink's options: ``path`` (the lake), ``checkpointLocation``, ``topic``, the ingest
     settings by their Kafka names; checks the input schema as the batch ingest does."""
     opts = {k.lower(): v for k, v in options.items()}
-    root = opts.get("path")
-    if not root:
-        raise ConfigError("seglake sink: give the lake as start(path) or option('path', ...)")
     if "queryid" in opts:
         qid = opts["queryid"]
     elif "checkpointlocation" in opts:
@@ -151,23 +148,36 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         raise ConfigError("seglake sink: needs option('checkpointLocation', ...)")
     types = check_types(cast(DataFrame, _Schema(schema)))  # reads only .schema
     topic = opts.get("topic")
+    if topic is None and "topic" not in types:
+        raise ConfigError("seglake sink: no topic: option('topic', NAME) or a 'topic' column")
+    if "offset" in types and "partition" not in types:
+        raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
+    return sink_options(opts, qid, "partition" in types, "offset" in types)
+
+
+def sink_options(
+    opts: Mapping[str, str], qid: str, has_partition: bool, has_offset: bool
+) -> SinkOptions:
+    """The options a sink's tasks and commit work with, from its lower-cased options:
+    ``path``, ``topic``, ``seglake.stream.append`` and the ingest settings by their Kafka
+    names (any other option is one of those or an error); ``qid`` names the run(s)."""
+    root = opts.get("path")
+    if not root:
+        raise ConfigError("seglake sink: give the lake as start(path) or option('path', ...)")
+    topic = opts.get("topic")
     if topic is not None:
         validate_topic(topic)
-    elif "topic" not in types:
-        raise ConfigError("seglake sink: no topic: option('topic', NAME) or a 'topic' column")
     overrides = {k: v for k, v in opts.items() if k not in SINK_OPTIONS}
     # a task encodes each input batch as it arrives, while the JVM converts the next one
     # (a micro-batch is often one task: the pipelining is its second core)
     overrides.setdefault("seglake.ingest.buffer.bytes", str(FLUSH_EVERY_BATCH))
     config = LogConfig.load(overrides=overrides)
-    if "offset" in types and "partition" not in types:
-        raise ConfigError("seglake sink: input with an 'offset' column needs a 'partition' column")
     append = opts.get("seglake.stream.append", "true").lower()
     if append not in APPEND_MODES:
         raise ConfigError(
             f"seglake.stream.append must be one of {', '.join(APPEND_MODES)}, got {append!r}"
         )
-    return SinkOptions(root, qid, config, topic, "partition" in types, "offset" in types, append)
+    return SinkOptions(root, qid, config, topic, has_partition, has_offset, append)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,27 +205,12 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
 
         ctx = TaskContext.get()
         order = ctx.partitionId() if ctx is not None else 0
-        stage = f"stream-{uuid.uuid4().hex}"
         o = self.opts.planned()  # (already, unless write runs where it was made: tests)
         append_ms = int(time.time() * 1000)
         batches = (
             internal_columns(b, o.topic, append_ms, o.config.append_time(o.topic)) for b in iterator
         )
-        indexes = o.append == "false"  # else the commit grows or rewrites the pieces
-        if o.has_offset:
-            out = _write_given(o.root, stage, o.config, batches, indexes)
-        else:
-            starts = _FromLogEnd(o.log_end or {})
-            write = tasks.local_writer(
-                o.root, stage, o.config, o.num_partitions, starts, None, indexes=indexes
-            )
-            out = write(batches)
-        rows = pa.Table.from_batches(list(out), schema=tasks.SEGMENT_ROWS)
-        return StagedPiece(
-            stage,
-            order,
-            rows.select(list(PIECE_COLUMNS)),
-        )
+        return stage_piece(o, f"stream-{uuid.uuid4().hex}", order, batches)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit_messages(self.opts, messages, batchId)
@@ -227,17 +222,43 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
                 lakefs.delete_dir(fs, lakefs.join(base, "_staging", m.stage))
 
 
+def stage_piece(
+    o: SinkOptions, stage: str, order: int, batches: Iterator[pa.RecordBatch]
+) -> StagedPiece:
+    """A task's half: its batches (the ingest's internal columns) staged under
+    ``_staging/<stage>/`` by the ingest's task writers, its piece's rows as the message."""
+    indexes = o.append == "false"  # else the commit grows or rewrites the pieces
+    if o.has_offset:
+        out = _write_given(o.root, stage, o.config, batches, indexes)
+    else:
+        starts = _FromLogEnd(o.log_end or {})
+        write = tasks.local_writer(
+            o.root, stage, o.config, o.num_partitions, starts, None, indexes=indexes
+        )
+        out = write(batches)
+    rows = pa.Table.from_batches(list(out), schema=tasks.SEGMENT_ROWS)
+    return StagedPiece(stage, order, rows.select(list(PIECE_COLUMNS)))
+
+
 def commit_messages(
     opts: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int
 ) -> BatchCommit:
     """The driver's half of a micro-batch (see the module docstring)."""
+    return commit_run(opts, stream_run_id(opts.query_id, batch_id), messages)
+
+
+def commit_run(
+    opts: SinkOptions, run_id: str, messages: list[WriterCommitMessage | None]
+) -> BatchCommit:
+    """The tasks' pieces committed as run ``run_id`` (lake/stream_commit.commit_pieces);
+    every task must have sent its piece."""
     missing = sum(m is None for m in messages)
     if missing:
-        raise SeglakeError(f"batch {batch_id}: {missing} task(s) sent no commit message")
+        raise SeglakeError(f"run {run_id}: {missing} task(s) sent no commit message")
     pieces = [Piece(m.stage, m.order, m.rows) for m in messages if isinstance(m, StagedPiece)]
     return commit_pieces(
         opts.root,
-        stream_run_id(opts.query_id, batch_id),
+        run_id,
         pieces,
         config=opts.config,
         assigned=not opts.has_offset,

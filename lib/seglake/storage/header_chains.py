@@ -22,6 +22,7 @@ from seglake.storage.point_requests import (
     LOCAL_READ_GAP,
     READ_GAP,
     Request,
+    batch_hits,
     byte_ranges,
     read_groups,
 )
@@ -137,6 +138,7 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     for j, r in enumerate(reqs):
         n = len(r.lo)
         r.ids = np.full(n, -2, dtype=np.int64)
+        r.after = np.full(n, -1, dtype=np.int64)
         try:
             floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
             gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
@@ -163,6 +165,7 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     if not spans:
         return
     c = {k: np.concatenate(v) for k, v in cols.items()}
+    after = np.full(total, -1, dtype=np.int64)  # the marker that answered a timestamp
     failed = chains.fetch()
     for j in spans:
         reqs[j].error = failed.get(id(reqs[j].seg), reqs[j].error)
@@ -186,12 +189,15 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         if step == 0:  # the index says the batch at its position ends at its offset
             bad |= whole & (c["start"][run] > 0) & (last != c["floor"][run])
         good = whole & ~bad
-        data = (h["attributes"] & CONTROL_BIT) == 0
         lo, is_ts = c["lo"][run], c["is_ts"][run]
-        # offsets: the first data batch holding offsets >= lo (where lo was removed by
-        # the cleaner or is a marker, a fetch from it returns the next record)
-        hit = (last >= lo) & data & (~is_ts | (h["max_timestamp"] >= c["ts"][run]))
-        done = hit | (is_ts & (base > c["hi"][run]))
+        control = (h["attributes"] & CONTROL_BIT) != 0
+        hit, marker = batch_hits(base, last, h["max_timestamp"], control, lo, c["ts"][run], is_ts)
+        # a marker answered a timestamp: on from it as an offset (a fetch from there);
+        # one inside a control batch of many records (lo past its base): the scan decides
+        turn = good & marker & (base >= lo)
+        done = hit | (marker & ~turn) | (is_ts & ~marker & (base > c["hi"][run]))
+        after[run[turn]] = c["lo"][run[turn]] = base[turn]
+        c["is_ts"][run[turn]] = False
         fits = room >= bsize
         state[run[bad]] = -2
         state[run[good & hit & fits]] = 1
@@ -233,8 +239,9 @@ def locate(reqs: list[Request], gather: Gather) -> None:
             if len(mine):
                 ids_of[mine] = gather.add(w, mine, reqs[j].seg.log_path)
         ids[found] = ids_of[which]
+    after[state != 1] = -1
     for j, (a, b) in spans.items():
-        reqs[j].ids = ids[a:b]
+        reqs[j].ids, reqs[j].after = ids[a:b], after[a:b]
 
 
 def _split(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:

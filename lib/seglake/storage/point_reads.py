@@ -15,12 +15,14 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import SeglakeError
+from seglake.format import NO_TIMESTAMP
 from seglake.record.schema import empty_records
 from seglake.storage.header_chains import locate as _locate
 from seglake.storage.point_gather import Gather
 from seglake.storage.point_requests import (
     READ_GAP,
     Request,
+    batch_hits,
     byte_ranges,
     offset_request,
     time_request,
@@ -49,15 +51,18 @@ def plan_requests(reqs: list[Request], gather: Gather) -> None:
     for r in reqs:
         if r.error is not None or r.ids is None:
             continue
+        if r.after is None:
+            r.after = np.full(len(r.ids), -1, dtype=np.int64)
         careful = np.flatnonzero(r.ids == -2)
         if not len(careful):
             continue
         try:
-            r.ids[careful] = (
-                _careful_offsets(r.seg, r.lo[careful], gather)
-                if r.ts is None
-                else _careful_timestamps(r.seg, r.ts[careful], r.lo[careful], r.hi[careful], gather)
-            )
+            if r.ts is None:
+                r.ids[careful] = _careful_offsets(r.seg, r.lo[careful], gather)
+            else:
+                r.ids[careful], r.after[careful] = _careful_timestamps(
+                    r.seg, r.ts[careful], r.lo[careful], r.hi[careful], gather
+                )
         except (SeglakeError, OSError) as exc:
             r.error = exc
 
@@ -81,36 +86,62 @@ def _careful_offsets(seg: LogSegment, targets: np.ndarray, gather: Gather) -> np
 
 def _careful_timestamps(
     seg: LogSegment, targets: np.ndarray, first: np.ndarray, last: np.ndarray, gather: Gather
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, after)`` of timestamp targets (:class:`Request`) from the batches of
+    ``seg._span`` (:func:`batch_hits`; -1 where the window holds no answer: the scan
+    takes those)."""
     out = np.full(len(targets), -1, dtype=np.int64)
+    after = np.full(len(targets), -1, dtype=np.int64)
     for qi in touching(*byte_ranges(seg, first, last)[1:]):
         w = seg._span(int(first[qi].min()), int(last[qi].max()))
-        s, t = w.scan, targets[qi]
-        b = np.searchsorted(s.last_offset, first[qi], side="left")
+        s, t, lo = w.scan, targets[qi], first[qi].copy()
+        b = np.searchsorted(s.last_offset, lo, side="left")
         hit = np.full(len(qi), -1, dtype=np.int64)
+        is_ts, mark = np.ones(len(qi), dtype=bool), np.full(len(qi), -1, dtype=np.int64)
         while True:  # from each target's first batch on: usually one or two steps
-            open_ = np.flatnonzero((hit < 0) & (b < len(s)))
+            open_ = np.flatnonzero((hit == -1) & (b < len(s)))
             if not len(open_):
                 break
             bb = b[open_]
-            ok = (s.max_timestamp[bb] >= t[open_]) & ~s.is_control[bb]
-            hit[open_[ok]] = bb[ok]
+            base = s.base_offset[bb]
+            found, marker = batch_hits(
+                base,
+                s.last_offset[bb],
+                s.max_timestamp[bb],
+                s.is_control[bb],
+                lo[open_],
+                t[open_],
+                is_ts[open_],
+            )
+            turn = marker & (base >= lo[open_])  # on from the marker as an offset
+            hit[open_[found]] = bb[found]
+            hit[open_[marker & ~turn]] = -2  # the scan decides
+            mark[open_[turn]] = lo[open_[turn]] = base[turn]
+            is_ts[open_[turn]] = False
             b[open_] += 1
-        found = hit >= 0
-        if found.any():
-            batches, which = np.unique(hit[found], return_inverse=True)
-            out[qi[found]] = gather.add(w, batches, seg.log_path)[which]
-    return out
+        ok = hit >= 0
+        if ok.any():
+            batches, which = np.unique(hit[ok], return_inverse=True)
+            out[qi[ok]] = gather.add(w, batches, seg.log_path)[which]
+            after[qi[ok]] = mark[ok]
+    return out, after
 
 
-def scan_time(seg: LogSegment, target: int, lo: int) -> pa.Table:
-    """The first record of ``seg`` (offset >= ``lo``) with timestamp >= ``target`` by a
-    forward scan (empty if none): for the rare targets the time index cannot place,
-    e.g. when the batch carrying the index's timestamp is a control batch."""
+def scan_time(seg: LogSegment, target: int, lo: int) -> tuple[pa.Table, int]:
+    """``(record, target)``: the record a fetch from ``seg``'s offsetsForTimes(``target``)
+    (offset >= ``lo``) returns, by a forward scan (empty if none in ``seg``), for the rare
+    targets the index and the header chains cannot place; and the target of the next
+    segment's scan: ``target``, or :data:`NO_TIMESTAMP` (every record) once a transaction
+    marker answered (Kafka's ListOffsets gives its offset; a fetch from it reads on to
+    the next data record, whatever its timestamp)."""
     found = seg.find_offset_by_timestamp(target, lo)
-    if found is None:
-        return empty_records()
-    return seg.read_records(found.offset, found.offset + 1)
+    while found is not None:
+        record = seg.read_records(found.offset, found.offset + 1)
+        if record.num_rows:
+            return record, target
+        target = NO_TIMESTAMP  # a marker: a fetch from it returns the next data record
+        found = seg.find_offset_by_timestamp(target, found.offset + 1)
+    return empty_records(), target
 
 
 def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
@@ -138,7 +169,9 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
 def resolve_timestamps(
     seg: LogSegment, targets: np.ndarray, *, min_offset: int | None = None
 ) -> tuple[np.ndarray, pa.Table]:
-    """For each target timestamp (>= 0), the first record of ``seg`` with timestamp >= it.
+    """For each target timestamp (>= 0), the record of ``seg`` a fetch from its
+    offsetsForTimes returns: the first with timestamp >= it, or where that is a
+    transaction marker (as Kafka's ListOffsets answers it), the next data record.
 
     Returns ``(row, records)``: ``records`` holds the answers, ``row[i]`` the row of
     target ``i``'s answer in it, -1 when ``seg`` has none (look in the next segment).
@@ -150,10 +183,14 @@ def resolve_timestamps(
     req = time_request(seg, targets, lo)
     gather = _walked(req)
     assert req.ids is not None  # set by plan_requests
-    table, answer = gather.decode(gather.timestamp_records(req.ids, targets, lo))
+    picks, is_ts = req.picks()
+    record = np.where(
+        is_ts, gather.timestamp_records(req.ids, picks, lo), gather.offset_records(req.ids, picks)
+    )
+    table, answer = gather.decode(record)
     tables, n = [table], table.num_rows
     for k in np.flatnonzero(answer < 0).tolist():  # the index could not place it: scan
-        t = scan_time(seg, int(targets[k]), lo)
+        t, _ = scan_time(seg, int(targets[k]), lo)
         if t.num_rows:
             tables.append(t)
             answer[k] = n

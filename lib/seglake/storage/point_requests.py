@@ -1,6 +1,7 @@
 """Point-read requests (no I/O): the targets of one segment (:class:`Request`), the byte
 ranges the offset index gives them (:func:`byte_ranges`, what ``LogSegment._span``
-reads) and the groups of targets that share one read (:func:`touching`)."""
+reads), the groups of targets that share one read (:func:`touching`) and the rule that
+says which batch answers a target (:func:`batch_hits`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ __all__ = [
     "LOCAL_READ_GAP",
     "READ_GAP",
     "Request",
+    "batch_hits",
     "byte_ranges",
     "offset_request",
     "read_groups",
@@ -62,14 +64,44 @@ def byte_ranges(
     return floor, start, seg.upper_positions(hi)
 
 
+def batch_hits(
+    base: np.ndarray,
+    last: np.ndarray,
+    max_ts: np.ndarray,
+    control: np.ndarray,
+    lo: np.ndarray,
+    ts: np.ndarray,
+    is_ts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which batches (headers ``base``, ``last`` offset, ``max_ts``, ``control``) answer
+    their targets, one batch per target, walked in offset order: ``(hit, turn)``.
+
+    ``hit``: a data batch holding the answer. An offset target (``~is_ts``): the first
+    data batch holding offsets >= ``lo`` (the record there, or the next where the cleaner
+    removed it or it is a marker, as a fetch from ``lo`` returns it). A timestamp target:
+    the first batch, data *or control*, holding offsets >= ``lo`` whose largest timestamp
+    is >= ``ts`` (Kafka's ``FileRecords.searchForTimestamp``, as ``find_offset_by_timestamp``).
+
+    ``turn``: a control batch whose marker answers a timestamp target (a marker carries
+    the broker's clock: ListOffsets answers its offset). A fetch from there returns the
+    next data record, whatever its timestamp: the target goes on as an offset target
+    from the marker's ``base`` (when ``base`` < ``lo``, inside a control batch of many
+    records, which record answers is not known from the header: the caller scans).
+    """
+    reach = last >= lo
+    by_time = is_ts & reach & (max_ts >= ts)
+    hit = ~control & np.where(is_ts, by_time, reach)
+    return hit, by_time & control
+
+
 @dataclasses.dataclass
 class Request:
-    """Targets in one segment. Offsets (``ts`` None): the first data batch holding
-    offsets >= ``lo`` (= ``hi``): the one holding ``lo``, or after a gap the cleaner left
-    (or a marker) the next, as a fetch from ``lo`` returns it. Timestamps: the first data
-    batch holding offsets >= ``lo`` (and starting at or before ``hi``) whose largest
-    timestamp is >= ``ts``. :func:`plan_requests` sets ``ids`` (batch ids in the gather,
-    -1: none in this segment) or ``error``."""
+    """Targets in one segment, their batches found by :func:`batch_hits`: offsets (``ts``
+    None) from ``lo`` (= ``hi``); timestamps ``ts`` from ``lo`` (the answer starts at or
+    before ``hi``). :func:`plan_requests` sets ``ids`` (batch ids in the gather, -1: none
+    in this segment) or ``error``, and ``after``: for a timestamp a marker answered, the
+    marker's offset (the answer is the first record of batch ``ids`` at or after it), else
+    -1."""
 
     seg: LogSegment
     lo: np.ndarray
@@ -77,6 +109,16 @@ class Request:
     ts: np.ndarray | None = None
     ids: np.ndarray | None = None
     error: Exception | None = None
+    after: np.ndarray | None = None
+
+    def picks(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(target, is_ts)``: what each target picks in its batch (``ids``): the first
+        record with offset >= ``target``, or where ``is_ts`` the first with timestamp >=
+        ``target`` (:meth:`~seglake.storage.point_gather.Gather.pick`)."""
+        if self.ts is None:
+            return self.lo, np.zeros(len(self.lo), dtype=bool)
+        after = self.after if self.after is not None else np.full(len(self.ts), -1)
+        return np.where(after >= 0, after, self.ts), after < 0
 
 
 def offset_request(seg: LogSegment, targets: np.ndarray) -> Request:

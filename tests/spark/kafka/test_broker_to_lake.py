@@ -255,13 +255,9 @@ def test_lookup_job(spark, produced: Produced, lake: str) -> None:
     assert _lookup_wrong(spark, lake, queries, want) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: lookup's timestamp search (storage/point_reads.py and the kernel's "
-    "picks) skips control batches; Kafka's ListOffsets can answer a transaction marker "
-    "(stamped with the broker's clock), and a fetch from it returns the next record",
-)
 def test_lookup_by_a_timestamp_kafka_answers_with_a_marker(spark, produced: Produced, lake: str):
+    """Kafka's ListOffsets can answer a transaction marker (stamped with the broker's
+    clock): lookup answers the record a fetch from it returns, the next one."""
     queries, want = _lookup_queries(produced, by_marker=True)
     assert len(queries) > 10
     assert _lookup_wrong(spark, lake, queries, want) == []
