@@ -137,10 +137,10 @@ def run(n: int, repeat: int) -> tuple[list[dict], str]:
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
     try:
-        decode_batches = importlib.import_module("seglake.record.decode").decode_batches
+        decode_batches = importlib.import_module("seglake.record.reader").decode_batches
     except (ImportError, AttributeError) as exc:  # the decoder lands separately
         decode_batches = None
-        print(f"decode rows skipped: seglake.record.decode.decode_batches missing ({exc})")
+        print(f"decode rows skipped: seglake.record.reader.decode_batches missing ({exc})")
 
     plain = encode_batches(table, codec=0)
     log_bytes = plain.nbytes  # MB/s basis for every row

@@ -11,7 +11,7 @@ import pytest
 
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType, parse_control_record
-from seglake.record.decode import decode_batches, read_log
+from seglake.record.reader import decode_batches, read_log
 from seglake.record.schema import RECORD_SCHEMA
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
 

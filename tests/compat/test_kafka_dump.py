@@ -35,7 +35,7 @@ from seglake.lake.compaction import run_compaction
 from seglake.lake.recovery import recover_lake
 from seglake.record.batch import increment_sequence, scan_batches
 from seglake.record.codecs import NAMES
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.record.schema import HEADERS_TYPE
 from seglake.spark.ingest_rebase import _patch
 from seglake.storage.log import PartitionLog

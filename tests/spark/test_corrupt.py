@@ -16,7 +16,7 @@ import pytest
 
 from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.spark.jobs import main as job_main
 
 

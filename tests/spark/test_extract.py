@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
 from seglake.record.batch import scan_batches
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import extract
 from seglake.spark.extract_plan import pack_splits, parse_time, plan_extract

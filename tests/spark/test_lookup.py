@@ -15,7 +15,7 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.sample import START_MS, generate
 from seglake.spark.ingest import ingest
 from seglake.spark.lookup import (

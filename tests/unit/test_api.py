@@ -19,7 +19,7 @@ from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import rows_table
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.record.schema import HEADERS_TYPE, KAFKA_SOURCE_SCHEMA
 from seglake.storage.log import PartitionLog
 

@@ -26,7 +26,7 @@ from seglake.errors import CorruptBatchWarning, CorruptRecordError, TruncatedBat
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import rows_table
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batch, decode_batches
+from seglake.record.reader import decode_batch, decode_batches
 from seglake.storage.log import PartitionLog
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
 

@@ -25,9 +25,15 @@ from seglake.record.control import (
     parse_control_record,
 )
 from seglake.record.crc import crc32c
-from seglake.record.decode import decode_batch, decode_batches, fast_varints, read_log
+from seglake.record.reader import decode_batch, decode_batches, read_log
 from seglake.record.schema import RECORD_SCHEMA
-from seglake.record.varint import encode_varint, read_varints, varint_sizes, write_varints
+from seglake.record.varint import (
+    encode_varint,
+    fast_varints,
+    read_varints,
+    varint_sizes,
+    write_varints,
+)
 
 PATH = "orders-0/00000000000000000000.log"
 # 1: every chain walked with numpy steps; huge: every chain walked in Python

@@ -1,5 +1,5 @@
-"""The kernel's one-pass decode (``sl_decode``, :mod:`seglake.record.decode_fused`, used by
-:func:`~seglake.storage.window_records.decode_windows`) against the numpy decoder: the same
+"""The kernel's one-pass decode (``sl_decode``, :mod:`seglake.record.decode_fused`, chosen by
+:func:`~seglake.record.reader.decode_parts`) against the numpy decoder: the same
 records, chunk boundaries anywhere (a batch larger than a chunk, a frame larger than the
 scratch buffer), with and without headers; damaged logs give the numpy path's very table
 or error (the kernel refuses and the usual path names the problem); and, built with
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seglake.config import LogConfig
-from seglake.record import decode_fused, native
+from seglake.record import decode_fused, native, reader
 from seglake.record.batch import scan_batches
 from seglake.record.encode import encode_batches
 from seglake.storage import window_records
@@ -106,7 +106,7 @@ def test_which_logs_take_the_one_pass_path(codec, used):
         calls.append(real(*args, **kwargs))
         return calls[-1]
 
-    with patch.object(window_records, "decode_fused", spy):
+    with patch.object(reader, "decode_fused", spy):
         fast, slow = windows(log_with_headers(codec), 2, True)
     same(fast, slow)
     assert len(calls) == 1 and (calls[0] is not None) == used
@@ -161,7 +161,7 @@ ASAN_RUN = textwrap.dedent(
     from unittest.mock import patch
     import numpy as np
     sys.path.insert(0, sys.argv[4])
-    from seglake.record import decode_fused, native
+    from seglake.record import decode_fused, native, reader
     from seglake.record.batch import scan_batches
     from tests.unit.test_native import log_with_headers
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.record.schema import RECORD_SCHEMA, to_kafka_source, without_headers
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES
 from tests.unit.test_decode import batches, build_log, kafka_python_rows

@@ -312,7 +312,7 @@ def test_large_values(codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_seglake_decoder_reads_kafka_python_and_seglake(codec):
-    decode = pytest.importorskip("seglake.record.decode")
+    decode = pytest.importorskip("seglake.record.reader")
     recs = [
         (
             100 + 2 * i,

@@ -28,8 +28,8 @@ from seglake.errors import CatalogError, InvalidTopicError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.record import codecs
 from seglake.record.batch import HEADER_SIZE, scan_batches
-from seglake.record.decode import decode_batches, read_log
 from seglake.record.encode import encode_batches
+from seglake.record.reader import decode_batches, read_log
 from seglake.storage.naming import parse_partition_dir, validate_topic
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.recovery import recover_segment

@@ -207,3 +207,24 @@ def test_record_loads_no_storage_or_lake() -> None:
 
 def test_format_imports_nothing() -> None:
     assert imports_of("seglake.format") <= {"__future__"}
+
+
+# the record reader's paths: only record/reader.py chooses among them (issue 24 item 2)
+READER_PATHS = {
+    "seglake.record.decode": "the numpy columns",
+    "seglake.record.decode_native": "the kernel walk and copy",
+    "seglake.record.decode_fused": "the one-pass decode",
+    "seglake.record.pick_native": "the kernel picks",
+}
+
+
+def test_only_the_record_reader_chooses_a_decode_path() -> None:
+    """No module but ``record/reader.py`` (and the paths among themselves) imports a
+    decode path: every read of records goes through the one reader."""
+    wrong = sorted(
+        f"{m} imports {p} ({why})"
+        for m, uses in USES.items()
+        for p, why in READER_PATHS.items()
+        if p in uses and m != "seglake.record.reader" and m not in READER_PATHS
+    )
+    assert not wrong, wrong

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
-from seglake.record import batch, native
+from seglake.record import batch, native, reader
 from seglake.record.batch import SCAN_COLUMNS, scan_batches
-from seglake.record.decode import decode_batches, read_log, record_times
 from seglake.record.encode import encode_batches
+from seglake.record.reader import decode_batches, read_log, record_times
 from seglake.storage import window_records
 from seglake.storage.segment_window import Window
 from seglake.storage.window_records import min_timestamps
@@ -208,7 +208,7 @@ def test_package_zipped_for_executors_still_encodes(tmp_path):
     code = (
         "import numpy as np, pyarrow as pa\n"
         "from seglake.record import native\n"
-        "from seglake.record.decode import read_log\n"
+        "from seglake.record.reader import read_log\n"
         "from seglake.record.encode import encode_batches\n"
         f"assert native.__file__.startswith({str(zipped)!r})\n"
         "t = pa.table({'offset': np.arange(5), 'timestamp': np.arange(5), 'value': [b'v'] * 5})\n"
@@ -226,16 +226,16 @@ def test_package_zipped_for_executors_still_encodes(tmp_path):
 
 
 def walks(buf: bytes, cut: int):
-    """``(kernel's, numpy's)`` :func:`window_records.walk_batches` and :func:`min_timestamps`
+    """``(kernel's, numpy's)`` :func:`window_records.walk_windows` and :func:`min_timestamps`
     of ``buf``'s batches (CRCs not checked: damaged records reach the walk), as two
     windows split at batch ``cut``."""
     scan = scan_batches(buf, verify_crc=False, stop_on_crc_error=False)
     w = Window(0, buf, scan)
     k = min(cut, len(scan))
     parts = [(w, np.arange(k)), (w, np.arange(k, len(scan)))]
-    fast = outcome(lambda: (window_records.walk_batches(parts), min_timestamps(parts)))
+    fast = outcome(lambda: (window_records.walk_windows(parts), min_timestamps(parts)))
     with patch.object(native, "kernel", lambda: None):
-        slow = outcome(lambda: (window_records.walk_batches(parts), min_timestamps(parts)))
+        slow = outcome(lambda: (window_records.walk_windows(parts), min_timestamps(parts)))
     return fast, slow
 
 
@@ -275,16 +275,16 @@ def test_window_walk_matches_numpy(buf, cut):
 
 @needs_kernel
 def test_window_walk_uses_the_kernel():
-    """A clean log is walked by the kernel (walk_batches, then min_timestamps), with
+    """A clean log is walked by the kernel (walk_windows, then min_timestamps), with
     every record's place."""
     calls = []
-    real = window_records.walk_native
+    real = reader.walk_native
 
     def spy(*args, **kwargs):
         calls.append(real(*args, **kwargs))
         return calls[-1]
 
-    with patch.object(window_records, "walk_native", spy):
+    with patch.object(reader, "walk_native", spy):
         fast, slow = walks(log_with_headers(3), 2)
     assert len(calls) == 2 and all(c is not None and c.walk.rec_start is not None for c in calls)
     same_walk(fast, slow)

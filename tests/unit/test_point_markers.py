@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
-from seglake.record import native
-from seglake.record.decode import read_log
+from seglake.record import native, reader
+from seglake.record.reader import read_log
 from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
-from seglake.storage import point_gather, point_picks, point_reads
+from seglake.storage import point_gather, point_reads
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
@@ -129,7 +129,7 @@ def test_lookup_by_timestamp_answers_a_fetch_from_offsets_for_times(
     picked: list[bool] = []  # whether the kernel took each call's batches
 
     def spy(*args):
-        got = point_picks.pick_records(*args)
+        got = reader.pick_records(*args)
         picked.append(got is not None)
         return got
 

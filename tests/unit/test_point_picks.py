@@ -1,4 +1,4 @@
-"""Point reads' picks in the compiled kernel (``sl_pick``, :mod:`seglake.storage.point_picks`)
+"""Point reads' picks in the compiled kernel (``sl_pick``, :mod:`seglake.record.pick_native`)
 against the record walk and numpy picks they stand in for (:meth:`Gather.pick` without the
 kernel): the same record for every query (offsets, timestamps with a lower bound, batches
 without an answer), the same batches that do not walk, on every codec and damaged logs."""
@@ -13,9 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seglake.errors import SeglakeError
-from seglake.record import native
+from seglake.record import native, reader
 from seglake.record.batch import scan_batches
-from seglake.storage import point_picks
 from seglake.storage.point_gather import Gather
 from seglake.storage.segment_window import Window
 from tests.unit.test_native import HYPO, log_with_headers, needs_kernel, window_logs
@@ -75,7 +74,7 @@ def test_kernel_picks_are_the_walks(buf, cut, seed):
 def test_a_clean_log_is_picked_in_the_kernel():
     """Kafka's codecs: the kernel takes every batch (its walk holds just the picks)."""
     calls = []
-    real = point_picks.pick_records
+    real = reader.pick_records
 
     def spy(*args):
         calls.append(real(*args))
@@ -112,7 +111,7 @@ def test_large_records_grow_the_buffers_alike():
     ]
     buf = encode_batches(table(recs), codec=3, batch_starts=np.arange(0, 20, 5)).tobytes()
     calls = []
-    real = point_picks.pick_records
+    real = reader.pick_records
 
     def spy(*args):
         calls.append(real(*args))

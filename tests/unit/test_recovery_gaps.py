@@ -21,7 +21,7 @@ from seglake.lake.recovery import recover_lake
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import open_partition
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import recover_partition, recover_segment
 from tests.unit.test_recovery import CFG, INTERVAL, N, _records, logs, make_lake, pristine  # noqa: F401

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from seglake.config import LogConfig
 from seglake.record.batch import scan_batches
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.record.schema import HEADERS_TYPE
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment

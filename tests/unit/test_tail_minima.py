@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglake.config import LogConfig
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.storage.recovery import recover_segment
 from seglake.storage.tail_minima import (
     TAIL_STEP,

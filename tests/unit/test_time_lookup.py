@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 from seglake.errors import CorruptRecordError
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType
-from seglake.record.decode import decode_batches, read_log, record_times
 from seglake.record.encode import encode_batches
+from seglake.record.reader import decode_batches, read_log, record_times
 from seglake.record.schema import HEADERS_TYPE
+from seglake.storage import segment_reads
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
-from seglake.storage.segment import LogSegment, Window
+from seglake.storage.segment import LogSegment
 from tests.unit.test_decode import (
     PATH,
     WALKS,
@@ -268,17 +269,17 @@ def test_find_offset_raises_as_decode(
     log = write_segment(tmp_path, [buf], 0, interval=1, index_files=index_files)
     seg = LogSegment(FS, str(log), index_interval_bytes=1)
     decoded: list[CorruptRecordError | None] = []
-    read_times = Window.record_times
+    read_times = segment_reads.record_times
 
-    def checked(self: Window, sel=None, *, path=None, skip_control=True):
+    def checked(buf, scan, *, path=None, skip_control=True):
         try:
-            self.decode(sel, path=path, skip_control=skip_control)
+            decode_batches(buf, scan, path=path, skip_control=skip_control)
             decoded.append(None)
         except CorruptRecordError as exc:
             decoded.append(exc)
-        return read_times(self, sel, path=path, skip_control=skip_control)
+        return read_times(buf, scan, path=path, skip_control=skip_control)
 
-    monkeypatch.setattr(Window, "record_times", checked)
+    monkeypatch.setattr(segment_reads, "record_times", checked)
     assert found(seg.find_offset_by_timestamp(5)) == (5, 0)
     got = errors_of(lambda: seg.find_offset_by_timestamp(6))
     assert decoded[-1] is not None and same_error(got, decoded[-1])

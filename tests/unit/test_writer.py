@@ -16,7 +16,7 @@ from seglake.config import LogConfig
 from seglake.errors import InputSchemaError, OffsetOrderError
 from seglake.format import INT32_MAX
 from seglake.record.batch import scan_batches
-from seglake.record.decode import read_log
+from seglake.record.reader import read_log
 from seglake.record.schema import HEADERS_TYPE
 from seglake.sample import generate
 from seglake.storage.index_builder import rebuild_indexes

@@ -32,10 +32,10 @@ from seglake.record.batch import (
 )
 from seglake.record.codecs import NAMES
 from seglake.record.control import ControlType, parse_control_record, parse_kraft_control
-from seglake.record.decode import decode_batches, record_times
 from seglake.record.group_records import decode_offsets_record
 from seglake.record.messages import to_json
 from seglake.record.metadata_records import decode_metadata_record
+from seglake.record.reader import decode_batches, record_times
 from seglake.record.transaction_records import decode_transaction_record
 from seglake.storage.naming import (
     BOOTSTRAP_CHECKPOINT,

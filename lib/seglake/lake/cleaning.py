@@ -29,7 +29,7 @@ from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
 from seglake.record.batch import scan_batches
 from seglake.record.control import ControlType, parse_control_record
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.storage.clean import CleanRound, CleanStats, clean_segments
 from seglake.storage.cleaner import ABORT, COMMIT, EMPTY, OTHER, build_offset_map, walk_partition
 from seglake.storage.recovery_checks import aborted_txns

@@ -1,18 +1,14 @@
-"""Decode the records of RecordBatch v2 batches into the internal record table.
+"""The numpy path's record columns (:func:`numpy_table`, :func:`numpy_times`) from the
+numpy record walk (:mod:`seglake.record.batch_walk`), for
+:mod:`seglake.record.reader`, which chooses this path where the compiled kernel is
+absent or refuses the bytes (this one names the problem).
 
-Three stages over all selected batches at once: the records blocks (the file buffer itself,
-or the blocks decompressed into one buffer, within a memory budget); the records and their
-fields, located and checked by :mod:`seglake.record.walk` (record layout there); the
-columns, where keys/values (and headers) are gathered by Arrow: a ``binary_view`` array
-pointing into the records blocks, cast to ``binary``. :func:`record_times` runs the first
-two stages only: the offsets and timestamps, every record checked all the same.
-
-With the compiled kernel (:mod:`seglake.record.native`), the last two stages are one C walk
-and one C copy (:mod:`seglake.record.decode_native`); the numpy stages run where it is
-absent or refuses the bytes, and name the problem.
-
-Bytes that do not decode raise :class:`CorruptRecordError` naming the file, the batch
-position, the record and the numbers; nothing is allocated from an unchecked length.
+The records blocks (the file buffer itself, or the blocks decompressed into one buffer,
+within a memory budget) and the records and their fields, located and checked by
+:mod:`seglake.record.walk` (record layout there), come from the walk; here the columns,
+where keys/values (and headers) are gathered by Arrow: a ``binary_view`` array pointing
+into the records blocks, cast to ``binary``. :func:`numpy_times` builds none: the
+offsets and timestamps, every header checked all the same.
 """
 
 from __future__ import annotations
@@ -20,42 +16,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import CorruptRecordError, TruncatedBatchError
-from seglake.record import native
-from seglake.record.batch import BatchScan, scan_batches
-from seglake.record.batch_walk import walk_batches
-from seglake.record.codecs import MAX_BLOCK_OUTPUT
-from seglake.record.decode_native import (
-    decode_native,
-    header_structs,
-    times_native,
-    walk_native,
-)
-from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, empty_records, without_headers
-from seglake.record.varint import fast_varints
-from seglake.record.walk import (
-    MIN_HEADER_SIZE,
-    MIN_RECORD_BODY,
-    MIN_RECORD_SIZE,
-    BatchContext,
-    HeaderFields,
-    walk_headers,
-)
+from seglake.errors import CorruptRecordError
+from seglake.record.batch import BatchScan
+from seglake.record.batch_walk import Walked
+from seglake.record.decode_native import header_structs
+from seglake.record.schema import HEADERS_TYPE, RECORD_SCHEMA, without_headers
+from seglake.record.walk import BatchContext, HeaderFields, walk_headers
 
-# fast_varints (seglake.record.varint) and MIN_* (seglake.record.walk): re-exported
-__all__ = [
-    "MAX_BATCH_OUTPUT",
-    "MIN_HEADER_SIZE",
-    "MIN_RECORD_BODY",
-    "MIN_RECORD_SIZE",
-    "decode_batch",
-    "decode_batches",
-    "fast_varints",
-    "read_log",
-    "record_times",
-]
+__all__ = ["numpy_table", "numpy_times"]
 
-MAX_BATCH_OUTPUT = MAX_BLOCK_OUTPUT  # refuse a records block that inflates beyond this
 _INLINE = 12  # binary_view keeps values of up to 12 bytes inside the view
 _MAX_BINARY = (1 << 31) - 1  # bytes of one pa.binary() chunk
 _WINDOW = 1 << 30  # binary_view offsets are int32: data beyond 2 GiB is cut into windows
@@ -68,76 +37,11 @@ _INLINE_MASKS = (
 )
 
 
-def read_log(
-    buf: bytes | bytearray | memoryview,
-    *,
-    path: str | None = None,
-    skip_control: bool = True,
-    verify_crc: bool = True,
-) -> tuple[pa.Table, BatchScan]:
-    """Scan and decode a whole ``.log`` buffer: ``(records, scan)``.
-
-    A truncated or corrupt tail is not an error: the scan stops there (``scan.valid_bytes``,
-    ``scan.error``) and only the batches before it are decoded.
-    """
-    scan = scan_batches(buf, verify_crc=verify_crc)
-    return decode_batches(buf, scan, skip_control=skip_control, path=path), scan
-
-
-def decode_batch(
-    buf: bytes | bytearray | memoryview,
-    position: int = 0,
-    *,
-    path: str | None = None,
-    skip_control: bool = False,
-    verify_crc: bool = True,
-) -> pa.Table:
-    """Records of the single batch at byte ``position`` of ``buf``.
-
-    Raises :class:`CorruptRecordError` if no whole, valid batch starts there
-    (:class:`TruncatedBatchError` if it runs past the end of ``buf``).
-    """
-    scan = scan_batches(buf, start=position, max_batches=1, verify_crc=verify_crc)
-    if not len(scan):
-        error = TruncatedBatchError if scan.truncated else CorruptRecordError
-        raise error(f"no valid batch: {scan.why}", path=path, position=position)
-    return decode_batches(buf, scan, skip_control=skip_control, path=path)
-
-
-def decode_batches(
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    *,
-    skip_control: bool = True,
-    path: str | None = None,
-    max_batch_bytes: int = MAX_BATCH_OUTPUT,
-    max_decompressed_bytes: int | None = None,
-    headers: bool = True,
-) -> pa.Table:
-    """One row per record of the batches of ``scan`` (found in ``buf``), in file order.
-
-    Columns are exactly :data:`RECORD_SCHEMA`; with ``headers=False``, without the
-    ``headers`` column: the headers are walked and checked, but their bytes are not
-    copied, nor their keys checked to be UTF-8. Control batches (transaction markers) are
-    left out when ``skip_control``. Batches are decoded whether or not ``scan.crc_valid``
-    says their CRC matched.
-
-    Decompression is bounded: one records block inflates to at most ``max_batch_bytes``,
-    all of them together to at most ``max_decompressed_bytes`` (default
-    :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
-    least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
-    """
-    limits = (max_batch_bytes, max_decompressed_bytes)
-    sel = _selected(scan, skip_control)
-    if not len(sel):
-        return empty_records(headers=headers)
-    lib = native.kernel()
-    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
-    table = decode_native(walked, scan, sel, headers=headers) if walked is not None else None
-    if table is not None:
-        return table
-    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
-    data, f, rec_batch = r.data, r.fields, r.ctx.rec_batch
+def numpy_table(r: Walked, scan: BatchScan, *, headers: bool = True) -> pa.Table:
+    """The records of the numpy walk ``r`` of the batches ``r.sel`` of ``scan`` as
+    :data:`RECORD_SCHEMA` (without ``headers``: no headers column, the headers walked and
+    checked all the same)."""
+    data, f, rec_batch, sel = r.data, r.fields, r.ctx.rec_batch, r.sel
     hdr = (data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
     if not headers:
         walk_headers(*hdr)  # checked all the same
@@ -155,43 +59,14 @@ def decode_batches(
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def record_times(
-    buf: bytes | bytearray | memoryview,
-    scan: BatchScan,
-    *,
-    skip_control: bool = True,
-    path: str | None = None,
-    max_batch_bytes: int = MAX_BATCH_OUTPUT,
-    max_decompressed_bytes: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(offset, timestamp)`` of the records :func:`decode_batches` returns (same order).
-
-    Every record is walked and checked as :func:`decode_batches` checks it (lengths,
-    deltas, headers, header keys' UTF-8), so bytes it refuses raise the same
-    :class:`CorruptRecordError` here; but no key, value or header column is built. (The
-    one check left out: a key or value of over 1 GiB in a buffer of over 2 GiB, which
-    :func:`decode_batches` cannot put in a column.)
-    """
-    limits = (max_batch_bytes, max_decompressed_bytes)
-    sel = _selected(scan, skip_control)
-    if not len(sel):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    lib = native.kernel()
-    walked = walk_native(lib, buf, scan, sel, path, limits) if lib is not None else None
-    times = times_native(walked) if walked is not None else None
-    if times is not None:
-        return times
-    r = walk_batches(buf, scan, sel, path, limits)  # numpy: also names what is wrong
+def numpy_times(r: Walked) -> tuple[np.ndarray, np.ndarray]:
+    """``(offset, timestamp)`` of the numpy walk ``r``, its headers walked and their keys
+    checked to be UTF-8 as :func:`numpy_table` checks them."""
     f = r.fields
     h = walk_headers(r.data, f["header_pos"], f["header_count"], r.rec_end, r.ctx)
     if len(h.key_pos):
         _header_keys(r.data, h, r.ctx)
     return r.offset, r.timestamp
-
-
-def _selected(scan: BatchScan, skip_control: bool) -> np.ndarray:
-    """The batches of ``scan`` to decode."""
-    return np.flatnonzero(~scan.is_control) if skip_control else np.arange(len(scan))
 
 
 def _headers(

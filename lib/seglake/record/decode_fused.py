@@ -14,7 +14,8 @@ three times from memory; this reads them once. The result is a list of record ta
               producer_id, transactional
 
 ``None`` where the kernel does not take a batch (another codec, bytes it refuses, a
-header key that is not UTF-8): the caller decodes the usual way, which names the problem.
+header key that is not UTF-8): the caller (:func:`seglake.record.reader.decode_parts`)
+decodes the usual way, which names the problem.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The record table of :func:`seglake.record.decode.decode_batches` from the compiled
-kernel (:mod:`seglake.record.native`): one C walk checks every record and fills the
-offsets, timestamps and the Arrow offset/validity buffers, one C pass copies the keys,
-values and headers (unless asked not to) into the Arrow data buffers::
+"""The kernel path of :mod:`seglake.record.reader`: the record table of
+:func:`~seglake.record.reader.decode_batches` from the compiled kernel
+(:mod:`seglake.record.native`): one C walk checks every record and fills the offsets,
+timestamps and the Arrow offset/validity buffers, one C pass copies the keys, values and
+headers (unless asked not to) into the Arrow data buffers::
 
     key, value      binary: validity bits, int32 offsets (n + 1), data
     headers         list (int32 offsets, n + 1) of struct<key: string, value: binary>
@@ -24,7 +25,7 @@ from seglake.record.batch_walk import batch_blocks
 from seglake.record.schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, without_headers
 
 __all__ = [
-    "Walked",
+    "NativeWalk",
     "binary_column",
     "decode_native",
     "header_structs",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class Walked(NamedTuple):
+class NativeWalk(NamedTuple):
     """Records blocks (:func:`~seglake.record.batch_walk.batch_blocks`) the kernel walked."""
 
     lib: ctypes.CDLL
@@ -55,7 +56,7 @@ def walk_native(
     limits: tuple[int, int | None],
     *,
     places: bool = False,
-) -> Walked | None:
+) -> NativeWalk | None:
     """Decompress (as the numpy walk does) and walk the records of the batches ``sel``
     of ``scan`` (``places``: each record's start and end too, :func:`native.walk`); None
     where the kernel refuses them."""
@@ -66,11 +67,11 @@ def walk_native(
     bases = (base_offset, scan.base_timestamp[sel], scan.max_timestamp[sel])
     last_delta = scan.last_offset[sel] - base_offset
     w = native.walk(lib, data, start, end, counts, bases, log_append, last_delta, places=places)
-    return None if w is None else Walked(lib, w, data, start, end, counts, log_append)
+    return None if w is None else NativeWalk(lib, w, data, start, end, counts, log_append)
 
 
 def decode_native(
-    r: Walked, scan: BatchScan, sel: np.ndarray, *, headers: bool = True
+    r: NativeWalk, scan: BatchScan, sel: np.ndarray, *, headers: bool = True
 ) -> pa.Table | None:
     """The walked records as :data:`RECORD_SCHEMA` (``sel``: their batches of ``scan``;
     without ``headers``: no headers column, and none of their bytes copied)."""
@@ -94,7 +95,7 @@ def decode_native(
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def times_native(r: Walked) -> tuple[np.ndarray, np.ndarray] | None:
+def times_native(r: NativeWalk) -> tuple[np.ndarray, np.ndarray] | None:
     """``(offset, timestamp)`` of the walked records, every record checked as
     :func:`decode_native` checks it (header keys' UTF-8 too), or None."""
     w = r.walk

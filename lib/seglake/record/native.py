@@ -58,7 +58,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     # blocks, addresses, lengths, codecs, 4 batch arrays, log append, last delta, 4 query
     # arrays, first, scratch, its size, records room, its size, out, its size, max block,
-    # state, 4 answer arrays, ok (storage/point_picks.py)
+    # state, 4 answer arrays, ok (record/pick_native.py)
     "sl_pick": (_I, [_I, *[_P] * 13, _I, _P, _I, _P, _I, _P, _I, _I, *[_P] * 6]),
     "sl_extra": (None, [_I, _P, _P, _P, _P]),
     "sl_plan": (_I, [_I, _P, _P, _P, _I, _I, _P, _P]),

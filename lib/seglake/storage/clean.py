@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from seglake.errors import CorruptRecordError
 from seglake.format import LONG_MAX
 from seglake.record.batch import scan_batches
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches
 from seglake.record.rewrite import empty_batches, rewrite_batches
 from seglake.storage.cleaner import COPY, EMPTY_HEADER, REWRITE, PartitionWalk, plan_batches
 from seglake.storage.index_builder import IndexBuilder

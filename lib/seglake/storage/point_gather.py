@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptRecordError
+from seglake.record.reader import RecordWalk, pick_records
 from seglake.record.schema import empty_records
-from seglake.storage.point_picks import pick_records
 from seglake.storage.segment_window import Window
-from seglake.storage.window_records import RecordWalk, walk_batches
+from seglake.storage.window_records import reader_parts, walk_windows
 
 __all__ = ["Gather"]
 
@@ -24,7 +24,7 @@ class Gather:
     """Batches holding answers, picked from windows of many segments.
 
     :meth:`add` returns global ids of the batches it added. :meth:`walk` then finds the
-    records of all of them at once (offsets and timestamps only, :func:`walk_batches`),
+    records of all of them at once (offsets and timestamps only, :func:`walk_windows`),
     queries pick their record (:meth:`offset_records`, :meth:`timestamp_records`), and
     :meth:`decode` decodes just the picked records, in one call.
     """
@@ -50,7 +50,7 @@ class Gather:
 
     def walk(self) -> np.ndarray:
         """Walk the batches' records; returns which batches do not walk (corrupt)."""
-        self.records = walk_batches([(w, sel) for w, sel, _ in self.parts])
+        self.records = walk_windows([(w, sel) for w, sel, _ in self.parts])
         return ~self.records.ok
 
     def offset_records(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -79,8 +79,9 @@ class Gather:
         """:meth:`walk` and each target's record at once: ``(record, bad)``, the record
         (-1: none) of :meth:`timestamp_records` (with its ``lo``) where ``is_ts``, else of
         :meth:`offset_records`, and which batches do not walk. The compiled kernel keeps
-        just the picked records (:func:`pick_records`); else every record is walked."""
-        got = pick_records([(w, sel) for w, sel, _ in self.parts], ids, targets, lo, is_ts)
+        just the picked records (the reader's :func:`pick_records`); else every record is
+        walked."""
+        got = pick_records(reader_parts(self.parts), ids, targets, lo, is_ts)
         if got is not None:
             self.records, record = got
             return record, np.zeros(len(self.records.ok), dtype=bool)

@@ -17,7 +17,7 @@ from seglake.format import INT32_MAX
 from seglake.record.batch import BatchScan
 from seglake.record.codecs import NAMES as CODEC_NAMES
 from seglake.record.control import parse_control_record
-from seglake.record.decode import decode_batches, record_times
+from seglake.record.reader import decode_batches, record_times
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.tail_minima import batch_minima, tail_minima
 from seglake.storage.time_index import TimeIndex

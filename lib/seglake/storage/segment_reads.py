@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.record.batch import HEADER_SIZE, BatchScan, claimed_size
-from seglake.record.decode import decode_batches
+from seglake.record.reader import decode_batches, record_times
 from seglake.storage.segment_window import Window
 from seglake.storage.time_index import TimestampOffset
 
@@ -145,9 +145,8 @@ class SegmentReads:
             hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
             for b in hits:
                 # offsets and timestamps only (each batch checked whole, as decode does)
-                offs, ts = w.record_times(
-                    slice(int(b), int(b) + 1), path=self.log_path, skip_control=False
-                )
+                one = w.scan.take(slice(int(b), int(b) + 1))
+                offs, ts = record_times(w.data, one, path=self.log_path, skip_control=False)
                 ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
                 if len(ok):
                     return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))

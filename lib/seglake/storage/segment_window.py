@@ -48,7 +48,7 @@ from seglake.record.batch import (
     SkippedBatch,
     scan_batches,
 )
-from seglake.record.decode import decode_batches, record_times
+from seglake.record.reader import decode_batches
 
 if TYPE_CHECKING:
     from seglake.storage.offset_index import OffsetIndex
@@ -91,23 +91,12 @@ class Window:
         path: str | None = None,
         headers: bool = True,
     ) -> pa.Table:
+        """The records of the batches ``sel`` (all: None), by the one record reader
+        (:func:`~seglake.record.reader.decode_batches`)."""
         scan = self.scan if sel is None else self.scan.take(sel)
         return decode_batches(
             self.data, scan, skip_control=skip_control, path=path, headers=headers
         )
-
-    def record_times(
-        self,
-        sel: slice | np.ndarray | None = None,
-        *,
-        path: str | None = None,
-        skip_control: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(offset, timestamp)`` of the records :meth:`decode` returns (control batches
-        left out unless ``skip_control`` is false), checked as it checks them, with no key,
-        value or header decoded."""
-        scan = self.scan if sel is None else self.scan.take(sel)
-        return record_times(self.data, scan, path=path, skip_control=skip_control)
 
 
 class WindowReads:

@@ -1,29 +1,44 @@
-"""The records point reads' queries pick, found by the compiled kernel (``sl_pick``) in one
-call for the batches of many windows: each batch's records block decompressed (as the
-record walk does), walked and checked as ``sl_walk`` checks it, and each query's record
-taken (the first at or after its offset; or the first with timestamp >= its target and
-offset >= its lower bound), keeping nothing of the other records. ``None`` (the caller
-walks every record the usual way, :meth:`~seglake.storage.point_gather.Gather.walk`,
-which names any problem) where there is no kernel or a batch does not walk in it."""
+"""The records queries pick, found by the compiled kernel (``sl_pick``) in one call for
+many batches: each batch's records block decompressed (as the record walk does), walked
+and checked as ``sl_walk`` checks it, and each query's record taken (the first at or
+after its offset; or the first with timestamp >= its target and offset >= its lower
+bound), keeping nothing of the other records. The path of
+:func:`seglake.record.reader.pick_records`; ``None`` where a batch does not walk in it
+(the reader's caller then walks every record, which names any problem)."""
 
 from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from seglake.record import native
 from seglake.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, BatchScan
 from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
 from seglake.record.inflate_native import Sources, sources
 from seglake.record.native import address, int64s
 from seglake.record.walk import MIN_RECORD_SIZE
-from seglake.storage.segment_window import Window
-from seglake.storage.window_records import RecordWalk, gathered
 
-__all__ = ["pick_records"]
+__all__ = ["Picked", "pick_native"]
+
+Bytes = bytes | bytearray | memoryview
 
 
 MAX_ROOM = 1 << 20  # the scratch buffer a batch's records block is decoded into (grows)
+
+
+class Picked(NamedTuple):
+    """What ``sl_pick`` found: the picked records' bytes (``data``) and, per query of
+    ``order`` (the queries with a batch, by batch), its record's place in ``data``
+    (``start``, ``end``; -1: none), offset and timestamp."""
+
+    data: np.ndarray
+    order: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    offset: np.ndarray
+    timestamp: np.ndarray
 
 
 def _pooled(n: int) -> np.ndarray:
@@ -31,7 +46,7 @@ def _pooled(n: int) -> np.ndarray:
     return np.frombuffer(pa.allocate_buffer(max(n, 1)), np.uint8)
 
 
-def _sources(scan: BatchScan, views: list[memoryview], one: bytes | None) -> Sources | None:
+def _sources(scan: BatchScan, views: list[memoryview], one: Bytes | None) -> Sources | None:
     """Where each batch's records block is (after its header); None where the scan does
     not fit its bytes."""
     if (scan.size < HEADER_SIZE).any():
@@ -45,22 +60,19 @@ def _sources(scan: BatchScan, views: list[memoryview], one: bytes | None) -> Sou
     return sources((data, pos + HEADER_SIZE, end))
 
 
-def pick_records(
-    parts: list[tuple[Window, np.ndarray]],
+def pick_native(
+    lib: ctypes.CDLL,
+    gathered: tuple[BatchScan, list[memoryview], Bytes | None],
     ids: np.ndarray,
     targets: np.ndarray,
     lo: np.ndarray,
     is_ts: np.ndarray,
-) -> tuple[RecordWalk, np.ndarray] | None:
-    """``(walk, record)``: the picked records only (a :class:`RecordWalk` of the batches
-    ``sel`` of each ``(window, sel)``, parts one after the other, holding just them) and
-    the one each query picks (-1: none in its batch, or ``ids`` < 0). Query ``i`` looks
-    in batch ``ids[i]`` for the first record with offset >= ``targets[i]`` or, where
-    ``is_ts[i]``, with timestamp >= ``targets[i]`` and offset >= ``lo[i]``."""
-    lib = native.kernel()
-    if lib is None or not parts:
-        return None
-    scan, views, one = gathered(parts)
+) -> Picked | None:
+    """The record each query picks in the batches of ``gathered`` (``(scan, views, one)``
+    of :func:`seglake.record.reader.gathered`): query ``i`` looks in batch ``ids[i]`` (< 0:
+    none) for the first record with offset >= ``targets[i]`` or, where ``is_ts[i]``, with
+    timestamp >= ``targets[i]`` and offset >= ``lo[i]``. None where a batch does not walk."""
+    scan, views, one = gathered
     src = _sources(scan, views, one)
     if src is None:
         return None
@@ -116,28 +128,4 @@ def pick_records(
             picked = grown
     if not ok.all():
         return None
-    data = picked[: state[0]]
-    q_start, q_end, q_offset, q_ts = out
-    found = np.flatnonzero(q_start >= 0)
-    batch = ids[order][found]
-    # each record once, numbered batch after batch (in data order within a batch)
-    keys, first_at, which = np.unique(
-        (batch << 40) | q_start[found], return_index=True, return_inverse=True
-    )
-    picked = found[first_at]
-    per_batch = (
-        np.bincount(keys >> 40, minlength=len(scan)) if len(keys) else np.zeros(len(scan), np.int64)
-    )
-    walk = RecordWalk(
-        scan,
-        np.ones(len(scan), dtype=bool),
-        np.concatenate(([0], np.cumsum(per_batch))),
-        data,
-        q_start[picked],
-        q_end[picked],
-        q_offset[picked],
-        q_ts[picked],
-    )
-    record = np.full(len(ids), -1, dtype=np.int64)
-    record[order[found]] = which.ravel()
-    return walk, record
+    return Picked(picked[: state[0]], order, *out)
