@@ -151,7 +151,7 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "format", "fs", "io_stats", "testing_hooks"}
+SHARED = {"errors", "config", "format", "fs", "io_stats", "properties", "testing_hooks"}
 ALLOWED = {
     **{shared: {"", *SHARED} for shared in SHARED},
     "record": {"", "record", "errors", "config", "format"},

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from seglake.cli.main import main
-from seglake.config import parse_properties, read_properties
+from seglake.properties import parse_properties, read_properties
 from tests.compat.test_fixture_lookups import first_at_or_after
 from tests.conftest import FIXTURE_PARTITIONS
 
