@@ -319,7 +319,11 @@ class LogConfig:
 
     @property
     def compression_level(self) -> int | None:
-        return {1: self.gzip_level, 3: self.lz4_level, 4: self.zstd_level}.get(self.codec)
+        return self.level_of(self.codec)
+
+    def level_of(self, codec: int) -> int | None:
+        """The configured level of ``codec`` (gzip, lz4, zstd; ``None``: a codec without)."""
+        return {1: self.gzip_level, 3: self.lz4_level, 4: self.zstd_level}.get(codec)
 
     @property
     def max_index_entries(self) -> int:

@@ -204,7 +204,7 @@ def _compression(config: LogConfig, codec: int | None, level: int | None) -> tup
     if codec is None:
         codec = config.codec
     if level is None:
-        level = {1: config.gzip_level, 3: config.lz4_level, 4: config.zstd_level}.get(codec)
+        level = config.level_of(codec)
     if codec not in NAMES:
         raise ConfigError(f"codec {codec}: expected one of {sorted(NAMES)} ({NAMES})")
     return codec, level

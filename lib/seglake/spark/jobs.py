@@ -18,7 +18,13 @@ from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
 from seglake.errors import SeglakeError
 from seglake.fs import refused
-from seglake.spark.session import get_session, list_accumulator, spark_error, task_error
+from seglake.spark.session import (
+    get_session,
+    has_delta_spark,
+    list_accumulator,
+    spark_error,
+    task_error,
+)
 
 
 def _print_skipped(acc) -> None:
@@ -34,7 +40,7 @@ def read_input(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     """A DataFrame of ``path`` in ``fmt`` (delta without delta-spark: via deltalake)."""
     jobargs.require_path(path, "input path")
     if fmt == "delta":
-        if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
+        if has_delta_spark(spark):
             return spark.read.format("delta").load(path)
         return _read_delta(spark, path)
     reader = spark.read
@@ -88,7 +94,7 @@ def write_output(spark: SparkSession, df: DataFrame, path: str, fmt: str) -> Non
     """Write ``df`` to ``path`` (delta via delta-spark if configured, else
     :func:`append_delta`)."""
     if fmt == "delta":
-        if "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower():
+        if has_delta_spark(spark):
             df.write.format("delta").mode("append").save(path)
         else:
             append_delta(spark, df, path)

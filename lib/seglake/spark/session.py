@@ -30,6 +30,11 @@ def extra_jars() -> list[str]:
     return sorted(str(p) for p in JARS_DIR.glob("*.jar"))
 
 
+def has_delta_spark(spark: SparkSession) -> bool:
+    """Delta's session extension is configured (delta-spark reads and writes ``delta``)."""
+    return "delta" in (spark.conf.get("spark.sql.extensions", "") or "").lower()
+
+
 def jar_conf() -> dict[str, str]:
     """``spark.jars`` and Delta's session extension when the jars are there."""
     jars = extra_jars()
