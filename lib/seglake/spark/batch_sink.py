@@ -33,6 +33,7 @@ from seglake import fs as lakefs
 from seglake.errors import ConfigError
 from seglake.lake.runs import new_run_id
 from seglake.lake.staging import STAGING
+from seglake.spark.kafka_options import BATCH_SINK
 from seglake.spark.sink_columns import check_sink_schema, sink_batch
 from seglake.spark.stream_sink import (
     SinkOptions,
@@ -58,11 +59,11 @@ def batch_writer(
     run id chosen, the log end offsets read."""
     if overwrite:
         raise ConfigError(OVERWRITE_REFUSED)
-    opts = {k.lower(): v for k, v in options.items() if not k.lower().startswith("kafka.")}
+    opts = {k.lower(): v for k, v in options.items()}
     columns = check_sink_schema(schema, opts.get("topic"))
     run_id = new_run_id("write-")
     # the partitioner runs for rows without a partition (has_partition: every row has one)
-    planned = sink_options(opts, run_id, has_partition=False, has_offset=False).planned()
+    planned = sink_options(opts, run_id, False, False, BATCH_SINK).planned()
     return SeglakeBatchWriter(planned, columns)
 
 

@@ -48,6 +48,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.spark.extract_plan import pack_splits
 from seglake.spark.extract_read import GROUP_BYTES, SplitReads, iter_splits
+from seglake.spark.kafka_options import warn_ignored
 from seglake.spark.read_options import (
     OPTIONS,
     ReadOptions,
@@ -81,6 +82,7 @@ class SeglakeReader(DataSourceReader):
         self, opts: ReadOptions, bytes_accumulator: Any = None, parallelism: int = 0
     ) -> None:
         self.opts = opts
+        warn_ignored(opts.ignored, "source")  # once per read or stream query (its planner)
         self.parallelism = parallelism or os.cpu_count() or 1
         self.pushed = Pushed()
         self.bytes_accumulator = bytes_accumulator

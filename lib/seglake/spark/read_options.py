@@ -19,6 +19,7 @@ from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.time_travel import version_as_of
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
+from seglake.spark.kafka_options import BATCH_SOURCE, STREAM_SOURCE, check_options
 from seglake.storage.log import EARLIEST_TIMESTAMP as EARLIEST
 from seglake.storage.log import LATEST_TIMESTAMP as LATEST
 from seglake.storage.log import PartitionLog
@@ -71,16 +72,19 @@ OPTIONS: dict[str, str] = {
 STREAM_OPTIONS: dict[str, str] = {
     "maxOffsetsPerTrigger": "most offsets per micro-batch over all partitions (split by lag)",
     "minOffsetsPerTrigger": "fewest new offsets that start a micro-batch (until maxTriggerDelay)",
-    "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (default 15m; 500ms, 30s, 5m, 1h)",
+    "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (Spark's time string, default "
+    "15m; 500ms, 30s, 5m, 1h, 1d)",
 }
-BATCH_ONLY = (
-    "endingOffsets",
-    "endingTimestamp",
-    "endingOffsetsByTimestamp",
+# seglake's own options of a read (the rest are Spark's Kafka source's: kafka_options)
+SEGLAKE_OPTIONS = (
+    "path",
+    "isolationLevel",
+    "ignoreCorruptBatches",
+    "splitBytes",
     "versionAsOf",
     "timestampAsOf",
 )
-_KNOWN = {name.lower() for name in OPTIONS} | {"path", "kafka.isolation.level"}
+BATCH_ONLY = ("versionAsOf", "timestampAsOf")  # a stream follows the newest version
 _LEVELS = ("read_uncommitted", "read_committed")
 
 
@@ -277,6 +281,9 @@ class ReadOptions:
     version: int | None = None
     on_corrupt: str = "raise"
     timestamp_as_of: int | None = None  # resolved to ``version`` by :meth:`time_travelled`
+    min_partitions: int | None = None  # minPartitions: at least this many tasks
+    max_records_per_partition: int | None = None  # maxRecordsPerPartition: offsets a task
+    ignored: tuple[str, ...] = ()  # Kafka options without a lake meaning (one warning)
 
     def time_travelled(self) -> ReadOptions:
         """These options with ``timestampAsOf`` resolved to its catalog version (Delta's
@@ -328,33 +335,27 @@ def _topic_choice(
 
 
 def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOptions:
-    """Check a read's options (case-insensitive names); unknown names are an error.
+    """Check a read's options (case-insensitive names): Spark's Kafka source's
+    (:mod:`seglake.spark.kafka_options`: broker-only ones are kept in ``ignored``, for
+    one warning of the read) and seglake's (:data:`SEGLAKE_OPTIONS`); any other name is
+    an error.
 
     ``stream``: a ``readStream`` (``startingOffsets`` defaults to ``latest``, the
-    :data:`STREAM_OPTIONS` are known, the ending options and ``versionAsOf`` are not).
-
-    ``kafka.*`` options other than ``kafka.isolation.level`` are accepted and ignored, so a
-    Kafka source's option map can be reused.
+    :data:`STREAM_OPTIONS` work, ``endingOffsets*`` and ``versionAsOf`` are refused).
 
     Raises:
         ConfigError: naming the option and the value that is wrong.
     """
-    options = CaseInsensitiveDict(options)
-    known = _KNOWN | ({n.lower() for n in STREAM_OPTIONS} if stream else set())
+    place = STREAM_SOURCE if stream else BATCH_SOURCE
     if stream:
-        batch_only = [n for n in BATCH_ONLY if n in options]
+        batch_only = [n for n in BATCH_ONLY if n in CaseInsensitiveDict(options)]
         if batch_only:
             raise ConfigError(
-                f"{', '.join(batch_only)}: not for a streaming read (as in Kafka's source): "
-                "a stream reads on from its starting offsets"
+                f"{', '.join(batch_only)}: not for a streaming read: a stream follows the "
+                "newest catalog version"
             )
-    unknown = sorted(
-        k for k in options if k.lower() not in known and not k.lower().startswith("kafka.")
-    )
-    if unknown:
-        raise ConfigError(
-            f"seglake: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}"
-        )
+    ignored = check_options(options, place, SEGLAKE_OPTIONS)
+    options = CaseInsensitiveDict({k: v for k, v in options.items() if k not in ignored})
     root = options.get("path")
     if not root:
         raise ConfigError('seglake: no lake root: spark.read.format("seglake").load(root)')
@@ -388,4 +389,13 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
         version=None if version is None else int_option("versionAsOf", version, minimum=0),
         on_corrupt="skip" if _bool(options, "ignoreCorruptBatches", False) else "raise",
         timestamp_as_of=None if at is None else _millis("timestampAsOf", at),
+        min_partitions=_positive(options, "minPartitions"),
+        max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
+        ignored=ignored,
     )
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    """Option ``name`` as an integer >= 1 (Spark: "must be positive"), or None."""
+    value = options.get(name)
+    return None if value is None else int_option(name, value, minimum=1)

@@ -5,7 +5,9 @@ task's projection), as ``df.write.format("seglake")`` takes them:
                one of the two is required, and a row's topic must not be null
     key        string | binary, optional (none: null keys)
     value      string | binary, required (a null value is a tombstone)
-    headers    array<struct<key: string, value: binary>>, optional
+    headers    array<struct<key: string, value: binary>>, optional; written whenever
+               present, whatever ``includeHeaders`` says (Spark's sink does not read that
+               option: its ``KafkaWriteTask`` writes the column it is given)
     partition  int, optional (none, or null in a row: Kafka's default partitioner)
     timestamp  timestamp | double (seconds since the epoch), optional (none, or null in a
                row: the time of the write, as Kafka's producer stamps a record; CreateTime

@@ -42,7 +42,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
-from seglake.config import LogConfig
+from seglake.config import KNOWN_NAMES, LogConfig
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.stream_commit import (
@@ -58,6 +58,7 @@ from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
 from seglake.spark.ingest import IngestResult, ingest, partition_count
+from seglake.spark.kafka_options import STREAM_SINK, check_options, warn_ignored
 from seglake.spark.normalize import check_types
 from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.naming import validate_topic
@@ -156,18 +157,26 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
 
 
 def sink_options(
-    opts: Mapping[str, str], qid: str, has_partition: bool, has_offset: bool
+    opts: Mapping[str, str],
+    qid: str,
+    has_partition: bool,
+    has_offset: bool,
+    place: str = STREAM_SINK,
 ) -> SinkOptions:
     """The options a sink's tasks and commit work with, from its lower-cased options:
-    ``path``, ``topic``, ``seglake.stream.append`` and the ingest settings by their Kafka
-    names (any other option is one of those or an error); ``qid`` names the run(s)."""
+    ``path``, ``topic``, ``seglake.stream.append``, the ingest settings by their Kafka
+    names and Spark's Kafka sink's options (:mod:`seglake.spark.kafka_options`: those
+    without a lake meaning named in one warning); any other is an error. ``qid`` names
+    the run(s); ``place``: the batch or the stream sink."""
+    ignored = check_options(opts, place, [*SINK_OPTIONS, *KNOWN_NAMES])
+    warn_ignored(ignored, place)  # once: the driver makes the options once per job/query
     root = opts.get("path")
     if not root:
         raise ConfigError("seglake sink: give the lake as start(path) or option('path', ...)")
     topic = opts.get("topic")
     if topic is not None:
         validate_topic(topic)
-    overrides = {k: v for k, v in opts.items() if k not in SINK_OPTIONS}
+    overrides = {k: v for k, v in opts.items() if k in KNOWN_NAMES}
     # a task encodes each input batch as it arrives, while the JVM converts the next one
     # (a micro-batch is often one task: the pipelining is its second core)
     overrides.setdefault("seglake.ingest.buffer.bytes", str(FLUSH_EVERY_BATCH))

@@ -30,7 +30,6 @@ topic, micro-batch by micro-batch.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -51,11 +50,11 @@ from seglake.spark.datasource import SeglakeReader
 from seglake.spark.extract_plan import pack_splits
 from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
 from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribed
+from seglake.spark.time_strings import duration_ms
 from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
-_DELAY = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +70,7 @@ class StreamLimits:
         opts = {k.lower(): v for k, v in options.items()}
         mx, mn = opts.get("maxoffsetspertrigger"), opts.get("minoffsetspertrigger")
         delay = opts.get("maxtriggerdelay")
-        ms = cls.max_delay_ms
-        if delay is not None:
-            m = _DELAY.match(str(delay))
-            if not m:
-                raise ConfigError(f"maxTriggerDelay: {delay!r} is not a duration like 30s or 5m")
-            unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-            ms = int(m.group(1)) * unit[m.group(2)]
+        ms = cls.max_delay_ms if delay is None else duration_ms("maxTriggerDelay", delay)
         return cls(
             None if mx is None else int_option("maxOffsetsPerTrigger", mx, minimum=1),
             None if mn is None else int_option("minOffsetsPerTrigger", mn, minimum=1),
