@@ -242,7 +242,7 @@ def test_a_kafka_job_runs_on_a_lake_with_only_the_format_and_path_changed(spark,
     changed = [
         (a, b) for a, b in zip(KAFKA_JOB.splitlines(), job.splitlines(), strict=True) if a != b
     ]
-    assert len(changed) == 4 + 3  # four formats, three paths
+    assert len(changed) == 4 + 4  # four formats, four paths (two loads, a save, a start)
     exec(job, {"spark": spark, "checkpoint": str(tmp_path / "cp")})
     source = _values(spark, root)
     assert _values(spark, root, "copied") == source

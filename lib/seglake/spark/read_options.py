@@ -1,7 +1,9 @@
 """Options of a ``spark.read.format("seglake")`` read (:data:`OPTIONS`): the Spark Kafka
-source's names and batch rules, and a few of seglake's, parsed and checked into a
-:class:`ReadOptions`; :class:`Bound` resolves a start or end to an offset per partition.
-Errors name the option and the value (:class:`~seglake.errors.ConfigError`).
+source's names and batch rules, and a few of seglake's (:data:`SEGLAKE_OPTIONS`), parsed
+and checked into a :class:`ReadOptions`; which of Spark's are taken, ignored or refused is
+:mod:`seglake.spark.kafka_options`' table. :class:`Bound` resolves a start or end to an
+offset per partition. Errors name the option and the value
+(:class:`~seglake.errors.ConfigError`).
 """
 
 from __future__ import annotations
