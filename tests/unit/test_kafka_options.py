@@ -138,6 +138,7 @@ def test_a_kafka_source_map_reads_with_its_broker_options_ignored():
         ({"subscrbe": "t"}, False, "unknown option(s) subscrbe (did you mean 'subscribe'?)"),
         ({"minPartition": "2"}, True, "(did you mean 'minPartitions'?)"),
         ({"topic": "t"}, False, "topic: an option of Spark's Kafka batch sink and stream sink"),
+        ({"kafka.AUTO.offset.reset": "x"}, True, "kafka.auto.offset.reset: refused"),
         ({"kafka.auto.offset.reset": "earliest"}, False, "use startingOffsets"),
         ({"kafka.key.deserializer": "x"}, True, "kafka.key.deserializer: refused"),
         ({"endingOffsets": "latest"}, True, "endingOffsets: batch:"),
@@ -181,9 +182,9 @@ def test_sinks_take_a_kafka_sink_map(caplog):
 def test_ignored_options_are_one_warning_line(caplog):
     with caplog.at_level(logging.WARNING, logger=ko.__name__):
         ko.warn_ignored((), "source")
-        ko.warn_ignored(("kafka.bootstrap.servers", "groupIdPrefix"), "source")
-    [line] = [r.getMessage() for r in caplog.records]
-    assert "ignored option(s) kafka.bootstrap.servers, groupIdPrefix" in line
+        ko.warn_ignored(("kafka.bootstrap.servers", "groupidprefix", "kafka.ACKS"), "source")
+    [line] = [r.getMessage() for r in caplog.records]  # as Spark's docs spell them
+    assert "ignored option(s) kafka.bootstrap.servers, groupIdPrefix, kafka.ACKS:" in line
 
 
 # ------------------------------------------------------------------ Spark's time strings

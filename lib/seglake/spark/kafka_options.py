@@ -37,6 +37,7 @@ __all__ = [
     "check_options",
     "find",
     "readme_tables",
+    "spelled",
     "warn_ignored",
 ]
 
@@ -210,6 +211,13 @@ def find(name: str, place: str | None = None) -> KafkaOption | None:
     return found
 
 
+def spelled(name: str) -> str:
+    """``name`` as Spark's docs spell it (Spark hands a Python data source its option
+    names lower-cased); a name of no row of its own as given."""
+    row = find(name)
+    return name if row is None or row.name == "kafka.*" else row.name
+
+
 def check_options(names: Iterable[str], place: str, own: Iterable[str]) -> tuple[str, ...]:
     """The options of ``names`` that ``place`` ignores (in the order given); a
     :class:`ConfigError` for those it refuses, those of the table for another place and
@@ -231,10 +239,12 @@ def check_options(names: Iterable[str], place: str, own: Iterable[str]) -> tuple
         if use == IGNORED:
             ignored.append(name)
         elif row is not None and use == REFUSED:
-            refused.append(f"{name}: {row.what}")
+            refused.append(f"{spelled(name)}: {row.what}")
         elif row is not None and use is None:
             there = " and ".join(p for p in PLACES if row.use(p) is not None)
-            refused.append(f"{name}: an option of Spark's Kafka {there}, not of its {place}")
+            refused.append(
+                f"{spelled(name)}: an option of Spark's Kafka {there}, not of its {place}"
+            )
         elif row is None:
             unknown.append(name)
     if refused:
@@ -257,7 +267,7 @@ def warn_ignored(ignored: Iterable[str], place: str) -> None:
             "seglake %s: ignored option(s) %s: Kafka broker settings or options Spark's "
             "Kafka %s ignores (README: Spark's Kafka options)",
             place,
-            ", ".join(names),
+            ", ".join(spelled(n) for n in names),
             place,
         )
 
