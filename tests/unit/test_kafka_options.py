@@ -95,6 +95,68 @@ def test_the_readme_tables_are_the_modules():
     assert body.strip() == ko.readme_tables().strip()
 
 
+# The integration guide's tables of source and sink options (Spark 4.x): each option with
+# the example value or default the guide gives, and its "query type"
+GUIDE_SOURCE_OPTIONS = [
+    ("assign", '{"topicA":[0,1],"topicB":[2,4]}', "streaming and batch"),
+    ("subscribe", "topicA,topicB", "streaming and batch"),
+    ("subscribePattern", "topic.*", "streaming and batch"),
+    ("kafka.bootstrap.servers", "host1:port1,host2:port2", "streaming and batch"),
+    ("startingTimestamp", "1000", "streaming and batch"),
+    (
+        "startingOffsetsByTimestamp",
+        """ {"topicA":{"0": 1000, "1": 1000}, "topicB": {"0": 2000, "1": 2000}} """,
+        "streaming and batch",
+    ),
+    ("startingOffsets", """ {"topicA":{"0":23,"1":-1},"topicB":{"0":-2}} """, "streaming"),
+    ("startingOffsets", "earliest", "streaming and batch"),
+    ("endingTimestamp", "1000", "batch"),
+    (
+        "endingOffsetsByTimestamp",
+        """ {"topicA":{"0": 1000, "1": 1000}, "topicB": {"0": 2000, "1": 2000}} """,
+        "batch",
+    ),
+    ("endingOffsets", '{"topicA":{"0":23,"1":-1},"topicB":{"0":-1}}', "batch"),
+    ("failOnDataLoss", "true", "streaming and batch"),
+    ("kafkaConsumer.pollTimeoutMs", "120000", "streaming and batch"),
+    ("fetchOffset.numRetries", "3", "streaming and batch"),
+    ("fetchOffset.retryIntervalMs", "10", "streaming and batch"),
+    ("maxOffsetsPerTrigger", "1000", "streaming"),
+    ("minOffsetsPerTrigger", "100", "streaming"),
+    ("maxTriggerDelay", "15m", "streaming"),
+    ("minPartitions", "8", "streaming and batch"),
+    ("maxRecordsPerPartition", "10000", "streaming and batch"),
+    ("groupIdPrefix", "spark-kafka-source", "streaming and batch"),
+    ("kafka.group.id", "my-group", "streaming and batch"),
+    ("includeHeaders", "false", "streaming and batch"),
+    ("startingOffsetsByTimestampStrategy", "error", "streaming and batch"),
+    ("startingOffsetsByTimestampStrategy", "latest", "streaming and batch"),
+]
+GUIDE_SINK_OPTIONS = [
+    ("kafka.bootstrap.servers", "host1:port1,host2:port2"),
+    ("topic", "topic1"),
+    ("includeHeaders", "false"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "kind"), GUIDE_SOURCE_OPTIONS)
+def test_every_source_option_of_the_guide_parses(name, value, kind):
+    for stream in [s for s in (False, True) if ("streaming" if s else "batch") in kind]:
+        read = parse_options({**ROOT, name: value}, stream=stream)
+        assert (name in read.ignored) == (
+            ko.find(name).use(ko.STREAM_SOURCE if stream else ko.BATCH_SOURCE) == ko.IGNORED
+        )
+
+
+@pytest.mark.parametrize(("name", "value"), GUIDE_SINK_OPTIONS)
+def test_every_sink_option_of_the_guide_is_taken(name, value):
+    for place in (ko.BATCH_SINK, ko.STREAM_SINK):
+        o = sink_options(
+            {"path": "/lake", "topic": "t", name.lower(): value}, "q", False, False, place
+        )
+        assert o.root == "/lake"
+
+
 # ------------------------------------------------------------------ the parsers
 ROOT = {"path": "/lake"}
 
