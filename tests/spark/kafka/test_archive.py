@@ -167,12 +167,8 @@ def _sorted_rows(df) -> list[dict]:
 
 def test_kafka_and_seglake_batch_reads_return_the_same_dataframe(spark, archive: Archive) -> None:
     kafka = spark.read.format("kafka").options(**kafka_options(archive.broker)).load()
-    lake = (
-        spark.read.format("seglake")
-        .option("subscribe", ",".join(TOPICS))
-        .option("includeHeaders", "true")
-        .load(archive.root)
-    )
+    # the same option map, kafka.bootstrap.servers too: only the format and the path differ
+    lake = spark.read.format("seglake").options(**kafka_options(archive.broker)).load(archive.root)
     assert lake.schema.simpleString() == kafka.schema.simpleString()
     want, got = _sorted_rows(kafka), _sorted_rows(lake)
     assert len(got) == len(want) == sum(len(r) for r in archive.topic_records.values())
@@ -185,11 +181,8 @@ def test_replay_into_a_new_topic(spark, archive: Archive, tmp_path) -> None:
     new = "archive-replayed"
     create_topic(archive.broker, new, TOPICS["archive"], {"retention.ms": "-1"})
     q = (
-        spark.readStream.format("seglake")
-        .option("subscribe", "archive")
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .option("maxOffsetsPerTrigger", "600")
+        spark.readStream.format("seglake")  # a Kafka source's option map
+        .options(**kafka_options(archive.broker, subscribe="archive", maxOffsetsPerTrigger="600"))
         .load(archive.root)
         .select("key", "value", "headers", "partition")
         .writeStream.format("kafka")
