@@ -139,7 +139,7 @@ def test_the_parser_sees_imports() -> None:
     # lazy (in a function) imports count for the layers only, TYPE_CHECKING ones never
     assert "seglake.api" not in GRAPH["seglake"]
     assert "seglake.api" in USES["seglake"]
-    assert "seglake.storage.offset_index" not in USES["seglake.storage.segment_reads"]
+    assert "seglake.storage.segment" not in USES["seglake.storage.segment_window"]
 
 
 def test_cycle_finder_finds_cycles() -> None:

@@ -92,7 +92,7 @@ class Chains:
         for (k, (seg, _)), (a, n) in zip(pending.items(), per_seg, strict=True):
             try:
                 ranges = list(zip(a.tolist(), n.tolist(), strict=True))
-                got[i : i + len(a)] = seg.read_ranges_into(ranges, view[int(at[i]) :])
+                got[i : i + len(a)] = seg.files.read_ranges_into(ranges, view[int(at[i]) :])
             except (SeglakeError, OSError) as exc:
                 errors[k] = exc
             i += len(a)

@@ -168,7 +168,7 @@ def merge_segments(
                     path=seg.log_path,
                     position=int(scan.position[added]),
                 )
-            txn += seg.index_file(TXN_INDEX_SUFFIX) or b""
+            txn += seg.files.index_file(TXN_INDEX_SUFFIX) or b""
             if len(scan):
                 codecs.append(codec_name(scan))
         position = out.size
