@@ -215,6 +215,7 @@ READER_PATHS = {
     "seglake.record.decode_native": "the kernel walk and copy",
     "seglake.record.decode_fused": "the one-pass decode",
     "seglake.record.pick_native": "the kernel picks",
+    "seglake.record.batch_walk": "the numpy walk",
 }
 
 
@@ -228,3 +229,32 @@ def test_only_the_record_reader_chooses_a_decode_path() -> None:
         if p in uses and m != "seglake.record.reader" and m not in READER_PATHS
     )
     assert not wrong, wrong
+
+
+def test_no_reader_entry_point_sends_its_caller_another_way() -> None:
+    """The reader's public functions always answer: none returns ``None`` for "the
+    kernel did not take it" (its caller would then choose the numpy path itself, as
+    ``storage/point_gather.py`` once did with ``pick_records``)."""
+    tree = ast.parse(MODULES["seglake.record.reader"].read_text())
+    public = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+    )
+    maybe_none = sorted(
+        f.name
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef)
+        and f.name in public
+        and f.returns is not None
+        and "None"
+        in {getattr(n, "id", None) or getattr(n, "value", None) for n in _union(f.returns)}
+    )
+    assert maybe_none == []
+
+
+def _union(node: ast.expr) -> list[ast.expr]:
+    """The members of an ``a | b | ...`` annotation (the node itself if it is no union)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union(node.left) + _union(node.right)
+    return [node]

@@ -24,7 +24,7 @@ from seglake.lake.register import register
 from seglake.record import native, reader
 from seglake.record.reader import read_log
 from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
-from seglake.storage import point_gather, point_reads
+from seglake.storage import point_reads
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
@@ -127,13 +127,14 @@ def test_lookup_by_timestamp_answers_a_fetch_from_offsets_for_times(
     if not kernel:
         monkeypatch.setenv("SEGLAKE_NATIVE", "0")
     picked: list[bool] = []  # whether the kernel took each call's batches
+    real = reader._kernel_picks
 
     def spy(*args):
-        got = reader.pick_records(*args)
+        got = real(*args)
         picked.append(got is not None)
         return got
 
-    monkeypatch.setattr(point_gather, "pick_records", spy)
+    monkeypatch.setattr(reader, "_kernel_picks", spy)
     _check(root, part, every, data)
     assert picked and set(picked) == {kernel}
 
