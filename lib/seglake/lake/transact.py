@@ -92,7 +92,6 @@ class CatalogWriter(CatalogTable):
         metadata: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Plan against version V, commit as V + 1 or re-plan; see the module docstring."""
-        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         aid = app_id(run_id)
@@ -124,17 +123,7 @@ class CatalogWriter(CatalogTable):
                     f"{op} of run {run_id!r} lost the race for catalog version {lost[0] + 1} "
                     f"and no longer applies at version {version}: {exc}"
                 ) from exc
-            props = CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(app_id=aid, version=1)],
-                custom_metadata={
-                    "seglake.run_id": run_id,
-                    "seglake.operation": op,
-                    "seglake.rows_added": added,
-                    "seglake.rows_removed": removed,
-                    **(metadata or {}),
-                },
-            )
+            props = _commit_properties(op, run_id, added, removed, metadata)
             try:
                 crash_point(f"catalog.{op}.write")
                 with lakefs.native_stderr_held():  # delta-rs panics there on a refused write
@@ -166,6 +155,27 @@ class CatalogWriter(CatalogTable):
             f"{op} of run {run_id!r} lost the race for the next catalog version "
             f"{self.max_attempts} times in a row; nothing was published"
         )
+
+
+def _commit_properties(
+    op: str, run_id: str, added: int, removed: int, metadata: Mapping[str, str] | None
+) -> Any:
+    """The Delta commit's properties: no retry by delta-rs (a lost race is re-planned),
+    the run id as the app transaction that makes a rerun a no-op, and what the commit
+    did as its ``seglake.*`` custom metadata."""
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(
+        max_commit_retries=0,
+        app_transactions=[Transaction(app_id=app_id(run_id), version=1)],
+        custom_metadata={
+            "seglake.run_id": run_id,
+            "seglake.operation": op,
+            "seglake.rows_added": added,
+            "seglake.rows_removed": removed,
+            **(metadata or {}),
+        },
+    )
 
 
 def overwrite(table: Any, new: pa.Table, predicate: str, props: Any) -> None:

@@ -35,9 +35,11 @@ from seglake.storage.naming import (
     TXN_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.recovery_checks import codec_name
+from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.recovery_checks import codec_name, codecs_name
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import TAIL_POINTS
+from seglake.storage.time_index import TimeIndex
 from seglake.storage.writer import SegmentInfo
 
 __all__ = ["MergeSource", "group_segments", "merge_segments", "merged_tail"]
@@ -173,16 +175,7 @@ def merge_segments(
                 codecs.append(codec_name(scan))
         position = out.size
     oi, ti = builder.finish()
-    for suffix, payload in (
-        (INDEX_SUFFIX, oi.to_bytes()),
-        (TIME_INDEX_SUFFIX, ti.to_bytes()),
-        (TXN_INDEX_SUFFIX, bytes(txn)),
-    ):
-        if suffix == TXN_INDEX_SUFFIX and not payload:
-            continue
-        with fs.open_output_stream(stem + suffix) as f:
-            f.write(payload)
-    names = set(codecs)
+    write_indexes(fs, stem, oi, ti, bytes(txn))
     counted = [s for s in sources if s.record_count]
     return SegmentInfo(
         base_offset=base,
@@ -193,8 +186,24 @@ def merge_segments(
         size_bytes=position,
         index_entries=len(oi),
         time_index_entries=len(ti),
-        codec=names.pop() if len(names) == 1 else ("none" if not names else "mixed"),
+        codec=codecs_name(codecs),
         log_path=stem + LOG_SUFFIX,
         index_interval_bytes=index_interval_bytes,
         tail_min_timestamps=merged_tail(sources),
     )
+
+
+def write_indexes(
+    fs: pafs.FileSystem, stem: str, oi: OffsetIndex, ti: TimeIndex, txn: bytes
+) -> None:
+    """A new segment's ``.index``, ``.timeindex`` and (with entries) ``.txnindex`` written
+    at ``stem``."""
+    for suffix, payload in (
+        (INDEX_SUFFIX, oi.to_bytes()),
+        (TIME_INDEX_SUFFIX, ti.to_bytes()),
+        (TXN_INDEX_SUFFIX, txn),
+    ):
+        if suffix == TXN_INDEX_SUFFIX and not payload:
+            continue
+        with fs.open_output_stream(stem + suffix) as f:
+            f.write(payload)
