@@ -210,22 +210,7 @@ def _record_json(r: dict) -> str:
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "dump":
-        from seglake.cli.dump import dump
-
-        files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
-        if not files:
-            raise ValueError("dump: no file given (FILE... or --files a,b,c)")
-        return dump(
-            files,
-            deep=args.deep_iteration,
-            print_data=args.print_data_log,
-            as_json=args.json,
-            sanity=args.index_sanity_check,
-            verify_only=args.verify_index_only,
-            max_bytes=args.max_bytes,
-            decoder=args.decoder,
-            skip_metadata=args.skip_record_metadata,
-        )
+        return _dump(args)
     if args.command == "consume":
         return run_consume(args)
     if args.command == "offsets":
@@ -233,43 +218,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "history":
         return history.run_history(args)
     if args.command == "offset-for-time":
-        from seglake.api.times import to_millis
-
-        ts = to_millis(args.timestamp, allow_special=True)
-        log = _open_log(args)
-        found = log.offsets_for_times(ts)
-        _report_skipped(log)
-        print(
-            json.dumps(
-                {"offset": None}
-                if found is None
-                else {"offset": found.offset, "timestamp": found.timestamp}
-            )
-        )
-        return 0
+        return _offset_for_time(args)
     if args.command == "read":
-        log = _open_log(args)
-        if args.offset >= log.log_end_offset:
-            _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
-            return 0
-        if args.offset < log.log_start_offset:  # Kafka: out of range; auto.offset.reset=earliest
-            print(
-                f"seglake: offset {args.offset} is below the log start offset "
-                f"{log.log_start_offset} (deleted or never written): reading from "
-                f"{log.log_start_offset}",
-                file=sys.stderr,
-            )
-        for r in log.read(args.offset, args.max_records).to_pylist():
-            if args.json:
-                print(_record_json(r))
-            else:
-                headers = [(h["key"], h["value"]) for h in r["headers"]]
-                print(
-                    f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
-                    f"value: {r['value']!r} headers: {headers}"
-                )
-        _report_skipped(log)
-        return 0
+        return _read(args)
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup
 
@@ -310,6 +261,70 @@ def run(argv: list[str] | None = None) -> int:
 
         return configs.run(args)
     raise AssertionError(args.command)  # argparse only allows the commands above
+
+
+def _dump(args: argparse.Namespace) -> int:
+    """``seglake dump``: ``kafka-dump-log.sh`` over the files given."""
+    from seglake.cli.dump import dump
+
+    files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+    if not files:
+        raise ValueError("dump: no file given (FILE... or --files a,b,c)")
+    return dump(
+        files,
+        deep=args.deep_iteration,
+        print_data=args.print_data_log,
+        as_json=args.json,
+        sanity=args.index_sanity_check,
+        verify_only=args.verify_index_only,
+        max_bytes=args.max_bytes,
+        decoder=args.decoder,
+        skip_metadata=args.skip_record_metadata,
+    )
+
+
+def _offset_for_time(args: argparse.Namespace) -> int:
+    """``seglake offset-for-time``: Kafka's ``offsetsForTimes`` on a partition directory."""
+    from seglake.api.times import to_millis
+
+    ts = to_millis(args.timestamp, allow_special=True)
+    log = _open_log(args)
+    found = log.offsets_for_times(ts)
+    _report_skipped(log)
+    print(
+        json.dumps(
+            {"offset": None}
+            if found is None
+            else {"offset": found.offset, "timestamp": found.timestamp}
+        )
+    )
+    return 0
+
+
+def _read(args: argparse.Namespace) -> int:
+    """``seglake read``: records from an offset, as a consumer fetches them."""
+    log = _open_log(args)
+    if args.offset >= log.log_end_offset:
+        _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
+        return 0
+    if args.offset < log.log_start_offset:  # Kafka: out of range; auto.offset.reset=earliest
+        print(
+            f"seglake: offset {args.offset} is below the log start offset "
+            f"{log.log_start_offset} (deleted or never written): reading from "
+            f"{log.log_start_offset}",
+            file=sys.stderr,
+        )
+    for r in log.read(args.offset, args.max_records).to_pylist():
+        if args.json:
+            print(_record_json(r))
+        else:
+            headers = [(h["key"], h["value"]) for h in r["headers"]]
+            print(
+                f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
+                f"value: {r['value']!r} headers: {headers}"
+            )
+    _report_skipped(log)
+    return 0
 
 
 def _open_partition(path: str, *, on_corrupt: str = "raise"):
