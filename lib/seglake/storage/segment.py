@@ -175,10 +175,6 @@ class LogSegment:
     def pin(self, pin: Pin | None) -> None:
         self.files.pin = pin
 
-    def not_row_file(self, why: str) -> SegmentReplacedError:
-        """:meth:`SegmentFiles.not_row_file`: the ``.log`` is not its row's."""
-        return self.files.not_row_file(why)
-
     def log_bytes(self) -> bytes:
         """The whole ``.log``."""
         return self.files.read_range(0, self.size)
