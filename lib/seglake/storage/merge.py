@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
 from seglake.format import INT32_MAX, LONG_MAX
+from seglake.record.batch import BatchScan
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
@@ -151,25 +152,7 @@ def merge_segments(
     with LogOutput(fs, stem + LOG_SUFFIX) as out:
         for src in sources:
             seg = src.segment
-            position = out.size
-            scan = out.append(seg)
-            if scan.error is not None or scan.valid_bytes != seg.size:
-                raise CorruptRecordError(
-                    f"segment to merge is not whole batches ({scan.error}); run `recover`",
-                    path=seg.log_path,
-                    position=scan.valid_bytes,
-                )
-            added = builder.add_batches(
-                scan.position + position, scan.size, scan.last_offset, scan.max_timestamp
-            )
-            if added < len(scan):
-                raise CorruptRecordError(
-                    f"batch ending at offset {int(scan.last_offset[added])} does not fit the "
-                    f"merged segment of base offset {base} (relative offsets or index "
-                    "capacity)",
-                    path=seg.log_path,
-                    position=int(scan.position[added]),
-                )
+            scan = _append_from_file(out, builder, seg, base)
             txn += seg.files.index_file(TXN_INDEX_SUFFIX) or b""
             if len(scan):
                 codecs.append(codec_name(scan))
@@ -191,6 +174,35 @@ def merge_segments(
         index_interval_bytes=index_interval_bytes,
         tail_min_timestamps=merged_tail(sources),
     )
+
+
+def _append_from_file(
+    out: LogOutput, builder: IndexBuilder, seg: LogSegment, base: int
+) -> BatchScan:
+    """Kafka's ``LogSegment.appendFromFile``: ``seg``'s ``.log`` appended to ``out`` as it
+    is and its batches to the indexes of the merged segment (base offset ``base``); its
+    batch headers (returned) must be whole batches of its row's size that fit, else
+    :class:`CorruptRecordError` names the file."""
+    position = out.size
+    scan = out.append(seg)
+    if scan.error is not None or scan.valid_bytes != seg.size:
+        raise CorruptRecordError(
+            f"segment to merge is not whole batches ({scan.error}); run `recover`",
+            path=seg.log_path,
+            position=scan.valid_bytes,
+        )
+    added = builder.add_batches(
+        scan.position + position, scan.size, scan.last_offset, scan.max_timestamp
+    )
+    if added < len(scan):
+        raise CorruptRecordError(
+            f"batch ending at offset {int(scan.last_offset[added])} does not fit the "
+            f"merged segment of base offset {base} (relative offsets or index "
+            "capacity)",
+            path=seg.log_path,
+            position=int(scan.position[added]),
+        )
+    return scan
 
 
 def write_indexes(
