@@ -20,11 +20,10 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog, CommitResult
-from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_row
+from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name
-from seglake.storage.segment import row_segment
 
 __all__ = ["commit_rewrite", "merge_group", "open_sources", "plan_merge_groups"]
 
@@ -61,7 +60,7 @@ def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
     fs, base = lakefs.resolve(root)
     out = []
     for r in rows:
-        seg = row_segment(fs, base, r)
+        seg = segment_ref(r).open(fs, base)
         out.append(
             MergeSource(
                 seg,

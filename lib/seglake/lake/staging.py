@@ -30,6 +30,7 @@ from seglake import fs as lakefs
 from seglake.errors import SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
+from seglake.lake.rows import segment_refs
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -235,7 +236,7 @@ def open_partition(
     fs, base = lakefs.resolve(root)
     if rows is None:
         rows = (catalog or Catalog(root)).segments(topic, partition)
-    return PartitionLog.from_rows(fs, base, rows, on_corrupt=on_corrupt)
+    return PartitionLog.from_refs(fs, base, segment_refs(rows), on_corrupt=on_corrupt)
 
 
 def lake_of(path: str) -> tuple[str, str, int] | None:

@@ -17,6 +17,7 @@ from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.segment_window import Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from seglake.storage.window_records import (
@@ -132,14 +133,14 @@ def _split_batches(
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    row = {
-        "path": split["path"],
-        "size_bytes": split["size"],
-        "next_offset": split.get("next_offset"),  # a file cut short names its lost offsets
-        "run_id": split["run_id"],
-        "index_interval_bytes": split.get("index_interval_bytes"),
-    }
-    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    ref = SegmentRef(
+        path=split["path"],
+        size_bytes=split["size"],
+        next_offset=split.get("next_offset"),  # a file cut short names its lost offsets
+        run_id=split["run_id"] or None,
+        index_interval_bytes=split.get("index_interval_bytes"),
+    )
+    seg = cache.segment(root, ref, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
     w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     if skipped is not None:
         skipped += [

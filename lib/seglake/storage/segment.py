@@ -23,8 +23,6 @@ which raises or is skipped): :mod:`seglake.storage.segment_window`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -49,16 +47,15 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_segment_file_name,
-    row_copies,
 )
 from seglake.storage.offset_index import OffsetIndex
-from seglake.storage.segment_files import Pin, SegmentFiles
+from seglake.storage.segment_files import SegmentFiles
 from seglake.storage.segment_reads import SegmentReads, TimestampOffset
 from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
-__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset", "row_segment"]
+__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset"]
 
 log = logging.getLogger(__name__)
 
@@ -332,36 +329,3 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             )
             return True
         return False
-
-
-def row_segment(
-    fs: pafs.FileSystem,
-    root: str,
-    row: Mapping[str, Any],
-    *,
-    on_corrupt: str = "raise",
-    exact_size: bool = False,
-    pin: Pin | None = None,
-) -> LogSegment:
-    """The committed segment of one catalog row (``path`` relative to ``root``,
-    ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id`` and
-    ``index_interval_bytes``): read where the row's version is (:func:`row_copies`),
-    indexes rebuilt, if need be, with the interval they were written with; ``pin``: the
-    catalog version its reader is pinned to (:class:`Pin`)."""
-    path = row["path"]
-    staged, retired = row_copies(root, path, row.get("run_id"))
-    seg = LogSegment(
-        fs,
-        lakefs.safe_join(root, path),
-        size=int(row["size_bytes"]),
-        next_offset=row.get("next_offset"),
-        max_timestamp=row.get("max_timestamp"),
-        index_interval_bytes=row.get("index_interval_bytes") or DEFAULT_INTERVAL,
-        staged_path=staged,
-        committed=True,
-        on_corrupt=on_corrupt,
-        retired_path=retired,
-        exact_size=exact_size,
-    )
-    seg.pin = pin
-    return seg
