@@ -42,6 +42,8 @@ _S3_OPTIONS = {
     "AWS_SESSION_TOKEN": "session_token",
 }
 _ENDPOINT_OPTIONS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_CREDENTIALS = frozenset({"access_key", "secret_key", "session_token"})
+_S3_KEPT = ("endpoint_override", "scheme", "region")
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,7 @@ def _parse(root: str, given: dict[str, str], endpoint_override: str | None) -> L
         query, options = _s3_options(query, given, endpoint_override)
     options.update(given)
     uri = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
-    fs_uri = urlunsplit(parts._replace(query=urlencode(query)))
-    fs, path = _from_uri(root, fs_uri)
+    fs, path = _build(root, query)
     location = LakeLocation(
         root,
         uri,
@@ -188,13 +189,20 @@ def _s3_options(
 def _filesystem(location: LakeLocation) -> pafs.FileSystem:
     if "://" not in location.root:
         return pafs.LocalFileSystem()
-    parts = urlsplit(location.root)
-    query = urlencode(dict(location.pyarrow_options))
-    return _from_uri(location.root, urlunsplit(parts._replace(query=query)))[0]
+    return _build(location.root, dict(location.pyarrow_options))[0]
 
 
-def _from_uri(root: str, uri: str) -> tuple[pafs.FileSystem, str]:
+def _build(root: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem and path of URI ``root`` with ``options`` as its query;
+    credentials, which a URI cannot carry, make an ``S3FileSystem`` of the endpoint,
+    scheme, region and them."""
+    keys = {k: v for k, v in options.items() if k in _CREDENTIALS}
+    query = urlencode({k: v for k, v in options.items() if k not in _CREDENTIALS})
     try:
-        return pafs.FileSystem.from_uri(uri)
+        fs, path = pafs.FileSystem.from_uri(urlunsplit(urlsplit(root)._replace(query=query)))
+        if keys:
+            kept = {k: v for k, v in options.items() if k in _S3_KEPT}
+            fs = pafs.S3FileSystem(**kept, **keys)
     except (ValueError, OSError) as exc:
         raise ConfigError(f"lake root {root!r}: {exc}") from exc
+    return fs, path

@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake import fs as lakefs
 from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.lake.pinned import PinnedVersion
@@ -69,7 +68,7 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.rows = rows
-        fs, base = lakefs.resolve(lake.root)
+        fs, base = lake.location.resolve()
         self.log = PartitionLog.from_refs(
             fs,
             base,
@@ -78,7 +77,7 @@ class Partition:
             replaced=lake.replaced(topic, partition),
             # a file of this version gone or replaced since: one VersionSupersededError
             pin=PinnedVersion(
-                lake.root, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
+                lake.location, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
             ),
         )
         self._min_ts = rows.column("min_timestamp").to_numpy()

@@ -35,6 +35,7 @@ from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.location import Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -73,7 +74,7 @@ class RegisterReport:
 
 
 def register(
-    root: str,
+    root: Root,
     broker_data_dir: str,
     *,
     topics: Iterable[str] | None = None,
@@ -119,7 +120,7 @@ def register(
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
-        return RegisterReport(root, broker_data_dir, run_id, {}, {}, 0, None)
+        return RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
     staging = lakefs.join(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     skipped: dict[str, str] = {}
@@ -180,7 +181,7 @@ def register(
         raise
     if not in_place:
         publish_pending(root, run_id, table)
-    return RegisterReport(root, broker_data_dir, run_id, reports, skipped, len(rows), result)
+    return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
 
 
 def _discard(catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, made_root: bool):

@@ -22,6 +22,7 @@ from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
+from seglake.location import Root
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name
 
@@ -55,7 +56,7 @@ def plan_merge_groups(
     return [listed[a:b] for a, b in spans if b - a >= min_len]
 
 
-def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
+def open_sources(root: Root, rows: Sequence[dict]) -> list[MergeSource]:
     """The old segments of a group, each read where its row's version is."""
     fs, base = lakefs.resolve(root)
     out = []
@@ -74,12 +75,14 @@ def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
     return out
 
 
-def staging_dir(root: str, run_id: str, topic: str, partition: int) -> str:
+def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
     _, base = lakefs.resolve(root)
     return lakefs.join(base, STAGING, run_id, partition_dir_name(topic, partition))
 
 
-def merge_group(root: str, run_id: str, rows: Sequence[dict], *, index_interval_bytes: int) -> dict:
+def merge_group(
+    root: Root, run_id: str, rows: Sequence[dict], *, index_interval_bytes: int
+) -> dict:
     """Executor task: merge one group into the run's staging; its catalog row."""
     fs, _ = lakefs.resolve(root)
     topic, partition = rows[0]["topic"], rows[0]["partition"]
@@ -93,7 +96,7 @@ def merge_group(root: str, run_id: str, rows: Sequence[dict], *, index_interval_
 
 
 def commit_rewrite(
-    root: str, run_id: str, new_rows: Sequence[dict], old_rows: Sequence[dict]
+    root: Root, run_id: str, new_rows: Sequence[dict], old_rows: Sequence[dict]
 ) -> CommitResult:
     """Replace ``old_rows`` by ``new_rows`` (each named by the first base offset of the
     old rows it replaces) in one commit, then publish; see the module docstring."""

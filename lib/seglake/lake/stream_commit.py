@@ -52,6 +52,7 @@ from seglake.lake.stream_segments import (
     source,
 )
 from seglake.lake.topic_store import topic_configs
+from seglake.location import Root
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -120,7 +121,7 @@ def stream_run_id(query_id: str, batch_id: int) -> str:
 
 
 def commit_pieces(
-    root: str,
+    root: Root,
     run_id: str,
     pieces: Sequence[Piece],
     *,

@@ -44,6 +44,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.lake.topic_store import topic_configs
+from seglake.location import Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
@@ -61,7 +62,7 @@ log = logging.getLogger("seglake.ingest")
 def ingest(
     spark: SparkSession,
     df: DataFrame,
-    root: str,
+    root: Root,
     *,
     run_id: str | None = None,
     conf: LogConfig | Mapping[str, Any] | None = None,
@@ -157,7 +158,7 @@ def _already_committed(run_id: str, started: float, catalog: Catalog) -> IngestR
 def _write(
     spark: SparkSession,
     df: DataFrame,
-    root: str,
+    root: Root,
     run_id: str,
     config: LogConfig,
     topic: str | None,
