@@ -7,20 +7,17 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
 import seglake
 from seglake import fs
-from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.location import LakeLocation
 from tests.s3_server import REGION, S3Server, gets
 from tests.unit import test_fs
-from tests.unit.test_compact_rules import lake_of
+from tests.unit.test_compact_rules import keyed_lake
 
 s3_root = test_fs.s3_root  # the module-scoped moto S3 fixture
 
@@ -92,17 +89,8 @@ def test_open_gives_storage_options_to_the_catalog_and_the_segment_files(
     """A lake on S3 opened by a plain ``s3://`` root and ``storage_options``: the catalog
     and every segment file are read from the endpoint the options name (before, only the
     catalog was: the segment files went to the default endpoint)."""
-    n = 500
-    recs = pa.table(
-        {
-            "offset": pa.array(np.arange(n), pa.int64()),
-            "timestamp": pa.array(1_700_000_000_000 + np.arange(n), pa.int64()),
-            "key": pa.array([b"k%d" % (i % 7) for i in range(n)], pa.binary()),
-            "value": pa.array([b"v" * 40] * n, pa.binary()),
-        }
-    )
     local = tmp_path / "lake"
-    lake_of(local, "c", recs, LogConfig(segment_bytes=6000, batch_size=200), interval=512)
+    n = len(keyed_lake(local))
     filesystem, _ = fs.resolve(s3_root)
     for p in local.rglob("*"):
         if p.is_file():
