@@ -22,9 +22,10 @@ deltalake's ``AWS_ALLOW_HTTP``). Every API may take ``str | LakeLocation``:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -46,12 +47,13 @@ _CREDENTIALS = frozenset({"access_key", "secret_key", "session_token"})
 _S3_KEPT = ("endpoint_override", "scheme", "region")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LakeLocation:
     """The file-system identity of a lake (see the module); build with :meth:`of`.
 
     Frozen, hashable (by root and options) and picklable: executors get it pickled and
-    build the filesystem on first use.
+    build the filesystem on first use. ``given_options``: the storage options given to
+    :meth:`of`; its repr names the root only (options may hold credentials).
     """
 
     root: str
@@ -60,7 +62,6 @@ class LakeLocation:
     pyarrow_options: tuple[tuple[str, str], ...] = ()
     given_options: tuple[tuple[str, str], ...] = ()
     _storage_options: tuple[tuple[str, str], ...] = ()
-    _fs: list[pafs.FileSystem] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     @classmethod
     def of(
@@ -100,12 +101,10 @@ class LakeLocation:
         """Whether the lake is on this machine's file system (a path, or ``file://``)."""
         return isinstance(self.filesystem, pafs.LocalFileSystem)
 
-    @property
+    @functools.cached_property
     def filesystem(self) -> pafs.FileSystem:
         """The pyarrow filesystem (built once per object; not pickled)."""
-        if not self._fs:
-            self._fs.append(_filesystem(self))
-        return self._fs[0]
+        return _filesystem(self)
 
     def resolve(self) -> tuple[pafs.FileSystem, str]:
         """``(filesystem, base)``."""
@@ -113,7 +112,7 @@ class LakeLocation:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_fs"] = []
+        state.pop("filesystem", None)  # built again where it is unpickled
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -121,6 +120,9 @@ class LakeLocation:
 
     def __str__(self) -> str:
         return self.root
+
+    def __repr__(self) -> str:
+        return f"LakeLocation({self.root!r})"
 
 
 Root = str | os.PathLike[str] | LakeLocation
@@ -152,7 +154,7 @@ def _parse(root: str, given: dict[str, str], endpoint_override: str | None) -> L
         frozen_given,
         tuple(sorted(options.items())),
     )
-    location._fs.append(fs)  # built to find the base path: kept
+    location.__dict__["filesystem"] = fs  # built to find the base path: kept
     return location
 
 

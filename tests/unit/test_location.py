@@ -64,6 +64,7 @@ def test_an_s3_root_in_both_forms() -> None:
         "k",
     )
     assert loc.filesystem.region == "r2"
+    assert repr(loc) == f"LakeLocation({from_query.root!r})"  # no credentials in it
 
 
 @pytest.mark.parametrize("root", ["", "   "])
@@ -76,9 +77,9 @@ def test_an_empty_root_is_refused(root: str) -> None:
 
 def test_pickled_the_filesystem_is_built_again() -> None:
     loc = LakeLocation.of("s3://b/p?endpoint_override=127.0.0.1:9&scheme=http")
-    assert loc._fs  # built once while parsing (for the base path)
+    assert "filesystem" in vars(loc)  # built once while parsing (for the base path)
     copy = pickle.loads(pickle.dumps(loc))
-    assert copy == loc and hash(copy) == hash(loc) and not copy._fs
+    assert copy == loc and hash(copy) == hash(loc) and "filesystem" not in vars(copy)
     assert copy.filesystem.type_name == "s3" and copy.filesystem is copy.filesystem
     assert fs.resolve(copy) == (copy.filesystem, "b/p")
 
