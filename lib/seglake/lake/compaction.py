@@ -39,7 +39,7 @@ from seglake.lake.packing import pack
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.clean import CleanStats
 from seglake.storage.naming import validate_partition
 
@@ -158,6 +158,7 @@ def run_compaction(
 ) -> CompactResult:
     """Plan, run the tasks, commit, publish; see the module docstring (``parallelism``:
     the cores ``map_tasks`` runs on)."""
+    root = LakeLocation.of(root)  # parsed once
     started = time.time()
     run_id = run_id or new_run_id()
     catalog = Catalog(root)

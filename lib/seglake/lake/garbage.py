@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -149,6 +149,7 @@ def collect(
     rows name; default: read from the catalog. Those, and files modified after their
     retirement, are kept (their manifest entry is dropped).
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     manifests = _manifests(fs, base)

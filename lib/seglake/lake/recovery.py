@@ -38,7 +38,7 @@ from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
 from seglake.lake.stream_append import cut_uncommitted
 from seglake.lake.topic_store import topic_configs
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -217,6 +217,7 @@ def apply_recovery_fix(
     """The driver's half: one catalog commit for every partition's fix, then retire the
     files of removed segments and delete retired files older than ``delete_delay_ms``
     (default ``file.delete.delay.ms``)."""
+    root = LakeLocation.of(root)  # parsed once
     report = LakeRecovery(
         root=str(root),
         partitions=partitions,
@@ -266,6 +267,7 @@ def recover_lake(
     and their rows replaced; segments left empty lose their rows, then their files. With
     ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
     """
+    root = LakeLocation.of(root)  # parsed once
     catalog = Catalog(root)
     catalog.require()
     fs, base = lakefs.resolve(root)

@@ -35,7 +35,7 @@ from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -103,6 +103,7 @@ def register(
         SegmentNotFoundError: ``broker_data_dir`` does not exist.
         ConcurrentRunError / OffsetOrderError: the partitions already hold these offsets.
     """
+    root = LakeLocation.of(root)  # parsed once
     wanted = None if topics is None else {validate_topic(t) for t in topics}
     sfs, src = lakefs.resolve(broker_data_dir)
     fs, base = lakefs.resolve(root)

@@ -22,7 +22,7 @@ from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, collect, retire, retired_paths
 from seglake.lake.topic_store import topic_rules
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import parse_segment_file_name, partition_dir_name
 from seglake.storage.retention import RetentionRules
 
@@ -142,6 +142,7 @@ def apply_retention(
     Raises:
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
+    root = LakeLocation.of(root)  # parsed once
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     catalog = Catalog(root)

@@ -22,7 +22,7 @@ from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name
 
@@ -100,6 +100,7 @@ def commit_rewrite(
 ) -> CommitResult:
     """Replace ``old_rows`` by ``new_rows`` (each named by the first base offset of the
     old rows it replaces) in one commit, then publish; see the module docstring."""
+    root = LakeLocation.of(root)  # parsed once
     catalog = Catalog(root)
     new = rows_table(list(new_rows))
     new_keys = {tuple(r[k] for k in KEY_COLUMNS) for r in new_rows}

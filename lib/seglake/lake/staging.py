@@ -31,7 +31,7 @@ from seglake.errors import SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
 from seglake.lake.rows import segment_refs
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -93,6 +93,7 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
     Idempotent: files already moved are skipped, so a rerun after a crash between the
     commit and the moves finishes the job. Returns the number of files moved.
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING, run_id)
     if not lakefs.exists(fs, staging):
@@ -186,6 +187,7 @@ def cleanup(
     than that (a run that may still be writing, a reader pinned to an older version);
     ``delete_delay_s``, if given, is the retired files' own delay.
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING)
     catalog = Catalog(root)
@@ -234,6 +236,7 @@ def open_partition(
 ) -> PartitionLog:
     """The committed segments of one partition, as a :class:`PartitionLog` (reads raise
     at a damaged batch, or skip it with ``on_corrupt="skip"``)."""
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     if rows is None:
         rows = (catalog or Catalog(root)).segments(topic, partition)

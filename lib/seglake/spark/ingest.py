@@ -44,7 +44,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.lake.topic_store import topic_configs
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
@@ -85,6 +85,7 @@ def ingest(
         fail_after_records: testing hook: make each encode task fail after this many
             records (a crash mid-write).
     """
+    root = LakeLocation.of(root)  # parsed once
     started = time.time()
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
     run_id = run_id or new_run_id()
