@@ -5,7 +5,8 @@ an import inside a function is how a cycle is broken, and those under ``if
 TYPE_CHECKING:`` never run). The layer rules count every import, inside functions too:
 a lazy import upwards is still a dependency upwards. Layers,
 bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
-``errors``, ``config``, ``format``, ``fs`` and ``testing_hooks`` are shared by all of them.
+``errors``, ``config``, ``format``, ``fs``, ``location`` and ``testing_hooks`` are shared by all
+of them.
 """
 
 from __future__ import annotations
@@ -151,7 +152,16 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "format", "fs", "io_stats", "properties", "testing_hooks"}
+SHARED = {
+    "errors",
+    "config",
+    "format",
+    "fs",
+    "io_stats",
+    "location",
+    "properties",
+    "testing_hooks",
+}
 ALLOWED = {
     **{shared: {"", *SHARED} for shared in SHARED},
     "record": {"", "record", "errors", "config", "format"},

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
+from seglake.lake.rows import segment_ref
 from seglake.record import native, reader
 from seglake.record.reader import read_log
 from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
@@ -168,7 +169,7 @@ def test_resolve_timestamps_of_one_segment(txn_lake) -> None:
     offs = data.column("offset").to_numpy()
     checked = 0
     for r in Catalog(root).segments().to_pylist():
-        seg = cache.segment(root, r)
+        seg = cache.segment(root, segment_ref(r))
         targets = np.unique(
             read_log(Path(root, r["path"]).read_bytes(), skip_control=False)[0]
             .column("timestamp")

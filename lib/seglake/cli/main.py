@@ -23,6 +23,7 @@ from seglake.cli.jobargs import (
 )
 from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
 from seglake.fs import refused
+from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
@@ -209,6 +210,8 @@ def _record_json(r: dict) -> str:
 
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
+        args.root = LakeLocation.of(args.root)
     if args.command == "dump":
         return _dump(args)
     if args.command == "consume":
@@ -365,7 +368,7 @@ def _past_end(path: str, offset: int, start: int, end: int) -> None:
     print(f"seglake: offset {offset} is the log end offset: no records yet", file=sys.stderr)
 
 
-def check_lake(root: str, *, staging: bool = False) -> None:
+def check_lake(root: Root, *, staging: bool = False) -> None:
     """A lake's commands only on a lake: a path with a catalog (``staging``: or a staging
     directory, for ``cleanup``)."""
     from seglake import fs as lakefs
@@ -389,10 +392,11 @@ def _recover(args: argparse.Namespace) -> int:
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
-    fs, path = lakefs.resolve(args.target)
+    target = LakeLocation.of(args.target)
+    fs, path = target.resolve()
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
         rep = recover_lake(
-            args.target,
+            target,
             dry_run=args.dry_run,
             force=args.force,
             interval=args.index_interval_bytes,

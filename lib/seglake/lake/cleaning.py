@@ -27,6 +27,7 @@ from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError
 from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
+from seglake.location import Root
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.control import ControlType, parse_control_record
 from seglake.record.reader import decode_batches
@@ -96,7 +97,7 @@ def _control_kinds(data: bytes, scan, path: str) -> np.ndarray:
 
 
 def analyze_partition(
-    root: str, rows: list[dict], *, cfg: LogConfig, now_ms: int
+    root: Root, rows: list[dict], *, cfg: LogConfig, now_ms: int
 ) -> tuple[dict, CleanRound | None, int]:
     """Task: read the whole partition once; the round's bounds and, if it is due, what
     every group task needs (:class:`CleanRound`). Also returns the bytes read."""
@@ -181,7 +182,7 @@ def _offset_map(
 
 
 def clean_group(
-    root: str, run_id: str, rows: list[dict], rnd: CleanRound, *, index_interval_bytes: int
+    root: Root, run_id: str, rows: list[dict], rnd: CleanRound, *, index_interval_bytes: int
 ) -> tuple[dict, CleanStats]:
     """Task: clean one group into the run's staging; its catalog row and the stats."""
     fs, _ = lakefs.resolve(root)

@@ -31,6 +31,7 @@ from seglake.errors import (
     SegmentNotFoundError,
     VersionSupersededError,
 )
+from seglake.location import Root
 from seglake.storage.naming import parse_partition_dir
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class PinnedVersion:
 
     def __init__(
         self,
-        root: str,
+        root: Root,
         version: int,
         *,
         catalog: Catalog | None = None,

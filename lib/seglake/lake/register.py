@@ -35,6 +35,7 @@ from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -73,7 +74,7 @@ class RegisterReport:
 
 
 def register(
-    root: str,
+    root: Root,
     broker_data_dir: str,
     *,
     topics: Iterable[str] | None = None,
@@ -102,6 +103,7 @@ def register(
         SegmentNotFoundError: ``broker_data_dir`` does not exist.
         ConcurrentRunError / OffsetOrderError: the partitions already hold these offsets.
     """
+    root = LakeLocation.of(root)  # parsed once
     wanted = None if topics is None else {validate_topic(t) for t in topics}
     sfs, src = lakefs.resolve(broker_data_dir)
     fs, base = lakefs.resolve(root)
@@ -119,7 +121,7 @@ def register(
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
-        return RegisterReport(root, broker_data_dir, run_id, {}, {}, 0, None)
+        return RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
     staging = lakefs.join(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     skipped: dict[str, str] = {}
@@ -159,7 +161,7 @@ def register(
         raise
     if not in_place:
         publish_pending(root, run_id, table)
-    return RegisterReport(root, broker_data_dir, run_id, reports, skipped, len(rows), result)
+    return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
 
 
 def _partition_dirs(

@@ -14,7 +14,6 @@ on top of it.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.errors import CatalogError, ConcurrentRunError, SeglakeError
 from seglake.lake.table import CatalogTable, app_id
+from seglake.location import Root
 from seglake.testing_hooks import crash_point
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "CatalogWriter", "CommitResult", "overwrite"]
@@ -63,7 +63,8 @@ class CatalogWriter(CatalogTable):
     """A catalog's one-commit protocol (:meth:`_transact`), under :class:`Catalog`'s changes.
 
     Args:
-        root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
+        root: the lake (:class:`~seglake.location.LakeLocation`, or a root it parses);
+            the table lives at ``<root>/_catalog``.
         storage_options: extra deltalake storage options (see :class:`CatalogTable`).
         max_attempts: how often a change is re-planned after losing the race for the next
             table version before giving up with :class:`ConcurrentRunError`.
@@ -71,7 +72,7 @@ class CatalogWriter(CatalogTable):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: Root,
         *,
         storage_options: Mapping[str, str] | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,

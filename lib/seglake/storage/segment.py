@@ -36,8 +36,6 @@ Record reads:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +63,6 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_segment_file_name,
-    row_copies,
 )
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.segment_files import Pin, SegmentFiles
@@ -73,7 +70,7 @@ from seglake.storage.segment_window import Window, check_on_corrupt, eof_of, mak
 from seglake.storage.time_index import TimeIndex, TimestampOffset
 from seglake.storage.txn_index import TransactionIndex
 
-__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset", "row_segment"]
+__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset"]
 
 log = logging.getLogger(__name__)
 
@@ -465,36 +462,3 @@ class LogSegment:
                     return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
             pos = w.end
         return None
-
-
-def row_segment(
-    fs: pafs.FileSystem,
-    root: str,
-    row: Mapping[str, Any],
-    *,
-    on_corrupt: str = "raise",
-    exact_size: bool = False,
-    pin: Pin | None = None,
-) -> LogSegment:
-    """The committed segment of one catalog row (``path`` relative to ``root``,
-    ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id`` and
-    ``index_interval_bytes``): read where the row's version is (:func:`row_copies`),
-    indexes rebuilt, if need be, with the interval they were written with; ``pin``: the
-    catalog version its reader is pinned to (:class:`Pin`)."""
-    path = row["path"]
-    staged, retired = row_copies(root, path, row.get("run_id"))
-    seg = LogSegment(
-        fs,
-        lakefs.safe_join(root, path),
-        size=int(row["size_bytes"]),
-        next_offset=row.get("next_offset"),
-        max_timestamp=row.get("max_timestamp"),
-        index_interval_bytes=row.get("index_interval_bytes") or DEFAULT_INTERVAL,
-        staged_path=staged,
-        committed=True,
-        on_corrupt=on_corrupt,
-        retired_path=retired,
-        exact_size=exact_size,
-    )
-    seg.pin = pin
-    return seg
