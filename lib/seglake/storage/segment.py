@@ -281,92 +281,6 @@ class LogSegment:
         )
         self.index_source = f"rebuilt: {why}"
 
-    # -- byte access ------------------------------------------------------------------
-    def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window:
-        """One ranged read of ``[start, end)`` and the whole batches in it."""
-        end = min(end, self.size)
-        data = self.files.read_range(start, end - start) if end > start else b""
-        eof = eof_of(start, end, data, self.size)
-        return make_window(self, start, data, eof, verify_crc=verify_crc)
-
-    def scan(self) -> BatchScan:
-        """Headers of every valid batch (one full read); stops at a corrupt tail."""
-        return self.window(0, self.size).scan
-
-    def floor_position(self, offset: int) -> int:
-        """Where a read of ``offset`` starts: the offset index floor's position; 0 at or
-        below the base offset (no index opened)."""
-        return int(self.offset_index.lookup(offset)[1]) if offset > self.base_offset else 0
-
-    def floor_positions(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`floor_position` of many offsets: ``(floor offsets, positions)``."""
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if not (offsets > self.base_offset).any():
-            zeros = np.zeros(offsets.shape, dtype=np.int64)
-            return zeros + self.base_offset, zeros
-        floor, start = self.offset_index.lookup_many(offsets)
-        return floor, np.where(offsets > self.base_offset, start, 0)
-
-    def upper_position(self, offset: int) -> int:
-        """Where a read that must cover ``offset`` may stop: the position of the first
-        offset index entry above it, or the segment's size."""
-        return self.offset_index.upper_position(offset, self.size)
-
-    def upper_positions(self, offsets: np.ndarray) -> np.ndarray:
-        """:meth:`upper_position` of many offsets (int64)."""
-        return self.offset_index.upper_positions(offsets, self.size)
-
-    def _span(self, lo: int, hi: int) -> Window:
-        """Whole batches covering offsets ``[lo, hi]``, read with at most two requests:
-        ``[floor(lo), next_entry(hi))`` plus the header after it; the batch at
-        ``next_entry(hi)`` is read whole only when ``hi`` lies in it."""
-        start = self.floor_position(lo)
-        end = self.upper_position(hi)
-        w = self.window(start, end + HEADER_SIZE if end < self.size else end)
-        if self.index_source == "file" and not self._window_agrees(w, start, end):
-            self.rebuild_indexes(
-                f"offset index entries around position {start} do not match the batches of the log"
-            )
-            return self._span(lo, hi)
-        if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
-            w = self.with_batch_at(w, end)
-        return w
-
-    def with_batch_at(self, w: Window, end: int) -> Window:
-        """``w`` (read up to file position ``end`` plus the batch header there) with that
-        batch read whole too (one more ranged read), or ``w`` if its header is not in it."""
-        start = w.start
-        tail = w.data[end - start :]
-        if len(tail) < HEADER_SIZE:
-            return w
-        size = claimed_size(tail)
-        rest = self.window(end, end + size, verify_crc=False)
-        eof = eof_of(end, min(end + size, self.size), rest.data, self.size)
-        return make_window(self, start, w.data[: end - start] + rest.data, eof)
-
-    def _window_agrees(self, w: Window, start: int, end: int) -> bool:
-        """The index said batches start at ``start`` and ``end``: do they?"""
-        if end - start > 0 and (not len(w.scan) or w.scan.valid_bytes < end - start):
-            return False
-        if start > 0:
-            if not len(w.scan):
-                return False
-            entry = self.offset_index.lookup(int(w.scan.last_offset[0]))
-            # the entry must point at this batch: a later batch would skip records
-            if int(entry[1]) != start or int(entry[0]) < int(w.scan.base_offset[0]):
-                return False
-        return True
-
-    def _bad_start(self, w: Window, start: int) -> bool:
-        """A window read from an offset index position does not start where the index
-        said a batch starts: rebuild the index (and the caller starts over)."""
-        if start > 0 and self.index_source == "file" and not self._window_agrees(w, start, start):
-            self.rebuild_indexes(
-                f"offset index entry at position {start} does not point at the start of its batch"
-            )
-            return True
-        return False
-
     # -- record reads ---------------------------------------------------------------
     def read_records(
         self,
@@ -462,3 +376,89 @@ class LogSegment:
                     return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
             pos = w.end
         return None
+
+    # -- byte access ------------------------------------------------------------------
+    def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window:
+        """One ranged read of ``[start, end)`` and the whole batches in it."""
+        end = min(end, self.size)
+        data = self.files.read_range(start, end - start) if end > start else b""
+        eof = eof_of(start, end, data, self.size)
+        return make_window(self, start, data, eof, verify_crc=verify_crc)
+
+    def scan(self) -> BatchScan:
+        """Headers of every valid batch (one full read); stops at a corrupt tail."""
+        return self.window(0, self.size).scan
+
+    def floor_position(self, offset: int) -> int:
+        """Where a read of ``offset`` starts: the offset index floor's position; 0 at or
+        below the base offset (no index opened)."""
+        return int(self.offset_index.lookup(offset)[1]) if offset > self.base_offset else 0
+
+    def floor_positions(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`floor_position` of many offsets: ``(floor offsets, positions)``."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not (offsets > self.base_offset).any():
+            zeros = np.zeros(offsets.shape, dtype=np.int64)
+            return zeros + self.base_offset, zeros
+        floor, start = self.offset_index.lookup_many(offsets)
+        return floor, np.where(offsets > self.base_offset, start, 0)
+
+    def upper_position(self, offset: int) -> int:
+        """Where a read that must cover ``offset`` may stop: the position of the first
+        offset index entry above it, or the segment's size."""
+        return self.offset_index.upper_position(offset, self.size)
+
+    def upper_positions(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`upper_position` of many offsets (int64)."""
+        return self.offset_index.upper_positions(offsets, self.size)
+
+    def _span(self, lo: int, hi: int) -> Window:
+        """Whole batches covering offsets ``[lo, hi]``, read with at most two requests:
+        ``[floor(lo), next_entry(hi))`` plus the header after it; the batch at
+        ``next_entry(hi)`` is read whole only when ``hi`` lies in it."""
+        start = self.floor_position(lo)
+        end = self.upper_position(hi)
+        w = self.window(start, end + HEADER_SIZE if end < self.size else end)
+        if self.index_source == "file" and not self._window_agrees(w, start, end):
+            self.rebuild_indexes(
+                f"offset index entries around position {start} do not match the batches of the log"
+            )
+            return self._span(lo, hi)
+        if end < self.size and (not len(w.scan) or int(w.scan.last_offset[-1]) < hi):
+            w = self.with_batch_at(w, end)
+        return w
+
+    def with_batch_at(self, w: Window, end: int) -> Window:
+        """``w`` (read up to file position ``end`` plus the batch header there) with that
+        batch read whole too (one more ranged read), or ``w`` if its header is not in it."""
+        start = w.start
+        tail = w.data[end - start :]
+        if len(tail) < HEADER_SIZE:
+            return w
+        size = claimed_size(tail)
+        rest = self.window(end, end + size, verify_crc=False)
+        eof = eof_of(end, min(end + size, self.size), rest.data, self.size)
+        return make_window(self, start, w.data[: end - start] + rest.data, eof)
+
+    def _window_agrees(self, w: Window, start: int, end: int) -> bool:
+        """The index said batches start at ``start`` and ``end``: do they?"""
+        if end - start > 0 and (not len(w.scan) or w.scan.valid_bytes < end - start):
+            return False
+        if start > 0:
+            if not len(w.scan):
+                return False
+            entry = self.offset_index.lookup(int(w.scan.last_offset[0]))
+            # the entry must point at this batch: a later batch would skip records
+            if int(entry[1]) != start or int(entry[0]) < int(w.scan.base_offset[0]):
+                return False
+        return True
+
+    def _bad_start(self, w: Window, start: int) -> bool:
+        """A window read from an offset index position does not start where the index
+        said a batch starts: rebuild the index (and the caller starts over)."""
+        if start > 0 and self.index_source == "file" and not self._window_agrees(w, start, start):
+            self.rebuild_indexes(
+                f"offset index entry at position {start} does not point at the start of its batch"
+            )
+            return True
+        return False
