@@ -19,6 +19,7 @@ from seglake.api.times import to_millis
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.packing import pack
+from seglake.lake.rows import segment_refs
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
@@ -168,7 +169,7 @@ def plan_extract(
     nsegs = tail = 0
     for p in sorted(set(rows.column("partition").to_pylist())):
         prow = rows.filter(pc.equal(rows.column("partition"), p))
-        plog = cache.partition_log(root, (topic, p), prow, on_corrupt)
+        plog = cache.partition_log(root, (topic, p), segment_refs(prow), on_corrupt)
         meta = prow.to_pylist()
         lso, leo = plog.log_start_offset, plog.log_end_offset
         lo, hi = lso, leo

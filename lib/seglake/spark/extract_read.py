@@ -13,10 +13,12 @@ import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
+from seglake.location import Root
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.segment_window import Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from seglake.storage.window_records import (
@@ -53,7 +55,7 @@ class SplitReads:
 
 
 def read_split(
-    cache: IndexCache, root: str, split: dict, how: SplitReads | None = None
+    cache: IndexCache, root: Root, split: dict, how: SplitReads | None = None
 ) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
     return read_splits(cache, root, [split], how)
@@ -64,7 +66,7 @@ GROUP_BYTES = 8 << 20  # log bytes decoded in one call by iter_splits
 
 def iter_splits(
     cache: IndexCache,
-    root: str,
+    root: Root,
     splits: list[dict],
     how: SplitReads | None = None,
     *,
@@ -85,7 +87,7 @@ def iter_splits(
 
 
 def read_splits(
-    cache: IndexCache, root: str, splits: list[dict], how: SplitReads | None = None
+    cache: IndexCache, root: Root, splits: list[dict], how: SplitReads | None = None
 ) -> pa.Table:
     """Records of several splits (Kafka source schema), read as ``how`` says
     (:class:`SplitReads`; default: uncommitted, a damaged batch raises, not pinned):
@@ -124,7 +126,7 @@ def read_splits(
 
 def _split_batches(
     cache: IndexCache,
-    root: str,
+    root: Root,
     split: dict,
     on_corrupt: str,
     skipped: list[str] | None,
@@ -132,14 +134,14 @@ def _split_batches(
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    row = {
-        "path": split["path"],
-        "size_bytes": split["size"],
-        "next_offset": split.get("next_offset"),  # a file cut short names its lost offsets
-        "run_id": split["run_id"],
-        "index_interval_bytes": split.get("index_interval_bytes"),
-    }
-    seg = cache.segment(root, row, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    ref = SegmentRef(
+        path=split["path"],
+        size_bytes=split["size"],
+        next_offset=split.get("next_offset"),  # a file cut short names its lost offsets
+        run_id=split["run_id"] or None,
+        index_interval_bytes=split.get("index_interval_bytes"),
+    )
+    seg = cache.segment(root, ref, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
     w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
     if skipped is not None:
         skipped += [

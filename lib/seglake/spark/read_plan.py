@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 from seglake.api.times import datetime_micros, micros_to_millis
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_refs
 from seglake.spark.extract_plan import plan_partition
 from seglake.spark.read_options import (
     ALL,
@@ -204,7 +205,7 @@ def partition_logs(
 ) -> Logs:
     """Each partition's catalog rows and its log (segments from ``cache``)."""
     return {
-        tp: (rows, cache.partition_log(opts.root, tp, rows, opts.on_corrupt))
+        tp: (rows, cache.partition_log(opts.root, tp, segment_refs(rows), opts.on_corrupt))
         for tp, rows in parts.items()
     }
 
