@@ -403,16 +403,22 @@ class LogConfig:
 
     @classmethod
     def load(
-        cls, path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+        cls,
+        path: str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        producer: Mapping[str, Any] | None = None,
     ) -> LogConfig:
-        """Kafka defaults, then the ``.properties`` file at ``path`` (broker level, as a
-        broker's ``server.properties``: a topic's stored configs win over it, whatever
-        the names), then ``overrides``."""
+        """Kafka defaults, then ``producer`` (a Kafka producer's compression settings),
+        then the ``.properties`` file at ``path``: both broker level (as a broker's
+        ``server.properties``: a topic's stored configs win over them, whatever the
+        names), then ``overrides``."""
         config = cls()
-        if path is not None:
-            config = dataclasses.replace(
-                config.with_overrides(read_properties(path)), topic_given=()
-            )
+        for broker_level in (producer, None if path is None else read_properties(path)):
+            if broker_level:
+                config = dataclasses.replace(
+                    config.with_overrides(broker_level), topic_given=()
+                )
         return config.with_overrides(overrides)
 
 

@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from seglake.lake.catalog import Catalog
 from seglake.lake.staging import STAGING
+from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark import register
 from seglake.spark.batch_sink import OVERWRITE_REFUSED
@@ -93,10 +94,16 @@ def test_written_records_decode_with_kafka_python_and_read_back(spark, tmp_path)
     register(spark)
     root = str(tmp_path / "lake")
     first, second = _rows(400, 0), _rows(300, 1)
-    _write(spark, first, root, **{"log.segment.bytes": "4000", "kafka.bootstrap.servers": "x"})
+    producer = {"kafka.bootstrap.servers": "x", "kafka.compression.type": "lz4"}
+    _write(spark, first, root, **{"log.segment.bytes": "4000", **producer})
     v1 = Catalog(root).version()
+    first_logs = set(Path(root).rglob("*.log"))
     _write(spark, second, root, **{"log.segment.bytes": "4000"})
     assert Catalog(root).version() == v1 + 1  # one catalog commit per job
+    codecs: dict[bool, set[int]] = {True: set(), False: set()}
+    for log in Path(root).rglob("*.log"):  # the producer's codec: the first job's only
+        codecs[log in first_logs] |= set(scan_batches(log.read_bytes()).codec.tolist())
+    assert codecs == {True: {3}, False: {0}}, codecs
     want = _expected(first + second)
     anywhere = {repr(r) for r in want.pop(-1)}  # a null key and no partition
     got_all = []

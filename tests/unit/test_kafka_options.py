@@ -326,3 +326,22 @@ def test_time_string_as_is_sparks_rule(text):
             time_string_as(text, "ms")
     else:
         assert time_string_as(text, "ms") == want
+
+
+@pytest.mark.parametrize("place", [ko.BATCH_SINK, ko.STREAM_SINK])
+def test_a_producers_codec_is_the_batches_unless_the_topic_says_otherwise(place):
+    """Kafka: a producer's ``compression.type`` is kept by a broker whose topic says
+    ``producer``, else the topic's codec wins (recompressed); here the lake's settings are
+    the broker's, so the producer's codec is broker level, under the topic's."""
+    from seglake.lake.topic_config import with_topics
+
+    producer = {"path": "/lake", "kafka.compression.type": "lz4"}
+    producer["kafka.compression.LZ4.level"] = "3"
+    o = sink_options(producer, "q", False, False, place)
+    assert (o.config.compression_type, o.config.lz4_level) == ("lz4", 3)
+    stored = with_topics(o.config, {"t": {"compression.type": "gzip"}})
+    assert stored.for_topic("t").codec == 1 and stored.for_topic("u").codec == 3
+    job = sink_options({**producer, "compression.type": "zstd"}, "q", False, False, place)
+    assert with_topics(job.config, {"t": {"compression.type": "gzip"}}).for_topic("t").codec == 4
+    with pytest.raises(ConfigError, match="compression.type"):
+        sink_options({**producer, "kafka.compression.type": "brotli"}, "q", False, False, place)

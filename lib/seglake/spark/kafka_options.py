@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from seglake.config import did_you_mean
 from seglake.errors import ConfigError
@@ -36,6 +36,7 @@ __all__ = [
     "KafkaOption",
     "check_options",
     "find",
+    "producer_settings",
     "readme_tables",
     "spelled",
     "warn_ignored",
@@ -48,6 +49,7 @@ BATCH_SINK, STREAM_SINK = "batch sink", "stream sink"
 PLACES = (BATCH_SOURCE, STREAM_SOURCE, BATCH_SINK, STREAM_SINK)
 WORKS, LAKE, IGNORED, REFUSED = "works", "lake", "ignored", "refused"
 KAFKA_PREFIX = "kafka."
+PRODUCER_LEVELS = ("compression.gzip.level", "compression.lz4.level", "compression.zstd.level")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +182,16 @@ KAFKA_OPTIONS: tuple[KafkaOption, ...] = (
         "a Java class cannot run here: rows without a partition go where Kafka's default "
         "partitioner puts them (murmur2 of the key; no key: spread round robin)",
     ),
+    *(
+        _sink(
+            f"kafka.{name}",
+            LAKE,
+            f"the producer's {name}: the batches written get it, unless the topic's "
+            f"`{name}` (stored, or the job's option) says otherwise, as a broker "
+            "recompresses",
+        )
+        for name in ("compression.type", *PRODUCER_LEVELS)
+    ),
     _sink(
         "kafka.key.serializer", REFUSED, f"{_SPARK_REFUSES}: keys are written as string or binary"
     ),
@@ -257,6 +269,14 @@ def check_options(names: Iterable[str], place: str, own: Iterable[str]) -> tuple
             "connector nor seglake has it (README: Spark's Kafka options)"
         )
     return tuple(ignored)
+
+
+def producer_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The producer's compression settings among a sink's ``options`` (``kafka.``-prefixed,
+    any case) by their Kafka names: broker-level settings of the batches written (a
+    producer's codec, which a topic's ``compression.type`` overrides)."""
+    wanted = {f"{KAFKA_PREFIX}{n}": n for n in ("compression.type", *PRODUCER_LEVELS)}
+    return {wanted[k.lower()]: v for k, v in options.items() if k.lower() in wanted}
 
 
 def warn_ignored(ignored: Iterable[str], place: str) -> None:

@@ -59,7 +59,12 @@ from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
 from seglake.spark.ingest import IngestResult, ingest, partition_count
-from seglake.spark.kafka_options import STREAM_SINK, check_options, warn_ignored
+from seglake.spark.kafka_options import (
+    STREAM_SINK,
+    check_options,
+    producer_settings,
+    warn_ignored,
+)
 from seglake.spark.normalize import check_types
 from seglake.spark.worker_errors import one_line_errors
 from seglake.storage.naming import validate_topic
@@ -181,7 +186,7 @@ def sink_options(
     # a task encodes each input batch as it arrives, while the JVM converts the next one
     # (a micro-batch is often one task: the pipelining is its second core)
     overrides.setdefault("seglake.ingest.buffer.bytes", str(FLUSH_EVERY_BATCH))
-    config = LogConfig.load(overrides=overrides)
+    config = LogConfig.load(overrides=overrides, producer=producer_settings(opts))
     append = opts.get("seglake.stream.append", "true").lower()
     if append not in APPEND_MODES:
         raise ConfigError(
