@@ -416,9 +416,7 @@ class LogConfig:
         config = cls()
         for broker_level in (producer, None if path is None else read_properties(path)):
             if broker_level:
-                config = dataclasses.replace(
-                    config.with_overrides(broker_level), topic_given=()
-                )
+                config = dataclasses.replace(config.with_overrides(broker_level), topic_given=())
         return config.with_overrides(overrides)
 
 
