@@ -6,8 +6,10 @@ and, on first use, its log (segments from the index cache). A
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from seglake.lake.catalog import Catalog
@@ -20,17 +22,16 @@ TopicPartition = tuple[str, int]
 
 
 def by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
-    """Catalog rows (sorted by topic, partition) split per topic-partition."""
-    keys = list(
-        zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
-    )
-    out: dict[TopicPartition, pa.Table] = {}
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            out[keys[start]] = rows.slice(start, i - start)
-            start = i
-    return out
+    """Catalog rows (sorted by topic, partition) split per topic-partition (slices)."""
+    if not rows.num_rows:
+        return {}
+    topics = rows.column("topic").to_numpy(zero_copy_only=False)
+    parts = rows.column("partition").to_numpy()
+    change = np.nonzero((topics[1:] != topics[:-1]) | (parts[1:] != parts[:-1]))[0] + 1
+    bounds = [0, *change.tolist(), len(topics)]
+    return {
+        (str(topics[a]), int(parts[a])): rows.slice(a, b - a) for a, b in itertools.pairwise(bounds)
+    }
 
 
 @dataclasses.dataclass(frozen=True)
