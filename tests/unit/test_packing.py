@@ -106,4 +106,4 @@ def test_pack_by_offsets_reads_every_offset_once_and_no_task_too_many(
     if least is not None:
         assert len(groups) >= min(least, sum(at.values()))
     by_bytes = [t for g in pack(tasks, parallelism) for t in g]
-    assert sorted(by_bytes, key=repr) == sorted(tasks, key=repr)
+    assert sorted(by_bytes) == sorted(tasks)

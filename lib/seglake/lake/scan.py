@@ -40,7 +40,7 @@ ALL: Range = (NO_TS_LO, NO_TS_HI)  # unbounded
 Aborted = tuple[tuple[int, int, int], ...]  # (producer id, first offset, last offset)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)
 class SegmentTask:
     """Bytes ``[start_pos, end_pos)`` of one segment file to read, and what to keep of
     them: offsets ``[lo, hi)``, timestamps ``[ts_lo, ts_hi)``, not the ``aborted``
