@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_refs
 from seglake.storage.log import PartitionLog
 
 RECORD_KEY = ["topic", "partition", "offset"]
@@ -33,7 +34,7 @@ def lake_records(root: str, *, version: int | None = None) -> pd.DataFrame:
         mine = rows.filter(
             pc.and_(pc.equal(rows["topic"], topic), pc.equal(rows["partition"], partition))
         )
-        log = PartitionLog.from_rows(filesystem, base, mine)
+        log = PartitionLog.from_refs(filesystem, base, segment_refs(mine))
         df = (
             log.read_range(log.log_start_offset, log.log_end_offset)
             .select(["offset", "timestamp", "key", "value"])

@@ -3,7 +3,8 @@
 A lake root is any URI pyarrow understands: a local path (made absolute), ``file://``,
 ``s3://bucket/prefix`` (``?endpoint_override=host:port&scheme=http`` or the
 ``AWS_ENDPOINT_URL`` environment variable point it at MinIO or a moto server),
-``gs://``, ``hdfs://``. :func:`resolve` turns it into ``(filesystem, base path)``;
+``gs://``, ``hdfs://``, parsed once into a :class:`~seglake.location.LakeLocation`;
+:func:`resolve` turns it into ``(filesystem, base path)``;
 every other function takes that filesystem and a path made with :func:`join` or
 :func:`safe_join`.
 
@@ -23,19 +24,18 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import (
-    ConfigError,
     FileSystemError,
     InvalidTopicError,
     NoSpaceError,
     SegmentNotFoundError,
 )
 from seglake.io_stats import IO_STATS, IOStats
+from seglake.location import LakeLocation, Root
 
 __all__ = [
     "IO_STATS",
@@ -68,13 +68,11 @@ _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _UNSAFE_CHARS = re.compile(r"[\\:%?#~\x00-\x1f\x7f]")
 
 
-def resolve(
-    root: str | os.PathLike[str], *, endpoint_override: str | None = None
-) -> tuple[pafs.FileSystem, str]:
-    """Filesystem and base path of a lake root.
+def resolve(root: Root, *, endpoint_override: str | None = None) -> tuple[pafs.FileSystem, str]:
+    """Filesystem and base path of a lake root (:class:`~seglake.location.LakeLocation`).
 
     Args:
-        root: local path (made absolute) or a URI pyarrow understands.
+        root: a location, a local path (made absolute) or a URI pyarrow understands.
         endpoint_override: for ``s3://`` roots, ``http://host:port`` or ``host:port`` of an
             S3-compatible server. Without it, a ``?endpoint_override=`` in the URI or the
             ``AWS_ENDPOINT_URL`` environment variable (read by pyarrow) is used.
@@ -85,28 +83,7 @@ def resolve(
     Raises:
         ConfigError: ``root`` is empty or pyarrow does not understand it.
     """
-    root = os.fspath(root)
-    if not isinstance(root, str) or not root.strip():
-        raise ConfigError(f"lake root must be a non-empty path or URI, got {root!r}")
-    if "://" not in root:
-        return pafs.LocalFileSystem(), os.path.abspath(root).replace(os.sep, "/")
-    uri = root
-    if endpoint_override is not None:
-        parts = urlsplit(uri)
-        if parts.scheme.lower() != "s3":
-            raise ConfigError(f"endpoint_override applies to s3:// roots, not {root!r}")
-        query = dict(parse_qsl(parts.query))
-        endpoint = urlsplit(
-            endpoint_override if "://" in endpoint_override else f"https://{endpoint_override}"
-        )
-        query["endpoint_override"] = endpoint.netloc
-        query.setdefault("scheme", endpoint.scheme)
-        uri = urlunsplit(parts._replace(query=urlencode(query)))
-    try:
-        fs, path = pafs.FileSystem.from_uri(uri)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"lake root {root!r}: {exc}") from exc
-    return fs, path.rstrip("/") or path
+    return LakeLocation.of(root, endpoint_override=endpoint_override).resolve()
 
 
 def join(base: str, *parts: str) -> str:

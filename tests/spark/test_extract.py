@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_ref
 from seglake.record.batch import scan_batches
 from seglake.record.reader import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
@@ -125,7 +126,7 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
     cache = IndexCache()
     rows = Catalog(root).segments("t1", 0).to_pylist()
     for r in rows[1::4]:
-        seg = cache.segment(root, r)
+        seg = cache.segment(root, segment_ref(r))
         pos = seg.offset_index.positions
         interval = int(np.diff(np.concatenate(([0], pos, [seg.size]))).max())
         with open(os.path.join(root, r["path"]), "rb") as f:
@@ -199,7 +200,7 @@ def test_min_timestamps_match_decoded_records(lake):
     cache = IndexCache()
     parts, expected = [], []
     for r in Catalog(root).segments("t1").to_pylist():
-        seg = cache.segment(root, r)
+        seg = cache.segment(root, segment_ref(r))
         w = seg.window(0, seg.size)
         sel = np.arange(0, len(w.scan), 2)
         parts.append((w, sel))

@@ -15,6 +15,7 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_ref
 from seglake.record.reader import read_log
 from seglake.sample import START_MS, generate
 from seglake.spark.ingest import ingest
@@ -172,7 +173,7 @@ def test_point_lookup_reads_one_index_interval_and_one_batch(lake):
     cache = IndexCache()
     rows = Catalog(root).segments("t1", 0).to_pylist()
     for r in rows[1:-1:3]:
-        seg = cache.segment(root, r)
+        seg = cache.segment(root, segment_ref(r))
         oi = seg.offset_index
         bounds = np.concatenate(([0], oi.positions, [seg.size]))
         interval = int(np.diff(bounds).max())
@@ -234,7 +235,7 @@ def test_timestamps_the_index_cannot_place_are_scanned(lake, monkeypatch):
     root, recs = lake
     cache = IndexCache()
     r = Catalog(root).segments("t2", 1).to_pylist()[2]
-    seg = cache.segment(root, r)
+    seg = cache.segment(root, segment_ref(r))
     g = recs[(recs["topic"] == "t2") & (recs["partition"] == 1)]
     g = g[(g["offset"] >= r["base_offset"]) & (g["offset"] < r["next_offset"])]
     targets = np.sort(np.random.default_rng(2).choice(g["timestamp"].to_numpy(), 40))
@@ -258,7 +259,7 @@ def test_nearby_targets_share_one_read(lake):
     root, _ = lake
     cache = IndexCache()
     r = Catalog(root).segments("t1", 1).to_pylist()[2]
-    seg = cache.segment(root, r)
+    seg = cache.segment(root, segment_ref(r))
     targets = np.arange(r["base_offset"] + 3, r["next_offset"] - 3, 5)
     lakefs.IO_STATS.reset()
     t = read_offsets(seg, targets)

@@ -276,8 +276,9 @@ def test_s3_reads_of_a_known_size_segment_head_each_file_once(
     import pyarrow as pa
 
     from seglake.config import LogConfig
+    from seglake.lake.rows import segment_ref
     from seglake.storage.log import PartitionLog
-    from seglake.storage.segment import LogSegment, row_segment
+    from seglake.storage.segment import LogSegment
 
     n = 2000
     recs = pa.table(
@@ -307,7 +308,7 @@ def test_s3_reads_of_a_known_size_segment_head_each_file_once(
     assert [r.method for r in got].count("HEAD") == 1  # old code: one per GET
     assert [r.method for r in got if r.range].count("GET") >= 3
     row = {"path": path, "size_bytes": size, "run_id": "r1"}
-    got = reads(row_segment(filesystem, root, row))
+    got = reads(segment_ref(row).open(filesystem, root))
     heads = sorted(r.path.split("/root/", 1)[1] for r in got if r.method == "HEAD")
     assert heads == [f"_retired/r1/{path}", f"_staging/r1/{path}", path]
     assert all(r.range for r in got if r.method == "GET")  # no listing, no whole object

@@ -5,7 +5,8 @@ an import inside a function is how a cycle is broken, and those under ``if
 TYPE_CHECKING:`` never run). The layer rules count every import, inside functions too:
 a lazy import upwards is still a dependency upwards. Layers,
 bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
-``errors``, ``config``, ``format``, ``fs`` and ``testing_hooks`` are shared by all of them.
+``errors``, ``config``, ``format``, ``fs``, ``location`` and ``testing_hooks`` are shared by all
+of them.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def test_the_parser_sees_imports() -> None:
     # lazy (in a function) imports count for the layers only, TYPE_CHECKING ones never
     assert "seglake.api" not in GRAPH["seglake"]
     assert "seglake.api" in USES["seglake"]
-    assert "seglake.storage.offset_index" not in USES["seglake.storage.segment_reads"]
+    assert "seglake.storage.segment" not in USES["seglake.storage.segment_window"]
 
 
 def test_cycle_finder_finds_cycles() -> None:
@@ -151,7 +152,16 @@ def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
 
-SHARED = {"errors", "config", "format", "fs", "io_stats", "properties", "testing_hooks"}
+SHARED = {
+    "errors",
+    "config",
+    "format",
+    "fs",
+    "io_stats",
+    "location",
+    "properties",
+    "testing_hooks",
+}
 ALLOWED = {
     **{shared: {"", *SHARED} for shared in SHARED},
     "record": {"", "record", "errors", "config", "format"},
@@ -215,6 +225,7 @@ READER_PATHS = {
     "seglake.record.decode_native": "the kernel walk and copy",
     "seglake.record.decode_fused": "the one-pass decode",
     "seglake.record.pick_native": "the kernel picks",
+    "seglake.record.batch_walk": "the numpy walk",
 }
 
 
@@ -228,3 +239,32 @@ def test_only_the_record_reader_chooses_a_decode_path() -> None:
         if p in uses and m != "seglake.record.reader" and m not in READER_PATHS
     )
     assert not wrong, wrong
+
+
+def test_no_reader_entry_point_sends_its_caller_another_way() -> None:
+    """The reader's public functions always answer: none returns ``None`` for "the
+    kernel did not take it" (its caller would then choose the numpy path itself, as
+    ``storage/point_gather.py`` once did with ``pick_records``)."""
+    tree = ast.parse(MODULES["seglake.record.reader"].read_text())
+    public = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+    )
+    maybe_none = sorted(
+        f.name
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef)
+        and f.name in public
+        and f.returns is not None
+        and "None"
+        in {getattr(n, "id", None) or getattr(n, "value", None) for n in _union(f.returns)}
+    )
+    assert maybe_none == []
+
+
+def _union(node: ast.expr) -> list[ast.expr]:
+    """The members of an ``a | b | ...`` annotation (the node itself if it is no union)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union(node.left) + _union(node.right)
+    return [node]

@@ -17,16 +17,16 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.retention import apply_retention
+from seglake.lake.rows import segment_ref
 from seglake.lake.staging import cleanup
 from seglake.storage.retention import RetentionRules
-from seglake.storage.segment import row_segment
 from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake
 from tests.unit.test_recovery import logs, make_lake, pristine  # noqa: F401
 
 
 def _segment(root: Path, row: dict, pin: PinnedVersion | None):
     fs, base = lakefs.resolve(str(root))
-    return row_segment(fs, base, row, pin=pin)
+    return segment_ref(row).open(fs, base, pin=pin)
 
 
 def _file_size(seg) -> int:

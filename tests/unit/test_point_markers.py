@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
+from seglake.lake.rows import segment_ref
 from seglake.record import native, reader
 from seglake.record.reader import read_log
 from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
-from seglake.storage import point_gather, point_reads
+from seglake.storage import point_reads
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
@@ -127,13 +128,14 @@ def test_lookup_by_timestamp_answers_a_fetch_from_offsets_for_times(
     if not kernel:
         monkeypatch.setenv("SEGLAKE_NATIVE", "0")
     picked: list[bool] = []  # whether the kernel took each call's batches
+    real = reader._kernel_picks
 
     def spy(*args):
-        got = reader.pick_records(*args)
+        got = real(*args)
         picked.append(got is not None)
         return got
 
-    monkeypatch.setattr(point_gather, "pick_records", spy)
+    monkeypatch.setattr(reader, "_kernel_picks", spy)
     _check(root, part, every, data)
     assert picked and set(picked) == {kernel}
 
@@ -167,7 +169,7 @@ def test_resolve_timestamps_of_one_segment(txn_lake) -> None:
     offs = data.column("offset").to_numpy()
     checked = 0
     for r in Catalog(root).segments().to_pylist():
-        seg = cache.segment(root, r)
+        seg = cache.segment(root, segment_ref(r))
         targets = np.unique(
             read_log(Path(root, r["path"]).read_bytes(), skip_control=False)[0]
             .column("timestamp")

@@ -1,7 +1,8 @@
 """Point reads' picks in the compiled kernel (``sl_pick``, :mod:`seglake.record.pick_native`)
-against the record walk and numpy picks they stand in for (:meth:`Gather.pick` without the
-kernel): the same record for every query (offsets, timestamps with a lower bound, batches
-without an answer), the same batches that do not walk, on every codec and damaged logs."""
+against the record walk and numpy picks they stand in for (:meth:`Gather.pick`, the reader's
+``pick_records``, without the kernel): the same record for every query (offsets, timestamps
+with a lower bound, batches without an answer), the same batches that do not walk, on every
+codec and damaged logs."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_kernel_picks_are_the_walks(buf, cut, seed):
 def test_a_clean_log_is_picked_in_the_kernel():
     """Kafka's codecs: the kernel takes every batch (its walk holds just the picks)."""
     calls = []
-    real = reader.pick_records
+    real = reader._kernel_picks
 
     def spy(*args):
         calls.append(real(*args))
@@ -82,7 +83,7 @@ def test_a_clean_log_is_picked_in_the_kernel():
 
     for codec in (0, 3):
         calls.clear()
-        with patch("seglake.storage.point_gather.pick_records", spy):
+        with patch("seglake.record.reader._kernel_picks", spy):
             fast, _ = picks(log_with_headers(codec), 2, codec)
         assert calls[0] is not None and calls[1] is None  # the kernel's call, numpy's
         walk, record = calls[0]
@@ -111,13 +112,13 @@ def test_large_records_grow_the_buffers_alike():
     ]
     buf = encode_batches(table(recs), codec=3, batch_starts=np.arange(0, 20, 5)).tobytes()
     calls = []
-    real = reader.pick_records
+    real = reader._kernel_picks
 
     def spy(*args):
         calls.append(real(*args))
         return calls[-1]
 
-    with patch("seglake.storage.point_gather.pick_records", spy):
+    with patch("seglake.record.reader._kernel_picks", spy):
         fast, slow = picks(buf, 2, 3)
     assert calls[0] is not None and fast == slow
     assert sum(r is not None for r in fast[0]) > 10

@@ -17,6 +17,7 @@ from seglake.config import LogConfig
 from seglake.errors import SegmentReplacedError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
+from seglake.lake.rows import segment_refs
 from seglake.lake.staging import cleanup
 from seglake.spark.extract_plan import plan_extract
 from seglake.spark.extract_read import SplitReads, read_splits
@@ -51,11 +52,13 @@ def test_pinned_reader_past_the_delay_gets_one_error(tmp_path: Path, segment_byt
         assert first["path"] in str(err.value) and err.value.version == pinned
     # the storage layer: a row a later version replaced must be its exact size
     fs, base = lakefs.resolve(str(root))
-    log = PartitionLog.from_rows(fs, base, old.slice(0, 1), replaced={first["base_offset"]})
+    log = PartitionLog.from_refs(
+        fs, base, segment_refs(old.slice(0, 1)), replaced={first["base_offset"]}
+    )
     with pytest.raises(SegmentReplacedError, match="not the file of its catalog row"):
         log.read(0, 10_000)
     if segment_bytes is None:  # without being told: offsets past the row's next offset
-        log = PartitionLog.from_rows(fs, base, old.slice(0, 1))
+        log = PartitionLog.from_refs(fs, base, segment_refs(old.slice(0, 1)))
         with pytest.raises(SegmentReplacedError, match=f"offsets up to {new['next_offset'] - 1}"):
             log.read(0, 10_000)
     # the current version reads
@@ -85,7 +88,7 @@ def test_a_longer_file_with_a_batch_across_the_size_is_another_segment(tmp_path:
     (root / r["path"]).write_bytes(data)
     fs, base = lakefs.resolve(str(root))
     with pytest.raises(SegmentReplacedError, match="runs past the size"):
-        PartitionLog.from_rows(fs, base, row).read(0, 10_000)
+        PartitionLog.from_refs(fs, base, segment_refs(row)).read(0, 10_000)
 
 
 def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""One catalog row -> LogSegment (``storage.segment.row_segment``), the driver's and the
+"""One catalog row -> SegmentRef -> LogSegment (``SegmentRef.open``), the driver's and the
 executors' alike: a segment whose index is missing is rebuilt with the interval its row
 records, so the rebuilt ``.index`` equals the one written (byte for byte), wherever the
 segment is opened."""
@@ -14,6 +14,7 @@ import pytest
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_ref, segment_refs
 from seglake.spark.extract_plan import plan_extract
 from seglake.spark.extract_read import read_split
 from seglake.spark.lookup_answer import _open, partition_arrays
@@ -62,7 +63,7 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
     root, rows, written = lake_without_indexes
     # IndexCache.segment (extract's and lookup's executors)
     for r in rows:
-        seg = IndexCache().segment(root, r)
+        seg = IndexCache().segment(root, segment_ref(r))
         assert seg.index_interval_bytes == INTERVAL
         np.testing.assert_array_equal(_entries(seg), written[r["path"]])
     # lookup: the broadcast arrays carry the interval to _open
@@ -80,14 +81,14 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
     assert cache._entries
     for seg, _ in cache._entries.values():
         assert seg.index_interval_bytes == INTERVAL
-    # the driver's (PartitionLog.from_rows): the same function
+    # the driver's (PartitionLog.from_refs): the same function
     fs, base = lakefs.resolve(root)
-    log = PartitionLog.from_rows(fs, base, Catalog(root).segments("c", 0))
+    log = PartitionLog.from_refs(fs, base, segment_refs(Catalog(root).segments("c", 0)))
     for seg in log.segments:
         np.testing.assert_array_equal(_entries(seg), written[seg.log_path[len(base) + 1 :]])
 
 
 def test_a_row_without_an_interval_uses_the_default(lake_without_indexes) -> None:
     root, rows, _ = lake_without_indexes
-    seg = IndexCache().segment(root, {**rows[0], "index_interval_bytes": None})
+    seg = IndexCache().segment(root, segment_ref({**rows[0], "index_interval_bytes": None}))
     assert seg.index_interval_bytes == DEFAULT_INTERVAL

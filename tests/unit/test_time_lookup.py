@@ -26,7 +26,7 @@ from seglake.record.control import ControlType
 from seglake.record.encode import encode_batches
 from seglake.record.reader import decode_batches, read_log, record_times
 from seglake.record.schema import HEADERS_TYPE
-from seglake.storage import segment_reads
+from seglake.storage import segment as segment_module
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
@@ -269,7 +269,7 @@ def test_find_offset_raises_as_decode(
     log = write_segment(tmp_path, [buf], 0, interval=1, index_files=index_files)
     seg = LogSegment(FS, str(log), index_interval_bytes=1)
     decoded: list[CorruptRecordError | None] = []
-    read_times = segment_reads.record_times
+    read_times = segment_module.record_times
 
     def checked(buf, scan, *, path=None, skip_control=True):
         try:
@@ -279,7 +279,7 @@ def test_find_offset_raises_as_decode(
             decoded.append(exc)
         return read_times(buf, scan, path=path, skip_control=skip_control)
 
-    monkeypatch.setattr(segment_reads, "record_times", checked)
+    monkeypatch.setattr(segment_module, "record_times", checked)
     assert found(seg.find_offset_by_timestamp(5)) == (5, 0)
     got = errors_of(lambda: seg.find_offset_by_timestamp(6))
     assert decoded[-1] is not None and same_error(got, decoded[-1])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.snapshot import by_partition
 from seglake.lake.time_travel import version_as_of
+from seglake.location import LakeLocation, Root
 from seglake.storage.segment_window import check_on_corrupt
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class Lake:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: Root,
         *,
         version: int | None = None,
         storage_options: Mapping[str, str] | None = None,
@@ -40,12 +40,13 @@ class Lake:
         on_corrupt: str = "raise",
         timestamp_as_of: TimeLike | None = None,
     ) -> None:
-        self.root = os.fspath(root)
+        self.location = LakeLocation.of(root, storage_options)  # catalog and segment files
+        self.root = self.location.root
         self.on_corrupt = check_on_corrupt(on_corrupt)
-        self.catalog = Catalog(self.root, storage_options=storage_options)
+        self.catalog = Catalog(self.location)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._cache = LRU(cache_bytes)
-        self._load(_as_of(self.root, version, timestamp_as_of))
+        self._load(_as_of(self.location, version, timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
         self.version = self.catalog.version() if version is None else int(version)
@@ -97,7 +98,7 @@ class Lake:
         Cached partitions whose catalog rows did not change keep their read indexes.
         """
         old = self._by_key
-        self._load(_as_of(self.root, version, timestamp_as_of))
+        self._load(_as_of(self.location, version, timestamp_as_of))
         for key in list(self._partitions):
             new = self._by_key.get(key)
             if new is None or not new.equals(old.get(key)):
@@ -243,7 +244,7 @@ class Lake:
         return self.segments(topic)
 
 
-def _as_of(root: str, version: int | None, timestamp_as_of: TimeLike | None) -> int | None:
+def _as_of(root: Root, version: int | None, timestamp_as_of: TimeLike | None) -> int | None:
     """``version``, or the catalog version at ``timestamp_as_of`` (Delta's rule:
     :func:`seglake.lake.time_travel.version_as_of`); not both."""
     if timestamp_as_of is None:
@@ -257,7 +258,7 @@ def _as_of(root: str, version: int | None, timestamp_as_of: TimeLike | None) -> 
 
 
 def open(
-    root: str | os.PathLike[str],
+    root: Root,
     *,
     version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
@@ -269,6 +270,8 @@ def open(
     or at the version ``timestamp_as_of`` names (ms, datetime or ISO-8601), as Delta's
     ``timestampAsOf`` picks it: the last catalog commit at or before that time.
 
+    ``storage_options``: deltalake-style options (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+    ...) for both the catalog and the segment files (:class:`~seglake.location.LakeLocation`).
     ``cache_bytes`` bounds the decoded records kept for repeated point lookups.
     ``on_corrupt``: a damaged batch (CRC mismatch, bad magic or length, offsets going
     backwards) makes a read raise :class:`CorruptRecordError` naming the file, position

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake import fs as lakefs
 from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.lake.pinned import PinnedVersion
+from seglake.lake.rows import segment_refs
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
@@ -68,16 +68,16 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.rows = rows
-        fs, base = lakefs.resolve(lake.root)
-        self.log = PartitionLog.from_rows(
+        fs, base = lake.location.resolve()
+        self.log = PartitionLog.from_refs(
             fs,
             base,
-            rows,
+            segment_refs(rows),
             on_corrupt=lake.on_corrupt,
             replaced=lake.replaced(topic, partition),
             # a file of this version gone or replaced since: one VersionSupersededError
             pin=PinnedVersion(
-                lake.root, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
+                lake.location, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
             ),
         )
         self._min_ts = rows.column("min_timestamp").to_numpy()

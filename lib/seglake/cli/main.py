@@ -23,6 +23,7 @@ from seglake.cli.jobargs import (
 )
 from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
 from seglake.fs import refused
+from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
@@ -209,23 +210,10 @@ def _record_json(r: dict) -> str:
 
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
+        args.root = LakeLocation.of(args.root)
     if args.command == "dump":
-        from seglake.cli.dump import dump
-
-        files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
-        if not files:
-            raise ValueError("dump: no file given (FILE... or --files a,b,c)")
-        return dump(
-            files,
-            deep=args.deep_iteration,
-            print_data=args.print_data_log,
-            as_json=args.json,
-            sanity=args.index_sanity_check,
-            verify_only=args.verify_index_only,
-            max_bytes=args.max_bytes,
-            decoder=args.decoder,
-            skip_metadata=args.skip_record_metadata,
-        )
+        return _dump(args)
     if args.command == "consume":
         return run_consume(args)
     if args.command == "offsets":
@@ -233,43 +221,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "history":
         return history.run_history(args)
     if args.command == "offset-for-time":
-        from seglake.api.times import to_millis
-
-        ts = to_millis(args.timestamp, allow_special=True)
-        log = _open_log(args)
-        found = log.offsets_for_times(ts)
-        _report_skipped(log)
-        print(
-            json.dumps(
-                {"offset": None}
-                if found is None
-                else {"offset": found.offset, "timestamp": found.timestamp}
-            )
-        )
-        return 0
+        return _offset_for_time(args)
     if args.command == "read":
-        log = _open_log(args)
-        if args.offset >= log.log_end_offset:
-            _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
-            return 0
-        if args.offset < log.log_start_offset:  # Kafka: out of range; auto.offset.reset=earliest
-            print(
-                f"seglake: offset {args.offset} is below the log start offset "
-                f"{log.log_start_offset} (deleted or never written): reading from "
-                f"{log.log_start_offset}",
-                file=sys.stderr,
-            )
-        for r in log.read(args.offset, args.max_records).to_pylist():
-            if args.json:
-                print(_record_json(r))
-            else:
-                headers = [(h["key"], h["value"]) for h in r["headers"]]
-                print(
-                    f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
-                    f"value: {r['value']!r} headers: {headers}"
-                )
-        _report_skipped(log)
-        return 0
+        return _read(args)
     if args.command == "cleanup":
         from seglake.lake.staging import cleanup
 
@@ -312,6 +266,70 @@ def run(argv: list[str] | None = None) -> int:
     raise AssertionError(args.command)  # argparse only allows the commands above
 
 
+def _dump(args: argparse.Namespace) -> int:
+    """``seglake dump``: ``kafka-dump-log.sh`` over the files given."""
+    from seglake.cli.dump import dump
+
+    files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+    if not files:
+        raise ValueError("dump: no file given (FILE... or --files a,b,c)")
+    return dump(
+        files,
+        deep=args.deep_iteration,
+        print_data=args.print_data_log,
+        as_json=args.json,
+        sanity=args.index_sanity_check,
+        verify_only=args.verify_index_only,
+        max_bytes=args.max_bytes,
+        decoder=args.decoder,
+        skip_metadata=args.skip_record_metadata,
+    )
+
+
+def _offset_for_time(args: argparse.Namespace) -> int:
+    """``seglake offset-for-time``: Kafka's ``offsetsForTimes`` on a partition directory."""
+    from seglake.api.times import to_millis
+
+    ts = to_millis(args.timestamp, allow_special=True)
+    log = _open_log(args)
+    found = log.offsets_for_times(ts)
+    _report_skipped(log)
+    print(
+        json.dumps(
+            {"offset": None}
+            if found is None
+            else {"offset": found.offset, "timestamp": found.timestamp}
+        )
+    )
+    return 0
+
+
+def _read(args: argparse.Namespace) -> int:
+    """``seglake read``: records from an offset, as a consumer fetches them."""
+    log = _open_log(args)
+    if args.offset >= log.log_end_offset:
+        _past_end(args.partition_dir, args.offset, log.log_start_offset, log.log_end_offset)
+        return 0
+    if args.offset < log.log_start_offset:  # Kafka: out of range; auto.offset.reset=earliest
+        print(
+            f"seglake: offset {args.offset} is below the log start offset "
+            f"{log.log_start_offset} (deleted or never written): reading from "
+            f"{log.log_start_offset}",
+            file=sys.stderr,
+        )
+    for r in log.read(args.offset, args.max_records).to_pylist():
+        if args.json:
+            print(_record_json(r))
+        else:
+            headers = [(h["key"], h["value"]) for h in r["headers"]]
+            print(
+                f"offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']!r} "
+                f"value: {r['value']!r} headers: {headers}"
+            )
+    _report_skipped(log)
+    return 0
+
+
 def _open_partition(path: str, *, on_corrupt: str = "raise"):
     """The partition directory's log (in a lake: its catalog's segments); an error if it
     holds no segment (``.log`` named by a 20-digit base offset): an empty answer would
@@ -350,7 +368,7 @@ def _past_end(path: str, offset: int, start: int, end: int) -> None:
     print(f"seglake: offset {offset} is the log end offset: no records yet", file=sys.stderr)
 
 
-def check_lake(root: str, *, staging: bool = False) -> None:
+def check_lake(root: Root, *, staging: bool = False) -> None:
     """A lake's commands only on a lake: a path with a catalog (``staging``: or a staging
     directory, for ``cleanup``)."""
     from seglake import fs as lakefs
@@ -374,10 +392,11 @@ def _recover(args: argparse.Namespace) -> int:
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
-    fs, path = lakefs.resolve(args.target)
+    target = LakeLocation.of(args.target)
+    fs, path = target.resolve()
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
         rep = recover_lake(
-            args.target,
+            target,
             dry_run=args.dry_run,
             force=args.force,
             interval=args.index_interval_bytes,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 
 from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.location import LakeLocation, Root
 
 __all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
 
@@ -123,9 +124,10 @@ def _partition_filter(
     return lambda t, p: regex.fullmatch(t) is not None and (not ids or p in ids)
 
 
-def get_offsets(root: str, timestamp: int, allowed: Filter) -> list[tuple[str, int, int]]:
+def get_offsets(root: Root, timestamp: int, allowed: Filter) -> list[tuple[str, int, int]]:
     """``(topic, partition, offset)`` of every partition of the lake ``allowed`` selects,
     by ``PartitionLog.offsets_for_times``; partitions without an answer left out."""
+    root = LakeLocation.of(root)  # parsed once
     from seglake.cli.main import check_lake
     from seglake.lake.catalog import Catalog
     from seglake.lake.staging import open_partition

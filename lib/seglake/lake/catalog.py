@@ -29,6 +29,8 @@ import pyarrow as pa
 
 from seglake.errors import CatalogError, OffsetOrderError
 from seglake.lake.checks import (
+    Key,
+    Seg,
     check_commit,
     check_removal,
     check_replacement,
@@ -108,15 +110,7 @@ class Catalog(CatalogWriter):
         """
         app_id(run_id)
         new = normalize_rows(rows, run_id, dt.datetime.now(dt.UTC), restamp=bool(tails))
-        grouped = group_by_partition(new)
-        problems = [
-            p
-            for key, segs in grouped.items()
-            for p in order_problems(key, segs, contiguous=contiguous)
-        ]
-        if problems:
-            raise OffsetOrderError(f"run {run_id!r}: " + listing(problems))
-
+        grouped = _in_order(new, run_id, contiguous=contiguous)
         replaced = key_set(keys_table(list(tails)))
 
         def plan(current: pa.Table) -> tuple[Callable[[Any, Any], None], int, int]:
@@ -268,3 +262,16 @@ class Catalog(CatalogWriter):
             expected_version=expected_version,
             plan=plan,
         )
+
+
+def _in_order(new: pa.Table, run_id: str, *, contiguous: bool) -> dict[Key, list[Seg]]:
+    """The new rows by partition, each partition's segments checked among themselves
+    (no overlap; with ``contiguous`` no gap): :class:`OffsetOrderError` listing every
+    problem."""
+    grouped = group_by_partition(new)
+    problems = [
+        p for key, segs in grouped.items() for p in order_problems(key, segs, contiguous=contiguous)
+    ]
+    if problems:
+        raise OffsetOrderError(f"run {run_id!r}: " + listing(problems))
+    return grouped

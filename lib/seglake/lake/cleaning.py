@@ -27,7 +27,8 @@ from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError
 from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
-from seglake.record.batch import scan_batches
+from seglake.location import Root
+from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.control import ControlType, parse_control_record
 from seglake.record.reader import decode_batches
 from seglake.storage.clean import CleanRound, CleanStats, clean_segments
@@ -96,7 +97,7 @@ def _control_kinds(data: bytes, scan, path: str) -> np.ndarray:
 
 
 def analyze_partition(
-    root: str, rows: list[dict], *, cfg: LogConfig, now_ms: int
+    root: Root, rows: list[dict], *, cfg: LogConfig, now_ms: int
 ) -> tuple[dict, CleanRound | None, int]:
     """Task: read the whole partition once; the round's bounds and, if it is due, what
     every group task needs (:class:`CleanRound`). Also returns the bytes read."""
@@ -141,23 +142,7 @@ def analyze_partition(
     if not bounds["due"]:
         return bounds, None, read
     lo, hi = bounds["first_dirty"], bounds["first_uncleanable"]
-    keys, offsets = [], []
-    i = 0
-    for data, scan, path in kept:
-        aborted = walk.aborted[i : i + len(scan)]
-        i += len(scan)
-        take = ~scan.is_control & ~aborted & (scan.last_offset >= lo) & (scan.base_offset < hi)
-        if not take.any():
-            continue
-        recs = decode_batches(data, scan.take(np.flatnonzero(take)), path=path)
-        off = recs.column("offset").to_numpy()
-        sel = (off >= lo) & (off < hi)
-        keys.append(recs.column("key").filter(pa.array(sel)))
-        offsets.append(off[sel])
-    map_keys, map_offsets = build_offset_map(
-        pa.chunked_array(keys, pa.binary()) if keys else pa.array([], pa.binary()),
-        np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
-    )
+    map_keys, map_offsets = _offset_map(kept, walk.aborted, lo, hi)
     rnd = CleanRound(
         walk_bases=c["base_offset"],
         walk=walk,
@@ -171,8 +156,33 @@ def analyze_partition(
     return bounds, rnd, read
 
 
+def _offset_map(
+    kept: list[tuple[bytes, BatchScan, str]], aborted: np.ndarray, lo: int, hi: int
+) -> tuple[pa.Array, np.ndarray]:
+    """Kafka's ``buildOffsetMap`` over the dirty section ``[lo, hi)`` of the partition's
+    batches (``kept``: each segment's bytes, scan and path; ``aborted``: per batch, in
+    that order): data records of batches not aborted, the latest offset of each key."""
+    keys, offsets = [], []
+    i = 0
+    for data, scan, path in kept:
+        skip = aborted[i : i + len(scan)]
+        i += len(scan)
+        take = ~scan.is_control & ~skip & (scan.last_offset >= lo) & (scan.base_offset < hi)
+        if not take.any():
+            continue
+        recs = decode_batches(data, scan.take(np.flatnonzero(take)), path=path)
+        off = recs.column("offset").to_numpy()
+        sel = (off >= lo) & (off < hi)
+        keys.append(recs.column("key").filter(pa.array(sel)))
+        offsets.append(off[sel])
+    return build_offset_map(
+        pa.chunked_array(keys, pa.binary()) if keys else pa.array([], pa.binary()),
+        np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
+    )
+
+
 def clean_group(
-    root: str, run_id: str, rows: list[dict], rnd: CleanRound, *, index_interval_bytes: int
+    root: Root, run_id: str, rows: list[dict], rnd: CleanRound, *, index_interval_bytes: int
 ) -> tuple[dict, CleanStats]:
     """Task: clean one group into the run's staging; its catalog row and the stats."""
     fs, _ = lakefs.resolve(root)

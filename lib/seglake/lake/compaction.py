@@ -39,6 +39,7 @@ from seglake.lake.packing import pack_sizes
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
+from seglake.location import LakeLocation, Root
 from seglake.storage.clean import CleanStats
 from seglake.storage.naming import validate_partition
 
@@ -128,7 +129,7 @@ class CompactResult:
         return "\n".join(lines)
 
 
-def _task(root: str, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]:
+def _task(root: Root, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]:
     """One segment group: ``("merge", rows, interval)`` or ``("clean", rows, interval,
     round)``."""
     if spec[0] == "merge":
@@ -136,12 +137,12 @@ def _task(root: str, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]
     return clean_group(root, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
 
 
-def _analyze(root: str, now_ms: int, spec: tuple[list[dict], LogConfig]) -> tuple:
+def _analyze(root: Root, now_ms: int, spec: tuple[list[dict], LogConfig]) -> tuple:
     return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
 
 
 def run_compaction(
-    root: str,
+    root: Root,
     *,
     map_tasks: MapTasks = lambda f, xs: list(map(f, xs)),
     topics: Iterable[str] | None = None,
@@ -157,6 +158,7 @@ def run_compaction(
 ) -> CompactResult:
     """Plan, run the tasks, commit, publish; see the module docstring (``parallelism``:
     the cores ``map_tasks`` runs on)."""
+    root = LakeLocation.of(root)  # parsed once
     started = time.time()
     run_id = run_id or new_run_id()
     catalog = Catalog(root)
@@ -306,7 +308,7 @@ def _summarize(plans: _Plans, outputs: list[Any], elapsed: float) -> None:
 
 
 def _run_tasks(
-    root: str,
+    root: Root,
     fn: Callable[[tuple], Any],
     specs: list[tuple],
     map_tasks: MapTasks,

@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -68,7 +69,7 @@ def _expand(rel_paths: Iterable[str]) -> list[str]:
 
 
 def retire(
-    root: str,
+    root: Root,
     rel_paths: Iterable[str],
     *,
     version: int,
@@ -112,7 +113,7 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict]]:
     return out
 
 
-def retired_paths(root: str) -> set[str]:
+def retired_paths(root: Root) -> set[str]:
     """Every path some manifest retires (not collected yet)."""
     fs, base = lakefs.resolve(root)
     return {p for _, m in _manifests(fs, base) for p in m.get("paths", [])}
@@ -135,7 +136,7 @@ class Collected:
 
 
 def collect(
-    root: str,
+    root: Root,
     *,
     older_than_ms: int,
     dry_run: bool = False,
@@ -148,6 +149,7 @@ def collect(
     rows name; default: read from the catalog. Those, and files modified after their
     retirement, are kept (their manifest entry is dropped).
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     manifests = _manifests(fs, base)
@@ -218,7 +220,7 @@ def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
 
 
 def catalog_orphans(
-    root: str, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
+    root: Root, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
 ) -> list[str]:
     """Delete (or list) the parquet files under ``<root>/_catalog/`` that the Delta log
     does not name and that are older than ``older_than_ms`` (at least

@@ -31,11 +31,12 @@ from seglake.errors import (
     SegmentNotFoundError,
     VersionSupersededError,
 )
+from seglake.location import Root
 from seglake.storage.naming import parse_partition_dir
 
 if TYPE_CHECKING:
     from seglake.lake.catalog import Catalog
-    from seglake.storage.segment import LogSegment
+    from seglake.storage.segment_files import SegmentFiles
 
 __all__ = ["PinnedVersion", "row_identities", "superseded_error", "superseded_from_text"]
 
@@ -56,7 +57,7 @@ class PinnedVersion:
 
     def __init__(
         self,
-        root: str,
+        root: Root,
         version: int,
         *,
         catalog: Catalog | None = None,
@@ -85,7 +86,7 @@ class PinnedVersion:
             self._rows[key] = self.catalog.segments(topic, partition, version=self.version)
         return self._rows[key]
 
-    def missing(self, seg: LogSegment, exc: SegmentNotFoundError) -> Exception:
+    def missing(self, seg: SegmentFiles, exc: SegmentNotFoundError) -> Exception:
         """``seg``'s ``.log`` is gone: the :class:`VersionSupersededError` if a later
         version removed or replaced a pinned segment of its partition, else ``exc`` (a
         file missing for another reason, or a catalog that cannot tell)."""
@@ -100,7 +101,7 @@ class PinnedVersion:
         except SeglakeError:
             return exc
 
-    def short(self, seg: LogSegment) -> Exception | None:
+    def short(self, seg: SegmentFiles) -> Exception | None:
         """``seg``'s ``.log`` read shorter than its row's ``size_bytes``: the
         :class:`VersionSupersededError` of a row a later version replaced in place (one
         catalog version check; the rows only when it moved on), else ``None``: the
@@ -125,7 +126,7 @@ class PinnedVersion:
         return None if err is exc else err
 
 
-def _partition_of(seg: LogSegment) -> tuple[str, int]:
+def _partition_of(seg: SegmentFiles) -> tuple[str, int]:
     """The topic-partition of a segment: its directory's name (``<topic>-<partition>``,
     also under ``_retired/<run>/`` or ``_staging/<run>/``)."""
     return parse_partition_dir(seg.log_path.rsplit("/", 2)[-2])

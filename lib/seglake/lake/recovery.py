@@ -38,6 +38,7 @@ from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
 from seglake.lake.stream_append import cut_uncommitted
 from seglake.lake.topic_store import topic_configs
+from seglake.location import LakeLocation, Root
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -90,7 +91,7 @@ _COMPARED = STAT_COLUMNS
 
 
 def recover_partition_rows(
-    root: str,
+    root: Root,
     rows: pa.Table,
     *,
     dry_run: bool = False,
@@ -204,7 +205,7 @@ def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: st
 
 
 def apply_recovery_fix(
-    root: str,
+    root: Root,
     partitions: list[PartitionRecovery],
     replace: list[dict],
     remove: list[tuple[str, int, int]],
@@ -216,8 +217,9 @@ def apply_recovery_fix(
     """The driver's half: one catalog commit for every partition's fix, then retire the
     files of removed segments and delete retired files older than ``delete_delay_ms``
     (default ``file.delete.delay.ms``)."""
+    root = LakeLocation.of(root)  # parsed once
     report = LakeRecovery(
-        root=root,
+        root=str(root),
         partitions=partitions,
         rows_replaced=len(replace),
         rows_removed=len(remove),
@@ -248,7 +250,7 @@ def fallback_intervals(catalog: Catalog, topics: Iterable[str], base: LogConfig)
 
 
 def recover_lake(
-    root: str,
+    root: Root,
     *,
     dry_run: bool = False,
     interval: int = DEFAULT_INTERVAL,
@@ -265,6 +267,7 @@ def recover_lake(
     and their rows replaced; segments left empty lose their rows, then their files. With
     ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
     """
+    root = LakeLocation.of(root)  # parsed once
     catalog = Catalog(root)
     catalog.require()
     fs, base = lakefs.resolve(root)

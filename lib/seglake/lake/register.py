@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pyarrow.fs as pafs
 
@@ -35,6 +35,7 @@ from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -73,7 +74,7 @@ class RegisterReport:
 
 
 def register(
-    root: str,
+    root: Root,
     broker_data_dir: str,
     *,
     topics: Iterable[str] | None = None,
@@ -102,6 +103,7 @@ def register(
         SegmentNotFoundError: ``broker_data_dir`` does not exist.
         ConcurrentRunError / OffsetOrderError: the partitions already hold these offsets.
     """
+    root = LakeLocation.of(root)  # parsed once
     wanted = None if topics is None else {validate_topic(t) for t in topics}
     sfs, src = lakefs.resolve(broker_data_dir)
     fs, base = lakefs.resolve(root)
@@ -119,27 +121,15 @@ def register(
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
-        return RegisterReport(root, broker_data_dir, run_id, {}, {}, 0, None)
+        return RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
     staging = lakefs.join(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     skipped: dict[str, str] = {}
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict] = []
     try:
-        for entry in sfs.get_file_info(pafs.FileSelector(src)):
+        for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped):
             name = entry.base_name
-            if entry.type != pafs.FileType.Directory:
-                continue
-            if name in ("_catalog", STAGING) or name.startswith("."):
-                skipped[name] = "a lake's or a hidden directory"
-                continue
-            try:
-                topic, part = parse_partition_dir(name)
-            except InvalidTopicError as exc:
-                skipped[name] = str(exc)
-                continue
-            if wanted is not None and topic not in wanted:
-                continue
             if in_place:
                 work = entry.path
             else:
@@ -157,18 +147,9 @@ def register(
                 keep_valid=not kafka_truncate,
             )
             reports[name] = rep
-            found = [
-                segment_row(topic, part, rec, f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}")
-                for rec in rep.segments
-                if rec.batches and rec.base_offset not in rep.deleted_segments
-            ]
+            found = _partition_rows(topic, part, name, rep)
             if not found:
-                cut = [str(s) for s in rep.segments if s.truncated_bytes]
-                skipped[name] = (
-                    f"no records left after recovery ({cut[0].strip()})"
-                    if cut
-                    else "no records (only empty segments)"
-                )
+                skipped[name] = _why_empty(rep)
             rows += found
         if not rows:  # a commit would create an empty lake, or an empty catalog version
             raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, topics, skipped))
@@ -180,7 +161,50 @@ def register(
         raise
     if not in_place:
         publish_pending(root, run_id, table)
-    return RegisterReport(root, broker_data_dir, run_id, reports, skipped, len(rows), result)
+    return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+
+
+def _partition_dirs(
+    sfs: pafs.FileSystem, src: str, wanted: set[str] | None, skipped: dict[str, str]
+) -> Iterator[tuple[pafs.FileInfo, str, int]]:
+    """The partition directories of a broker data directory ``src`` (of the ``wanted``
+    topics, default all): ``(entry, topic, partition)``; other directories noted in
+    ``skipped`` with the reason (a lake's, a hidden one, not ``<topic>-<partition>``)."""
+    for entry in sfs.get_file_info(pafs.FileSelector(src)):
+        name = entry.base_name
+        if entry.type != pafs.FileType.Directory:
+            continue
+        if name in ("_catalog", STAGING) or name.startswith("."):
+            skipped[name] = "a lake's or a hidden directory"
+            continue
+        try:
+            topic, part = parse_partition_dir(name)
+        except InvalidTopicError as exc:
+            skipped[name] = str(exc)
+            continue
+        if wanted is not None and topic not in wanted:
+            continue
+        yield entry, topic, part
+
+
+def _partition_rows(topic: str, part: int, name: str, rep: PartitionRecovery) -> list[dict]:
+    """The catalog rows of a recovered partition directory ``name``: one per segment
+    that kept batches."""
+    return [
+        segment_row(topic, part, rec, f"{name}/{rec.base_offset:020d}{LOG_SUFFIX}")
+        for rec in rep.segments
+        if rec.batches and rec.base_offset not in rep.deleted_segments
+    ]
+
+
+def _why_empty(rep: PartitionRecovery) -> str:
+    """Why a recovered partition directory gives no rows."""
+    cut = [str(s) for s in rep.segments if s.truncated_bytes]
+    return (
+        f"no records left after recovery ({cut[0].strip()})"
+        if cut
+        else "no records (only empty segments)"
+    )
 
 
 def _discard(catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, made_root: bool):

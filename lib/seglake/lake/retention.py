@@ -22,6 +22,7 @@ from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, collect, retire, retired_paths
 from seglake.lake.topic_store import topic_rules
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import parse_segment_file_name, partition_dir_name
 from seglake.storage.retention import RetentionRules
 
@@ -76,7 +77,7 @@ class RetentionReport:
 
 
 def finish_interrupted_deletes(
-    root: str, rows: pa.Table, *, version: int, dry_run: bool = False
+    root: Root, rows: pa.Table, *, version: int, dry_run: bool = False
 ) -> list[str]:
     """Delete ``.deleted`` files; retire segment files without a row below their
     partition's log start offset (left by a crash between a commit and its retirement)."""
@@ -109,7 +110,7 @@ def finish_interrupted_deletes(
     return found
 
 
-def _check_log_starts(root: str, rules: RetentionRules, leo: dict[tuple[str, int], int]) -> None:
+def _check_log_starts(root: Root, rules: RetentionRules, leo: dict[tuple[str, int], int]) -> None:
     """Kafka's deleteRecords: a partition the lake has not (UNKNOWN_TOPIC_OR_PARTITION)
     or an offset past its log end offset (OFFSET_OUT_OF_RANGE) is an error, not a no-op."""
     for (t, p), offset in sorted((rules.log_start_offsets or {}).items()):
@@ -125,7 +126,7 @@ def _check_log_starts(root: str, rules: RetentionRules, leo: dict[tuple[str, int
 
 
 def apply_retention(
-    root: str,
+    root: Root,
     rules: RetentionRules,
     *,
     now_ms: int | None = None,
@@ -141,6 +142,7 @@ def apply_retention(
     Raises:
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
+    root = LakeLocation.of(root)  # parsed once
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     catalog = Catalog(root)
@@ -162,7 +164,7 @@ def apply_retention(
         ]
         or [rules.plan(rows, now_ms)]
     )
-    report = RetentionReport(root, rules, plan, leftovers, dry_run=dry_run)
+    report = RetentionReport(str(root), rules, plan, leftovers, dry_run=dry_run)
     if plan.num_rows and not dry_run:
         run_id = run_id or f"retention-{uuid.uuid4().hex[:12]}"
         result = catalog.remove(plan, run_id)

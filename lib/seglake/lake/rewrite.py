@@ -20,11 +20,11 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog, CommitResult
-from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_row
+from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
+from seglake.location import LakeLocation, Root
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name
-from seglake.storage.segment import row_segment
 
 __all__ = ["commit_rewrite", "merge_group", "open_sources", "plan_merge_groups"]
 
@@ -56,12 +56,12 @@ def plan_merge_groups(
     return [listed[a:b] for a, b in spans if b - a >= min_len]
 
 
-def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
+def open_sources(root: Root, rows: Sequence[dict]) -> list[MergeSource]:
     """The old segments of a group, each read where its row's version is."""
     fs, base = lakefs.resolve(root)
     out = []
     for r in rows:
-        seg = row_segment(fs, base, r)
+        seg = segment_ref(r).open(fs, base)
         out.append(
             MergeSource(
                 seg,
@@ -75,12 +75,14 @@ def open_sources(root: str, rows: Sequence[dict]) -> list[MergeSource]:
     return out
 
 
-def staging_dir(root: str, run_id: str, topic: str, partition: int) -> str:
+def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
     _, base = lakefs.resolve(root)
     return lakefs.join(base, STAGING, run_id, partition_dir_name(topic, partition))
 
 
-def merge_group(root: str, run_id: str, rows: Sequence[dict], *, index_interval_bytes: int) -> dict:
+def merge_group(
+    root: Root, run_id: str, rows: Sequence[dict], *, index_interval_bytes: int
+) -> dict:
     """Executor task: merge one group into the run's staging; its catalog row."""
     fs, _ = lakefs.resolve(root)
     topic, partition = rows[0]["topic"], rows[0]["partition"]
@@ -94,10 +96,11 @@ def merge_group(root: str, run_id: str, rows: Sequence[dict], *, index_interval_
 
 
 def commit_rewrite(
-    root: str, run_id: str, new_rows: Sequence[dict], old_rows: Sequence[dict]
+    root: Root, run_id: str, new_rows: Sequence[dict], old_rows: Sequence[dict]
 ) -> CommitResult:
     """Replace ``old_rows`` by ``new_rows`` (each named by the first base offset of the
     old rows it replaces) in one commit, then publish; see the module docstring."""
+    root = LakeLocation.of(root)  # parsed once
     catalog = Catalog(root)
     new = rows_table(list(new_rows))
     new_keys = {tuple(r[k] for k in KEY_COLUMNS) for r in new_rows}

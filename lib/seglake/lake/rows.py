@@ -1,5 +1,6 @@
 """The catalog's rows: the schema (``schemas/catalog.json``), rows normalized to it and
-checked one by one (names, paths, counts), and segment keys.
+checked one by one (names, paths, counts), segment keys, and the
+:class:`~seglake.storage.segment_ref.SegmentRef` of a row (what storage opens).
 
 Row (one per committed segment; ``schemas/catalog.json`` has the types)::
 
@@ -22,8 +23,9 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +38,7 @@ from seglake.storage.naming import (
     segment_file_name,
     validate_topic,
 )
+from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.stats import STAT_COLUMNS, segment_row
 from seglake.storage.tail_minima import TAIL_TYPE
 
@@ -53,6 +56,8 @@ __all__ = [
     "normalize_rows",
     "rows_table",
     "schema_spec",
+    "segment_ref",
+    "segment_refs",
     "segment_row",
 ]
 
@@ -128,6 +133,25 @@ def rows_table(rows: list[dict]) -> pa.Table:
     """Catalog rows (without ``run_id``/``committed_at``) as a table of the catalog schema."""
     fields = [f for f in catalog_schema() if f.name not in _FILLED_COLUMNS]
     return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+
+
+def segment_ref(row: Mapping[str, Any]) -> SegmentRef:
+    """The committed segment a catalog row describes, as storage takes it (``path``,
+    ``size_bytes``; ``next_offset``, ``max_timestamp``, ``run_id``,
+    ``index_interval_bytes`` if the row has them)."""
+    return SegmentRef(
+        path=row["path"],
+        size_bytes=int(row["size_bytes"]),
+        next_offset=row.get("next_offset"),
+        max_timestamp=row.get("max_timestamp"),
+        run_id=row.get("run_id") or None,
+        index_interval_bytes=row.get("index_interval_bytes"),
+    )
+
+
+def segment_refs(rows: pa.Table | Iterable[Mapping[str, Any]]) -> list[SegmentRef]:
+    """:func:`segment_ref` of each row, in their order."""
+    return [segment_ref(r) for r in (rows.to_pylist() if isinstance(rows, pa.Table) else rows)]
 
 
 def listing(items: list[str]) -> str:

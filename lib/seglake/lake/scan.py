@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, offset_ranges
 from seglake.lake.snapshot import Snapshot, TopicPartition
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.tail_minima import cutoff
 from seglake.storage.time_index import NO_ENTRY
 from seglake.storage.txn_index import collect_aborted
@@ -75,15 +75,15 @@ class SegmentTask:
         """The offsets it may return: ``[lo, hi)`` within its segment's."""
         return max(self.lo, self.base_offset), min(self.hi, self.next_offset)
 
-    def row(self) -> dict[str, Any]:
-        """Its segment as the index cache takes it (a catalog row's fields)."""
-        return {
-            "path": self.path,
-            "size_bytes": self.size,
-            "next_offset": self.next_offset,  # a file cut short names its lost offsets
-            "run_id": self.run_id,
-            "index_interval_bytes": self.index_interval_bytes,
-        }
+    def ref(self) -> SegmentRef:
+        """Its segment, as the index cache opens it."""
+        return SegmentRef(
+            path=self.path,
+            size_bytes=self.size,
+            next_offset=self.next_offset,  # a file cut short names its lost offsets
+            run_id=self.run_id or None,
+            index_interval_bytes=self.index_interval_bytes,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

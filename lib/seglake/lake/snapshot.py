@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_refs
+from seglake.location import LakeLocation, Root
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 
@@ -40,7 +42,7 @@ class Snapshot:
     ``rows`` per partition, sorted by topic and partition; logs opened with
     ``on_corrupt`` (:class:`~seglake.storage.segment.LogSegment`'s) from ``cache``."""
 
-    root: str
+    root: LakeLocation
     version: int
     rows: Mapping[TopicPartition, pa.Table]
     on_corrupt: str = "raise"
@@ -52,7 +54,7 @@ class Snapshot:
     @classmethod
     def read(
         cls,
-        root: str,
+        root: Root,
         topics: str | Iterable[str] | None = None,
         partitions: Iterable[int] | None = None,
         *,
@@ -63,10 +65,11 @@ class Snapshot:
     ) -> Snapshot:
         """One catalog read: the rows of ``topics`` (``None``: all) and ``partitions``
         at ``version`` (``None``: the newest)."""
-        catalog = catalog or Catalog(root)
+        location = LakeLocation.of(root)
+        catalog = catalog or Catalog(location)
         version = catalog.version() if version is None else version
         rows = catalog.segments(topics, partitions, version=version)
-        return cls(root, version, by_partition(rows), on_corrupt, cache)
+        return cls(location, version, by_partition(rows), on_corrupt, cache)
 
     def select(self, partitions: Iterable[TopicPartition]) -> Snapshot:
         """These partitions only (the logs opened so far kept)."""
@@ -85,7 +88,7 @@ class Snapshot:
         if log is None:
             cache = self.cache or get_cache()
             log = self._logs[tp] = cache.partition_log(
-                self.root, tp, self.rows[tp], self.on_corrupt
+                self.root, tp, segment_refs(self.rows[tp]), self.on_corrupt
             )
         return log
 

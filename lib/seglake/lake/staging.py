@@ -30,6 +30,8 @@ from seglake import fs as lakefs
 from seglake.errors import SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
+from seglake.lake.rows import segment_refs
+from seglake.location import LakeLocation, Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -47,7 +49,7 @@ REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
 
 
-def stage_replaced(root: str, run_id: str, rows: pa.Table) -> None:
+def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
     """Record, in the run's staging directory, the catalog rows it replaces or removes."""
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING, run_id)
@@ -56,13 +58,13 @@ def stage_replaced(root: str, run_id: str, rows: pa.Table) -> None:
     lakefs.write_bytes(fs, lakefs.join(staging, REPLACES), json.dumps(doc).encode())
 
 
-def discard_staging(root: str, run_id: str) -> None:
+def discard_staging(root: Root, run_id: str) -> None:
     """Delete the staged files of a run that did not commit."""
     fs, base = lakefs.resolve(root)
     lakefs.delete_dir(fs, lakefs.join(base, STAGING, run_id))
 
 
-def _retire_replaced(root: str, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
+def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
     """Move the files of the rows a committed run replaced to ``_retired/<their run>/``."""
     manifest, done = lakefs.join(staging, REPLACES), lakefs.join(staging, RETIRED_DONE)
     if not lakefs.exists(fs, manifest) or lakefs.exists(fs, done):
@@ -85,12 +87,13 @@ def _retire_replaced(root: str, fs: pafs.FileSystem, base: str, staging: str, ru
     return len(retired)
 
 
-def publish_pending(root: str, run_id: str, rows: pa.Table | None = None) -> int:
+def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> int:
     """Move a committed run's staged files into their partition directories.
 
     Idempotent: files already moved are skipped, so a rerun after a crash between the
     commit and the moves finishes the job. Returns the number of files moved.
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING, run_id)
     if not lakefs.exists(fs, staging):
@@ -168,7 +171,7 @@ class CleanupReport:
 
 
 def cleanup(
-    root: str,
+    root: Root,
     *,
     older_than_s: float = 0.0,
     dry_run: bool = False,
@@ -184,6 +187,7 @@ def cleanup(
     than that (a run that may still be writing, a reader pinned to an older version);
     ``delete_delay_s``, if given, is the retired files' own delay.
     """
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING)
     catalog = Catalog(root)
@@ -222,7 +226,7 @@ def cleanup(
 
 
 def open_partition(
-    root: str,
+    root: Root,
     topic: str,
     partition: int,
     *,
@@ -232,10 +236,11 @@ def open_partition(
 ) -> PartitionLog:
     """The committed segments of one partition, as a :class:`PartitionLog` (reads raise
     at a damaged batch, or skip it with ``on_corrupt="skip"``)."""
+    root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     if rows is None:
         rows = (catalog or Catalog(root)).segments(topic, partition)
-    return PartitionLog.from_rows(fs, base, rows, on_corrupt=on_corrupt)
+    return PartitionLog.from_refs(fs, base, segment_refs(rows), on_corrupt=on_corrupt)
 
 
 def lake_of(path: str) -> tuple[str, str, int] | None:

@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.stream_segments import Source, joined_row, read_rebased
+from seglake.location import Root
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
@@ -165,7 +166,7 @@ def _resume(fs: pafs.FileSystem, stem: str, tail: dict, interval: int) -> IndexB
     return builder
 
 
-def cut_uncommitted(fs: pafs.FileSystem, root: str, rows: list[dict]) -> list[str]:
+def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict]) -> list[str]:
     """Cut each catalogued ``.log`` of one partition (its catalog ``rows``) back to its
     row's ``size_bytes`` where an in-place append never committed (``recover`` does this
     first: it would otherwise find those batches whole and commit them, and the restarted

@@ -52,6 +52,7 @@ from seglake.lake.stream_segments import (
     source,
 )
 from seglake.lake.topic_store import topic_configs
+from seglake.location import LakeLocation, Root
 from seglake.record.batch import scan_batches
 from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
@@ -120,7 +121,7 @@ def stream_run_id(query_id: str, batch_id: int) -> str:
 
 
 def commit_pieces(
-    root: str,
+    root: Root,
     run_id: str,
     pieces: Sequence[Piece],
     *,
@@ -143,6 +144,7 @@ def commit_pieces(
             ``true`` in place where the files are local, else a staged copy; ``copy``
             always a staged copy; ``false`` never.
     """
+    root = LakeLocation.of(root)  # parsed once
     if append not in APPEND_MODES:
         raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
     fs, base = lakefs.resolve(root)

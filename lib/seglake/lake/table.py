@@ -10,11 +10,9 @@ Changes are :class:`seglake.lake.catalog.Catalog`'s.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +22,7 @@ from seglake import fs as lakefs
 from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
+from seglake.location import LakeLocation, Root
 from seglake.storage.naming import validate_partition, validate_topic
 
 CATALOG_DIR = "_catalog"
@@ -60,35 +59,6 @@ class HistoryEntry:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _table_location(
-    root: str,
-    storage_options: Mapping[str, str] | None,
-) -> tuple[str, dict[str, str]]:
-    """Delta table URI of ``<root>/_catalog`` and the storage options to open it with."""
-    root = os.fspath(root)
-    if not isinstance(root, str) or not root.strip():
-        raise CatalogError(f"lake root must be a non-empty path or URI, got {root!r}")
-    options: dict[str, str] = {}
-    if "://" not in root:
-        uri = os.path.join(os.path.abspath(root), CATALOG_DIR)
-    else:
-        parts = urlsplit(root)
-        query = dict(parse_qsl(parts.query))
-        if parts.scheme.lower() == "s3":
-            endpoint = os.environ.get("AWS_ENDPOINT_URL")
-            if "endpoint_override" in query:
-                endpoint = f"{query.get('scheme', 'https')}://{query['endpoint_override']}"
-                options["AWS_ENDPOINT_URL"] = endpoint
-            if endpoint and endpoint.startswith("http://"):
-                options["AWS_ALLOW_HTTP"] = "true"
-            if "region" in query:
-                options["AWS_REGION"] = query["region"]
-        base = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
-        uri = f"{base}/{CATALOG_DIR}"
-    options.update(storage_options or {})
-    return uri, options
-
-
 def _as_list(value: str | int | Iterable[Any] | None) -> list[Any] | None:
     if value is None:
         return None
@@ -101,20 +71,19 @@ class CatalogTable:
     """The segment catalog of one lake, read side.
 
     Args:
-        root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
-        storage_options: extra deltalake storage options (``AWS_ENDPOINT_URL``, ...).
-            For ``s3://`` roots, ``?endpoint_override=&scheme=&region=`` in the URI are
-            translated, and an ``http://`` endpoint turns on ``AWS_ALLOW_HTTP``.
+        root: the lake (:class:`~seglake.location.LakeLocation`, or a root it parses);
+            the table lives at ``<root>/_catalog``.
+        storage_options: extra deltalake storage options (``AWS_ENDPOINT_URL``, ...),
+            added to the location's (for ``s3://`` roots, ``?endpoint_override=&scheme=
+            &region=`` in the URI are translated, and an ``http://`` endpoint turns on
+            ``AWS_ALLOW_HTTP``).
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        storage_options: Mapping[str, str] | None = None,
-    ) -> None:
-        self.root = os.fspath(root)
-        self.uri, self.storage_options = _table_location(self.root, storage_options)
+    def __init__(self, root: Root, *, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = LakeLocation.of(root, storage_options)
+        self.root = self.location.root
+        self.uri = f"{self.location.uri}/{CATALOG_DIR}"
+        self.storage_options = self.location.storage_options
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

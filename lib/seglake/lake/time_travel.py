@@ -22,13 +22,14 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import ConfigError
 from seglake.lake.table import CATALOG_DIR
+from seglake.location import Root
 
 __all__ = ["commit_times", "version_as_of"]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
-def commit_times(root: str) -> list[tuple[int, int]]:
+def commit_times(root: Root) -> list[tuple[int, int]]:
     """``(version, commit time in ms)`` of every commit file in the catalog's log, oldest
     first, the times made increasing as Delta makes them."""
     fs, base = lakefs.resolve(root)
@@ -51,7 +52,7 @@ def _utc(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def version_as_of(root: str, ms: int) -> int:
+def version_as_of(root: Root, ms: int) -> int:
     """The catalog version at epoch ms ``ms`` by Delta's rule (see the module docstring).
 
     Raises:

@@ -14,7 +14,6 @@ on top of it.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.errors import CatalogError, ConcurrentRunError, SeglakeError
 from seglake.lake.table import CatalogTable, app_id
+from seglake.location import Root
 from seglake.testing_hooks import crash_point
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "CatalogWriter", "CommitResult", "overwrite"]
@@ -63,7 +63,8 @@ class CatalogWriter(CatalogTable):
     """A catalog's one-commit protocol (:meth:`_transact`), under :class:`Catalog`'s changes.
 
     Args:
-        root: lake root (local path or URI); the table lives at ``<root>/_catalog``.
+        root: the lake (:class:`~seglake.location.LakeLocation`, or a root it parses);
+            the table lives at ``<root>/_catalog``.
         storage_options: extra deltalake storage options (see :class:`CatalogTable`).
         max_attempts: how often a change is re-planned after losing the race for the next
             table version before giving up with :class:`ConcurrentRunError`.
@@ -71,7 +72,7 @@ class CatalogWriter(CatalogTable):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: Root,
         *,
         storage_options: Mapping[str, str] | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -92,7 +93,6 @@ class CatalogWriter(CatalogTable):
         metadata: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Plan against version V, commit as V + 1 or re-plan; see the module docstring."""
-        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         aid = app_id(run_id)
@@ -124,17 +124,7 @@ class CatalogWriter(CatalogTable):
                     f"{op} of run {run_id!r} lost the race for catalog version {lost[0] + 1} "
                     f"and no longer applies at version {version}: {exc}"
                 ) from exc
-            props = CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(app_id=aid, version=1)],
-                custom_metadata={
-                    "seglake.run_id": run_id,
-                    "seglake.operation": op,
-                    "seglake.rows_added": added,
-                    "seglake.rows_removed": removed,
-                    **(metadata or {}),
-                },
-            )
+            props = _commit_properties(op, run_id, added, removed, metadata)
             try:
                 crash_point(f"catalog.{op}.write")
                 with lakefs.native_stderr_held():  # delta-rs panics there on a refused write
@@ -166,6 +156,27 @@ class CatalogWriter(CatalogTable):
             f"{op} of run {run_id!r} lost the race for the next catalog version "
             f"{self.max_attempts} times in a row; nothing was published"
         )
+
+
+def _commit_properties(
+    op: str, run_id: str, added: int, removed: int, metadata: Mapping[str, str] | None
+) -> Any:
+    """The Delta commit's properties: no retry by delta-rs (a lost race is re-planned),
+    the run id as the app transaction that makes a rerun a no-op, and what the commit
+    did as its ``seglake.*`` custom metadata."""
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(
+        max_commit_retries=0,
+        app_transactions=[Transaction(app_id=app_id(run_id), version=1)],
+        custom_metadata={
+            "seglake.run_id": run_id,
+            "seglake.operation": op,
+            "seglake.rows_added": added,
+            "seglake.rows_removed": removed,
+            **(metadata or {}),
+        },
+    )
 
 
 def overwrite(table: Any, new: pa.Table, predicate: str, props: Any) -> None:

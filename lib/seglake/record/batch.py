@@ -312,21 +312,9 @@ def scan_batches(
     pos = start
     error = None
     truncated = False
-    prev_last = None
-    lib = native.kernel()
-    plain = np.zeros((0, 14), np.int64)  # batches the kernel found plainly valid
-    stopped = False  # by stop_after_offset, in the kernel
-    if (
-        lib is not None
-        and end - pos >= NATIVE_SCAN_BYTES
-        and (max_batches is None or max_batches >= NATIVE_SCAN_BATCHES)
-    ):
-        data = np.frombuffer(view if view.format == "B" else view.cast("B"), np.uint8)
-        plain, pos, stopped = native.scan(
-            lib, data, pos, end, max_batches, verify_crc, prev_last, stop_after_offset
-        )
-        if len(plain):
-            prev_last = int(plain[-1, 0] + plain[-1, 6])
+    # batches the kernel found plainly valid; stopped: by stop_after_offset, in the kernel
+    plain, pos, stopped = _kernel_scan(view, pos, end, max_batches, verify_crc, stop_after_offset)
+    prev_last = int(plain[-1, 0] + plain[-1, 6]) if len(plain) else None
     unpack = HEADER.unpack_from
     while pos < end and not stopped:
         if max_batches is not None and len(plain) + len(rows) >= max_batches:
@@ -362,6 +350,29 @@ def scan_batches(
     scan = _from_rows(rows, pos, error, crcs, plain)
     scan.truncated, scan.skipped = truncated and error is not None, tuple(skipped)
     return scan
+
+
+def _kernel_scan(
+    view: memoryview,
+    pos: int,
+    end: int,
+    max_batches: int | None,
+    verify_crc: bool,
+    stop_after_offset: int | None,
+) -> tuple[np.ndarray, int, bool]:
+    """The compiled kernel's scan of ``view[pos:end]`` (when there is one and the range
+    is large enough to gain): ``(rows, position, stopped)``, the header columns of the
+    plainly valid batches it walked, where it stopped (the careful Python scan goes on
+    from there) and whether ``stop_after_offset`` stopped it."""
+    lib = native.kernel()
+    if (
+        lib is None
+        or end - pos < NATIVE_SCAN_BYTES
+        or (max_batches is not None and max_batches < NATIVE_SCAN_BATCHES)
+    ):
+        return np.zeros((0, 14), np.int64), pos, False
+    data = np.frombuffer(view if view.format == "B" else view.cast("B"), np.uint8)
+    return native.scan(lib, data, pos, end, max_batches, verify_crc, None, stop_after_offset)
 
 
 def _plausible_end(view: memoryview, at: int, end: int) -> bool:

@@ -164,16 +164,7 @@ def encode_batches(
         (producer_id, producer_epoch, base_sequence, leader_epoch),
     )
     data = _assemble(lib, cols, sizes, plan, hdr, codec)
-    position = np.zeros(len(plan.starts), dtype=np.int64)
-    np.cumsum(plan.size[:-1], out=position[1:])
-    size = plan.size
-    if codec:
-        data, position, size = compress_batches(data, position, size, hdr, codec, level)
-    elif lib is None or not native.has_crc(lib):  # (else the kernel wrote the CRCs)
-        crcs = batch_crcs(data, position, size)
-        data[position[:, None] + _CRC_COLUMNS] = (
-            crcs.astype(">u4").view(np.uint8).reshape(len(size), 4)
-        )
+    data, position, size = _close(lib, data, plan, hdr, codec, level)
     starts, ends = plan.starts, plan.ends
     min_ts = (
         hdr["max_timestamp"].astype(np.int64)
@@ -197,6 +188,30 @@ def encode_batches(
         producer_epoch=producer_epoch,
         leader_epoch=leader_epoch,
     )
+
+
+def _close(
+    lib: ctypes.CDLL | None,
+    data: np.ndarray,
+    plan: _Plan,
+    hdr: np.ndarray,
+    codec: int,
+    level: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kafka's ``MemoryRecordsBuilder.close``: the assembled batches ``data`` compressed
+    (``codec``) or their CRCs written (unless the kernel wrote them): ``(data, position,
+    size)`` of the finished batches."""
+    position = np.zeros(len(plan.starts), dtype=np.int64)
+    np.cumsum(plan.size[:-1], out=position[1:])
+    size = plan.size
+    if codec:
+        return compress_batches(data, position, size, hdr, codec, level)
+    if lib is None or not native.has_crc(lib):  # (else the kernel wrote the CRCs)
+        crcs = batch_crcs(data, position, size)
+        data[position[:, None] + _CRC_COLUMNS] = (
+            crcs.astype(">u4").view(np.uint8).reshape(len(size), 4)
+        )
+    return data, position, size
 
 
 def _compression(config: LogConfig, codec: int | None, level: int | None) -> tuple[int, int | None]:

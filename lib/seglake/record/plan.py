@@ -196,33 +196,7 @@ def plan_exact(
     n = len(fixed)
     budget = batch_size - HEADER_SIZE
     limit = off if int(off[-1]) - int(off[0]) > INT32_MAX else None
-    # about as many records as fit in a batch, sizes taken as fixed + 3
-    period = max(1, min(n, budget * n // (int(fixed.sum()) + 3 * n), max_records or n))
-    cum = np.zeros(n + 1, dtype=np.int64)
-    for a in range(0, n, _CHUNK):
-        b = min(n, a + _CHUNK)
-        base = np.arange(a, b) // period * period
-        np.cumsum(
-            rel_varints(fixed, off, ts, slice(a, b), off[base], ts[base]).size,
-            out=cum[a + 1 : b + 1],
-        )
-        cum[a + 1 : b + 1] += cum[a]
-
-    def exact(s: int, hint: int) -> tuple[int, RelVarints]:
-        """The batch starting at record ``s``, computed directly over a window of records
-        that doubles until the batch ends inside it (``hint``: a guess of its length)."""
-        cap = n if not max_records else min(n, s + max_records)
-        if limit is not None:
-            cap = min(cap, int(limit.searchsorted(limit[s] + INT32_MAX, "right")))
-        width = hint + 16
-        while True:
-            e = min(cap, s + width)
-            rel = rel_varints(fixed, off, ts, slice(s, e), off[s], ts[s])
-            k = max(1, int(np.cumsum(rel.size).searchsorted(budget, "right")))
-            if k < e - s or e == cap:
-                return s + k, rel.head(k)
-            width *= 2
-
+    cum = _guessed_sizes(fixed, off, ts, budget, max_records)
     starts: list[int] = []
     pieces: list[RelVarints] = []
     s, run = 0, n
@@ -253,10 +227,57 @@ def plan_exact(
         starts.extend(chain[: f + 1])
         if f:
             pieces.append(rel.head(chain[f] - s))
-        s, rel = exact(chain[f], int(lens[f]))
+        s, rel = _exact_batch(fixed, off, ts, chain[f], int(lens[f]), budget, max_records, limit)
         pieces.append(rel)
         run = max(2 * f, 16)
     return np.array(starts, dtype=np.int64), pieces
+
+
+def _guessed_sizes(
+    fixed: np.ndarray, off: np.ndarray, ts: np.ndarray, budget: int, max_records: int
+) -> np.ndarray:
+    """:func:`plan_exact`'s guess: the cumulative record sizes (``[0, ...]``, ``n + 1``)
+    with deltas taken from a grid of batches of about as many records as fit in one
+    (sizes taken as fixed + 3), in cache-sized runs."""
+    n = len(fixed)
+    period = max(1, min(n, budget * n // (int(fixed.sum()) + 3 * n), max_records or n))
+    cum = np.zeros(n + 1, dtype=np.int64)
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        base = np.arange(a, b) // period * period
+        np.cumsum(
+            rel_varints(fixed, off, ts, slice(a, b), off[base], ts[base]).size,
+            out=cum[a + 1 : b + 1],
+        )
+        cum[a + 1 : b + 1] += cum[a]
+    return cum
+
+
+def _exact_batch(
+    fixed: np.ndarray,
+    off: np.ndarray,
+    ts: np.ndarray,
+    s: int,
+    hint: int,
+    budget: int,
+    max_records: int,
+    limit: np.ndarray | None,
+) -> tuple[int, RelVarints]:
+    """The batch starting at record ``s``, computed directly over a window of records
+    that doubles until the batch ends inside it (``hint``: a guess of its length):
+    ``(its end, its records' varints)``."""
+    n = len(fixed)
+    cap = n if not max_records else min(n, s + max_records)
+    if limit is not None:
+        cap = min(cap, int(limit.searchsorted(limit[s] + INT32_MAX, "right")))
+    width = hint + 16
+    while True:
+        e = min(cap, s + width)
+        rel = rel_varints(fixed, off, ts, slice(s, e), off[s], ts[s])
+        k = max(1, int(np.cumsum(rel.size).searchsorted(budget, "right")))
+        if k < e - s or e == cap:
+            return s + k, rel.head(k)
+        width *= 2
 
 
 def check_deltas(off: np.ndarray, starts: np.ndarray) -> None:

@@ -9,7 +9,8 @@ numpy, which also names what is wrong)::
                                fused (sl_decode, raw and lz4) -> kernel -> numpy
     walk_parts                 where each record of many buffers' batches is, its
                                offset and timestamp (RecordWalk): kernel -> numpy
-    pick_records               just the records queries pick in them (sl_pick), or None
+    pick_records               the records queries pick in them: kernel (sl_pick, just
+                               the picks) -> numpy (walk_parts, picks over the walk)
 
 The paths: :mod:`~seglake.record.decode_fused` (one pass a batch),
 :mod:`~seglake.record.decode_native` (kernel walk and copy),
@@ -269,6 +270,45 @@ class RecordWalk:
         """The batch of each record."""
         return np.repeat(np.arange(len(self.ok)), np.diff(self.first))
 
+    def offset_records(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """The first record at or after each target offset in batch ``ids`` (the record
+        at the offset, or the next one where the cleaner removed it), or -1."""
+        out = np.full(len(ids), -1, dtype=np.int64)
+        ok = np.flatnonzero(ids >= 0)
+        if not len(ok) or not len(self.offset):
+            return out
+        # offsets increase within a batch: one search on (batch, offset - base) keys
+        base = self.scan.base_offset
+        batch = self.batch
+        keys = (batch << 32) | np.clip(self.offset - base[batch], 0, 2**32 - 1)
+        g = ids[ok]
+        at = np.minimum(
+            np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0, 2**32 - 1)),
+            len(keys) - 1,
+        )
+        hit = (batch[at] == g) & (self.offset[at] >= targets[ok])
+        out[ok[hit]] = at[hit]
+        return out
+
+    def timestamp_records(
+        self, ids: np.ndarray, targets: np.ndarray, lo: int | np.ndarray
+    ) -> np.ndarray:
+        """The first record with timestamp >= target and offset >= ``lo`` (one, or one
+        per target) in each target's batch (``ids``), or -1."""
+        out = np.full(len(ids), -1, dtype=np.int64)
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.int64), np.shape(ids))
+        ok = np.flatnonzero(ids >= 0)
+        if not len(ok):
+            return out
+        first = self.first[ids[ok]]
+        count = self.first[ids[ok] + 1] - first
+        owner = np.repeat(np.arange(len(ok)), count)
+        rec = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        good = (self.timestamp[rec] >= targets[ok][owner]) & (self.offset[rec] >= lo[ok][owner])
+        owners, at = np.unique(owner[good], return_index=True)
+        out[ok[owners]] = rec[good][at]
+        return out
+
     def decode(self, records: np.ndarray, *, path: str | None = None) -> pa.Table:
         """The records ``records`` (indices), decoded, one row each, in that order.
 
@@ -366,14 +406,35 @@ def pick_records(
     targets: np.ndarray,
     lo: np.ndarray,
     is_ts: np.ndarray,
+) -> tuple[RecordWalk, np.ndarray]:
+    """``(walk, record)``: a :class:`RecordWalk` of the batches ``sel`` of each part,
+    parts one after the other, and the record each query picks in it (-1: none in its
+    batch, or ``ids`` < 0). Query ``i`` looks in batch ``ids[i]`` for the first record
+    with offset >= ``targets[i]`` or, where ``is_ts[i]``, with timestamp >= ``targets[i]``
+    and offset >= ``lo[i]``. In the kernel (:func:`pick_native`: the walk holds just the
+    picked records) where it takes every batch; else every record walked
+    (:func:`walk_parts`, whose ``ok`` False marks the batches that do not walk) and the
+    queries picked there (:meth:`RecordWalk.offset_records`,
+    :meth:`RecordWalk.timestamp_records`)."""
+    got = _kernel_picks(parts, ids, targets, lo, is_ts)
+    if got is not None:
+        return got
+    walk = walk_parts(parts)
+    record = np.full(len(ids), -1, dtype=np.int64)
+    record[~is_ts] = walk.offset_records(ids[~is_ts], targets[~is_ts])
+    record[is_ts] = walk.timestamp_records(ids[is_ts], targets[is_ts], lo[is_ts])
+    return walk, record
+
+
+def _kernel_picks(
+    parts: list[Part],
+    ids: np.ndarray,
+    targets: np.ndarray,
+    lo: np.ndarray,
+    is_ts: np.ndarray,
 ) -> tuple[RecordWalk, np.ndarray] | None:
-    """``(walk, record)``: the picked records only (a :class:`RecordWalk` of the batches
-    ``sel`` of each part, parts one after the other, holding just them) and the one each
-    query picks (-1: none in its batch, or ``ids`` < 0). Query ``i`` looks in batch
-    ``ids[i]`` for the first record with offset >= ``targets[i]`` or, where ``is_ts[i]``,
-    with timestamp >= ``targets[i]`` and offset >= ``lo[i]``. In the kernel
-    (:func:`pick_native`); None where there is none or it does not take a batch (the
-    caller then picks from :func:`walk_parts`, which names any problem)."""
+    """:func:`pick_records` in the kernel, the walk holding just the picked records;
+    None where there is no kernel or it does not take a batch."""
     lib = native.kernel()
     if lib is None or not parts:
         return None

@@ -353,7 +353,28 @@ def walk_headers(
                 else "the record ends before its next header",
             )
         active = active[~done]
+    fields = HeaderFields(recs, base, key_pos, key_len, val_pos, val_len)
+    _walk_rest(data, fields, active, hp, lim, cnt, j, ctx)
+    return fields
+
+
+def _walk_rest(
+    data: np.ndarray,
+    fields: HeaderFields,
+    active: np.ndarray,
+    hp: np.ndarray,
+    lim: np.ndarray,
+    cnt: np.ndarray,
+    j: int,
+    ctx: BatchContext,
+) -> None:
+    """:func:`walk_headers`' last phase: the few records (``active``, of ``fields``' owners)
+    with headers left after the vectorised steps, each walked in Python from header ``j``
+    (at ``hp``, the record ending at ``lim``, ``cnt`` headers), into ``fields``."""
     view = memoryview(data)  # type: ignore[arg-type]  # ndarray
+    recs, base = fields.owner, fields.first
+    key_pos, key_len = fields.key_pos, fields.key_len
+    val_pos, val_len = fields.value_pos, fields.value_len
     for a in active.tolist():
         r = int(recs[a])
         b0 = int(base[a])
@@ -379,7 +400,6 @@ def walk_headers(
             at += max(n_val, 0)
         if at != stop:
             raise ctx.record_error(r, f"{stop - at} bytes follow the last header")
-    return HeaderFields(recs, base, key_pos, key_len, val_pos, val_len)
 
 
 def _scalar_varint(

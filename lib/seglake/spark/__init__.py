@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seglake.location import Root
 
 __all__ = ["compact", "ingest_batch", "register", "seglake_errors"]
 
@@ -19,7 +22,7 @@ def register(spark: Any, *, bytes_accumulator: Any = None) -> None:
     _register(spark, bytes_accumulator=bytes_accumulator)
 
 
-def compact(spark: Any, root: str, **kwargs: Any) -> Any:
+def compact(spark: Any, root: Root, **kwargs: Any) -> Any:
     """Merge or compact a lake's segments (see :func:`seglake.spark.compact_job.compact`;
     not ``spark/compact.py``: importing a submodule of that name would replace this
     function by the module on the package)."""

@@ -33,6 +33,7 @@ from seglake import fs as lakefs
 from seglake.errors import ConfigError
 from seglake.lake.runs import new_run_id
 from seglake.lake.staging import STAGING
+from seglake.location import Root
 from seglake.spark.sink_columns import check_sink_schema, sink_batch
 from seglake.spark.stream_sink import (
     SinkOptions,
@@ -103,7 +104,7 @@ class SeglakeBatchWriter(DataSourceArrowWriter):
         discard_pieces(self.opts.root, self.run_id)
 
 
-def discard_pieces(root: str, run_id: str) -> int:
+def discard_pieces(root: Root, run_id: str) -> int:
     """Remove every task attempt's staged piece of run ``run_id`` (``<run id>.task-*``,
     also those no commit message names); the number removed."""
     fs, base = lakefs.resolve(root)

@@ -23,6 +23,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.format import LONG_MAX
 from seglake.lake.compaction import CompactResult, run_compaction
+from seglake.location import Root
 from seglake.spark.session import seglake_errors
 
 __all__ = ["DRIVER_MERGE_CONF", "compact"]
@@ -34,7 +35,7 @@ DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 @seglake_errors()  # a task's own error, not Spark's wrapper
 def compact(
     spark: SparkSession,
-    root: str,
+    root: Root,
     *,
     topics: str | Iterable[str] | None = None,
     partitions: str | Iterable[int] | None = None,

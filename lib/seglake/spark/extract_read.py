@@ -14,6 +14,7 @@ import pyarrow as pa
 from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.scan import SegmentTask
+from seglake.location import Root
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
@@ -54,7 +55,7 @@ class SplitReads:
 
 
 def read_split(
-    cache: IndexCache, root: str, split: SegmentTask, how: SplitReads | None = None
+    cache: IndexCache, root: Root, split: SegmentTask, how: SplitReads | None = None
 ) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
     return read_splits(cache, root, [split], how)
@@ -65,7 +66,7 @@ GROUP_BYTES = 8 << 20  # log bytes decoded in one call by iter_splits
 
 def iter_splits(
     cache: IndexCache,
-    root: str,
+    root: Root,
     splits: list[SegmentTask],
     how: SplitReads | None = None,
     *,
@@ -86,7 +87,7 @@ def iter_splits(
 
 
 def read_splits(
-    cache: IndexCache, root: str, splits: list[SegmentTask], how: SplitReads | None = None
+    cache: IndexCache, root: Root, splits: list[SegmentTask], how: SplitReads | None = None
 ) -> pa.Table:
     """Records of several splits (Kafka source schema), read as ``how`` says
     (:class:`SplitReads`; default: uncommitted, a damaged batch raises, not pinned):
@@ -125,7 +126,7 @@ def read_splits(
 
 def _split_batches(
     cache: IndexCache,
-    root: str,
+    root: Root,
     split: SegmentTask,
     on_corrupt: str,
     skipped: list[str] | None,
@@ -133,7 +134,7 @@ def _split_batches(
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    seg = cache.segment(root, split.row(), load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    seg = cache.segment(root, split.ref(), load_indexes=False, on_corrupt=on_corrupt, pin=pin)
     w = _split_window(seg, split.start_pos, split.end_pos, split.hi, split.extend)
     if skipped is not None:
         skipped += [

@@ -44,6 +44,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.lake.topic_store import topic_configs
+from seglake.location import LakeLocation, Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
@@ -61,7 +62,7 @@ log = logging.getLogger("seglake.ingest")
 def ingest(
     spark: SparkSession,
     df: DataFrame,
-    root: str,
+    root: Root,
     *,
     run_id: str | None = None,
     conf: LogConfig | Mapping[str, Any] | None = None,
@@ -84,6 +85,7 @@ def ingest(
         fail_after_records: testing hook: make each encode task fail after this many
             records (a crash mid-write).
     """
+    root = LakeLocation.of(root)  # parsed once
     started = time.time()
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
     run_id = run_id or new_run_id()
@@ -157,7 +159,7 @@ def _already_committed(run_id: str, started: float, catalog: Catalog) -> IngestR
 def _write(
     spark: SparkSession,
     df: DataFrame,
-    root: str,
+    root: Root,
     run_id: str,
     config: LogConfig,
     topic: str | None,

@@ -33,6 +33,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
+from seglake.location import Root
 from seglake.record.header_scan import scan_headers
 from seglake.spark.arrow_input import Normalizer, Split, split_topics
 from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
@@ -53,7 +54,7 @@ def one_pass(
     norm: Normalizer,
     num_partitions: int | None,
     config: LogConfig,
-    root: str,
+    root: Root,
 ) -> bool:
     """Whether the write may run without a count pass: offsets assigned in input order,
     Kafka's partitioner (``num_partitions``), a local lake (staged files patched in
@@ -104,7 +105,7 @@ def counts(rows: pa.Table) -> list[dict]:
 
 
 def rebase(
-    root: str,
+    root: Root,
     run_id: str,
     rows: pa.Table,
     task_starts: Mapping[tuple[int, str, int], int],

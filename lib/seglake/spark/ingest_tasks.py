@@ -27,6 +27,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
+from seglake.location import Root
 from seglake.spark.ingest_keys import (
     COUNT_ROWS,
     Batches,
@@ -102,7 +103,7 @@ class StagedWriters:
 
     def __init__(
         self,
-        root: str,
+        root: Root,
         run_id: str,
         config: LogConfig,
         tmp_suffix: str,
@@ -151,7 +152,7 @@ class StagedWriters:
 
 
 def local_writer(
-    root: str,
+    root: Root,
     run_id: str,
     config: LogConfig,
     num_partitions: int | None,
@@ -289,7 +290,7 @@ def prepare(
 
 
 def encoder(
-    root: str,
+    root: Root,
     run_id: str,
     config: LogConfig,
     log_end: Mapping[Key, int],

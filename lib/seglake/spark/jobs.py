@@ -18,6 +18,7 @@ from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
 from seglake.errors import SeglakeError
 from seglake.fs import refused
+from seglake.location import LakeLocation
 from seglake.spark.session import (
     get_session,
     has_delta_spark,
@@ -387,18 +388,17 @@ def main(job: str, argv: list[str]) -> int:
     parser_fn, runner = RUNNERS[job]
     args = parser_fn().parse_args(argv)
     started = time.time()
+    root = getattr(args, "root", None)
     try:
+        if root is not None:  # the lake root parsed once: executors get it pickled
+            args.root = LakeLocation.of(root)
         jobargs.check_before_spark(job, args)  # so do paths and topics
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
         driver_io = isinstance(exc, OSError)  # the driver's own write the file system refused
-        err = (
-            task_error(exc)
-            or (refused(exc, getattr(args, "root", None)) if driver_io else None)
-            or spark_error(exc)
-        )
+        err = task_error(exc) or (refused(exc, root) if driver_io else None) or spark_error(exc)
         if err is None:
             raise
         from_spark = not isinstance(exc, (SeglakeError, OSError))  # its traceback: the log

@@ -27,6 +27,7 @@ from seglake.storage.point_reads import (
     time_request,
 )
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_ref import SegmentRef
 
 __all__ = [
     "EARLIEST",
@@ -349,15 +350,15 @@ def _open(
     on_corrupt: str = "raise",
     pin: PinnedVersion | None = None,
 ) -> LogSegment:
-    row = {
-        "path": str(a["path"][s]),
-        "size_bytes": int(a["size"][s]),
-        "next_offset": int(a["next_offset"][s]),
-        "max_timestamp": int(a["max_timestamp"][s]),
-        "run_id": a["run_id"][s] or None,
-        "index_interval_bytes": int(a["index_interval_bytes"][s]) or None,
-    }
-    return cache.segment(root, row, on_corrupt=on_corrupt, pin=pin)
+    ref = SegmentRef(
+        path=str(a["path"][s]),
+        size_bytes=int(a["size"][s]),
+        next_offset=int(a["next_offset"][s]),
+        max_timestamp=int(a["max_timestamp"][s]),
+        run_id=a["run_id"][s] or None,
+        index_interval_bytes=int(a["index_interval_bytes"][s]) or None,
+    )
+    return cache.segment(root, ref, on_corrupt=on_corrupt, pin=pin)
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:

@@ -17,6 +17,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
 from seglake.lake.time_travel import version_as_of
+from seglake.location import LakeLocation, Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
 from seglake.storage.log import EARLIEST_TIMESTAMP as EARLIEST
@@ -264,7 +265,7 @@ class Bound:
 class ReadOptions:
     """The options of one ``spark.read.format("seglake")``, parsed and checked."""
 
-    root: str
+    root: Root  # a LakeLocation from parse_options: parsed once, pickled to the tasks
     topics: tuple[str, ...] | None
     pattern: str | None
     assign: Mapping[str, tuple[int, ...]] | None
@@ -377,7 +378,7 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
             "time travelling (as in Delta)"
         )
     return ReadOptions(
-        str(root),
+        LakeLocation.of(str(root)),
         *_topic_choice(options),
         Bound.parse(options, "starting", stream=stream),
         Bound.parse(options, "ending"),

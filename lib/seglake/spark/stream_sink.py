@@ -54,6 +54,7 @@ from seglake.lake.stream_commit import (
     stream_run_id,
 )
 from seglake.lake.topic_store import topic_configs
+from seglake.location import LakeLocation, Root
 from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
@@ -81,7 +82,7 @@ def ingest_batch(
     df: DataFrame,
     batch_id: int,
     *,
-    root: str,
+    root: Root,
     query_id: str,
     conf: LogConfig | Mapping[str, Any] | None = None,
     topic: str | None = None,
@@ -113,7 +114,7 @@ class StagedPiece(WriterCommitMessage):
 
 @dataclasses.dataclass(frozen=True)
 class SinkOptions:
-    root: str
+    root: Root  # a LakeLocation from sink_options: parsed once, pickled to the tasks
     query_id: str
     config: LogConfig
     topic: str | None
@@ -177,7 +178,7 @@ def sink_options(
         raise ConfigError(
             f"seglake.stream.append must be one of {', '.join(APPEND_MODES)}, got {append!r}"
         )
-    return SinkOptions(root, qid, config, topic, has_partition, has_offset, append)
+    return SinkOptions(LakeLocation.of(root), qid, config, topic, has_partition, has_offset, append)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +350,7 @@ def _headers(h: pa.Array | None, n: int) -> pa.Array:
 
 
 def _write_given(
-    root: str, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch], indexes: bool
+    root: Root, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch], indexes: bool
 ) -> Iterator[pa.RecordBatch]:
     """Given offsets: this task's records of each partition sorted by offset and written
     as they are (the Kafka source gives each task one partition's range, in order)."""

@@ -48,6 +48,7 @@ from pyspark.sql.streaming.datasource import (
 from seglake.errors import ConfigError, DataLossError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.snapshot import Snapshot
+from seglake.location import LakeLocation
 from seglake.spark.datasource import SeglakeReader
 from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
 from seglake.spark.read_plan import scan, subscribed
@@ -155,7 +156,7 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not catalog.exists():
             if strict and (self.opts.topics or self.opts.assign):
                 raise ConfigError(f"{self.opts.root}: no lake (no catalog) there")
-            self.snapshot = Snapshot(self.opts.root, -1, {})
+            self.snapshot = Snapshot(LakeLocation.of(self.opts.root), -1, {})
             return self.snapshot
         version = catalog.version()
         if not strict and self.snapshot is not None and self.snapshot.version == version:

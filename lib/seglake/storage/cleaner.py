@@ -81,9 +81,45 @@ def walk_partition(
     value for data batches); ``aborted_txns``: the partition's aborted transactions
     (from the ABORT markers), any order.
     """
-    n = len(base_offset)
     is_control = (attributes & CONTROL_BIT) != 0
     is_txn = (attributes & TRANSACTIONAL_BIT) != 0
+    aborted, discard, entries = _transactions(
+        base_offset, last_offset, producer_id, is_control, is_txn, control_kind, aborted_txns
+    )
+    producers = _producers(
+        base_offset,
+        last_offset,
+        producer_id,
+        producer_epoch,
+        max_timestamp,
+        is_control,
+        is_txn,
+        control_kind,
+    )
+    opens = [st[3] for st in producers.values() if st[3] is not None]
+    active = {
+        pid: (st[1], st[0])
+        for pid, st in producers.items()
+        if st[3] is not None or now_ms - st[2] < producer_expiration_ms
+    }
+    return PartitionWalk(aborted, discard, entries, min(opens, default=log_end_offset), active)
+
+
+def _transactions(
+    base_offset: np.ndarray,
+    last_offset: np.ndarray,
+    producer_id: np.ndarray,
+    is_control: np.ndarray,
+    is_txn: np.ndarray,
+    control_kind: np.ndarray,
+    aborted_txns: Sequence[AbortedTxn],
+) -> tuple[np.ndarray, np.ndarray, dict[int, AbortedTxn]]:
+    """Kafka's ``CleanedTransactionMetadata`` over the batches in order
+    (``onControlBatchRead``, ``onBatchRead``): ``(aborted, discard, entries)``, the data
+    batches of aborted transactions, the batches the cleaner may discard (those and
+    markers of transactions with no data left), and the ``.txnindex`` entry of each
+    ABORT marker that stays, by its base offset."""
+    n = len(base_offset)
     aborted = np.zeros(n, dtype=bool)
     discard = np.zeros(n, dtype=bool)
     entries: dict[int, AbortedTxn] = {}
@@ -91,7 +127,6 @@ def walk_partition(
     q = 0
     ongoing_aborted: dict[int, list[Any]] = {}  # pid -> [txn, traversed a data batch]
     ongoing_committed: set[int] = set()
-    producers: dict[int, list[Any]] = {}  # pid -> [epoch, last data offset, last ts, open first]
     for i in range(n):
         pid, last = int(producer_id[i]), int(last_offset[i])
         while q < len(queue) and queue[q].first_offset <= last:
@@ -117,25 +152,39 @@ def walk_partition(
                 aborted[i] = discard[i] = True
             else:
                 ongoing_committed.add(pid)
-        if pid >= 0:
-            epoch = int(producer_epoch[i])
-            st = producers.get(pid)
-            if st is None or epoch > st[0]:
-                st = producers[pid] = [epoch, None, 0, None]
-            if not is_control[i]:
-                st[1] = last
-                if is_txn[i] and st[3] is None:
-                    st[3] = int(base_offset[i])
-            elif int(control_kind[i]) in (ABORT, COMMIT):
-                st[3] = None
-            st[2] = int(max_timestamp[i])
-    opens = [st[3] for st in producers.values() if st[3] is not None]
-    active = {
-        pid: (st[1], st[0])
-        for pid, st in producers.items()
-        if st[3] is not None or now_ms - st[2] < producer_expiration_ms
-    }
-    return PartitionWalk(aborted, discard, entries, min(opens, default=log_end_offset), active)
+    return aborted, discard, entries
+
+
+def _producers(
+    base_offset: np.ndarray,
+    last_offset: np.ndarray,
+    producer_id: np.ndarray,
+    producer_epoch: np.ndarray,
+    max_timestamp: np.ndarray,
+    is_control: np.ndarray,
+    is_txn: np.ndarray,
+    control_kind: np.ndarray,
+) -> dict[int, list[Any]]:
+    """Kafka's producer state after the batches in order (``ProducerStateManager``):
+    per producer id ``[epoch, last data offset, last timestamp, first offset of its
+    open transaction]`` (a newer epoch starts afresh)."""
+    producers: dict[int, list[Any]] = {}
+    for i in range(len(base_offset)):
+        pid = int(producer_id[i])
+        if pid < 0:
+            continue
+        epoch = int(producer_epoch[i])
+        st = producers.get(pid)
+        if st is None or epoch > st[0]:
+            st = producers[pid] = [epoch, None, 0, None]
+        if not is_control[i]:
+            st[1] = int(last_offset[i])
+            if is_txn[i] and st[3] is None:
+                st[3] = int(base_offset[i])
+        elif int(control_kind[i]) in (ABORT, COMMIT):
+            st[3] = None
+        st[2] = int(max_timestamp[i])
+    return producers
 
 
 def build_offset_map(
@@ -206,15 +255,18 @@ def plan_batches(
     retain_empty = last_of_producer | (last_offset + 1 == upper_bound)
     delete = ~retain_empty & discard_records
 
-    # records: shouldRetainRecord
     rb = np.repeat(np.arange(nb), records_count)
-    pos = pc.fill_null(pc.index_in(record_key, value_set=map_keys), -1).to_numpy()
-    pos = pos.astype(np.int64)
-    found = np.where(pos >= 0, map_offsets[np.maximum(pos, 0)] if len(map_offsets) else -1, -1)
     key_valid = pc.is_valid(record_key).to_numpy(zero_copy_only=False)
-    retain_deletes = (horizon[rb] < 0) | (now_ms < horizon[rb])
-    data_keep = (record_offset > latest_offset) | (
-        key_valid & (record_offset >= found) & (record_has_value | retain_deletes)
+    data_keep = _retained_records(
+        record_offset,
+        record_key,
+        record_has_value,
+        key_valid,
+        horizon[rb],
+        map_keys,
+        map_offsets,
+        latest_offset=latest_offset,
+        now_ms=now_ms,
     )
     keep = np.where(discard_records[rb], False, np.where(is_control[rb], True, data_keep))
     keep &= ~delete[rb]
@@ -232,3 +284,27 @@ def plan_batches(
     new_horizon = np.where(need_horizon, now_ms + delete_retention_ms, horizon)
     removed_tombstones = ~keep & ~record_has_value & ~is_control[rb] & key_valid
     return BatchPlan(action, new_horizon, keep, int(removed_tombstones.sum()))
+
+
+def _retained_records(
+    record_offset: np.ndarray,
+    record_key: pa.Array | pa.ChunkedArray,
+    record_has_value: np.ndarray,
+    key_valid: np.ndarray,
+    horizon: np.ndarray,
+    map_keys: pa.Array,
+    map_offsets: np.ndarray,
+    *,
+    latest_offset: int,
+    now_ms: int,
+) -> np.ndarray:
+    """Kafka's ``shouldRetainRecord`` for data records (``horizon``: each record's
+    batch's delete horizon, -1 none): past the offset map's reach, or the latest record
+    of its key and not a tombstone past its horizon."""
+    pos = pc.fill_null(pc.index_in(record_key, value_set=map_keys), -1).to_numpy()
+    pos = pos.astype(np.int64)
+    found = np.where(pos >= 0, map_offsets[np.maximum(pos, 0)] if len(map_offsets) else -1, -1)
+    retain_deletes = (horizon < 0) | (now_ms < horizon)
+    return (record_offset > latest_offset) | (
+        key_valid & (record_offset >= found) & (record_has_value | retain_deletes)
+    )

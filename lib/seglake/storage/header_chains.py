@@ -92,7 +92,7 @@ class Chains:
         for (k, (seg, _)), (a, n) in zip(pending.items(), per_seg, strict=True):
             try:
                 ranges = list(zip(a.tolist(), n.tolist(), strict=True))
-                got[i : i + len(a)] = seg.read_ranges_into(ranges, view[int(at[i]) :])
+                got[i : i + len(a)] = seg.files.read_ranges_into(ranges, view[int(at[i]) :])
             except (SeglakeError, OSError) as exc:
                 errors[k] = exc
             i += len(a)
@@ -132,39 +132,10 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     CRCs are checked.
     """
     chains = Chains()
-    cols: dict[str, list[np.ndarray]] = {}
-    spans = {}  # request -> its targets' slice of the columns
-    total = 0
-    for j, r in enumerate(reqs):
-        n = len(r.lo)
-        r.ids = np.full(n, -2, dtype=np.int64)
-        r.after = np.full(n, -1, dtype=np.int64)
-        try:
-            floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
-            gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
-            group, first, last = read_groups(start, end, gap)
-            buf = chains.add(r.seg, first, np.minimum(r.seg.size, last + HEADER_SIZE))[group]
-        except (SeglakeError, OSError) as exc:
-            r.error = exc
-            continue
-        spans[j] = (total, total + n)
-        total += n
-        for key, v in (
-            ("lo", r.lo),
-            ("hi", r.hi),
-            ("ts", r.ts if r.ts is not None else r.lo),
-            ("is_ts", np.full(n, r.ts is not None)),
-            ("start", start),
-            ("floor", floor),
-            ("buf", buf),
-            ("req", np.full(n, j)),
-            ("size", np.full(n, r.seg.size)),
-            ("file", np.full(n, j)),
-        ):
-            cols.setdefault(key, []).append(v)
+    spans, c = _first_reads(reqs, chains)
     if not spans:
         return
-    c = {k: np.concatenate(v) for k, v in cols.items()}
+    total = len(c["lo"])
     after = np.full(total, -1, dtype=np.int64)  # the marker that answered a timestamp
     failed = chains.fetch()
     for j in spans:
@@ -209,22 +180,7 @@ def locate(reqs: list[Request], gather: Gather) -> None:
         if need.any():
             more = run[need]
             length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
-            added = []
-            uniq, which = np.unique(
-                np.stack([c["file"][more], pos[more], length]), axis=1, return_inverse=True
-            )
-            which = which.ravel()  # the distinct read of each target, sorted by file
-            read_id = np.empty(uniq.shape[1], dtype=np.int64)
-            for fi, k in _split(uniq[0], np.arange(uniq.shape[1])):
-                seg = reqs[fi].seg
-                at_, len_ = uniq[1, k], uniq[2, k]
-                read_id[k] = chains.add(seg, at_, np.minimum(seg.size, at_ + len_))
-                added.append((id(seg), more[np.isin(which, k)]))
-            buf[more] = read_id[which]
-            failed = chains.fetch()
-            for seg_id, mine in added:
-                if seg_id in failed:
-                    state[mine] = -2
+            _read_more(reqs, chains, c["file"], more, pos, length, buf, state)
     found = np.flatnonzero(state == 1)
     ids = np.where(state == -1, -1, -2)
     if len(found):
@@ -242,6 +198,76 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     after[state != 1] = -1
     for j, (a, b) in spans.items():
         reqs[j].ids, reqs[j].after = ids[a:b], after[a:b]
+
+
+def _first_reads(
+    reqs: list[Request], chains: Chains
+) -> tuple[dict[int, tuple[int, int]], dict[str, np.ndarray]]:
+    """Each request's first reads added to ``chains`` (from the offset index floor of
+    its targets' ``lo`` to the entry after ``hi`` plus a header; a request whose index
+    cannot be read gets its ``error``): ``(spans, columns)``, each request's slice of
+    the per-target columns (``lo``, ``hi``, ``ts``, ``is_ts``, ``start``, ``floor``,
+    ``buf``, ``req``, ``size``, ``file``)."""
+    cols: dict[str, list[np.ndarray]] = {}
+    spans = {}  # request -> its targets' slice of the columns
+    total = 0
+    for j, r in enumerate(reqs):
+        n = len(r.lo)
+        r.ids = np.full(n, -2, dtype=np.int64)
+        r.after = np.full(n, -1, dtype=np.int64)
+        try:
+            floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
+            gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
+            group, first, last = read_groups(start, end, gap)
+            buf = chains.add(r.seg, first, np.minimum(r.seg.size, last + HEADER_SIZE))[group]
+        except (SeglakeError, OSError) as exc:
+            r.error = exc
+            continue
+        spans[j] = (total, total + n)
+        total += n
+        for key, v in (
+            ("lo", r.lo),
+            ("hi", r.hi),
+            ("ts", r.ts if r.ts is not None else r.lo),
+            ("is_ts", np.full(n, r.ts is not None)),
+            ("start", start),
+            ("floor", floor),
+            ("buf", buf),
+            ("req", np.full(n, j)),
+            ("size", np.full(n, r.seg.size)),
+            ("file", np.full(n, j)),
+        ):
+            cols.setdefault(key, []).append(v)
+    return spans, {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def _read_more(
+    reqs: list[Request],
+    chains: Chains,
+    file: np.ndarray,
+    more: np.ndarray,
+    pos: np.ndarray,
+    length: np.ndarray,
+    buf: np.ndarray,
+    state: np.ndarray,
+) -> None:
+    """The bytes targets ``more`` still need (``length`` from ``pos`` of their file):
+    one read a distinct (file, position, length), fetched at once; ``buf`` of each
+    target set to its read, a target whose read failed to the careful path (-2)."""
+    added = []
+    uniq, which = np.unique(np.stack([file[more], pos[more], length]), axis=1, return_inverse=True)
+    which = which.ravel()  # the distinct read of each target, sorted by file
+    read_id = np.empty(uniq.shape[1], dtype=np.int64)
+    for fi, k in _split(uniq[0], np.arange(uniq.shape[1])):
+        seg = reqs[fi].seg
+        at_, len_ = uniq[1, k], uniq[2, k]
+        read_id[k] = chains.add(seg, at_, np.minimum(seg.size, at_ + len_))
+        added.append((id(seg), more[np.isin(which, k)]))
+    buf[more] = read_id[which]
+    failed = chains.fetch()
+    for seg_id, mine in added:
+        if seg_id in failed:
+            state[mine] = -2
 
 
 def _split(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:

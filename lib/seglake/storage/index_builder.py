@@ -271,27 +271,11 @@ class IndexBuilder:
             return 0
         if self.is_full:  # an empty segment with full indexes takes its first batch only
             limit = 1
-        # running max timestamp, including each batch, and the batch that first reached it
-        run = np.maximum.accumulate(mts)
-        np.maximum(run, self._max_ts, out=run)
-        before = np.empty_like(run)
-        before[0] = self._max_ts
-        before[1:] = run[:-1]
-        src = np.where(mts > before, np.arange(k), -1)
-        np.maximum.accumulate(src, out=src)
-        off_max = np.where(src >= 0, last[np.maximum(src, 0)], self._offset_of_max)
+        run, off_max = self._max_so_far(mts, last)
         # byte count before batch i with no entry in between: cum[i] - origin
         cum = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(size, out=cum[1:])
-        heads = cum[:limit]
-        # the entry after one at batch j goes to the first batch with cum > cum[j] + interval
-        following = np.searchsorted(heads, heads + self._interval, side="right").tolist()
-        slots: list[int] = []
-        i = int(np.searchsorted(heads, self._interval - self._since, side="right"))
-        while i < limit:
-            slots.append(i)
-            i = following[i]
-        at = np.asarray(slots, dtype=np.int64)
+        at = self._entry_slots(cum[:limit])
         consumed = limit
         if len(at):
             ts_at = run[at]  # non-decreasing, never below the time index's last timestamp
@@ -318,6 +302,31 @@ class IndexBuilder:
         self._last_offset = int(last[j])
         self._batches += consumed
         return consumed
+
+    def _max_so_far(self, mts: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Kafka's ``maxTimestampAndOffsetSoFar`` after each batch: the running max
+        timestamp (including the batch) and the last offset of the batch that first
+        reached it."""
+        run = np.maximum.accumulate(mts)
+        np.maximum(run, self._max_ts, out=run)
+        before = np.empty_like(run)
+        before[0] = self._max_ts
+        before[1:] = run[:-1]
+        src = np.where(mts > before, np.arange(len(mts)), -1)
+        np.maximum.accumulate(src, out=src)
+        return run, np.where(src >= 0, last[np.maximum(src, 0)], self._offset_of_max)
+
+    def _entry_slots(self, heads: np.ndarray) -> np.ndarray:
+        """The batches that get an index entry (``log.index.interval.bytes``: once the
+        bytes since the last entry exceed it), ``heads`` the byte count before each."""
+        # the entry after one at batch j goes to the first batch with cum > cum[j] + interval
+        following = np.searchsorted(heads, heads + self._interval, side="right").tolist()
+        slots: list[int] = []
+        i = int(np.searchsorted(heads, self._interval - self._since, side="right"))
+        while i < len(heads):
+            slots.append(i)
+            i = following[i]
+        return np.asarray(slots, dtype=np.int64)
 
     def finish(self) -> tuple[OffsetIndex, TimeIndex]:
         """Roll/close: force the final time index entry; returns both indexes.

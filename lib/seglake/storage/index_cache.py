@@ -6,7 +6,7 @@ once. An entry's weight is the bytes of its loaded indexes (plus a small fixed o
 least recently used entries are evicted once the total exceeds
 ``seglake.index.cache.bytes`` (:attr:`LogConfig.index_cache_bytes`). ``0`` disables it.
 
-Entries are keyed by (lake root, segment path, run id, size): a segment rewritten by
+Entries are keyed by (lake location, segment path, run id, size): a segment rewritten by
 recovery gets a new size or run id, so a stale entry is never returned.
 """
 
@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.location import Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
-from seglake.storage.segment import LogSegment, row_segment
+from seglake.storage.segment import LogSegment
 from seglake.storage.segment_files import Pin
+from seglake.storage.segment_ref import SegmentRef
 
 ENTRY_OVERHEAD = 512
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -49,13 +50,13 @@ class IndexCache:
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[Any, ...], tuple[LogSegment, int]] = OrderedDict()
-        self._fs: dict[str, tuple[pafs.FileSystem, str]] = {}
+        self._fs: dict[Root, tuple[pafs.FileSystem, str]] = {}
         self.bytes = 0
         self.hits = 0
         self.misses = 0
         self.evictions = 0
 
-    def resolve(self, root: str) -> tuple[pafs.FileSystem, str]:
+    def resolve(self, root: Root) -> tuple[pafs.FileSystem, str]:
         """``fs.resolve(root)``, memoised (object-store clients are costly to build)."""
         got = self._fs.get(root)
         if got is None:
@@ -63,34 +64,34 @@ class IndexCache:
         return got
 
     def partition_log(
-        self, root: str, tp: tuple[str, int], rows: pa.Table, on_corrupt: str = "raise"
+        self,
+        root: Root,
+        tp: tuple[str, int],
+        refs: Sequence[SegmentRef],
+        on_corrupt: str = "raise",
     ) -> PartitionLog:
-        """A partition's log from its catalog rows, its segments from this cache (indexes
+        """A partition's log from its committed segments, these from this cache (indexes
         read once per process, and only when a lookup needs them)."""
         fs, base = self.resolve(root)
-        segs = [
-            self.segment(root, r, load_indexes=False, on_corrupt=on_corrupt)
-            for r in rows.to_pylist()
-        ]
+        segs = [self.segment(root, ref, load_indexes=False, on_corrupt=on_corrupt) for ref in refs]
         return PartitionLog(fs, lakefs.join(base, partition_dir_name(*tp)), segs)
 
     def segment(
         self,
-        root: str,
-        row: Mapping[str, Any],
+        root: Root,
+        ref: SegmentRef,
         *,
         load_indexes: bool = True,
         on_corrupt: str = "raise",
         pin: Pin | None = None,
     ) -> LogSegment:
-        """The segment of catalog row ``row`` of the lake at ``root`` (``path``,
-        ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id``,
-        ``index_interval_bytes``: :func:`~seglake.storage.segment.row_segment`), indexes
-        loaded, from the cache; ``on_corrupt`` as :class:`LogSegment`'s. ``pin``: the
-        catalog version the caller is pinned to, set on the segment for this read (a
-        process reads for one task at a time; a shared segment is the same row, so
-        another reader's pin would tell the same)."""
-        key = (root, row["path"], row.get("run_id") or None, int(row["size_bytes"]), on_corrupt)
+        """The committed segment ``ref`` of the lake at ``root`` (:meth:`SegmentRef.open
+        <seglake.storage.segment_ref.SegmentRef.open>`), indexes loaded, from the cache;
+        ``on_corrupt`` as :class:`LogSegment`'s. ``pin``: the catalog version the caller
+        is pinned to, set on the segment for this read (a process reads for one task at a
+        time; a shared segment is the same row, so another reader's pin would tell the
+        same)."""
+        key = (root, ref.path, ref.run_id or None, ref.size_bytes, on_corrupt)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -100,7 +101,7 @@ class IndexCache:
                 return hit[0]
             self.misses += 1
         fs, base = self.resolve(root)
-        seg = row_segment(fs, base, row, on_corrupt=on_corrupt, pin=pin)
+        seg = ref.open(fs, base, on_corrupt=on_corrupt, pin=pin)
         if load_indexes:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
         if self.max_bytes <= 0:

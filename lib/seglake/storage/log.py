@@ -5,9 +5,10 @@
     segment for offset o:  floor (largest base offset <= o)
     segment for time t:    first whose largestTimestamp (or an earlier one's) >= t
 
-A partition directory is opened as a broker left it (``open``), or from catalog rows
-(``from_rows``), in which case sizes, next offsets and largest timestamps come from the
-catalog and no file is listed.
+A partition directory is opened as a broker left it (``open``), or from the lake's
+committed segments (``from_refs``: :class:`~seglake.storage.segment_ref.SegmentRef`),
+in which case sizes, next offsets and largest timestamps come from the catalog and no
+file is listed.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from seglake.storage.naming import (
     parse_partition_dir,
     parse_segment_file_name,
 )
-from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset, row_segment
+from seglake.storage.segment import DEFAULT_INTERVAL, LogSegment, TimestampOffset
 from seglake.storage.segment_files import Pin
+from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 
 EARLIEST_TIMESTAMP = -2
@@ -102,37 +104,30 @@ class PartitionLog:
         return cls(fs, directory, segments)
 
     @classmethod
-    def from_rows(
+    def from_refs(
         cls,
         fs: pafs.FileSystem,
         root: str,
-        rows: pa.Table,
+        refs: Sequence[SegmentRef],
         *,
         log_start_offset: int | None = None,
         on_corrupt: str = "raise",
         replaced: Collection[int] = (),
         pin: Pin | None = None,
     ) -> PartitionLog:
-        """From catalog rows of one partition (paths relative to ``root``). Their
-        ``size_bytes`` are committed sizes: a batch that does not scan inside one is
-        corruption, never a tail. ``replaced``: base offsets of rows a later catalog
-        version replaced or removed (their file must be exactly ``size_bytes``:
+        """From the committed segments of one partition (paths relative to ``root``).
+        Their ``size_bytes`` are committed sizes: a batch that does not scan inside one
+        is corruption, never a tail. ``replaced``: base offsets of segments a later
+        catalog version replaced or removed (their file must be exactly ``size_bytes``:
         ``LogSegment(exact_size=True)``); ``pin``: the catalog version the reader is
         pinned to (:class:`~seglake.storage.segment_files.Pin`)."""
-        segments = []
-        directory = root
-        for r in rows.to_pylist():
-            directory = lakefs.safe_join(root, r["path"]).rsplit("/", 1)[0]
-            segments.append(
-                row_segment(
-                    fs,
-                    root,
-                    r,
-                    on_corrupt=on_corrupt,
-                    exact_size=r["base_offset"] in replaced,
-                    pin=pin,
-                )
+        segments = [
+            ref.open(
+                fs, root, on_corrupt=on_corrupt, exact_size=ref.base_offset in replaced, pin=pin
             )
+            for ref in refs
+        ]
+        directory = lakefs.safe_join(root, refs[-1].path).rsplit("/", 1)[0] if refs else root
         return cls(fs, directory, segments, log_start_offset=log_start_offset)
 
     @property

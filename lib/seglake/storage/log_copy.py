@@ -71,7 +71,7 @@ class LogOutput:
 
     def append(self, seg: LogSegment) -> BatchScan:
         """Copy the ``seg.size`` bytes of ``seg``'s ``.log``; its batch headers."""
-        f = seg.open_local_log() if self._fd is not None else None
+        f = seg.files.open_local_log() if self._fd is not None else None
         if f is None:
             data = seg.log_bytes()
             _check_size(seg, len(data))

@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 
 from seglake.errors import CorruptRecordError
 from seglake.format import INT32_MAX, LONG_MAX
+from seglake.record.batch import BatchScan
 from seglake.storage.index_builder import IndexBuilder
 from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
@@ -35,9 +36,11 @@ from seglake.storage.naming import (
     TXN_INDEX_SUFFIX,
     segment_file_name,
 )
-from seglake.storage.recovery_checks import codec_name
+from seglake.storage.offset_index import OffsetIndex
+from seglake.storage.recovery_checks import codec_name, codecs_name
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import TAIL_POINTS
+from seglake.storage.time_index import TimeIndex
 from seglake.storage.writer import SegmentInfo
 
 __all__ = ["MergeSource", "group_segments", "merge_segments", "merged_tail"]
@@ -149,40 +152,13 @@ def merge_segments(
     with LogOutput(fs, stem + LOG_SUFFIX) as out:
         for src in sources:
             seg = src.segment
-            position = out.size
-            scan = out.append(seg)
-            if scan.error is not None or scan.valid_bytes != seg.size:
-                raise CorruptRecordError(
-                    f"segment to merge is not whole batches ({scan.error}); run `recover`",
-                    path=seg.log_path,
-                    position=scan.valid_bytes,
-                )
-            added = builder.add_batches(
-                scan.position + position, scan.size, scan.last_offset, scan.max_timestamp
-            )
-            if added < len(scan):
-                raise CorruptRecordError(
-                    f"batch ending at offset {int(scan.last_offset[added])} does not fit the "
-                    f"merged segment of base offset {base} (relative offsets or index "
-                    "capacity)",
-                    path=seg.log_path,
-                    position=int(scan.position[added]),
-                )
-            txn += seg.index_file(TXN_INDEX_SUFFIX) or b""
+            scan = _append_from_file(out, builder, seg, base)
+            txn += seg.files.index_file(TXN_INDEX_SUFFIX) or b""
             if len(scan):
                 codecs.append(codec_name(scan))
         position = out.size
     oi, ti = builder.finish()
-    for suffix, payload in (
-        (INDEX_SUFFIX, oi.to_bytes()),
-        (TIME_INDEX_SUFFIX, ti.to_bytes()),
-        (TXN_INDEX_SUFFIX, bytes(txn)),
-    ):
-        if suffix == TXN_INDEX_SUFFIX and not payload:
-            continue
-        with fs.open_output_stream(stem + suffix) as f:
-            f.write(payload)
-    names = set(codecs)
+    write_indexes(fs, stem, oi, ti, bytes(txn))
     counted = [s for s in sources if s.record_count]
     return SegmentInfo(
         base_offset=base,
@@ -193,8 +169,53 @@ def merge_segments(
         size_bytes=position,
         index_entries=len(oi),
         time_index_entries=len(ti),
-        codec=names.pop() if len(names) == 1 else ("none" if not names else "mixed"),
+        codec=codecs_name(codecs),
         log_path=stem + LOG_SUFFIX,
         index_interval_bytes=index_interval_bytes,
         tail_min_timestamps=merged_tail(sources),
     )
+
+
+def _append_from_file(
+    out: LogOutput, builder: IndexBuilder, seg: LogSegment, base: int
+) -> BatchScan:
+    """Kafka's ``LogSegment.appendFromFile``: ``seg``'s ``.log`` appended to ``out`` as it
+    is and its batches to the indexes of the merged segment (base offset ``base``); its
+    batch headers (returned) must be whole batches of its row's size that fit, else
+    :class:`CorruptRecordError` names the file."""
+    position = out.size
+    scan = out.append(seg)
+    if scan.error is not None or scan.valid_bytes != seg.size:
+        raise CorruptRecordError(
+            f"segment to merge is not whole batches ({scan.error}); run `recover`",
+            path=seg.log_path,
+            position=scan.valid_bytes,
+        )
+    added = builder.add_batches(
+        scan.position + position, scan.size, scan.last_offset, scan.max_timestamp
+    )
+    if added < len(scan):
+        raise CorruptRecordError(
+            f"batch ending at offset {int(scan.last_offset[added])} does not fit the "
+            f"merged segment of base offset {base} (relative offsets or index "
+            "capacity)",
+            path=seg.log_path,
+            position=int(scan.position[added]),
+        )
+    return scan
+
+
+def write_indexes(
+    fs: pafs.FileSystem, stem: str, oi: OffsetIndex, ti: TimeIndex, txn: bytes
+) -> None:
+    """A new segment's ``.index``, ``.timeindex`` and (with entries) ``.txnindex`` written
+    at ``stem``."""
+    for suffix, payload in (
+        (INDEX_SUFFIX, oi.to_bytes()),
+        (TIME_INDEX_SUFFIX, ti.to_bytes()),
+        (TXN_INDEX_SUFFIX, txn),
+    ):
+        if suffix == TXN_INDEX_SUFFIX and not payload:
+            continue
+        with fs.open_output_stream(stem + suffix) as f:
+            f.write(payload)

@@ -1,6 +1,7 @@
 """The batches that hold point reads' answers, gathered from windows of many segments
 (:class:`Gather`): their records walked (offsets and timestamps only) and the picked
-records decoded, each in one call for all segments."""
+records decoded, each in one call for all segments; the record reader
+(:mod:`seglake.record.reader`) walks, picks and decodes them."""
 
 from __future__ import annotations
 
@@ -54,61 +55,28 @@ class Gather:
         return ~self.records.ok
 
     def offset_records(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """The first record at or after each target offset in batch ``ids`` (the record
-        at the offset, or the next one where the cleaner removed it), or -1."""
-        walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
-        ok = np.flatnonzero(ids >= 0)
-        if walk is None or not len(ok) or not len(walk.offset):
-            return out
-        # offsets increase within a batch: one search on (batch, offset - base) keys
-        base = walk.scan.base_offset
-        batch = walk.batch
-        keys = (batch << 32) | np.clip(walk.offset - base[batch], 0, 2**32 - 1)
-        g = ids[ok]
-        at = np.minimum(
-            np.searchsorted(keys, (g << 32) | np.clip(targets[ok] - base[g], 0, 2**32 - 1)),
-            len(keys) - 1,
-        )
-        hit = (batch[at] == g) & (walk.offset[at] >= targets[ok])
-        out[ok[hit]] = at[hit]
-        return out
+        """:meth:`RecordWalk.offset_records` of the walked batches (-1 before a walk)."""
+        if self.records is None:
+            return np.full(len(ids), -1, dtype=np.int64)
+        return self.records.offset_records(ids, targets)
+
+    def timestamp_records(
+        self, ids: np.ndarray, targets: np.ndarray, lo: int | np.ndarray
+    ) -> np.ndarray:
+        """:meth:`RecordWalk.timestamp_records` of the walked batches (-1 before a walk)."""
+        if self.records is None:
+            return np.full(len(ids), -1, dtype=np.int64)
+        return self.records.timestamp_records(ids, targets, lo)
 
     def pick(
         self, ids: np.ndarray, targets: np.ndarray, lo: np.ndarray, is_ts: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`walk` and each target's record at once: ``(record, bad)``, the record
         (-1: none) of :meth:`timestamp_records` (with its ``lo``) where ``is_ts``, else of
-        :meth:`offset_records`, and which batches do not walk. The compiled kernel keeps
-        just the picked records (the reader's :func:`pick_records`); else every record is
-        walked."""
-        got = pick_records(reader_parts(self.parts), ids, targets, lo, is_ts)
-        if got is not None:
-            self.records, record = got
-            return record, np.zeros(len(self.records.ok), dtype=bool)
-        bad = self.walk()
-        record = np.full(len(ids), -1, dtype=np.int64)
-        record[~is_ts] = self.offset_records(ids[~is_ts], targets[~is_ts])
-        record[is_ts] = self.timestamp_records(ids[is_ts], targets[is_ts], lo[is_ts])
-        return record, bad
-
-    def timestamp_records(
-        self, ids: np.ndarray, targets: np.ndarray, lo: int | np.ndarray
-    ) -> np.ndarray:
-        """The first record with timestamp >= target and offset >= ``lo`` (one, or one
-        per target) in each target's batch (``ids``), or -1."""
-        walk, out = self.records, np.full(len(ids), -1, dtype=np.int64)
-        lo = np.broadcast_to(np.asarray(lo, dtype=np.int64), np.shape(ids))
-        ok = np.flatnonzero(ids >= 0)
-        if walk is None or not len(ok):
-            return out
-        first = walk.first[ids[ok]]
-        count = walk.first[ids[ok] + 1] - first
-        owner = np.repeat(np.arange(len(ok)), count)
-        rec = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-        good = (walk.timestamp[rec] >= targets[ok][owner]) & (walk.offset[rec] >= lo[ok][owner])
-        owners, at = np.unique(owner[good], return_index=True)
-        out[ok[owners]] = rec[good][at]
-        return out
+        :meth:`offset_records`, and which batches do not walk: the reader's
+        :func:`~seglake.record.reader.pick_records` (which chooses the kernel or numpy)."""
+        self.records, record = pick_records(reader_parts(self.parts), ids, targets, lo, is_ts)
+        return record, ~self.records.ok
 
     def decode(self, records: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """``(table, row)``: the records ``records`` (-1: none) decoded, ``row[i]`` the

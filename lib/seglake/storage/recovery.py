@@ -118,49 +118,8 @@ def recover_dir(
     """
     report = PartitionRecovery(directory=directory, dry_run=dry_run)
     names = lakefs.listdir(fs, directory)
-    pending = [(n, *pend) for n in names if (pend := _strip_pending(n))]
-    cleaned = [parse_segment_file_name(inner) for _, inner, sfx in pending if sfx == ".cleaned"]
-    min_cleaned = min((c[0] for c in cleaned if c), default=None)
-    swaps: list[tuple[str, int]] = []
-    for name, inner, suffix in pending:
-        parsed = parse_segment_file_name(inner)
-        path = lakefs.join(directory, name)
-        drop = (
-            suffix in (".deleted", ".cleaned")
-            or parsed is None
-            or (min_cleaned is not None and parsed[0] >= min_cleaned)
-        )
-        if suffix == ".swap" and not drop and parsed is not None:
-            if parsed[1] == LOG_SUFFIX:
-                swaps.append((name, parsed[0]))
-            else:
-                drop = True  # an index swap: removed, the index is rebuilt
-            # Kafka deletes the base file's indexes either way; they are rebuilt
-            stem = lakefs.join(directory, f"{parsed[0]:020d}")
-            for s in INDEX_SUFFIXES:
-                if lakefs.exists(fs, stem + s) and not (only is not None and parsed[0] not in only):
-                    report.removed_files.append(stem + s)
-                    if not dry_run:
-                        lakefs.delete_file(fs, stem + s)
-        if drop:
-            report.removed_files.append(path)
-            if not dry_run:
-                lakefs.delete_file(fs, path)
-    for name, swap_base in swaps:
-        path = lakefs.join(directory, name)
-        swap_scan = scan_batches(lakefs.read_all(fs, path))
-        swap_next = int(swap_scan.last_offset[-1]) + 1 if len(swap_scan) else swap_base + 1
-        for other in names:
-            p = parse_segment_file_name(other)
-            if p and p[1] == LOG_SUFFIX and swap_base <= p[0] < swap_next and p[0] != swap_base:
-                report.deleted_segments.append(p[0])
-                if not dry_run:
-                    delete_segment_files(fs, lakefs.join(directory, f"{p[0]:020d}"))
-        report.completed_swaps.append(path)
-        if not dry_run:
-            final = path[: -len(".swap")]
-            lakefs.delete_file(fs, final)
-            lakefs.move(fs, path, final)
+    swaps = _remove_temp_files(fs, directory, names, report, only=only, dry_run=dry_run)
+    _complete_swaps(fs, directory, names, swaps, report, dry_run=dry_run)
     names = lakefs.listdir(fs, directory) if not dry_run else names
     bases = sorted(
         p[0]
@@ -197,6 +156,78 @@ def recover_dir(
         if rec.error:
             cut = b
     return report
+
+
+def _remove_temp_files(
+    fs: pafs.FileSystem,
+    directory: str,
+    names: list[str],
+    report: PartitionRecovery,
+    *,
+    only: set[int] | None,
+    dry_run: bool,
+) -> list[tuple[str, int]]:
+    """Kafka's ``removeTempFilesAndCollectSwapFiles``: ``.deleted`` and ``.cleaned``
+    files removed (and every swap file at or above the smallest ``.cleaned`` base), an
+    index swap removed, the indexes of a swapped segment removed (they are rebuilt);
+    returns the ``.log`` swaps to complete, ``(name, base offset)``."""
+    pending = [(n, *pend) for n in names if (pend := _strip_pending(n))]
+    cleaned = [parse_segment_file_name(inner) for _, inner, sfx in pending if sfx == ".cleaned"]
+    min_cleaned = min((c[0] for c in cleaned if c), default=None)
+    swaps: list[tuple[str, int]] = []
+    for name, inner, suffix in pending:
+        parsed = parse_segment_file_name(inner)
+        path = lakefs.join(directory, name)
+        drop = (
+            suffix in (".deleted", ".cleaned")
+            or parsed is None
+            or (min_cleaned is not None and parsed[0] >= min_cleaned)
+        )
+        if suffix == ".swap" and not drop and parsed is not None:
+            if parsed[1] == LOG_SUFFIX:
+                swaps.append((name, parsed[0]))
+            else:
+                drop = True  # an index swap: removed, the index is rebuilt
+            # Kafka deletes the base file's indexes either way; they are rebuilt
+            stem = lakefs.join(directory, f"{parsed[0]:020d}")
+            for s in INDEX_SUFFIXES:
+                if lakefs.exists(fs, stem + s) and not (only is not None and parsed[0] not in only):
+                    report.removed_files.append(stem + s)
+                    if not dry_run:
+                        lakefs.delete_file(fs, stem + s)
+        if drop:
+            report.removed_files.append(path)
+            if not dry_run:
+                lakefs.delete_file(fs, path)
+    return swaps
+
+
+def _complete_swaps(
+    fs: pafs.FileSystem,
+    directory: str,
+    names: list[str],
+    swaps: list[tuple[str, int]],
+    report: PartitionRecovery,
+    *,
+    dry_run: bool,
+) -> None:
+    """Kafka's ``completeSwapOperations``: the segments a ``.log`` swap replaces (its
+    offsets' range) deleted, the swap file renamed over its base file."""
+    for name, swap_base in swaps:
+        path = lakefs.join(directory, name)
+        swap_scan = scan_batches(lakefs.read_all(fs, path))
+        swap_next = int(swap_scan.last_offset[-1]) + 1 if len(swap_scan) else swap_base + 1
+        for other in names:
+            p = parse_segment_file_name(other)
+            if p and p[1] == LOG_SUFFIX and swap_base <= p[0] < swap_next and p[0] != swap_base:
+                report.deleted_segments.append(p[0])
+                if not dry_run:
+                    delete_segment_files(fs, lakefs.join(directory, f"{p[0]:020d}"))
+        report.completed_swaps.append(path)
+        if not dry_run:
+            final = path[: -len(".swap")]
+            lakefs.delete_file(fs, final)
+            lakefs.move(fs, path, final)
 
 
 def recover_partition(

@@ -6,6 +6,7 @@ the codec and timestamps of what is kept."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -175,7 +176,13 @@ def aborted_txns(
 
 def codec_name(scan: BatchScan) -> str:
     data = scan.codec[~scan.is_control] if (~scan.is_control).any() else scan.codec
-    names = {CODEC_NAMES.get(int(c), f"codec{int(c)}") for c in np.unique(data)}
+    return codecs_name(CODEC_NAMES.get(int(c), f"codec{int(c)}") for c in np.unique(data))
+
+
+def codecs_name(codecs: Iterable[str]) -> str:
+    """A segment's ``codec`` from its batches' (or its parts') codecs: the one they
+    share, ``none`` without any, else ``mixed``."""
+    names = set(codecs)
     if not names:
         return "none"
     return names.pop() if len(names) == 1 else "mixed"

@@ -91,8 +91,7 @@ def plan_retention(
     base = rows.column("base_offset").to_numpy()
     size = rows.column("size_bytes").to_numpy()
     largest = _largest_timestamps(rows) if rows.num_rows else np.zeros(0, np.int64)
-    take: list[int] = []
-    reasons: list[str] = []
+    deleted: list[tuple[int, str]] = []  # (row, reason)
     i, n = 0, rows.num_rows
     while i < n:
         j = i
@@ -100,33 +99,57 @@ def plan_retention(
             j += 1
         k = i  # segments i..k-1 are deleted so far; j-1 (the newest) never by these rules
         if retention_ms >= 0:
-            while k < j - 1 and now_ms - int(largest[k]) > retention_ms:
-                take.append(k)
-                reasons.append(
-                    f"time: largest timestamp {int(largest[k])} older than "
-                    f"{now_ms} - {retention_ms}"
-                )
-                k += 1
+            k = _time_breached(k, j, largest, now_ms, retention_ms, deleted)
         if retention_bytes >= 0:
-            left = int(size[k:j].sum())
-            while k < j - 1 and left - int(size[k]) >= retention_bytes:
-                left -= int(size[k])
-                take.append(k)
-                reasons.append(
-                    f"size: partition stays at {left} >= {retention_bytes} bytes without it"
-                )
-                k += 1
+            k = _size_breached(k, j, size, retention_bytes, deleted)
         start = starts.get((topic[i], part[i]))
         if start is not None:
-            while k < j - 1 and int(base[k + 1]) <= start:
-                take.append(k)
-                reasons.append(
-                    f"log start offset {start}: next segment starts at {int(base[k + 1])}"
-                )
-                k += 1
+            k = _start_breached(k, j, base, start, deleted)
         i = j
-    out = rows.take(pa.array(take, pa.int64()))
-    return out.append_column("reason", pa.array(reasons, pa.string()))
+    out = rows.take(pa.array([row for row, _ in deleted], pa.int64()))
+    return out.append_column("reason", pa.array([why for _, why in deleted], pa.string()))
+
+
+def _time_breached(
+    k: int,
+    j: int,
+    largest: np.ndarray,
+    now_ms: int,
+    retention_ms: int,
+    deleted: list[tuple[int, str]],
+) -> int:
+    """Kafka's ``deleteRetentionMsBreachedSegments`` over rows ``k..j-1`` of a partition
+    (the last never): each deleted row to ``deleted``; returns the first row kept."""
+    while k < j - 1 and now_ms - int(largest[k]) > retention_ms:
+        why = f"time: largest timestamp {int(largest[k])} older than {now_ms} - {retention_ms}"
+        deleted.append((k, why))
+        k += 1
+    return k
+
+
+def _size_breached(
+    k: int, j: int, size: np.ndarray, retention_bytes: int, deleted: list[tuple[int, str]]
+) -> int:
+    """Kafka's ``deleteRetentionSizeBreachedSegments`` (as :func:`_time_breached`)."""
+    left = int(size[k:j].sum())
+    while k < j - 1 and left - int(size[k]) >= retention_bytes:
+        left -= int(size[k])
+        deleted.append(
+            (k, f"size: partition stays at {left} >= {retention_bytes} bytes without it")
+        )
+        k += 1
+    return k
+
+
+def _start_breached(
+    k: int, j: int, base: np.ndarray, start: int, deleted: list[tuple[int, str]]
+) -> int:
+    """Kafka's ``deleteLogStartOffsetBreachedSegments`` (as :func:`_time_breached`): a
+    segment goes when the next one starts at or below the log start offset."""
+    while k < j - 1 and int(base[k + 1]) <= start:
+        deleted.append((k, f"log start offset {start}: next segment starts at {int(base[k + 1])}"))
+        k += 1
+    return k
 
 
 @dataclasses.dataclass(frozen=True)

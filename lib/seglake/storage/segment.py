@@ -17,16 +17,29 @@ starts is rebuilt from a scan of the ``.log`` (``index_source`` says so and a wa
 logged), so a broken index never yields wrong records.
 
 Damaged bytes are never read as "not written yet" (a torn tail is told from corruption,
-which raises or is skipped): :mod:`seglake.storage.segment_window`.
+which raises or is skipped): :mod:`seglake.storage.segment_window`. Where the files are
+(staged, final or retired copies) and whether they are the catalog row's:
+:class:`~seglake.storage.segment_files.SegmentFiles`, which the segment owns.
+
+Record reads:
+
+    read_records(lo, end):  the whole batches covering [lo, end - 1] (``_span``: offset
+                            index floor(lo) .. first entry past end - 1), decoded, then
+                            records filtered to lo <= offset < end
+    read(o, max_size):      whole batches from the one holding o, at most max_size bytes
+    find_offset_by_timestamp(t):
+                            time index strict floor(t) -> offset -> position; one index
+                            interval at a time to the first batch with maxTimestamp >= t;
+                            its first record with ts >= t (offsets and timestamps only)
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
@@ -42,6 +55,7 @@ from seglake.record.batch import (
     SkippedBatch,
     claimed_size,
 )
+from seglake.record.reader import decode_batches, record_times
 from seglake.storage.index_builder import DEFAULT_INTERVAL, prefix_indexes, rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -49,21 +63,19 @@ from seglake.storage.naming import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_segment_file_name,
-    row_copies,
 )
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.segment_files import Pin, SegmentFiles
-from seglake.storage.segment_reads import SegmentReads, TimestampOffset
-from seglake.storage.segment_window import Window, WindowReads, check_on_corrupt
-from seglake.storage.time_index import TimeIndex
+from seglake.storage.segment_window import Window, check_on_corrupt, eof_of, make_window
+from seglake.storage.time_index import TimeIndex, TimestampOffset
 from seglake.storage.txn_index import TransactionIndex
 
-__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset", "row_segment"]
+__all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset"]
 
 log = logging.getLogger(__name__)
 
 
-class LogSegment(SegmentFiles, WindowReads, SegmentReads):
+class LogSegment:
     """A segment on a ``pyarrow.fs`` filesystem.
 
     Args:
@@ -114,9 +126,17 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
                 f"{log_path}: not a segment .log file name (20-digit base offset + .log)"
             )
         self.fs = fs
-        self.log_path = log_path
         self.base_offset = parsed[0]
-        self.stem = log_path[: -len(LOG_SUFFIX)]
+        self.files = SegmentFiles(
+            fs,
+            log_path,
+            parsed[0],
+            row_size=size,
+            row_next_offset=next_offset,
+            staged_path=staged_path,
+            retired_path=retired_path,
+            exact_size=exact_size,
+        )
         self._size = size
         self._next_offset = next_offset
         self._max_timestamp = max_timestamp
@@ -125,29 +145,43 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
-        self._other_path = staged_path  # the copy not in use: staged, or final after a switch
         self.committed, self.may_tear = committed, may_tear
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
-        self._retired_path = retired_path
-        self.exact_size = exact_size and size is not None
-        self._located = staged_path is None and retired_path is None and not self.exact_size
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, base_offset={self.base_offset})"
+
+    # -- files --------------------------------------------------------------------------
+    @property
+    def log_path(self) -> str:
+        """Path of the ``.log`` in use (the final, staged or retired copy)."""
+        return self.files.log_path
+
+    @property
+    def stem(self) -> str:
+        """:attr:`log_path` without ``.log``: the stem of the segment's files."""
+        return self.files.stem
+
+    @property
+    def pin(self) -> Pin | None:
+        """The catalog version the segment's reader is pinned to (:class:`Pin`)."""
+        return self.files.pin
+
+    @pin.setter
+    def pin(self, pin: Pin | None) -> None:
+        self.files.pin = pin
+
+    def log_bytes(self) -> bytes:
+        """The whole ``.log``."""
+        return self.files.read_range(0, self.size)
 
     # -- sizes and bounds -------------------------------------------------------------
     @property
     def size(self) -> int:
         """Bytes of the ``.log``."""
         if self._size is None:
-            self._locate()
-            try:
-                self._size = self._file_size()
-            except SegmentNotFoundError as exc:
-                if not self._fallback():
-                    self.gone(exc)
-                self._size = self._file_size()
+            self._size = self.files.log_size()
         return self._size
 
     @property
@@ -204,7 +238,7 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
     def txn_index(self) -> TransactionIndex | None:
         """Aborted transactions of this segment (``None`` without a ``.txnindex``)."""
         if self._txn_index is False:
-            self._locate()
+            self.files.locate()
             path = self.stem + TXN_INDEX_SUFFIX
             self._txn_index = (
                 TransactionIndex.from_bytes(lakefs.read_all(self.fs, path), path=path)
@@ -216,10 +250,9 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
     def _load_indexes(self) -> None:
         ipath, tpath = self.stem + INDEX_SUFFIX, self.stem + TIME_INDEX_SUFFIX
         try:
-            oi = OffsetIndex.from_bytes(self._read_file(INDEX_SUFFIX), self.base_offset, path=ipath)
-            ti = TimeIndex.from_bytes(
-                self._read_file(TIME_INDEX_SUFFIX), self.base_offset, path=tpath
-            )
+            read = self.files.read_file
+            oi = OffsetIndex.from_bytes(read(INDEX_SUFFIX), self.base_offset, path=ipath)
+            ti = TimeIndex.from_bytes(read(TIME_INDEX_SUFFIX), self.base_offset, path=tpath)
             oi.sanity_check()
             ti.sanity_check()
             nxt = self._next_offset
@@ -248,12 +281,109 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
         )
         self.index_source = f"rebuilt: {why}"
 
+    # -- record reads ---------------------------------------------------------------
+    def read_records(
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        *,
+        max_records: int | None = None,
+        skip_control: bool = True,
+    ) -> pa.Table:
+        """Records with ``start_offset <= offset < end_offset`` (internal record schema),
+        at most ``max_records`` of them."""
+        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
+        hi = (end_offset - 1) if end_offset is not None else None
+        if max_records is not None and (hi is None or hi > lo + max_records - 1):
+            hi = lo + max_records - 1  # offsets are unique: max_records records lie within
+        if hi is None:
+            start = self.floor_position(lo)
+            w = self.window(start, self.size)
+            if self._bad_start(w, start):
+                return self.read_records(
+                    start_offset, end_offset, max_records=max_records, skip_control=skip_control
+                )
+        else:
+            if hi < lo:
+                return decode_batches(b"", BatchScan.empty())
+            w = self._span(lo, hi)
+        keep = w.scan.last_offset >= lo
+        if hi is not None:
+            keep &= w.scan.base_offset <= hi
+        table = w.decode(keep, skip_control=skip_control, path=self.log_path)
+        off = table.column("offset")
+        mask = pc.greater_equal(off, lo)
+        if hi is not None:
+            mask = pc.and_(mask, pc.less_equal(off, hi))
+        return table.filter(mask)
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        *,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> Window:
+        """Kafka's ``LogSegment.read``: whole batches from the one holding ``start_offset``,
+        at most ``max_size`` bytes (with ``min_one_message`` the first batch even if it is
+        larger), not starting at or past ``max_position``."""
+        limit = self.size if max_position is None else min(max_position, self.size)
+        w = self._span(start_offset, start_offset)
+        hits = np.nonzero(w.scan.last_offset >= start_offset)[0]
+        if not len(hits):
+            return Window(limit, b"", BatchScan.empty())
+        first = int(w.positions[hits[0]])
+        first_size = int(w.scan.size[hits[0]])
+        budget = max(max_size, first_size) if min_one_message else max_size
+        if first >= limit or budget < first_size:
+            return Window(first, b"", BatchScan.empty())
+        return self.window(first, min(limit, first + budget))
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int | None = None
+    ) -> TimestampOffset | None:
+        """First record (offset >= ``start_offset``) with timestamp >= ``timestamp``, or
+        ``None``. Exact under non-monotonic CreateTime (strict time-index floor)."""
+        lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
+        ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
+        from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
+        pos = first = self.floor_position(from_offset)
+        oi = self.offset_index
+        while pos < self.size:
+            # one index interval at a time: up to the next index entry after pos
+            end = oi.next_position(pos, self.size)
+            w = self.window(pos, end)
+            if w.end == pos:
+                # a batch larger than the chunk (or a torn tail): read it whole
+                head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
+                if len(head) == HEADER_SIZE:
+                    w = self.window(pos, pos + claimed_size(head))
+            if pos == first and self._bad_start(w, first):
+                return self.find_offset_by_timestamp(timestamp, start_offset)
+            if w.end == pos:
+                return None  # a torn tail
+            # control batches too: Kafka's FileRecords.searchForTimestamp walks every
+            # batch, so a transaction marker (stamped with the broker's clock) can be the
+            # answer, as ListOffsets gives it
+            hits = np.nonzero((w.scan.max_timestamp >= timestamp) & (w.scan.last_offset >= lo))[0]
+            for b in hits:
+                # offsets and timestamps only (each batch checked whole, as decode does)
+                one = w.scan.take(slice(int(b), int(b) + 1))
+                offs, ts = record_times(w.data, one, path=self.log_path, skip_control=False)
+                ok = np.nonzero((ts >= timestamp) & (offs >= lo))[0]
+                if len(ok):
+                    return TimestampOffset(int(ts[ok[0]]), int(offs[ok[0]]))
+            pos = w.end
+        return None
+
     # -- byte access ------------------------------------------------------------------
     def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window:
         """One ranged read of ``[start, end)`` and the whole batches in it."""
         end = min(end, self.size)
-        data = self._read_range(start, end - start) if end > start else b""
-        return self._make_window(start, data, self._eof(start, end, data), verify_crc=verify_crc)
+        data = self.files.read_range(start, end - start) if end > start else b""
+        eof = eof_of(start, end, data, self.size)
+        return make_window(self, start, data, eof, verify_crc=verify_crc)
 
     def scan(self) -> BatchScan:
         """Headers of every valid batch (one full read); stops at a corrupt tail."""
@@ -307,8 +437,8 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             return w
         size = claimed_size(tail)
         rest = self.window(end, end + size, verify_crc=False)
-        eof = self._eof(end, min(end + size, self.size), rest.data)
-        return self._make_window(start, w.data[: end - start] + rest.data, eof)
+        eof = eof_of(end, min(end + size, self.size), rest.data, self.size)
+        return make_window(self, start, w.data[: end - start] + rest.data, eof)
 
     def _window_agrees(self, w: Window, start: int, end: int) -> bool:
         """The index said batches start at ``start`` and ``end``: do they?"""
@@ -332,36 +462,3 @@ class LogSegment(SegmentFiles, WindowReads, SegmentReads):
             )
             return True
         return False
-
-
-def row_segment(
-    fs: pafs.FileSystem,
-    root: str,
-    row: Mapping[str, Any],
-    *,
-    on_corrupt: str = "raise",
-    exact_size: bool = False,
-    pin: Pin | None = None,
-) -> LogSegment:
-    """The committed segment of one catalog row (``path`` relative to ``root``,
-    ``size_bytes``, optional ``next_offset``, ``max_timestamp``, ``run_id`` and
-    ``index_interval_bytes``): read where the row's version is (:func:`row_copies`),
-    indexes rebuilt, if need be, with the interval they were written with; ``pin``: the
-    catalog version its reader is pinned to (:class:`Pin`)."""
-    path = row["path"]
-    staged, retired = row_copies(root, path, row.get("run_id"))
-    seg = LogSegment(
-        fs,
-        lakefs.safe_join(root, path),
-        size=int(row["size_bytes"]),
-        next_offset=row.get("next_offset"),
-        max_timestamp=row.get("max_timestamp"),
-        index_interval_bytes=row.get("index_interval_bytes") or DEFAULT_INTERVAL,
-        staged_path=staged,
-        committed=True,
-        on_corrupt=on_corrupt,
-        retired_path=retired,
-        exact_size=exact_size,
-    )
-    seg.pin = pin
-    return seg

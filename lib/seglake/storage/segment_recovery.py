@@ -108,8 +108,26 @@ def recover_segment(
         dropped=dropped,
         index_interval_bytes=interval,
     )
-    if dry_run:
-        return report
+    if not dry_run:
+        _write_back(fs, log_path, len(original), buf, dropped, indexes, txn, rebuilt)
+        if report.changed:
+            log.warning("recovered %s", report)
+    return report
+
+
+def _write_back(
+    fs: pafs.FileSystem,
+    log_path: str,
+    original_bytes: int,
+    buf: bytes,
+    dropped: list[DroppedBytes],
+    indexes: _Indexes,
+    txn: _TxnIndex,
+    rebuilt: dict[str, str],
+) -> None:
+    """The recovered files written over the segment's: the valid ``.log`` (when bytes
+    were cut) and the indexes recovery rebuilt."""
+    stem = log_path[: -len(LOG_SUFFIX)]
     # the log first: a crash before the indexes leaves them pointing past its end, which
     # the next recovery (and every reader) detects. A rewrite moves the batches after a
     # dropped stretch back, so their old entries could point at later batches: the
@@ -118,7 +136,7 @@ def recover_segment(
     if rewritten:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             lakefs.delete_file(fs, stem + suffix)
-    if len(buf) < len(original):
+    if len(buf) < original_bytes:
         lakefs.write_bytes(fs, log_path, buf)
     if INDEX_SUFFIX in rebuilt or rewritten:
         lakefs.write_bytes(fs, stem + INDEX_SUFFIX, indexes.offset_new.to_bytes())
@@ -129,9 +147,6 @@ def recover_segment(
             lakefs.write_bytes(fs, stem + TXN_INDEX_SUFFIX, txn.new.to_bytes())
         else:
             lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX)
-    if report.changed:
-        log.warning("recovered %s", report)
-    return report
 
 
 def _rewritten(dropped: list[DroppedBytes]) -> bool:

@@ -25,6 +25,7 @@ from seglake import fs as lakefs
 from seglake.cli.main import main as seglake_cli
 from seglake.kafka_broker import KafkaBroker
 from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_refs
 from seglake.lake.staging import STAGING
 from seglake.storage.log import PartitionLog
 from seglake.testing_hooks import CRASH_AT
@@ -103,7 +104,9 @@ def lake_recs(root: str, topic: str) -> tuple[list[Rec], set[int]]:
     out: list[Rec] = []
     types: set[int] = set()
     for p in sorted(set(rows["partition"].to_pylist())):
-        log = PartitionLog.from_rows(fs, base, rows.filter(pc.equal(rows["partition"], p)))
+        log = PartitionLog.from_refs(
+            fs, base, segment_refs(rows.filter(pc.equal(rows["partition"], p)))
+        )
         t = log.read_range(log.log_start_offset, log.log_end_offset).to_pylist()
         types |= {r["timestamp_type"] for r in t}
         out += [
