@@ -278,8 +278,8 @@ class ReadOptions:
     version: int | None = None
     on_corrupt: str = "raise"
     timestamp_as_of: int | None = None  # resolved to ``version`` by :meth:`time_travelled`
-    min_partitions: int | None = None  # minPartitions (seglake.lake.packing.offset_ranges)
-    max_records_per_partition: int | None = None  # maxRecordsPerPartition (the same)
+    min_partitions: int | None = None  # minPartitions: at least this many tasks
+    max_records_per_partition: int | None = None  # maxRecordsPerPartition: offsets a task
 
     def time_travelled(self) -> ReadOptions:
         """These options with ``timestampAsOf`` resolved to its catalog version (Delta's
