@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from seglake.errors import ConfigError, DataLossError
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, offset_ranges
 from seglake.lake.snapshot import Snapshot, TopicPartition
-from seglake.storage.log import PartitionLog
+from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.tail_minima import cutoff
@@ -33,7 +34,7 @@ from seglake.storage.time_index import NO_ENTRY
 from seglake.storage.txn_index import collect_aborted
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 
-__all__ = ["ALL", "Range", "Scan", "ScanPlan", "SegmentTask"]
+__all__ = ["ALL", "Range", "Scan", "ScanPlan", "SegmentTask", "offset_bound", "resume_offset"]
 
 Range = tuple[int, int]  # [lo, hi)
 ALL: Range = (NO_TS_LO, NO_TS_HI)  # unbounded
@@ -214,6 +215,64 @@ class Scan:
                 tail += _tail_bytes(seg, ts_hi, mine)
             out += mine
         return out, len(chosen), tail
+
+
+def offset_bound(
+    log: PartitionLog,
+    tp: TopicPartition,
+    *,
+    offset: int = EARLIEST_TIMESTAMP,
+    timestamp: int | None = None,
+    strict: bool = False,
+    fail_on_data_loss: bool = True,
+    option: str = "offset",
+) -> int:
+    """One end of a read of ``tp``'s log, as Spark's Kafka source resolves it: the first
+    offset with a timestamp >= ``timestamp`` (offsetsForTimes; none: the log end, or
+    with ``strict`` an error), else ``offset`` (-2 / -1: the log start / end; outside
+    the log: an error, or clamped to it without ``fail_on_data_loss``). ``option``
+    names the bound in errors (:class:`~seglake.errors.ConfigError`)."""
+    lso, leo = log.log_start_offset, log.log_end_offset
+    if timestamp is not None:
+        hit = log.offsets_for_times(timestamp)
+        if hit is not None:
+            return hit.offset
+        if strict:
+            raise ConfigError(
+                f"{option}: no record of {tp[0]}-{tp[1]} has a timestamp >= "
+                f"{timestamp} (largest {int(log.max_timestamps.max())}); "
+                "startingOffsetsByTimestampStrategy=latest starts at the log end instead"
+            )
+        return leo
+    if offset == EARLIEST_TIMESTAMP:
+        return lso
+    if offset == LATEST_TIMESTAMP:
+        return leo
+    if lso <= offset <= leo or not fail_on_data_loss:
+        return min(max(offset, lso), leo)
+    raise ConfigError(
+        f"{option}: offset {offset} of {tp[0]}-{tp[1]} is outside "
+        f"its log [{lso}, {leo}] (failOnDataLoss=false clamps it)"
+    )
+
+
+def resume_offset(
+    log: PartitionLog, tp: TopicPartition, offset: int, *, fail_on_data_loss: bool, where: str
+) -> int:
+    """Where a stream that stopped before ``offset`` of ``tp`` goes on: there, or at the
+    log start when retention or compaction removed the offsets between (Kafka's data
+    loss: a :class:`~seglake.errors.DataLossError` with ``fail_on_data_loss``)."""
+    lso = log.log_start_offset
+    if offset >= lso:
+        return offset
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"{tp[0]}-{tp[1]}: offsets {offset}..{lso - 1} are no longer in the lake "
+            f"{where} (log start offset {lso}: removed by retention or "
+            "compaction) before this stream read them. Some data may have been "
+            "lost; set the source option failOnDataLoss to false to skip them"
+        )
+    return lso
 
 
 def _seek(log: PartitionLog, ts: int, otherwise: int) -> int:

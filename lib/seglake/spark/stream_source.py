@@ -47,6 +47,7 @@ from pyspark.sql.streaming.datasource import (
 
 from seglake.errors import ConfigError, DataLossError, SeglakeError
 from seglake.lake.catalog import Catalog
+from seglake.lake.scan import resume_offset
 from seglake.lake.snapshot import Snapshot
 from seglake.location import LakeLocation
 from seglake.spark.datasource import SeglakeReader
@@ -237,16 +238,13 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             log = snap.log(tp)
             lo = begin.get(tp, log.log_start_offset)
-            lso = log.log_start_offset
-            if lo < lso:
-                if self.opts.fail_on_data_loss:
-                    raise DataLossError(
-                        f"{tp[0]}-{tp[1]}: offsets {lo}..{lso - 1} are no longer in the lake "
-                        f"{self.opts.root} (log start offset {lso}: removed by retention or "
-                        "compaction) before this stream read them. Some data may have been "
-                        "lost; set the source option failOnDataLoss to false to skip them"
-                    )
-                lo = lso
+            lo = resume_offset(
+                log,
+                tp,
+                lo,
+                fail_on_data_loss=self.opts.fail_on_data_loss,
+                where=str(self.opts.root),
+            )
             if lo < hi:
                 ranges[tp] = (lo, hi)
         if not ranges:
