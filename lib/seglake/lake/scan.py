@@ -168,7 +168,8 @@ class Scan:
         nsegs = tail = 0
         for topic, p, lo, hi in pieces:
             mine, n, t = self._partition_tasks((topic, p), (lo, hi))
-            tasks, nsegs, tail = tasks + mine, nsegs + n, tail + t
+            tasks += mine
+            nsegs, tail = nsegs + n, tail + t
         return ScanPlan(tasks, self.snapshot.version, nsegs, ranges, tail)
 
     def _partition_tasks(
