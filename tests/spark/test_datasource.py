@@ -193,7 +193,7 @@ def test_splits_are_packed_into_fewer_tasks_with_the_same_rows(source):
     parts = datasource.SeglakeReader(opts, parallelism=2).partitions()
 
     def key(s: dict) -> tuple:
-        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"]
+        return s.topic, s.partition, s.path, s.start_pos, s.end_pos
 
     assert len(splits) > len(parts) >= 1
     assert sorted(map(key, splits)) == sorted(key(s) for p in parts for s in p.value)
@@ -309,14 +309,14 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
     }
 
     def key(s: dict) -> tuple:
-        return s["topic"], s["partition"], s["path"], s["start_pos"], s["end_pos"], s["lo"], s["hi"]
+        return s.topic, s.partition, s.path, s.start_pos, s.end_pos, s.lo, s.hi
 
     one_by_one = [
         key(s)
         for (t, p), (lo, hi) in want.items()
         for s in plan_extract(
             source.root, t, partitions=[p], start_offset=lo, end_offset=hi, mode="filter"
-        ).splits.to_pylist()
+        ).tasks
     ]
     assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4
 

@@ -5,6 +5,7 @@ CreateTime)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import shutil
@@ -25,7 +26,7 @@ from seglake.record.batch import scan_batches
 from seglake.record.reader import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import extract
-from seglake.spark.extract_plan import pack_splits, parse_time, plan_extract
+from seglake.spark.extract_plan import parse_time, plan_extract
 from seglake.spark.extract_read import iter_splits, keep_rows, read_split, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
@@ -63,9 +64,9 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
     # segment, all packed into one task (read and decoded together)
     for mode in ("offsets", "filter"):
         df = extract(spark, root, "t1", start=lo_ts, end=str(hi_ts), mode=mode, **kw)
-        splits = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode=mode, **kw).splits
+        splits = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode=mode, **kw).tasks
         tasks = df.rdd.getNumPartitions()
-        assert tasks == 1 if split_bytes > 4096 else 1 < tasks <= splits.num_rows
+        assert tasks == 1 if split_bytes > 4096 else 1 < tasks <= len(splits)
         assert (
             df.schema.simpleString()
             == spark.createDataFrame(KAFKA_SOURCE_SCHEMA.empty_table()).schema.simpleString()
@@ -109,11 +110,11 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
 def test_large_segment_is_split_and_splits_are_disjoint(lake):
     root, _ = lake
     plan = plan_extract(root, "t1", split_bytes=4096)
-    per_path = plan.splits.group_by("path").aggregate([("start_pos", "count")])
-    assert max(per_path.column("start_pos_count").to_pylist()) > 1
+    per_path = collections.Counter(s.path for s in plan.tasks)
+    assert max(per_path.values()) > 1
     cache = IndexCache()
     offs = np.concatenate(
-        [read_split(cache, root, s).column("offset").to_numpy() for s in plan.splits.to_pylist()]
+        [read_split(cache, root, s).column("offset").to_numpy() for s in plan.tasks]
     )
     total = sum(r["record_count"] for r in Catalog(root).segments("t1").to_pylist())
     assert len(offs) == total
@@ -137,7 +138,7 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
         range_bytes = int(scan.size[sel].sum())
         plan = plan_extract(root, "t1", partitions=[0], start_offset=lo, end_offset=hi, cache=cache)
         lakefs.IO_STATS.reset()
-        t = pa.concat_tables([read_split(cache, root, s) for s in plan.splits.to_pylist()])
+        t = pa.concat_tables([read_split(cache, root, s) for s in plan.tasks])
         assert t.column("offset").to_pylist() == [o for o in t1["offset"] if lo <= o < hi]
         assert lakefs.IO_STATS.bytes_read <= range_bytes + interval + int(scan.size.max()) + 61
 
@@ -177,7 +178,7 @@ def test_filter_mode_seeks_with_the_time_index_and_stays_exact(lake, lake_withou
             for r in (root, bare)
         ]
         for r, plan in zip((root, bare), plans, strict=True):
-            got = read_splits(cache, r, plan.splits.to_pylist()).to_pandas()
+            got = read_splits(cache, r, plan.tasks).to_pandas()
             assert sorted(zip(got["partition"], got["offset"], strict=True)) == sorted(
                 zip(exp["partition"], exp["offset"], strict=True)
             )
@@ -186,7 +187,7 @@ def test_filter_mode_seeks_with_the_time_index_and_stays_exact(lake, lake_withou
         assert plans[0].planned_bytes <= plans[1].planned_bytes
         with_tails += plans[0].planned_bytes
         without += plans[1].planned_bytes
-        seeks += sum(p > 0 for p in plans[0].splits.column("start_pos").to_pylist())
+        seeks += sum(p > 0 for p in (s.start_pos for s in plans[0].tasks))
     # segments shared with older records are entered mid-way (at the time index's floor)
     assert seeks > 0
     # (a little here: the 1.5 s jitter spans several of these 60 KB segments; the unit
@@ -244,26 +245,6 @@ def test_a_batch_claiming_too_many_records_is_set_aside_without_allocating():
     assert peak < 20 << 20, peak
 
 
-def test_pack_splits_balances_and_keeps_tiny_plans_in_one_task():
-    def split(i: int, size: int) -> dict:
-        return {"partition": i % 3, "path": f"p{i}", "start_pos": 0, "end_pos": size}
-
-    tiny = [split(i, 1000) for i in range(8)]
-    assert [len(t) for t in pack_splits(tiny, 4)] == [8]
-    big = [split(i, s) for i, s in enumerate([30, 20, 20, 10, 10, 5, 5] * 4)]
-    tasks = pack_splits(big, 4, max_bytes=100, min_bytes=1)
-    assert sorted(s["path"] for t in tasks for s in t) == sorted(s["path"] for s in big)
-    loads = [sum(s["end_pos"] for s in t) for t in tasks]
-    assert len(tasks) == 4 and max(loads) - min(loads) <= 30
-    assert [
-        len(t) for t in pack_splits([split(0, 500), split(1, 10)], 2, max_bytes=100, min_bytes=1)
-    ] == [1, 1]
-    assert pack_splits([], 2) == []
-    # 250 bytes in tasks of at most 100: 3 would take two rounds of 2 cores, 4 take 1.5
-    even = pack_splits([split(i, 10) for i in range(25)], 2, max_bytes=100, min_bytes=1)
-    assert [sum(s["end_pos"] for s in t) for t in even] == [70, 60, 60, 60]
-
-
 @given(st.lists(st.booleans(), max_size=60), st.integers(0, 3))
 @settings(max_examples=200, deadline=None)
 def test_keep_rows_is_filter_and_slices_the_longest_run(bits, chunks):
@@ -299,7 +280,7 @@ def test_iter_splits_groups_match_read_splits(lake):
     t1 = recs[recs["topic"] == "t1"]
     lo_ts, hi_ts = int(t1["timestamp"].quantile(0.2)), int(t1["timestamp"].quantile(0.7))
     plan = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode="filter", split_bytes=4096)
-    splits = plan.splits.to_pylist()
+    splits = plan.tasks
     cache = IndexCache()
     groups = list(iter_splits(cache, root, splits, group_bytes=8192))
     assert 1 < len(groups) < len(splits)

@@ -139,14 +139,14 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
     cleanup(str(root), older_than_s=0)
     with pytest.raises(SegmentNotFoundError) as raised:  # not pinned
-        read_splits(IndexCache(), str(root), plan.splits.to_pylist())
+        read_splits(IndexCache(), str(root), plan.tasks)
     assert not isinstance(raised.value, VersionSupersededError)
     cache = IndexCache()  # the segment cached unpinned first: the pin is the reader's
     with pytest.raises(SegmentNotFoundError):
-        read_splits(cache, str(root), plan.splits.to_pylist())
+        read_splits(cache, str(root), plan.tasks)
     for c in (cache, IndexCache()):
         with pytest.raises(VersionSupersededError) as err:
-            read_splits(c, str(root), plan.splits.to_pylist(), SplitReads(version=pinned))
+            read_splits(c, str(root), plan.tasks, SplitReads(version=pinned))
         assert err.value.version == pinned and err.value.superseded_by == pinned + 1
         assert f"catalog version {pinned} was superseded" in str(err.value)
         assert "t-0" in str(err.value) and "\n" not in str(err.value)
@@ -154,5 +154,5 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     now = lake.refresh().version
     plan = plan_extract(str(root), "t", version=now)
     with pytest.raises(SegmentNotFoundError) as raised:
-        read_splits(IndexCache(), str(root), plan.splits.to_pylist(), SplitReads(version=now))
+        read_splits(IndexCache(), str(root), plan.tasks, SplitReads(version=now))
     assert not isinstance(raised.value, VersionSupersededError)

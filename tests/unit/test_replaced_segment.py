@@ -113,7 +113,7 @@ def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> Non
         p.read(0, 3)
     assert f"catalog version {pinned}" in str(err.value) and first["path"] in str(err.value)
     # the tasks of a Spark read of the pinned version (extract, versionAsOf) alike
-    splits = plan.splits.to_pylist()
+    splits = plan.tasks
     with pytest.raises(VersionSupersededError, match=f"catalog version {pinned}"):
         read_splits(IndexCache(), str(root), splits, SplitReads(version=pinned))
     # a file of the current version cut short is data loss (issue 25: it was read up

@@ -74,8 +74,8 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
         np.testing.assert_array_equal(_entries(seg), written[r["path"]])
     # extract: a split carries it to read_split's segment
     cache = IndexCache()
-    splits = plan_extract(root, "c", split_bytes=1 << 20).splits.to_pylist()
-    assert {s["index_interval_bytes"] for s in splits} == {INTERVAL}
+    splits = plan_extract(root, "c", split_bytes=1 << 20).tasks
+    assert {s.index_interval_bytes for s in splits} == {INTERVAL}
     for s in splits:
         read_split(cache, root, s)
     assert cache._entries

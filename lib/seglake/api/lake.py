@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from seglake.api.render import html_table, iso, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.lake.snapshot import by_partition
 from seglake.lake.time_travel import version_as_of
 from seglake.location import LakeLocation, Root
 from seglake.storage.segment_window import check_on_corrupt
@@ -51,15 +51,7 @@ class Lake:
     def _load(self, version: int | None) -> None:
         self.version = self.catalog.version() if version is None else int(version)
         self._rows = self.catalog.segments(version=self.version)
-        topics = self._rows.column("topic").to_numpy(zero_copy_only=False)
-        parts = self._rows.column("partition").to_numpy()
-        self._by_key: dict[tuple[str, int], pa.Table] = {}
-        if self._rows.num_rows:
-            # rows are sorted by (topic, partition, base_offset): slice runs of equal keys
-            change = np.nonzero((topics[1:] != topics[:-1]) | (parts[1:] != parts[:-1]))[0] + 1
-            bounds = [0, *change.tolist(), len(topics)]
-            for a, b in itertools.pairwise(bounds):
-                self._by_key[(str(topics[a]), int(parts[a]))] = self._rows.slice(a, b - a)
+        self._by_key: dict[tuple[str, int], pa.Table] = by_partition(self._rows)
 
     def replaced(self, topic: str, partition: int) -> set[int]:
         """Base offsets of this version's rows of ``topic``-``partition`` that the newest

@@ -34,7 +34,6 @@ import warnings
 from collections.abc import Iterator
 from typing import BinaryIO
 
-import numpy as np
 import pyarrow as pa
 
 from seglake.errors import ConfigError, SegmentNotFoundError
@@ -255,15 +254,16 @@ def partition_logs(
     in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR, Catalog
-    from seglake.lake.staging import open_partition, open_partition_dir
+    from seglake.lake.catalog import CATALOG_DIR
+    from seglake.lake.snapshot import Snapshot
+    from seglake.lake.staging import open_partition_dir
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)
     fs, path = lakefs.resolve(target)
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        rows = Catalog(target).segments(topic)
-        parts = sorted(set(rows.column("partition").to_pylist()))
+        snap = Snapshot.read(target, topic, on_corrupt=on_corrupt)
+        parts = [p for _, p in snap.partitions]
         if not parts:
             raise SegmentNotFoundError(f"{target}: topic {topic!r} has no committed segments")
         if partition is not None:
@@ -272,13 +272,7 @@ def partition_logs(
                     f"{target}: topic {topic!r} has no partition {partition} (partitions {parts})"
                 )
             parts = [partition]
-        mask = np.asarray(rows.column("partition"))
-        return [
-            open_partition(
-                target, topic, p, rows=rows.filter(pa.array(mask == p)), on_corrupt=on_corrupt
-            )
-            for p in parts
-        ]
+        return [snap.log((topic, p)) for p in parts]
     name = path.rstrip("/").rsplit("/", 1)[-1]
     log = open_partition_dir(target, on_corrupt=on_corrupt)
     got = parse_partition_dir(name)

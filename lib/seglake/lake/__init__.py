@@ -11,6 +11,9 @@ them visible (``record -> storage -> lake -> api -> spark -> jobs``).
     garbage.py   retired files (file.delete.delay.ms), catalog orphans, superseded readers
     runs.py      what a run id covered, and refusing its reuse for other input
     register.py  catalog rows for a broker's partition directories, registered in place
+    snapshot.py  a lake's partitions at one catalog version (one catalog read)
+    scan.py      a read planned on a snapshot: SegmentTasks (extract, data sources)
+    packing.py   segment tasks into Spark tasks (bytes, or Kafka's offset ranges)
 
 ``from seglake.lake import open_partition`` works as a shortcut (loaded on first use, so
 that importing a module of this package does not load the catalog).

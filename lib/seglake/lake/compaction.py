@@ -10,7 +10,7 @@ Per partition, ``cleanup.policy`` (and ``--merge-only``) decides:
 Tasks run through ``map_tasks`` (Spark's, or the builtin ``map`` in tests): one per
 cleaned group; merge groups packed by bytes into a multiple of ``parallelism`` tasks of
 :data:`MERGE_TASK_MIN_BYTES` to :data:`MERGE_TASK_MAX_BYTES` (:func:`seglake.lake.packing.
-pack`, as a read's splits), each merging its groups in turn. The driver commits every
+pack_sizes`, as a read's splits), each merging its groups in turn. The driver commits every
 partition's new rows in ONE catalog commit (:func:`seglake.lake.rewrite.commit_rewrite`).
 Merges of a lake on the local filesystem totalling at most ``driver_merge_bytes`` run on
 the driver instead, in threads: the kernel copies their bytes
@@ -35,7 +35,7 @@ from seglake.errors import ConfigError
 from seglake.lake import runs
 from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
-from seglake.lake.packing import pack
+from seglake.lake.packing import pack_sizes
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
@@ -327,7 +327,7 @@ def _run_tasks(
             for i, o in zip(merges, pool.map(fn, [specs[i] for i in merges]), strict=True):
                 out[i] = o
     else:
-        packed = pack(
+        packed = pack_sizes(
             sizes, parallelism, max_bytes=MERGE_TASK_MAX_BYTES, min_bytes=MERGE_TASK_MIN_BYTES
         )
         tasks += [[merges[k] for k in t] for t in packed]

@@ -18,9 +18,10 @@ options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed fil
 ``topic`` and ``partition`` choose partitions, ``offset`` comparisons cut the range, a
 ``timestamp`` lower bound becomes an ``offsetsForTimes`` seek, and both timestamp bounds
 prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_plan`).
-Extract's :func:`plan_partition`
-(filter mode) then cuts the splits, packed into tasks as extract's (:func:`pack_splits`:
-about the session's default parallelism, at least 4 MiB and at most 4 ``splitBytes``); every
+A :class:`~seglake.lake.scan.Scan` (a time filter) then plans the segment tasks, packed
+as extract's (:func:`~seglake.lake.packing.pack`: about the session's default
+parallelism, at least 4 MiB and at most 4 ``splitBytes``; with ``minPartitions`` or
+``maxRecordsPerPartition`` one per offset range, as Kafka's source); every
 task is one Spark input partition, read by :func:`iter_splits` (about 8 MiB of log decoded
 at a time) and handed to Spark as Arrow batches.
 """
@@ -46,7 +47,8 @@ from pyspark.sql.types import StructType
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
-from seglake.spark.extract_plan import pack_splits
+from seglake.lake.packing import pack
+from seglake.lake.scan import SegmentTask
 from seglake.spark.extract_read import GROUP_BYTES, SplitReads, iter_splits
 from seglake.spark.kafka_options import warn_ignored
 from seglake.spark.read_options import (
@@ -94,11 +96,23 @@ class SeglakeReader(DataSourceReader):
         return iter([f for f in filters if not self.pushed.push(f)])
 
     def partitions(self) -> list[InputPartition]:
-        """The splits packed into tasks (:func:`pack_splits`, as extract's): one input
-        partition per task."""
+        """The segment tasks packed into Spark tasks (:func:`~seglake.lake.packing.pack`,
+        as extract's): one input partition per task."""
         with lakefs.IO_STATS.counting(self.bytes_accumulator):
             splits = plan_read(self.opts, self.pushed)
-        tasks = pack_splits(splits, self.parallelism, split_bytes=self.opts.split_bytes)
+        return self.packed(splits)
+
+    def packed(self, splits: list[SegmentTask]) -> list[InputPartition]:
+        """``splits`` packed into input partitions as the options ask (by bytes, or one
+        per offset range with ``minPartitions`` / ``maxRecordsPerPartition``)."""
+        opts = self.opts
+        tasks = pack(
+            splits,
+            self.parallelism,
+            split_bytes=opts.split_bytes,
+            min_partitions=opts.min_partitions,
+            max_records_per_partition=opts.max_records_per_partition,
+        )
         return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -113,7 +127,7 @@ class SeglakeReader(DataSourceReader):
         opts, names = self.opts, self.opts.arrow_schema.names
         skipped: list[str] = []
         # versionAsOf, else the version the splits were planned on (the current one then)
-        planned = opts.version if opts.version is not None else splits[0].get("version")
+        planned = opts.version if opts.version is not None else splits[0].version
         by_user = opts.version is not None
         how = SplitReads(
             opts.isolation_level, opts.on_corrupt, skipped, planned, by_user, opts.include_headers

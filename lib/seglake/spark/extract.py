@@ -25,8 +25,10 @@
                then filters offsets (and timestamps), drops control batches and, under
                read_committed, records of aborted transactions (``.txnindex``)
 
-Planning is :mod:`seglake.spark.extract_plan`; :func:`read_split` / :func:`read_splits`
-(:mod:`seglake.spark.extract_read`) are the pure functions the executors run (no Spark).
+Planning is a :class:`~seglake.lake.scan.Scan` (extract's arguments:
+:mod:`seglake.spark.extract_plan`) packed by :func:`seglake.lake.packing.pack`;
+:func:`read_split` / :func:`read_splits` (:mod:`seglake.spark.extract_read`) are the
+pure functions the executors run (no Spark).
 """
 
 from __future__ import annotations
@@ -36,14 +38,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from seglake import fs as lakefs
+from seglake.lake.packing import DEFAULT_SPLIT_BYTES, pack
+from seglake.lake.scan import ScanPlan
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.spark.extract_plan import (
-    BROADCAST_SPLITS,
-    DEFAULT_SPLIT_BYTES,
-    ExtractPlan,
-    pack_splits,
-    plan_extract,
-)
+from seglake.spark.extract_plan import BROADCAST_SPLITS, plan_extract
 from seglake.spark.extract_read import SplitReads, iter_splits
 from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
@@ -65,7 +63,7 @@ def extract(
     isolation_level: str = "read_uncommitted",
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     cache_bytes: int | None = None,
-    plan: ExtractPlan | None = None,
+    plan: ScanPlan | None = None,
     bytes_accumulator=None,
     on_corrupt: str = "raise",
     skipped_accumulator=None,
@@ -112,10 +110,10 @@ def extract(
     )
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
     acc, level = bytes_accumulator, isolation_level
-    splits = plan.splits.to_pylist()
-    tasks = pack_splits(splits, spark.sparkContext.defaultParallelism, split_bytes=split_bytes)
+    tasks = pack(plan.tasks, spark.sparkContext.defaultParallelism, split_bytes=split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
-    payload = spark.sparkContext.broadcast(tasks) if len(splits) > BROADCAST_SPLITS else tasks
+    big = len(plan.tasks) > BROADCAST_SPLITS
+    payload = spark.sparkContext.broadcast(tasks) if big else tasks
     version = plan.catalog_version  # a file gone since: VersionSupersededError in the task
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -13,12 +13,12 @@ import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
+from seglake.lake.scan import SegmentTask
 from seglake.location import Root
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import LogSegment
-from seglake.storage.segment_ref import SegmentRef
 from seglake.storage.segment_window import Window
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from seglake.storage.window_records import (
@@ -55,7 +55,7 @@ class SplitReads:
 
 
 def read_split(
-    cache: IndexCache, root: Root, split: dict, how: SplitReads | None = None
+    cache: IndexCache, root: Root, split: SegmentTask, how: SplitReads | None = None
 ) -> pa.Table:
     """Records of one split (Kafka source schema): one ranged read of its bytes."""
     return read_splits(cache, root, [split], how)
@@ -67,7 +67,7 @@ GROUP_BYTES = 8 << 20  # log bytes decoded in one call by iter_splits
 def iter_splits(
     cache: IndexCache,
     root: Root,
-    splits: list[dict],
+    splits: list[SegmentTask],
     how: SplitReads | None = None,
     *,
     group_bytes: int = GROUP_BYTES,
@@ -76,18 +76,18 @@ def iter_splits(
     of consecutive splits of about ``group_bytes`` log bytes (a larger split alone): a
     task's memory stays bounded by the group, and Spark takes a group's rows while the
     next one decodes."""
-    group: list[dict] = []
+    group: list[SegmentTask] = []
     size = 0
     for i, s in enumerate(splits):
         group.append(s)
-        size += s["end_pos"] - s["start_pos"]
+        size += s.end_pos - s.start_pos
         if size >= group_bytes or i == len(splits) - 1:
             yield read_splits(cache, root, group, how)
             group, size = [], 0
 
 
 def read_splits(
-    cache: IndexCache, root: Root, splits: list[dict], how: SplitReads | None = None
+    cache: IndexCache, root: Root, splits: list[SegmentTask], how: SplitReads | None = None
 ) -> pa.Table:
     """Records of several splits (Kafka source schema), read as ``how`` says
     (:class:`SplitReads`; default: uncommitted, a damaged batch raises, not pinned):
@@ -99,15 +99,15 @@ def read_splits(
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
-        (w, np.flatnonzero(keep & (w.scan.max_timestamp >= s["ts_hi"])))
-        if s["ts_hi"] < NO_TS_HI
+        (w, np.flatnonzero(keep & (w.scan.max_timestamp >= s.ts_hi)))
+        if s.ts_hi < NO_TS_HI
         else (w, np.zeros(0, np.int64))
         for s, (w, keep, _) in zip(splits, parts, strict=True)
     ]
     if any(len(u) for _, u in unsure):
         least, at = min_timestamps(unsure), 0
         for s, (_, u), (_, keep, _) in zip(splits, unsure, parts, strict=True):
-            keep[u[least[at : at + len(u)] >= s["ts_hi"]]] = False
+            keep[u[least[at : at + len(u)] >= s.ts_hi]] = False
             at += len(u)
     table, rows = decode_windows(
         [(w, np.flatnonzero(keep), path) for w, keep, path in parts], headers=how.headers
@@ -127,22 +127,15 @@ def read_splits(
 def _split_batches(
     cache: IndexCache,
     root: Root,
-    split: dict,
+    split: SegmentTask,
     on_corrupt: str,
     skipped: list[str] | None,
     pin: PinnedVersion | None = None,
 ) -> tuple[Window, np.ndarray, str]:
     """The window of a split and which of its batches may hold records to return (the
     damaged batches skipped in it described in ``skipped``)."""
-    ref = SegmentRef(
-        path=split["path"],
-        size_bytes=split["size"],
-        next_offset=split.get("next_offset"),  # a file cut short names its lost offsets
-        run_id=split["run_id"] or None,
-        index_interval_bytes=split.get("index_interval_bytes"),
-    )
-    seg = cache.segment(root, ref, load_indexes=False, on_corrupt=on_corrupt, pin=pin)
-    w = _split_window(seg, split["start_pos"], split["end_pos"], split["hi"], split["extend"])
+    seg = cache.segment(root, split.ref(), load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    w = _split_window(seg, split.start_pos, split.end_pos, split.hi, split.extend)
     if skipped is not None:
         skipped += [
             b.describe(seg.log_path)
@@ -150,31 +143,28 @@ def _split_batches(
             if w.start <= at < w.end
         ]
     s = w.scan
-    keep = (s.last_offset >= split["lo"]) & (s.base_offset < split["hi"]) & ~s.is_control
-    if split["ts_lo"] > NO_TS_LO:
-        keep &= s.max_timestamp >= split["ts_lo"]
+    keep = (s.last_offset >= split.lo) & (s.base_offset < split.hi) & ~s.is_control
+    if split.ts_lo > NO_TS_LO:
+        keep &= s.max_timestamp >= split.ts_lo
     return w, keep, seg.log_path
 
 
-def _split_records(t: pa.Table, split: dict, isolation_level: str) -> pa.Table:
+def _split_records(t: pa.Table, split: SegmentTask, isolation_level: str) -> pa.Table:
     """Decoded records of a split's batches -> the split's rows (Kafka source schema)."""
-    lo, hi, ts_lo, ts_hi = split["lo"], split["hi"], split["ts_lo"], split["ts_hi"]
+    lo, hi, ts_lo, ts_hi = split.lo, split.hi, split.ts_lo, split.ts_hi
     off = t.column("offset").to_numpy()
     mask = (off >= lo) & (off < hi)
     if ts_lo > NO_TS_LO or ts_hi < NO_TS_HI:
         ts = t.column("timestamp").to_numpy()
         mask &= (ts >= ts_lo) & (ts < ts_hi)
-    if isolation_level == "read_committed" and split["aborted_pid"]:
+    if isolation_level == "read_committed" and split.aborted:
         txn = TransactionIndex()
-        for p, f, last in sorted(
-            zip(split["aborted_pid"], split["aborted_first"], split["aborted_last"], strict=True),
-            key=lambda x: x[2],
-        ):
+        for p, f, last in sorted(split.aborted, key=lambda x: x[2]):
             txn.append(AbortedTxn(p, f, last, last))
         aborted = txn.aborted_mask(off, t.column("producer_id").to_numpy())
         tx = t.column("transactional").to_numpy(zero_copy_only=False)
         mask &= ~(aborted & tx)
-    return to_kafka_source(keep_rows(t, mask), split["topic"], split["partition"])
+    return to_kafka_source(keep_rows(t, mask), split.topic, split.partition)
 
 
 def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:

@@ -214,7 +214,7 @@ def run_extract(spark: SparkSession, args) -> int:
     task_bytes = acc.value if acc is not None else lakefs.IO_STATS.snapshot()["bytes_read"] - before
     print(f"extracted offset ranges:\n{ranges_table(plan.ranges)}")
     print(
-        f"read: {task_bytes} log bytes by {plan.splits.num_rows} task split(s) over "
+        f"read: {task_bytes} log bytes by {len(plan.tasks)} task split(s) over "
         f"{plan.segments} segment(s), {plan.driver_bytes} index/log bytes by the driver; "
         f"{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}"
     )

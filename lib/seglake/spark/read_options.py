@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
+from seglake.lake.scan import offset_bound
 from seglake.lake.time_travel import version_as_of
 from seglake.location import LakeLocation, Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
@@ -240,30 +241,15 @@ class Bound:
         return self.named().get(tp, f"{self.side}Offsets")
 
     def resolve(self, tp: TopicPartition, log: PartitionLog, *, fail_on_data_loss: bool) -> int:
-        """``tp``'s offset for this end of the read."""
-        lso, leo = log.log_start_offset, log.log_end_offset
-        ts = self.timestamp if self.timestamp is not None else self.by_timestamp.get(tp)
-        if ts is not None:
-            hit = log.offsets_for_times(ts)
-            if hit is not None:
-                return hit.offset
-            if self.strict:
-                raise ConfigError(
-                    f"{self.option(tp)}: no record of {tp[0]}-{tp[1]} has a timestamp >= "
-                    f"{ts} (largest {int(log.max_timestamps.max())}); "
-                    "startingOffsetsByTimestampStrategy=latest starts at the log end instead"
-                )
-            return leo
-        offset = self.offsets.get(tp, self.default)
-        if offset == EARLIEST:
-            return lso
-        if offset == LATEST:
-            return leo
-        if lso <= offset <= leo or not fail_on_data_loss:
-            return min(max(offset, lso), leo)
-        raise ConfigError(
-            f"{self.option(tp)}: offset {offset} of {tp[0]}-{tp[1]} is outside "
-            f"its log [{lso}, {leo}] (failOnDataLoss=false clamps it)"
+        """``tp``'s offset for this end of the read (:func:`seglake.lake.scan.offset_bound`)."""
+        return offset_bound(
+            log,
+            tp,
+            offset=self.offsets.get(tp, self.default),
+            timestamp=self.timestamp if self.timestamp is not None else self.by_timestamp.get(tp),
+            strict=self.strict,
+            fail_on_data_loss=fail_on_data_loss,
+            option=self.option(tp),
         )
 
 

@@ -1,9 +1,9 @@
-"""Planning the ``seglake`` data source's reads (no Spark session needed: it runs where
-Spark plans Python data sources): the pushed filters as ranges (:class:`Pushed`), the
-subscribed partitions' catalog rows (:func:`subscribed`) and logs
-(:func:`partition_logs`), and the splits of a read (:func:`plan_read`) or of a stream's
-micro-batch (:func:`plan_splits`), each partition's cut by extract's
-:func:`~seglake.spark.extract_plan.plan_partition` (filter mode).
+"""The ``seglake`` data source's options and pushed filters as a
+:class:`~seglake.lake.scan.Scan` (no Spark session needed: it runs where Spark plans
+Python data sources): the pushed filters as ranges (:class:`Pushed`), the subscribed
+partitions (:func:`subscribed`: a :class:`~seglake.lake.snapshot.Snapshot`), each
+partition's bounds (:func:`plan_read`) and the scan of a read or of a stream's
+micro-batch (:func:`scan`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     EqualTo,
     Filter,
@@ -28,20 +27,17 @@ from pyspark.sql.datasource import (
 from seglake.api.times import datetime_micros, micros_to_millis
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
-from seglake.lake.rows import segment_refs
-from seglake.spark.extract_plan import plan_partition
+from seglake.lake.scan import Scan, SegmentTask
+from seglake.lake.snapshot import Snapshot
 from seglake.spark.read_options import (
     ALL,
     Range,
     ReadOptions,
     TopicPartition,
 )
-from seglake.storage.index_cache import IndexCache, get_cache
-from seglake.storage.log import PartitionLog
+from seglake.storage.index_cache import IndexCache
 
-__all__ = ["Logs", "Pushed", "partition_logs", "plan_read", "plan_splits", "subscribed"]
-
-Logs = dict[TopicPartition, tuple[pa.Table, PartitionLog]]  # catalog rows and log
+__all__ = ["Pushed", "plan_read", "scan", "subscribed"]
 
 
 # ------------------------------------------------------------------------------ filters
@@ -149,46 +145,46 @@ class Pushed:
 
 
 # ------------------------------------------------------------------------------ planning
-def _by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
-    """Catalog rows (sorted by topic, partition) split per topic-partition."""
-    keys = list(
-        zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
-    )
-    out: dict[TopicPartition, pa.Table] = {}
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            out[keys[start]] = rows.slice(start, i - start)
-            start = i
-    return out
-
-
 def subscribed(
-    opts: ReadOptions, catalog: Catalog, version: int, *, strict: bool = True
-) -> dict[TopicPartition, pa.Table]:
-    """The subscribed partitions' catalog rows; unknown topics/partitions are errors
-    (unless not ``strict``: a stream waits for them)."""
+    opts: ReadOptions,
+    *,
+    version: int | None = None,
+    catalog: Catalog | None = None,
+    cache: IndexCache | None = None,
+    strict: bool = True,
+) -> Snapshot:
+    """The subscribed partitions at ``version`` (default: the options', else the newest):
+    one catalog read; unknown topics/partitions are errors (unless not ``strict``: a
+    stream waits for them)."""
     wanted = opts.topics or (tuple(opts.assign) if opts.assign is not None else None)
-    parts = _by_partition(catalog.segments(wanted, version=version))
+    snap = Snapshot.read(
+        opts.root,
+        wanted,
+        version=opts.version if version is None else version,
+        catalog=catalog,
+        cache=cache,
+        on_corrupt=opts.on_corrupt,
+    )
+    version, parts = snap.version, set(snap.rows)
     present = {t for t, _ in parts}
     if opts.pattern is not None:
-        parts = {tp: r for tp, r in parts.items() if re.fullmatch(opts.pattern, tp[0])}
+        parts = {tp for tp in parts if re.fullmatch(opts.pattern, tp[0])}
     if opts.assign is not None:
         want = {(t, p) for t, ps in opts.assign.items() for p in ps}
-        missing = sorted(want - set(parts))
+        missing = sorted(want - parts)
         if missing and strict:
             raise ConfigError(
                 f"assign: no partition {_names(missing)} in the lake at "
                 f"{opts.root} (catalog version {version}); it has "
                 f"{_names(sorted(parts)) or 'none of these topics'}"
             )
-        parts = {tp: r for tp, r in parts.items() if tp in want}
+        parts &= want
     elif strict and wanted and set(wanted) - present:
-        known = sorted(set(catalog.segments(version=version).column("topic").to_pylist()))
+        known = Catalog(opts.root).segments(version=version).column("topic").to_pylist()
         raise ConfigError(
             f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
             f"the lake at {opts.root} (catalog version {version}); topics: "
-            f"{', '.join(known) or 'none'}"
+            f"{', '.join(sorted(set(known))) or 'none'}"
         )
     for bound in (opts.starting, opts.ending):
         for tp, name in bound.named().items():
@@ -197,17 +193,7 @@ def subscribed(
                     f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
                     f"covers ({_names(sorted(parts)) or 'none'})"
                 )
-    return parts
-
-
-def partition_logs(
-    opts: ReadOptions, parts: dict[TopicPartition, pa.Table], cache: IndexCache
-) -> Logs:
-    """Each partition's catalog rows and its log (segments from ``cache``)."""
-    return {
-        tp: (rows, cache.partition_log(opts.root, tp, segment_refs(rows), opts.on_corrupt))
-        for tp, rows in parts.items()
-    }
+    return snap.select(parts)
 
 
 def _names(tps: list[TopicPartition]) -> str:
@@ -215,23 +201,33 @@ def _names(tps: list[TopicPartition]) -> str:
     return shown + (f" and {len(tps) - 20} more" if len(tps) > 20 else "")
 
 
+def scan(opts: ReadOptions, snapshot: Snapshot, ranges: Mapping[TopicPartition, Range]) -> Scan:
+    """The scan of ``ranges`` of ``snapshot`` the options ask for (isolation, split
+    size, ``minPartitions``, ``maxRecordsPerPartition``), every timestamp."""
+    return Scan(
+        snapshot,
+        ranges,
+        isolation_level=opts.isolation_level,
+        split_bytes=opts.split_bytes,
+        min_partitions=opts.min_partitions,
+        max_records_per_partition=opts.max_records_per_partition,
+    )
+
+
 def plan_read(
     opts: ReadOptions, pushed: Pushed | None = None, *, cache: IndexCache | None = None
-) -> list[dict]:
-    """The splits (rows of extract's ``SPLIT_SCHEMA``) a read with these options and
-    pushed filters covers; runs where Spark plans the read (no Spark needed)."""
+) -> list[SegmentTask]:
+    """The segment tasks a read with these options and pushed filters covers; runs where
+    Spark plans the read (no Spark needed)."""
     pushed = pushed or Pushed()
-    cache = cache or get_cache()
-    catalog = Catalog(opts.root)
-    version = catalog.version() if opts.version is None else opts.version
-    parts = subscribed(opts, catalog, version)
+    snap = subscribed(opts, cache=cache)
     if pushed.nothing():
         return []
-    ranges: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # per topic
-    logs = partition_logs(opts, {tp: r for tp, r in parts.items() if pushed.admits(tp)}, cache)
-    for tp, (_, log) in logs.items():
+    snap = snap.select(tp for tp in snap.partitions if pushed.admits(tp))
+    ranges: dict[TopicPartition, Range] = {}
+    for tp in snap.partitions:
         start, end = (
-            b.resolve(tp, log, fail_on_data_loss=opts.fail_on_data_loss)
+            b.resolve(tp, snap.log(tp), fail_on_data_loss=opts.fail_on_data_loss)
             for b in (opts.starting, opts.ending)
         )
         if start > end:
@@ -241,48 +237,6 @@ def plan_read(
                 f"ending offset {end}"
             )
         lo, hi = _intersect((start, end), pushed.offset)
-        if lo < hi:  # a pushed time range: plan_partition prunes and seeks (filter mode)
-            ranges[tp[0]][tp[1]] = (lo, hi)
-    return plan_splits(
-        opts, ranges, version=version, cache=cache, timestamp=pushed.timestamp, logs=logs
-    )
-
-
-def plan_splits(
-    opts: ReadOptions,
-    ranges: dict[str, dict[int, tuple[int, int]]],
-    *,
-    version: int,
-    cache: IndexCache,
-    timestamp: Range = ALL,
-    logs: Logs | None = None,
-) -> list[dict]:
-    """Splits of the ``[lo, hi)`` offset ranges per topic and partition at catalog
-    ``version`` (a batch read's, or a stream's micro-batch), within ``timestamp``:
-    extract's :func:`plan_partition` (filter mode) per partition. ``logs``: each
-    partition's catalog rows and log, when the caller has them (else one catalog read).
-    Each split names ``version`` (a task that meets a file removed since says so)."""
-    if logs is None:
-        rows = _by_partition(Catalog(opts.root).segments(tuple(ranges), version=version))
-        logs = partition_logs(opts, rows, cache)
-    splits: list[dict] = []
-    for topic, bounds in ranges.items():
-        for p, (lo, hi) in sorted(bounds.items()):
-            if (topic, p) not in logs:
-                continue
-            rows_p, log = logs[(topic, p)]
-            lo, hi = max(lo, log.log_start_offset), min(hi, log.log_end_offset)
-            if lo < hi:
-                splits += plan_partition(
-                    log,
-                    rows_p.to_pylist(),
-                    (topic, p),
-                    (lo, hi),
-                    timestamp,
-                    mode="filter",
-                    isolation_level=opts.isolation_level,
-                    split_bytes=opts.split_bytes,
-                )[0]
-    for s in splits:
-        s["version"] = version
-    return splits
+        if lo < hi:  # a pushed time range: the scan prunes and seeks (a time filter)
+            ranges[tp] = (lo, hi)
+    return dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()

@@ -14,11 +14,11 @@ topic, micro-batch by micro-batch.
                when the query started)
     batch      at most ONE catalog read per micro-batch: latestOffset reads the catalog
                (none when its version is the one kept) and keeps that version (a
-               :class:`Snapshot`); partitions(start, end) for the end it
+               :class:`~seglake.lake.snapshot.Snapshot`); partitions(start, end) for the end it
                returned plans from the same version (a batch replayed after a restart
-               reads the catalog once); its segments between the two offsets split like
-               the batch data source's (plan_splits), packed into tasks as Spark packs
-               a file stream's files (pack_splits: about the session's parallelism, at
+               reads the catalog once); a Scan of its segments between the two offsets
+               (the batch data source's), packed into tasks as Spark packs a file
+               stream's files (seglake.lake.packing.pack: about the session's parallelism, at
                most 4 splitBytes = maxPartitionBytes' 128 MiB each: a Python task costs
                ~0.07 CPU s to start, paid again every micro-batch), each task's splits
                read and decoded in groups of 8 MiB (iter_splits: its memory); a
@@ -46,13 +46,14 @@ from pyspark.sql.streaming.datasource import (
 
 from seglake.errors import ConfigError, DataLossError, SeglakeError
 from seglake.lake.catalog import Catalog
+from seglake.lake.scan import resume_offset
+from seglake.lake.snapshot import Snapshot
+from seglake.location import LakeLocation
 from seglake.spark.datasource import SeglakeReader
-from seglake.spark.extract_plan import pack_splits
 from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
-from seglake.spark.read_plan import Logs, partition_logs, plan_splits, subscribed
+from seglake.spark.read_plan import scan, subscribed
 from seglake.spark.time_strings import duration_ms
 from seglake.spark.worker_errors import one_line_errors
-from seglake.storage.index_cache import get_cache
 
 Offsets = dict[str, dict[str, int]]  # the Kafka source's JSON offsets
 
@@ -108,24 +109,6 @@ def rate_limit(
     return {tp: start.get(tp, e) + min(take[tp], lag[tp]) for tp, e in end.items()}
 
 
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """The subscribed partitions at one catalog version (-1: no catalog yet)."""
-
-    version: int
-    logs: Logs
-
-    @property
-    def ends(self) -> dict[TopicPartition, int]:
-        """Each partition's log end offset."""
-        return {tp: log.log_end_offset for tp, (_, log) in self.logs.items()}
-
-    @property
-    def starts(self) -> dict[TopicPartition, int]:
-        """Each partition's log start offset."""
-        return {tp: log.log_start_offset for tp, (_, log) in self.logs.items()}
-
-
 @one_line_errors
 class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The source; offsets and planning on the driver, ``read`` in the tasks.
@@ -167,13 +150,12 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not catalog.exists():
             if strict and (self.opts.topics or self.opts.assign):
                 raise ConfigError(f"{self.opts.root}: no lake (no catalog) there")
-            self.snapshot = Snapshot(-1, {})
+            self.snapshot = Snapshot(LakeLocation.of(self.opts.root), -1, {})
             return self.snapshot
         version = catalog.version()
         if not strict and self.snapshot is not None and self.snapshot.version == version:
             return self.snapshot  # the lake is as it was: its rows and logs are these
-        parts = subscribed(self.opts, catalog, version, strict=strict)
-        self.snapshot = Snapshot(version, partition_logs(self.opts, parts, get_cache()))
+        self.snapshot = subscribed(self.opts, version=version, catalog=catalog, strict=strict)
         return self.snapshot
 
     def initialOffset(self) -> Offsets:
@@ -181,9 +163,9 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(
             {
                 tp: self.opts.starting.resolve(
-                    tp, log, fail_on_data_loss=self.opts.fail_on_data_loss
+                    tp, snap.log(tp), fail_on_data_loss=self.opts.fail_on_data_loss
                 )
-                for tp, (_, log) in snap.logs.items()
+                for tp in snap.partitions
             }
         )
 
@@ -243,31 +225,24 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = from_json(start), from_json(end)
         planned = self.planned
         snap = planned[1] if planned and planned[0] == end else self._read_catalog()
-        ranges: dict[str, dict[int, tuple[int, int]]] = {}
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
         for tp, hi in sorted(stop.items()):
-            if tp not in snap.logs:
+            if tp not in snap.rows:
                 continue
-            log = snap.logs[tp][1]
+            log = snap.log(tp)
             lo = begin.get(tp, log.log_start_offset)
-            lso = log.log_start_offset
-            if lo < lso:
-                if self.opts.fail_on_data_loss:
-                    raise DataLossError(
-                        f"{tp[0]}-{tp[1]}: offsets {lo}..{lso - 1} are no longer in the lake "
-                        f"{self.opts.root} (log start offset {lso}: removed by retention or "
-                        "compaction) before this stream read them. Some data may have been "
-                        "lost; set the source option failOnDataLoss to false to skip them"
-                    )
-                lo = lso
+            lo = resume_offset(
+                log,
+                tp,
+                lo,
+                fail_on_data_loss=self.opts.fail_on_data_loss,
+                where=str(self.opts.root),
+            )
             if lo < hi:
-                ranges.setdefault(tp[0], {})[tp[1]] = (lo, hi)
+                ranges[tp] = (lo, hi)
         if not ranges:
             return []
-        splits = plan_splits(
-            self.opts, ranges, version=snap.version, cache=get_cache(), logs=snap.logs
-        )
-        tasks = pack_splits(splits, self.reader.parallelism, split_bytes=self.opts.split_bytes)
-        return [InputPartition(t) for t in tasks]
+        return self.reader.packed(scan(self.opts, snap, ranges).plan())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """A task's splits (the batch data source's read)."""

@@ -1,0 +1,103 @@
+"""The lake's partitions at one catalog version, read once: each partition's catalog rows
+and, on first use, its log (segments from the index cache). A
+:class:`~seglake.lake.scan.Scan` plans on one; a stream keeps one between micro-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.lake.catalog import Catalog
+from seglake.lake.rows import segment_refs
+from seglake.location import LakeLocation, Root
+from seglake.storage.index_cache import IndexCache, get_cache
+from seglake.storage.log import PartitionLog
+
+__all__ = ["Snapshot", "TopicPartition", "by_partition"]
+
+TopicPartition = tuple[str, int]
+
+
+def by_partition(rows: pa.Table) -> dict[TopicPartition, pa.Table]:
+    """Catalog rows (sorted by topic, partition) split per topic-partition (slices)."""
+    if not rows.num_rows:
+        return {}
+    topics = rows.column("topic").to_numpy(zero_copy_only=False)
+    parts = rows.column("partition").to_numpy()
+    change = np.nonzero((topics[1:] != topics[:-1]) | (parts[1:] != parts[:-1]))[0] + 1
+    bounds = [0, *change.tolist(), len(topics)]
+    return {
+        (str(topics[a]), int(parts[a])): rows.slice(a, b - a) for a, b in itertools.pairwise(bounds)
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Partitions of the lake at ``root`` at catalog ``version`` (-1: no catalog yet):
+    ``rows`` per partition, sorted by topic and partition; logs opened with
+    ``on_corrupt`` (:class:`~seglake.storage.segment.LogSegment`'s) from ``cache``."""
+
+    root: LakeLocation
+    version: int
+    rows: Mapping[TopicPartition, pa.Table]
+    on_corrupt: str = "raise"
+    cache: IndexCache | None = dataclasses.field(default=None, compare=False, repr=False)
+    _logs: dict[TopicPartition, PartitionLog] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @classmethod
+    def read(
+        cls,
+        root: Root,
+        topics: str | Iterable[str] | None = None,
+        partitions: Iterable[int] | None = None,
+        *,
+        version: int | None = None,
+        catalog: Catalog | None = None,
+        cache: IndexCache | None = None,
+        on_corrupt: str = "raise",
+    ) -> Snapshot:
+        """One catalog read: the rows of ``topics`` (``None``: all) and ``partitions``
+        at ``version`` (``None``: the newest)."""
+        location = LakeLocation.of(root)
+        catalog = catalog or Catalog(location)
+        version = catalog.version() if version is None else version
+        rows = catalog.segments(topics, partitions, version=version)
+        return cls(location, version, by_partition(rows), on_corrupt, cache)
+
+    def select(self, partitions: Iterable[TopicPartition]) -> Snapshot:
+        """These partitions only (the logs opened so far kept)."""
+        keep = {tp: self.rows[tp] for tp in sorted(partitions) if tp in self.rows}
+        logs = {tp: log for tp, log in self._logs.items() if tp in keep}
+        return dataclasses.replace(self, rows=keep, _logs=logs)
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        return list(self.rows)
+
+    def log(self, tp: TopicPartition) -> PartitionLog:
+        """``tp``'s log (its segments from the cache; indexes read when a lookup needs
+        them)."""
+        log = self._logs.get(tp)
+        if log is None:
+            cache = self.cache or get_cache()
+            log = self._logs[tp] = cache.partition_log(
+                self.root, tp, segment_refs(self.rows[tp]), self.on_corrupt
+            )
+        return log
+
+    @property
+    def starts(self) -> dict[TopicPartition, int]:
+        """Each partition's log start offset."""
+        return {tp: self.log(tp).log_start_offset for tp in self.rows}
+
+    @property
+    def ends(self) -> dict[TopicPartition, int]:
+        """Each partition's log end offset."""
+        return {tp: self.log(tp).log_end_offset for tp in self.rows}
