@@ -211,16 +211,18 @@ def test_min_offsets_per_trigger_waits_for_max_trigger_delay_as_kafka(spark, tmp
     assert r.latestOffset(at(400), limit) == at(1000)  # 600 new >= 500: no wait
     # with maxOffsetsPerTrigger too: Spark hands the max (Python has no composite
     # limit); the source still waits for the min, then cuts at the max
-    both = _reader(root, minOffsetsPerTrigger=500, maxOffsetsPerTrigger=300)
+    both = _reader(root, minOffsetsPerTrigger=450, maxOffsetsPerTrigger=500)
     both.clock, both.last_trigger = (lambda: 0.0), 0.0
-    assert both.getDefaultReadLimit() == ReadMaxRows(300)
-    assert both.latestOffset(at(600), ReadMaxRows(300)) == at(600)
-    assert both.latestOffset(at(100), ReadMaxRows(300)) == at(400)
-    # Trigger.AvailableNow never waits (it must end): every record, batches of <= 300
+    assert both.getDefaultReadLimit() == ReadMaxRows(500)
+    assert both.latestOffset(at(600), ReadMaxRows(500)) == at(600)
+    assert both.latestOffset(at(100), ReadMaxRows(500)) == at(600)
+    # Trigger.AvailableNow never waits (it must end): every record, batches of <= 300,
+    # the last of 100 (below minOffsetsPerTrigger)
     out = str(tmp_path / "out")
-    opts = {"startingOffsets": "earliest", "minOffsetsPerTrigger": 10**6, "maxTriggerDelay": "1h"}
+    opts = {"startingOffsets": "earliest", "minOffsetsPerTrigger": 300, "maxTriggerDelay": "1h"}
     progress = _stream(spark, root, str(tmp_path / "cp"), out, **opts, maxOffsetsPerTrigger=300)
-    assert max(p["numInputRows"] for p in progress) <= 300
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert max(sizes) <= 300 and min(sizes) < 300  # the last one did not wait
     assert spark.read.parquet(out).count() == 1000
 
 
@@ -236,3 +238,14 @@ def test_bad_stream_limits_are_one_clear_error():
         StreamLimits.parse({"maxTriggerDelay": "soon"})
     with pytest.raises(ConfigError, match="minOffsetsPerTrigger: 0 is below 1"):
         StreamLimits.parse({"minOffsetsPerTrigger": "0"})
+
+
+def test_min_offsets_above_max_offsets_is_refused_as_spark_does():
+    # Spark's KafkaMicroBatchSourceSuite: "value of minOffsetPerTrigger(20) is higher than
+    # the maxOffsetsPerTrigger(15)"; equal is allowed
+    with pytest.raises(
+        ConfigError, match=r"minOffsetsPerTrigger=20 is above maxOffsetsPerTrigger=15"
+    ):
+        StreamLimits.parse({"minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "15"})
+    both = StreamLimits.parse({"minOffsetsPerTrigger": "15", "maxOffsetsPerTrigger": "15"})
+    assert (both.min_offsets, both.max_offsets) == (15, 15)

@@ -72,11 +72,18 @@ class StreamLimits:
         mx, mn = opts.get("maxoffsetspertrigger"), opts.get("minoffsetspertrigger")
         delay = opts.get("maxtriggerdelay")
         ms = cls.max_delay_ms if delay is None else duration_ms("maxTriggerDelay", delay)
-        return cls(
+        limits = cls(
             None if mx is None else int_option("maxOffsetsPerTrigger", mx, minimum=1),
             None if mn is None else int_option("minOffsetsPerTrigger", mn, minimum=1),
             ms,
         )
+        low, high = limits.min_offsets, limits.max_offsets
+        if low is not None and high is not None and low > high:  # Spark's validateStreamOptions
+            raise ConfigError(
+                f"minOffsetsPerTrigger={low} is above maxOffsetsPerTrigger={high}: a "
+                "micro-batch could never start (Spark's Kafka source refuses it too)"
+            )
+        return limits
 
 
 def to_json(offsets: Mapping[TopicPartition, int]) -> Offsets:
