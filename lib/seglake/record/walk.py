@@ -314,30 +314,7 @@ def walk_headers(
         def fail(i: int, m: str, owner: np.ndarray = owner, j: int = j) -> CorruptRecordError:
             return ctx.record_error(int(owner[i]), f"header {j}: {m}")
 
-        kl, s = _varints(data, q, MAX_VARINT_BYTES, "key length", fail)
-        q = q + s
-        kp = q
-        q = q + kl
-        bad = (kl < 0) | (q >= e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"key length {int(kl[i])} is invalid ({int(e[i] - kp[i])} bytes "
-                f"remain in the record)",
-            )
-        vl, s = _varints(data, q, MAX_VARINT_BYTES, "value length", fail)
-        q = q + s
-        vp = q
-        q = q + np.maximum(vl, 0)
-        bad = (vl < -1) | (q > e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"value length {int(vl[i])} is invalid ({int(e[i] - vp[i])} bytes "
-                f"remain in the record)",
-            )
+        kp, kl, vp, vl, q = _one_header(data, q, e, fail)
         idx = base[active] + j
         key_pos[idx], key_len[idx], val_pos[idx], val_len[idx] = kp, kl, vp, vl
         hp[active] = q
@@ -356,6 +333,37 @@ def walk_headers(
     fields = HeaderFields(recs, base, key_pos, key_len, val_pos, val_len)
     _walk_rest(data, fields, active, hp, lim, cnt, j, ctx)
     return fields
+
+
+def _one_header(
+    data: np.ndarray, q: np.ndarray, e: np.ndarray, fail: Callable[[int, str], CorruptRecordError]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One header of each record (at ``q``, the record ending at ``e``): key length, key,
+    value length, value. Returns ``(key_pos, key_len, value_pos, value_len, next)``."""
+    kl, s = _varints(data, q, MAX_VARINT_BYTES, "key length", fail)
+    q = q + s
+    kp = q
+    q = q + kl
+    bad = (kl < 0) | (q >= e)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(
+            i,
+            f"key length {int(kl[i])} is invalid ({int(e[i] - kp[i])} bytes remain in the record)",
+        )
+    vl, s = _varints(data, q, MAX_VARINT_BYTES, "value length", fail)
+    q = q + s
+    vp = q
+    q = q + np.maximum(vl, 0)
+    bad = (vl < -1) | (q > e)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(
+            i,
+            f"value length {int(vl[i])} is invalid ({int(e[i] - vp[i])} bytes "
+            f"remain in the record)",
+        )
+    return kp, kl, vp, vl, q
 
 
 def _walk_rest(
