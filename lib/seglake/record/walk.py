@@ -175,6 +175,24 @@ def walk_records(
                 )
             keep = ~done
             active, pos, limit = active[keep], pos[keep], limit[keep]
+    _walk_records_rest(data, active, pos, limit, k, ctx, body, rec_end)
+    return body, rec_end
+
+
+def _walk_records_rest(
+    data: np.ndarray,
+    active: np.ndarray,
+    pos: np.ndarray,
+    limit: np.ndarray,
+    k: int,
+    ctx: BatchContext,
+    body: np.ndarray,
+    rec_end: np.ndarray,
+) -> None:
+    """:func:`walk_records`' last phase: the few batches (``active``) with records left
+    after the vectorised steps, each walked in Python from record ``k`` (at ``pos``, the
+    records block ending at ``limit``), into ``body`` and ``rec_end``."""
+    counts, rec_base = ctx.counts, ctx.rec_base
     view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     for b, p, lim in zip(active.tolist(), pos.tolist(), limit.tolist(), strict=True):
         n = int(counts[b])
@@ -182,7 +200,6 @@ def walk_records(
         base = int(rec_base[b])
         body[base + k : base + n] = firsts
         rec_end[base + k : base + n] = lasts
-    return body, rec_end
 
 
 def _walk_one(
