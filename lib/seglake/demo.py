@@ -27,6 +27,15 @@ def _run(*args: str) -> None:
     subprocess.run(args, cwd=ROOT, check=True)
 
 
+# the lookups the demo asks: an offset at a partition's start, one inside, a time, one past the end
+QUERIES = [
+    {"topic": "orders", "partition": 0, "offset": 0},
+    {"topic": "orders", "partition": 1, "offset": 12345},
+    {"topic": "clicks", "partition": 2, "timestamp": START_MS + 600_000},
+    {"topic": "orders", "partition": 3, "offset": 10**12},
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m seglake.demo")
     p.add_argument("--records", type=int, default=1_000_000)
@@ -35,13 +44,27 @@ def main(argv: list[str] | None = None) -> int:
     work = (ROOT / args.dir).resolve()
     lake = work / "lake"
     messages = work / "input" / "messages.parquet"
-    messages.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    print(f"generating {args.records:,} sample messages -> {messages}", flush=True)
-    pq.write_table(generate(args.records), messages, row_group_size=256_000)
+    _generate(messages, args.records)
     for old in (lake, work / "extract", work / "lookup"):  # a rerun starts afresh
         if old.exists():
             shutil.rmtree(old)
+    _ingest(messages, lake)
+    _extract(lake, work / "extract")
+    _lookup(lake, work / "input" / "queries.json", work / "lookup")
+    _summary(lake, time.time() - started)
+    return 0
+
+
+def _generate(messages: Path, records: int) -> None:
+    """The sample messages, as a Parquet file the ingest job reads."""
+    messages.parent.mkdir(parents=True, exist_ok=True)
+    print(f"generating {records:,} sample messages -> {messages}", flush=True)
+    pq.write_table(generate(records), messages, row_group_size=256_000)
+
+
+def _ingest(messages: Path, lake: Path) -> None:
+    """``spark-submit.sh ingest``: the messages into 4 partitions of 16 MiB segments."""
     _run(
         "./spark-submit.sh",
         "ingest",
@@ -54,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         "--conf",
         "log.segment.bytes=16777216",
     )
+
+
+def _extract(lake: Path, output: Path) -> None:
+    """``spark-submit.sh extract``: ten seconds of topic orders."""
     start, end = START_MS + 300_000, START_MS + 310_000
     _run(
         "./spark-submit.sh",
@@ -67,21 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         "--end",
         str(end),
         "--output",
-        str(work / "extract"),
+        str(output),
     )
-    queries = work / "input" / "queries.json"
-    queries.write_text(
-        "\n".join(
-            json.dumps(q)
-            for q in [
-                {"topic": "orders", "partition": 0, "offset": 0},
-                {"topic": "orders", "partition": 1, "offset": 12345},
-                {"topic": "clicks", "partition": 2, "timestamp": START_MS + 600_000},
-                {"topic": "orders", "partition": 3, "offset": 10**12},
-            ]
-        )
-        + "\n"
-    )
+
+
+def _lookup(lake: Path, queries: Path, output: Path) -> None:
+    """``spark-submit.sh lookup``: :data:`QUERIES`, written as JSON lines, answered as JSON."""
+    queries.write_text("\n".join(json.dumps(q) for q in QUERIES) + "\n")
     _run(
         "./spark-submit.sh",
         "lookup",
@@ -90,12 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         "--queries",
         str(queries),
         "--output",
-        str(work / "lookup"),
+        str(output),
         "--output-format",
         "json",
     )
-    _summary(lake, time.time() - started)
-    return 0
 
 
 def _summary(lake: Path, seconds: float) -> None:

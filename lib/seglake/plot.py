@@ -24,9 +24,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from seglake.record.batch import BatchScan
     from seglake.storage.log import PartitionLog
+    from seglake.storage.offset_index import OffsetIndex
+    from seglake.storage.segment import LogSegment
+    from seglake.storage.time_index import TimeIndex
 
 _MAX_LABELS = 40  # segment labels drawn per figure; beyond that the bars speak alone
 
@@ -139,37 +144,59 @@ def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = N
     timestamp, so out-of-order CreateTime shows as points below the staircase.
     """
     new_figure, _, _ = _mpl()
-    if not log.segments:
-        raise ValueError(f"{name} has no segments")
-    if segment_base_offset is None:
-        seg = log.segments[0]
-    else:
-        found = [s for s in log.segments if s.base_offset == segment_base_offset]
-        if not found:
-            raise ValueError(
-                f"{name}: no segment with base "
-                f"offset {segment_base_offset} (have "
-                f"{[s.base_offset for s in log.segments][:10]})"
-            )
-        seg = found[0]
+    seg = _segment(name, log, segment_base_offset)
     oi, ti = seg.offset_index, seg.time_index
     scan = seg.scan()
     recs = seg.read_records()
     offs = recs.column("offset").to_numpy()
     ts = recs.column("timestamp").to_numpy()
-
-    t0 = int(ts.min()) if len(ts) else 0
-    late = int(np.count_nonzero(ts < np.maximum.accumulate(ts))) if len(ts) else 0
-    # zoom on a few index intervals in the middle: sparsity and out-of-order records show
-    m = len(ti) // 2
-    if len(ti) >= 2:
-        z0 = int(ti.offsets[max(m - 2, 0)])
-        z1 = int(ti.offsets[min(m + 2, len(ti) - 1)])
-    else:
-        z0, z1 = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 1)
-
+    z0, z1 = _zoom(ti.offsets, offs)
     fig = new_figure(figsize=(13, 8.5))
     (left, right), (lzoom, rzoom) = fig.subplots(2, 2)
+    _offset_index_panels(left, lzoom, seg, oi, scan, z0, z1)
+    _time_index_panels(right, rzoom, ti, offs, ts, z0, z1)
+    fig.suptitle(
+        f"{name} segment {seg.base_offset} (offsets {seg.base_offset}..{seg.next_offset - 1})"
+    )
+    return fig
+
+
+def _segment(name: str, log: PartitionLog, base_offset: int | None) -> LogSegment:
+    """The segment at ``base_offset`` of ``log`` (its first when None)."""
+    if not log.segments:
+        raise ValueError(f"{name} has no segments")
+    if base_offset is None:
+        return log.segments[0]
+    found = [s for s in log.segments if s.base_offset == base_offset]
+    if not found:
+        raise ValueError(
+            f"{name}: no segment with base "
+            f"offset {base_offset} (have "
+            f"{[s.base_offset for s in log.segments][:10]})"
+        )
+    return found[0]
+
+
+def _zoom(entries: np.ndarray, offs: np.ndarray) -> tuple[int, int]:
+    """The offsets the zoomed panels show: a few time index intervals (``entries``) in the
+    middle, where sparsity and out-of-order records show; all records' without two."""
+    m = len(entries) // 2
+    if len(entries) >= 2:
+        return int(entries[max(m - 2, 0)]), int(entries[min(m + 2, len(entries) - 1)])
+    return (int(offs[0]), int(offs[-1])) if len(offs) else (0, 1)
+
+
+def _offset_index_panels(
+    left: Axes,
+    lzoom: Axes,
+    seg: LogSegment,
+    oi: OffsetIndex,
+    scan: BatchScan,
+    z0: int,
+    z1: int,
+) -> None:
+    """The ``.index`` panels: its entries (offset vs byte position) over every batch
+    start, the whole segment and offsets ``z0..z1``."""
     for ax, zoomed in ((left, False), (lzoom, True)):
         bsel = (scan.base_offset <= z1) & (scan.last_offset >= z0) if zoomed else slice(None)
         isel = (oi.offsets >= z0 - 1) & (oi.offsets <= z1) if zoomed else slice(None)
@@ -205,6 +232,20 @@ def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = N
         fontsize=9,
     )
 
+
+def _time_index_panels(
+    right: Axes,
+    rzoom: Axes,
+    ti: TimeIndex,
+    offs: np.ndarray,
+    ts: np.ndarray,
+    z0: int,
+    z1: int,
+) -> None:
+    """The ``.timeindex`` panels: its entries (largest timestamp so far vs offset) over
+    every record's timestamp and their running max, the whole segment and ``z0..z1``."""
+    t0 = int(ts.min()) if len(ts) else 0
+    late = int(np.count_nonzero(ts < np.maximum.accumulate(ts))) if len(ts) else 0
     for ax, zoomed in ((right, False), (rzoom, True)):
         sel = (offs >= z0) & (offs <= z1) if zoomed else slice(None)
         tsel = (ti.offsets >= z0) & (ti.offsets <= z1) if zoomed else slice(None)
@@ -254,10 +295,6 @@ def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = N
         "(points below the line)",
         fontsize=9,
     )
-    fig.suptitle(
-        f"{name} segment {seg.base_offset} (offsets {seg.base_offset}..{seg.next_offset - 1})"
-    )
-    return fig
 
 
 def _iso(ms: int) -> str:

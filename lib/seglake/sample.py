@@ -47,38 +47,8 @@ def generate(
         + (np.arange(n) * (1000.0 / rate_per_s)).astype(np.int64)
         + rng.integers(-jitter_ms, jitter_ms + 1, size=n)
     )
-    prefix = pa.compute.binary_join_element_wise(
-        pa.array(['{"id":'] * n),
-        pa.array(np.arange(n).astype(str).tolist()),
-        pa.array([',"user":'] * n),
-        pa.array(users.astype(str).tolist()),
-        pa.array([',"amount":'] * n),
-        pa.array(np.round(rng.gamma(2.0, 20.0, size=n), 2).astype(str).tolist()),
-        pa.array(["}"] * n),
-        "",
-    )
-    values = pa.compute.utf8_rpad(prefix, value_bytes, " ").cast(pa.binary())
-    if headers:
-        sources = np.array(["web", "ios", "android", "batch"])[rng.integers(0, 4, size=n)]
-        flat_keys = pa.array(np.repeat([["source", "trace-id"]], n, axis=0).ravel().tolist())
-        trace = pa.array([f"{x:016x}" for x in rng.integers(0, 2**62, size=n)]).cast(pa.binary())
-        flat_values = pa.array(
-            np.stack(
-                [np.char.encode(sources.astype(str)), np.asarray(trace.to_pylist(), dtype=object)],
-                axis=1,
-            )
-            .ravel()
-            .tolist(),
-            pa.binary(),
-        )
-        structs = pa.StructArray.from_arrays(
-            [flat_keys, flat_values], fields=list(HEADERS_TYPE.value_type)
-        )
-        hdrs = pa.ListArray.from_arrays(
-            pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()), structs, type=HEADERS_TYPE
-        )
-    else:
-        hdrs = pa.array([[]] * n, HEADERS_TYPE)
+    values = _values(rng, users, value_bytes)
+    hdrs = _headers(rng, n) if headers else pa.array([[]] * n, HEADERS_TYPE)
     table = pa.table(
         {
             "topic": pa.array(np.array(topics, dtype=object)[topic_idx].tolist(), pa.string()),
@@ -89,3 +59,41 @@ def generate(
         }
     )
     return table
+
+
+def _values(rng: np.random.Generator, users: np.ndarray, value_bytes: int) -> pa.Array:
+    """Values ``{"id":i,"user":u,"amount":a}`` padded with spaces to ``value_bytes``."""
+    n = len(users)
+    prefix = pa.compute.binary_join_element_wise(
+        pa.array(['{"id":'] * n),
+        pa.array(np.arange(n).astype(str).tolist()),
+        pa.array([',"user":'] * n),
+        pa.array(users.astype(str).tolist()),
+        pa.array([',"amount":'] * n),
+        pa.array(np.round(rng.gamma(2.0, 20.0, size=n), 2).astype(str).tolist()),
+        pa.array(["}"] * n),
+        "",
+    )
+    return pa.compute.utf8_rpad(prefix, value_bytes, " ").cast(pa.binary())
+
+
+def _headers(rng: np.random.Generator, n: int) -> pa.Array:
+    """Two headers per message: ``source`` (web, ios, android, batch) and ``trace-id``."""
+    sources = np.array(["web", "ios", "android", "batch"])[rng.integers(0, 4, size=n)]
+    flat_keys = pa.array(np.repeat([["source", "trace-id"]], n, axis=0).ravel().tolist())
+    trace = pa.array([f"{x:016x}" for x in rng.integers(0, 2**62, size=n)]).cast(pa.binary())
+    flat_values = pa.array(
+        np.stack(
+            [np.char.encode(sources.astype(str)), np.asarray(trace.to_pylist(), dtype=object)],
+            axis=1,
+        )
+        .ravel()
+        .tolist(),
+        pa.binary(),
+    )
+    structs = pa.StructArray.from_arrays(
+        [flat_keys, flat_values], fields=list(HEADERS_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()), structs, type=HEADERS_TYPE
+    )

@@ -28,10 +28,29 @@ from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per tool, in the order ``--help`` lists them."""
     p = Parser(prog="seglake", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"seglake {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_dump(sub)
+    add_consume_parser(sub)
+    offsets.add_parser(sub)
+    history.add_parser(sub)
+    _add_offset_for_time(sub)
+    _add_read(sub)
+    _add_cleanup(sub)
+    _add_recover(sub)
+    _add_register(sub)
+    _add_retention(sub)
 
+    from seglake.cli import configs
+
+    configs.add_parser(sub)
+    return p
+
+
+def _add_dump(sub: argparse._SubParsersAction) -> None:
+    """``seglake dump``: kafka-dump-log.sh's options."""
     d = sub.add_parser(
         "dump",
         help="print .log/.index/.timeindex/.txnindex/.snapshot files (as kafka-dump-log.sh)",
@@ -80,10 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         help="print only the records' keys and payloads, not their offsets and sizes",
     )
 
-    add_consume_parser(sub)
-    offsets.add_parser(sub)
-    history.add_parser(sub)
 
+def _add_offset_for_time(sub: argparse._SubParsersAction) -> None:
+    """``seglake offset-for-time``: one partition directory, one timestamp."""
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
     )
@@ -95,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _skip_corrupt(o)
 
+
+def _add_read(sub: argparse._SubParsersAction) -> None:
+    """``seglake read``: records of a partition directory from an offset."""
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
     r.add_argument("--offset", type=non_negative, required=True)
@@ -102,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     _skip_corrupt(r)
 
+
+def _add_cleanup(sub: argparse._SubParsersAction) -> None:
+    """``seglake cleanup``: staging of finished and abandoned runs."""
     c = sub.add_parser(
         "cleanup", help="finish committed runs' moves; delete files of runs that never committed"
     )
@@ -116,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--dry-run", action="store_true")
 
+
+def _add_recover(sub: argparse._SubParsersAction) -> None:
+    """``seglake recover``: a partition directory or a lake."""
     rc = sub.add_parser(
         "recover",
         help="truncate corrupt tails, rebuild indexes, finish "
@@ -141,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
+
+def _add_register(sub: argparse._SubParsersAction) -> None:
+    """``seglake register``: a broker data directory into a lake."""
     rg = sub.add_parser(
         "register",
         help="copy a broker data directory's partitions into a lake and catalog their segments",
@@ -156,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
         "batch (default: cut out only the damaged batch, keep the rest and report the gap)",
     )
 
+
+def _add_retention(sub: argparse._SubParsersAction) -> None:
+    """``seglake retention``: Kafka's delete rules, given explicitly."""
     rt = sub.add_parser(
         "retention",
         help="delete segments by exactly the rules given (log.retention.ms/.bytes, log start "
@@ -165,11 +198,6 @@ def _parser() -> argparse.ArgumentParser:
     retention_arguments(rt)
     rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
     rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-
-    from seglake.cli import configs
-
-    configs.add_parser(sub)
-    return p
 
 
 def _version() -> str:

@@ -186,11 +186,7 @@ def run_compaction(
             run_id, False, False, dry_run, version, [p for p, _ in plans], time.time() - started
         )
     t0 = time.time()
-    # a committed run whose files are still staged (its driver died before publishing, or
-    # is publishing now): publish it first, else this run's publish would retire the wrong
-    # files under the same names and that run's late moves would overwrite the new ones
-    for old_run in sorted({r["run_id"] for s in specs for r in s[1]}):
-        publish_pending(root, old_run)
+    _publish_replaced_runs(root, specs)
     try:
         outputs = _run_tasks(
             root,
@@ -219,6 +215,15 @@ def run_compaction(
 
 _Plans = list[tuple[PartitionSummary, list[tuple]]]  # per partition: its task specs
 _ToAnalyze = list[tuple[PartitionSummary, pa.Table, LogConfig]]
+
+
+def _publish_replaced_runs(root: LakeLocation, specs: list[tuple]) -> None:
+    """The runs whose segments ``specs`` replace, published first where their files are
+    still staged (the driver died before publishing, or is publishing now): else this
+    run's publish would retire the wrong files under the same names and that run's late
+    moves would overwrite the new ones."""
+    for old_run in sorted({r["run_id"] for s in specs for r in s[1]}):
+        publish_pending(root, old_run)
 
 
 def _plan_partitions(

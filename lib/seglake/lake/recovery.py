@@ -136,6 +136,18 @@ def recover_partition_rows(
                 if r.get("index_interval_bytes") is not None
             },
         )
+    replace, remove = _row_changes(report, by_base, topic, part)
+    report.deleted_segments = sorted(set(report.deleted_segments))
+    report.lost = lost_offsets(report, by_base, directory)
+    return report, replace, remove
+
+
+def _row_changes(
+    report: PartitionRecovery, by_base: dict[int, dict], topic: str, part: int
+) -> tuple[list[dict], list[tuple[str, int, int]]]:
+    """The catalog changes a partition's recovery makes: ``(replace, remove)``, the new row
+    of each cataloged segment whose row changed, and the key of each one deleted (one
+    left without batches is added to ``report.deleted_segments``)."""
     replace, remove = [], []
     for rec in report.segments:
         old = by_base.get(rec.base_offset)
@@ -152,9 +164,7 @@ def recover_partition_rows(
     for b in sorted(set(report.deleted_segments)):
         if b in by_base:
             remove.append((topic, part, b))
-    report.deleted_segments = sorted(set(report.deleted_segments))
-    report.lost = lost_offsets(report, by_base, directory)
-    return report, replace, remove
+    return replace, remove
 
 
 def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: str) -> list[dict]:

@@ -107,17 +107,8 @@ def register(
     wanted = None if topics is None else {validate_topic(t) for t in topics}
     sfs, src = lakefs.resolve(broker_data_dir)
     fs, base = lakefs.resolve(root)
-    if sfs.get_file_info(src).type != pafs.FileType.Directory:
-        raise SegmentNotFoundError(f"{broker_data_dir}: no such broker data directory")
-    if fs.get_file_info(base).type == pafs.FileType.File:
-        raise SegmentNotFoundError(f"{root}: is a file, not a lake directory")
     in_place = not copy
-    if in_place and (src != base or type(sfs) is not type(fs)):
-        raise ConfigError(
-            f"cannot register {broker_data_dir} in place in the lake {root}: catalog paths are "
-            "relative to the lake root and may not leave it; use copy mode (the default), "
-            "or make the broker directory the lake root"
-        )
+    _check_dirs(broker_data_dir, sfs, src, root, fs, base, in_place)
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     if catalog.run_committed(run_id):
@@ -162,6 +153,29 @@ def register(
     if not in_place:
         publish_pending(root, run_id, table)
     return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+
+
+def _check_dirs(
+    broker_data_dir: str,
+    sfs: pafs.FileSystem,
+    src: str,
+    root: LakeLocation,
+    fs: pafs.FileSystem,
+    base: str,
+    in_place: bool,
+) -> None:
+    """The broker data directory exists, the lake root is no file, and registering in
+    place is asked only of the lake root itself (catalog paths stay inside it)."""
+    if sfs.get_file_info(src).type != pafs.FileType.Directory:
+        raise SegmentNotFoundError(f"{broker_data_dir}: no such broker data directory")
+    if fs.get_file_info(base).type == pafs.FileType.File:
+        raise SegmentNotFoundError(f"{root}: is a file, not a lake directory")
+    if in_place and (src != base or type(sfs) is not type(fs)):
+        raise ConfigError(
+            f"cannot register {broker_data_dir} in place in the lake {root}: catalog paths are "
+            "relative to the lake root and may not leave it; use copy mode (the default), "
+            "or make the broker directory the lake root"
+        )
 
 
 def _partition_dirs(

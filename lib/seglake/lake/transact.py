@@ -93,8 +93,6 @@ class CatalogWriter(CatalogTable):
         metadata: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Plan against version V, commit as V + 1 or re-plan; see the module docstring."""
-        from deltalake.exceptions import CommitFailedError, DeltaError
-
         aid = app_id(run_id)
         crash_point(f"catalog.{op}")
         self.create_if_missing()
@@ -115,33 +113,13 @@ class CatalogWriter(CatalogTable):
                     f"{op} of run {run_id!r}: catalog is at version {version}, not the expected "
                     f"{expected_version}; another run committed first, nothing was published"
                 )
-            try:
-                write, added, removed = plan(self._read(table, topics))
-            except SeglakeError as exc:
-                if lost is None:
-                    raise
-                raise ConcurrentRunError(  # the state it was planned on is gone
-                    f"{op} of run {run_id!r} lost the race for catalog version {lost[0] + 1} "
-                    f"and no longer applies at version {version}: {exc}"
-                ) from exc
+            write, added, removed = self._plan_on(table, version, topics, plan, op, run_id, lost)
             props = _commit_properties(op, run_id, added, removed, metadata)
-            try:
-                crash_point(f"catalog.{op}.write")
-                with lakefs.native_stderr_held():  # delta-rs panics there on a refused write
-                    write(table, props)
-            except CommitFailedError as exc:
-                now = self.version()
-                if now <= version:
-                    raise CatalogError(
-                        f"{op} of run {run_id!r} failed at catalog version {version}: {exc}"
-                    ) from exc
-                lost = (version, now)
+            beaten_by = self._write_commit(table, version, write, props, op, run_id)
+            if beaten_by is not None:
+                lost = (version, beaten_by)
                 time.sleep(random.uniform(0, 0.01 * attempt))
                 continue
-            except (DeltaError, OSError) as exc:
-                raise lakefs.refused(exc, self.uri) or CatalogError(
-                    f"{op} of run {run_id!r} failed: {exc}"
-                ) from exc
             crash_point(f"catalog.{op}.done")
             return CommitResult(
                 committed=True,
@@ -156,6 +134,58 @@ class CatalogWriter(CatalogTable):
             f"{op} of run {run_id!r} lost the race for the next catalog version "
             f"{self.max_attempts} times in a row; nothing was published"
         )
+
+    def _plan_on(
+        self,
+        table: Any,
+        version: int,
+        topics: list[str],
+        plan: _Plan,
+        op: str,
+        run_id: str,
+        lost: tuple[int, int] | None,
+    ) -> tuple[Callable[[Any, Any], None], int, int]:
+        """The plan on ``table``'s version; after a lost race, a plan that no longer
+        applies (its checks raise) is a :class:`ConcurrentRunError` naming both versions."""
+        try:
+            return plan(self._read(table, topics))
+        except SeglakeError as exc:
+            if lost is None:
+                raise
+            raise ConcurrentRunError(  # the state it was planned on is gone
+                f"{op} of run {run_id!r} lost the race for catalog version {lost[0] + 1} "
+                f"and no longer applies at version {version}: {exc}"
+            ) from exc
+
+    def _write_commit(
+        self,
+        table: Any,
+        version: int,
+        write: Callable[[Any, Any], None],
+        props: Any,
+        op: str,
+        run_id: str,
+    ) -> int | None:
+        """Commit ``table``'s version V as V + 1: None once committed, else the version
+        another writer made first (the race is lost: re-read and re-plan)."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        try:
+            crash_point(f"catalog.{op}.write")
+            with lakefs.native_stderr_held():  # delta-rs panics there on a refused write
+                write(table, props)
+        except CommitFailedError as exc:
+            now = self.version()
+            if now <= version:
+                raise CatalogError(
+                    f"{op} of run {run_id!r} failed at catalog version {version}: {exc}"
+                ) from exc
+            return now
+        except (DeltaError, OSError) as exc:
+            raise lakefs.refused(exc, self.uri) or CatalogError(
+                f"{op} of run {run_id!r} failed: {exc}"
+            ) from exc
+        return None
 
 
 def _commit_properties(

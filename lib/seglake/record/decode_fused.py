@@ -204,16 +204,24 @@ def decode_fused(
             tables.append(table)
             rows_done += int(state[0])
             bytes_done += state[:6]
-        if why == 1:  # the next chunk: sized by the bytes a row took so far, for the
-            need = state[11:17].copy()  # rows left, at most _MAX_BYTES of each kind
+        if why == 1:
             rows = min(CHUNK_ROWS, int(counts[b:].sum()))
-            guess = bytes_done / max(rows_done, 1) * rows * 1.25 + _SLACK
-            cap = np.maximum(need, np.minimum(guess, _MAX_BYTES).astype(np.int64))
-            cap[0] = max(need[0], CHUNK_ROWS)
-            if not headers:
-                cap[3:] = 0
+            cap = _next_cap(state[11:17].copy(), rows, rows_done, bytes_done, headers)
             if int(cap[1:].max()) > INT32_MAX:
                 return None
         state[:9] = 0
         chunk = None
     return tables
+
+
+def _next_cap(
+    need: np.ndarray, rows: int, rows_done: int, bytes_done: np.ndarray, headers: bool
+) -> np.ndarray:
+    """The next chunk's capacity: the bytes a row took so far for the ``rows`` left, at
+    most ``_MAX_BYTES`` of each kind, at least what the kernel says it ``need``s."""
+    guess = bytes_done / max(rows_done, 1) * rows * 1.25 + _SLACK
+    cap: np.ndarray = np.maximum(need, np.minimum(guess, _MAX_BYTES).astype(np.int64))
+    cap[0] = max(need[0], CHUNK_ROWS)
+    if not headers:
+        cap[3:] = 0
+    return cap

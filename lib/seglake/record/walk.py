@@ -175,6 +175,24 @@ def walk_records(
                 )
             keep = ~done
             active, pos, limit = active[keep], pos[keep], limit[keep]
+    _walk_records_rest(data, active, pos, limit, k, ctx, body, rec_end)
+    return body, rec_end
+
+
+def _walk_records_rest(
+    data: np.ndarray,
+    active: np.ndarray,
+    pos: np.ndarray,
+    limit: np.ndarray,
+    k: int,
+    ctx: BatchContext,
+    body: np.ndarray,
+    rec_end: np.ndarray,
+) -> None:
+    """:func:`walk_records`' last phase: the few batches (``active``) with records left
+    after the vectorised steps, each walked in Python from record ``k`` (at ``pos``, the
+    records block ending at ``limit``), into ``body`` and ``rec_end``."""
+    counts, rec_base = ctx.counts, ctx.rec_base
     view = memoryview(data)  # type: ignore[arg-type]  # ndarray
     for b, p, lim in zip(active.tolist(), pos.tolist(), limit.tolist(), strict=True):
         n = int(counts[b])
@@ -182,7 +200,6 @@ def walk_records(
         base = int(rec_base[b])
         body[base + k : base + n] = firsts
         rec_end[base + k : base + n] = lasts
-    return body, rec_end
 
 
 def _walk_one(
@@ -314,30 +331,7 @@ def walk_headers(
         def fail(i: int, m: str, owner: np.ndarray = owner, j: int = j) -> CorruptRecordError:
             return ctx.record_error(int(owner[i]), f"header {j}: {m}")
 
-        kl, s = _varints(data, q, MAX_VARINT_BYTES, "key length", fail)
-        q = q + s
-        kp = q
-        q = q + kl
-        bad = (kl < 0) | (q >= e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"key length {int(kl[i])} is invalid ({int(e[i] - kp[i])} bytes "
-                f"remain in the record)",
-            )
-        vl, s = _varints(data, q, MAX_VARINT_BYTES, "value length", fail)
-        q = q + s
-        vp = q
-        q = q + np.maximum(vl, 0)
-        bad = (vl < -1) | (q > e)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise fail(
-                i,
-                f"value length {int(vl[i])} is invalid ({int(e[i] - vp[i])} bytes "
-                f"remain in the record)",
-            )
+        kp, kl, vp, vl, q = _one_header(data, q, e, fail)
         idx = base[active] + j
         key_pos[idx], key_len[idx], val_pos[idx], val_len[idx] = kp, kl, vp, vl
         hp[active] = q
@@ -356,6 +350,37 @@ def walk_headers(
     fields = HeaderFields(recs, base, key_pos, key_len, val_pos, val_len)
     _walk_rest(data, fields, active, hp, lim, cnt, j, ctx)
     return fields
+
+
+def _one_header(
+    data: np.ndarray, q: np.ndarray, e: np.ndarray, fail: Callable[[int, str], CorruptRecordError]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One header of each record (at ``q``, the record ending at ``e``): key length, key,
+    value length, value. Returns ``(key_pos, key_len, value_pos, value_len, next)``."""
+    kl, s = _varints(data, q, MAX_VARINT_BYTES, "key length", fail)
+    q = q + s
+    kp = q
+    q = q + kl
+    bad = (kl < 0) | (q >= e)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(
+            i,
+            f"key length {int(kl[i])} is invalid ({int(e[i] - kp[i])} bytes remain in the record)",
+        )
+    vl, s = _varints(data, q, MAX_VARINT_BYTES, "value length", fail)
+    q = q + s
+    vp = q
+    q = q + np.maximum(vl, 0)
+    bad = (vl < -1) | (q > e)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(
+            i,
+            f"value length {int(vl[i])} is invalid ({int(e[i] - vp[i])} bytes "
+            f"remain in the record)",
+        )
+    return kp, kl, vp, vl, q
 
 
 def _walk_rest(

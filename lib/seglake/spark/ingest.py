@@ -48,7 +48,14 @@ from seglake.location import LakeLocation, Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
-from seglake.spark.ingest_plan import PartitionPlan, plan_ingest, segment_counts, stat_files
+from seglake.spark.arrow_input import Normalizer, Split
+from seglake.spark.ingest_plan import (
+    IngestPlan,
+    PartitionPlan,
+    plan_ingest,
+    segment_counts,
+    stat_files,
+)
 from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
@@ -101,14 +108,7 @@ def ingest(
     staging = lakefs.join(base, "_staging", run_id)
     lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
     if catalog.exists():  # other runs that failed or died: finish or remove them
-        swept = cleanup(
-            root,
-            older_than_s=config.staging_grace_ms / 1000,
-            sweep_catalog=False,
-            delete_delay_s=config.file_delete_delay_ms / 1000,
-        )
-        if swept.published_runs or swept.removed_runs:
-            log.warning("before run %s: %s", run_id, swept)
+        _sweep_other_runs(root, config, run_id)
     try:
         rows, has_offset, n = _write(
             spark,
@@ -156,6 +156,19 @@ def _already_committed(run_id: str, started: float, catalog: Catalog) -> IngestR
     return IngestResult(run_id, False, True, empty, time.time() - started, catalog.version())
 
 
+def _sweep_other_runs(root: LakeLocation, config: LogConfig, run_id: str) -> None:
+    """Staging of other runs, before this one: a committed run's pending moves finished,
+    a run that never committed removed once older than ``staging.grace.ms``."""
+    swept = cleanup(
+        root,
+        older_than_s=config.staging_grace_ms / 1000,
+        sweep_catalog=False,
+        delete_delay_s=config.file_delete_delay_ms / 1000,
+    )
+    if swept.published_runs or swept.removed_runs:
+        log.warning("before run %s: %s", run_id, swept)
+
+
 def _write(
     spark: SparkSession,
     df: DataFrame,
@@ -182,13 +195,8 @@ def _write(
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
     if splits and reader is not None and rebase.one_pass(splits, reader, n, config, root):
-        writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, log_end=leo)
-        rows = direct.write(spark, splits, reader, writer).toArrow().cast(SEGMENT_ROWS)
-        plan = plan_ingest(rebase.counts(rows), leo, config, has_offset=False)
-        if plan.shuffle:  # one_pass proved it is not
-            raise SeglakeError("one-pass ingest planned a shuffle: counts below the footers'")
-        rows = rebase.rebase(root, run_id, rows, plan.task_starts, plan.log_end)
-        return _checked(rows, plan.partitions, has_offset), has_offset, n
+        rows = _one_pass(spark, splits, reader, root, run_id, config, n, leo, fail_after_records)
+        return rows, has_offset, n
     if splits and reader is not None:
         counts = direct.count(spark, splits, reader, n)
     else:
@@ -197,33 +205,7 @@ def _write(
     if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset, n
     if plan.shuffle:
-        by_ts = config.ingest_order == "timestamp" and not has_offset
-        prepared = norm.mapInArrow(
-            tasks.prepare(
-                plan.partitions,
-                plan.task_starts,
-                n,
-                has_offset,
-                by_ts,
-                tasks.task_keys(plan.num_tasks),
-            ),
-            _with_fields(
-                norm,
-                ("partition", T.IntegerType()),
-                ("offset", T.LongType()),
-                ("_chunk", T.IntegerType()),
-                ("_task", T.IntegerType()),
-            ),
-        )
-        order = ["topic", "partition", "_chunk", *(["timestamp"] if by_ts else []), "offset"]
-        out = (
-            prepared.repartition(plan.num_tasks, "_task")
-            .sortWithinPartitions(*order)
-            .mapInArrow(
-                tasks.encoder(root, run_id, config, plan.log_end, by_ts, fail_after_records),
-                spark_schema(SEGMENT_ROWS),
-            )
-        )
+        out = _shuffled(norm, plan, root, run_id, config, n, has_offset, fail_after_records)
     else:
         writer = tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records)
         out = (
@@ -232,6 +214,69 @@ def _write(
             else norm.mapInArrow(writer, spark_schema(SEGMENT_ROWS))
         )
     return _checked(out.toArrow().cast(SEGMENT_ROWS), plan.partitions, has_offset), has_offset, n
+
+
+def _one_pass(
+    spark: SparkSession,
+    splits: list[Split],
+    reader: Normalizer,
+    root: Root,
+    run_id: str,
+    config: LogConfig,
+    n: int | None,
+    leo: dict[tuple[str, int], int],
+    fail_after_records: int | None,
+) -> pa.Table:
+    """No count pass (the footers prove no shuffle): each input task writes its records
+    from offset 0, then the rows are rebased onto the offsets the plan gives them."""
+    writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, log_end=leo)
+    rows = direct.write(spark, splits, reader, writer).toArrow().cast(SEGMENT_ROWS)
+    plan = plan_ingest(rebase.counts(rows), leo, config, has_offset=False)
+    if plan.shuffle:  # one_pass proved it is not
+        raise SeglakeError("one-pass ingest planned a shuffle: counts below the footers'")
+    rows = rebase.rebase(root, run_id, rows, plan.task_starts, plan.log_end)
+    return _checked(rows, plan.partitions, False)
+
+
+def _shuffled(
+    norm: DataFrame,
+    plan: IngestPlan,
+    root: Root,
+    run_id: str,
+    config: LogConfig,
+    n: int | None,
+    has_offset: bool,
+    fail_after_records: int | None,
+) -> DataFrame:
+    """The shuffle write: prepare (partition, offset, chunk) -> repartition (one task per
+    chunk) -> sortWithinPartitions -> encode; its segment rows."""
+    by_ts = config.ingest_order == "timestamp" and not has_offset
+    prepared = norm.mapInArrow(
+        tasks.prepare(
+            plan.partitions,
+            plan.task_starts,
+            n,
+            has_offset,
+            by_ts,
+            tasks.task_keys(plan.num_tasks),
+        ),
+        _with_fields(
+            norm,
+            ("partition", T.IntegerType()),
+            ("offset", T.LongType()),
+            ("_chunk", T.IntegerType()),
+            ("_task", T.IntegerType()),
+        ),
+    )
+    order = ["topic", "partition", "_chunk", *(["timestamp"] if by_ts else []), "offset"]
+    return (
+        prepared.repartition(plan.num_tasks, "_task")
+        .sortWithinPartitions(*order)
+        .mapInArrow(
+            tasks.encoder(root, run_id, config, plan.log_end, by_ts, fail_after_records),
+            spark_schema(SEGMENT_ROWS),
+        )
+    )
 
 
 def _checked(

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -26,6 +27,10 @@ from seglake.spark.session import (
     spark_error,
     task_error,
 )
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from deltalake.transaction import AddAction
 
 
 def _print_skipped(acc) -> None:
@@ -112,11 +117,9 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
     import json
     import uuid
 
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
     from deltalake import DeltaTable
     from deltalake import Schema as DeltaSchema
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.transaction import create_table_with_add_actions
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from seglake import fs as lakefs
@@ -128,25 +131,7 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
     spark.conf.set(conf, "TIMESTAMP_MICROS")
     try:
         df.write.mode("errorifexists").parquet(lakefs.join(path, sub))
-        files = [
-            i for i in fs.get_file_info(pafs.FileSelector(lakefs.join(base, sub))) if i.is_file
-        ]
-        actions = []
-        for i in files:
-            if i.base_name.endswith(".parquet"):
-                rows = pq.read_metadata(i.path, filesystem=fs).num_rows
-                actions.append(
-                    AddAction(
-                        f"{sub}/{i.base_name}",
-                        i.size,
-                        {},
-                        i.mtime_ns // 1_000_000,
-                        True,
-                        json.dumps({"numRecords": rows}),
-                    )
-                )
-            else:  # _SUCCESS, .crc: not data
-                fs.delete_file(i.path)
+        actions = _add_actions(fs, base, sub)
         schema = DeltaSchema.from_arrow(to_arrow_schema(df.schema, timezone="UTC"))
         if DeltaTable.is_deltatable(path):
             DeltaTable(path).create_write_transaction(
@@ -166,6 +151,38 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
         else:
             spark.conf.set(conf, saved)
     return sum(json.loads(a.stats)["numRecords"] for a in actions)
+
+
+def _add_actions(fs: pafs.FileSystem, base: str, sub: str) -> list[AddAction]:
+    """Delta's add action of each parquet file the executors wrote into ``base/sub``
+    (path relative to the table, size, modification time, ``numRecords`` from its
+    footer); the other files there (``_SUCCESS``, ``.crc``: not data) are deleted."""
+    import json
+
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    from seglake import fs as lakefs
+
+    files = [i for i in fs.get_file_info(pafs.FileSelector(lakefs.join(base, sub))) if i.is_file]
+    actions = []
+    for i in files:
+        if i.base_name.endswith(".parquet"):
+            rows = pq.read_metadata(i.path, filesystem=fs).num_rows
+            actions.append(
+                AddAction(
+                    f"{sub}/{i.base_name}",
+                    i.size,
+                    {},
+                    i.mtime_ns // 1_000_000,
+                    True,
+                    json.dumps({"numRecords": rows}),
+                )
+            )
+        else:  # _SUCCESS, .crc: not data
+            fs.delete_file(i.path)
+    return actions
 
 
 def _accumulator(spark: SparkSession):

@@ -242,16 +242,9 @@ def plan_batches(
     discard_records = np.where(
         is_control, can_discard & has_horizon & (horizon <= now_ms), can_discard
     )
-    last_of_producer = np.zeros(nb, dtype=bool)
-    for i in np.flatnonzero(producer_id >= 0).tolist():
-        rec = last_records.get(int(producer_id[i]))
-        if rec is None:
-            continue
-        data_offset, epoch = rec
-        if data_offset is not None:
-            last_of_producer[i] = int(last_offset[i]) == data_offset
-        else:
-            last_of_producer[i] = bool(is_control[i]) and int(producer_epoch[i]) == epoch
+    last_of_producer = _last_of_producer(
+        producer_id, producer_epoch, last_offset, is_control, last_records
+    )
     retain_empty = last_of_producer | (last_offset + 1 == upper_bound)
     delete = ~retain_empty & discard_records
 
@@ -284,6 +277,29 @@ def plan_batches(
     new_horizon = np.where(need_horizon, now_ms + delete_retention_ms, horizon)
     removed_tombstones = ~keep & ~record_has_value & ~is_control[rb] & key_valid
     return BatchPlan(action, new_horizon, keep, int(removed_tombstones.sum()))
+
+
+def _last_of_producer(
+    producer_id: np.ndarray,
+    producer_epoch: np.ndarray,
+    last_offset: np.ndarray,
+    is_control: np.ndarray,
+    last_records: dict[int, tuple[int | None, int]],
+) -> np.ndarray:
+    """Kafka's ``isBatchLastRecordOfProducer`` per batch: it holds its producer's last data
+    offset, or (a producer whose last record is a marker) it is a marker of that epoch.
+    Such a batch is kept even when emptied, so the producer's state survives cleaning."""
+    last_of_producer = np.zeros(len(producer_id), dtype=bool)
+    for i in np.flatnonzero(producer_id >= 0).tolist():
+        rec = last_records.get(int(producer_id[i]))
+        if rec is None:
+            continue
+        data_offset, epoch = rec
+        if data_offset is not None:
+            last_of_producer[i] = int(last_offset[i]) == data_offset
+        else:
+            last_of_producer[i] = bool(is_control[i]) and int(producer_epoch[i]) == epoch
+    return last_of_producer
 
 
 def _retained_records(

@@ -135,17 +135,35 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     spans, c = _first_reads(reqs, chains)
     if not spans:
         return
-    total = len(c["lo"])
-    after = np.full(total, -1, dtype=np.int64)  # the marker that answered a timestamp
     failed = chains.fetch()
     for j in spans:
         reqs[j].error = failed.get(id(reqs[j].seg), reqs[j].error)
-    buf, size = c["buf"], c["size"]
     # state: 0 on the way, 1 found, -1 none in this segment (or its read failed), -2
     # careful path
-    pos, state = c["start"].copy(), np.zeros(len(buf), dtype=np.int8)
+    state = np.zeros(len(c["buf"]), dtype=np.int8)
     if failed:
         state[np.isin(c["req"], [j for j in spans if reqs[j].error is not None])] = -1
+    found_at, after = _follow_chains(reqs, chains, c, state)
+    found = np.flatnonzero(state == 1)
+    ids = np.where(state == -1, -1, -2)
+    if len(found):
+        ids[found] = _gather_answers(reqs, chains, gather, c["req"][found], found_at[found])
+    after[state != 1] = -1
+    for j, (a, b) in spans.items():
+        reqs[j].ids, reqs[j].after = ids[a:b], after[a:b]
+
+
+def _follow_chains(
+    reqs: list[Request], chains: Chains, c: dict[str, np.ndarray], state: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every target's chain of batch headers followed from its floor, all targets one
+    numpy step at a time, reading more where a header or answer batch is not read yet;
+    ``state`` set per target (see :func:`locate`). Returns ``(found_at, after)``: the
+    answer batch's position in :attr:`Chains.data` and the marker that answered a
+    timestamp (then ``lo``/``is_ts`` of ``c`` go on from it as an offset)."""
+    buf, size = c["buf"], c["size"]
+    after = np.full(len(buf), -1, dtype=np.int64)  # the marker that answered a timestamp
+    pos = c["start"].copy()
     found_at = np.zeros(len(buf), dtype=np.int64)
     for step in range(_MAX_STEPS):
         run = np.flatnonzero(state == 0)
@@ -181,23 +199,25 @@ def locate(reqs: list[Request], gather: Gather) -> None:
             more = run[need]
             length = np.where(whole, bsize, HEADER_SIZE + _NEXT_BYTES)[need]
             _read_more(reqs, chains, c["file"], more, pos, length, buf, state)
-    found = np.flatnonzero(state == 1)
-    ids = np.where(state == -1, -1, -2)
-    if len(found):
-        batches, which = np.unique(found_at[found], return_inverse=True)
-        scan, crc_ok = headers_at(chains.data, batches, verify_crc=True)
-        w = Window(0, chains.data, scan)  # type: ignore[arg-type]  # ndarray: a buffer
-        owner = c["req"][found]
-        ids_of = np.full(len(batches), -2, dtype=np.int64)
-        for j in np.unique(owner).tolist():  # one gather part per segment (names its file)
-            mine = np.unique(which[owner == j])
-            mine = mine[crc_ok[mine]]
-            if len(mine):
-                ids_of[mine] = gather.add(w, mine, reqs[j].seg.log_path)
-        ids[found] = ids_of[which]
-    after[state != 1] = -1
-    for j, (a, b) in spans.items():
-        reqs[j].ids, reqs[j].after = ids[a:b], after[a:b]
+    return found_at, after
+
+
+def _gather_answers(
+    reqs: list[Request], chains: Chains, gather: Gather, owner: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """The answer batches at ``at`` of :attr:`Chains.data` (request ``owner`` of each)
+    CRC-checked and added to ``gather``, one part per segment: each one's id there (-2:
+    its CRC failed, the careful path takes it)."""
+    batches, which = np.unique(at, return_inverse=True)
+    scan, crc_ok = headers_at(chains.data, batches, verify_crc=True)
+    w = Window(0, chains.data, scan)  # type: ignore[arg-type]  # ndarray: a buffer
+    ids_of = np.full(len(batches), -2, dtype=np.int64)
+    for j in np.unique(owner).tolist():  # one gather part per segment (names its file)
+        mine = np.unique(which[owner == j])
+        mine = mine[crc_ok[mine]]
+        if len(mine):
+            ids_of[mine] = gather.add(w, mine, reqs[j].seg.log_path)
+    return ids_of[which]
 
 
 def _first_reads(
