@@ -15,8 +15,8 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import segment_ref, segment_refs
+from seglake.lake.scan_read import read_split
 from seglake.spark.extract_plan import plan_extract
-from seglake.spark.extract_read import read_split
 from seglake.spark.lookup_answer import _open, partition_arrays
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 from seglake.storage.index_cache import IndexCache

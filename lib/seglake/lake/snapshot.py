@@ -71,6 +71,14 @@ class Snapshot:
         rows = catalog.segments(topics, partitions, version=version)
         return cls(location, version, by_partition(rows), on_corrupt, cache)
 
+    @classmethod
+    def of_log(
+        cls, root: Root, version: int, tp: TopicPartition, rows: pa.Table, log: PartitionLog
+    ) -> Snapshot:
+        """One partition whose ``rows`` a reader read at ``version`` and whose ``log``
+        (their segments) it holds: no catalog read, no segment opened again."""
+        return cls(LakeLocation.of(root), version, {tp: rows}, _logs={tp: log})
+
     def select(self, partitions: Iterable[TopicPartition]) -> Snapshot:
         """These partitions only (the logs opened so far kept)."""
         keep = {tp: self.rows[tp] for tp in sorted(partitions) if tp in self.rows}
