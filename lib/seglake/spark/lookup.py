@@ -1,8 +1,10 @@
 """Job 2, lookup: answer millions of ``(topic, partition, offset | timestamp)`` queries.
 
-    driver:    read the catalog once (pinned version) -> per (topic, partition) sorted
-               numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id),
-               broadcast (once per catalog version: the driver keeps the last few)
+    driver:    read the catalog once (pinned version: a
+               :class:`~seglake.lake.snapshot.Snapshot`) -> per (topic, partition) sorted
+               numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id:
+               :func:`~seglake.lake.lookup_plan.partition_arrays`), broadcast (once per
+               catalog version: the driver keeps the last few)
     executors: mapInArrow over the queries as they are partitioned (no shuffle; a
                query set the plan's statistics show small, e.g. 10,000 queries, is
                coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
@@ -50,7 +52,7 @@ marker (its time search counts markers), the record after the marker), plus
     read_error               the segment could not be read (logged on the executor);
                              never for a damaged batch
 
-:func:`answer_queries` (:mod:`seglake.spark.lookup_answer`) is what the executors run;
+:func:`answer_queries` (:mod:`seglake.lake.lookup_answer`) is what the executors run;
 it needs no Spark (tests count its bytes in the driver process). The segment reads are
 :mod:`seglake.storage.point_reads` (:func:`read_offsets`, :func:`resolve_timestamps`,
 re-exported here).
@@ -67,14 +69,9 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
-from seglake.spark.lookup_answer import (
-    LOOKUP_SCHEMA,
-    QUERY_SCHEMA,
-    answer_queries,
-    groups,
-    partition_arrays,
-    segment_for,
-)
+from seglake.lake.lookup_answer import LOOKUP_SCHEMA, QUERY_SCHEMA, answer_queries
+from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
+from seglake.lake.snapshot import Snapshot
 from seglake.spark.lookup_queries import normalize_queries
 from seglake.storage.index_cache import get_cache
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
@@ -205,13 +202,14 @@ def lookup(
 
 
 def _broadcast(spark, catalog: Catalog, version: int):
-    """The broadcast of :func:`partition_arrays` of ``catalog`` at ``version``, made once
-    per Spark context (a version's rows never change; the last few are kept)."""
+    """The broadcast of :func:`partition_arrays` of ``catalog``'s snapshot at ``version``,
+    made once per Spark context (a version's rows never change; the last few are kept)."""
     key = (spark.sparkContext.applicationId, catalog.uri, version)
     with _BROADCASTS_LOCK:
         bc = _BROADCASTS.pop(key, None)
     if bc is None:
-        bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
+        snapshot = Snapshot.read(catalog.location, version=version, catalog=catalog)
+        bc = spark.sparkContext.broadcast(partition_arrays(snapshot))
     with _BROADCASTS_LOCK:
         _BROADCASTS[key] = bc
         while len(_BROADCASTS) > _KEEP_BROADCASTS:

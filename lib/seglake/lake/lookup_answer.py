@@ -1,7 +1,8 @@
-"""The executor side of the lookup job (no Spark): :func:`answer_queries` answers a chunk
-of queries (:data:`QUERY_SCHEMA`) against the catalog's per-partition arrays
-(:func:`partition_arrays`, broadcast by :func:`seglake.spark.lookup.lookup`), one
-:data:`LOOKUP_SCHEMA` row per query; the segment reads are :mod:`seglake.storage.point_reads`.
+"""Answering point lookups (no Spark; what the lookup job's executors run):
+:func:`answer_queries` answers a chunk of queries (:data:`QUERY_SCHEMA`) against a
+snapshot's per-partition arrays (:func:`~seglake.lake.lookup_plan.partition_arrays`,
+broadcast by :func:`seglake.spark.lookup.lookup`), one :data:`LOOKUP_SCHEMA` row per
+query; the segment reads are :mod:`seglake.storage.point_reads`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededError
 from seglake.format import NO_TIMESTAMP
+from seglake.lake.lookup_plan import EARLIEST, LATEST, MAX_TS, groups
 from seglake.lake.pinned import PinnedVersion
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
@@ -29,22 +31,11 @@ from seglake.storage.point_reads import (
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_ref import SegmentRef
 
-__all__ = [
-    "EARLIEST",
-    "LATEST",
-    "LOOKUP_SCHEMA",
-    "MAX_TS",
-    "QUERY_SCHEMA",
-    "answer_queries",
-    "groups",
-    "partition_arrays",
-    "segment_for",
-]
+__all__ = ["LOOKUP_SCHEMA", "QUERY_SCHEMA", "answer_queries"]
 
 log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as before
 
 
-EARLIEST, LATEST, MAX_TS = -2, -1, -3
 ANY_TIME = NO_TIMESTAMP  # every record's timestamp is >= -1: "the next record"
 
 LOOKUP_SCHEMA = pa.schema(
@@ -63,81 +54,6 @@ QUERY_SCHEMA = pa.schema(
         pa.field("query_timestamp", pa.int64()),
     ]
 )
-
-
-def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.ndarray]]:
-    """Catalog rows -> per (topic, partition) sorted numpy arrays (what is broadcast)."""
-    out: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    if not segments.num_rows:
-        return out
-    cols = {
-        c: segments.column(c).to_numpy(zero_copy_only=False)
-        for c in (
-            "base_offset",
-            "next_offset",
-            "max_timestamp",
-            "min_timestamp",
-            "path",
-            "size_bytes",
-            "run_id",
-        )
-    }
-    cols["index_interval_bytes"] = (  # 0: not recorded (an older row)
-        segments.column("index_interval_bytes").fill_null(0).to_numpy()
-        if "index_interval_bytes" in segments.column_names
-        else np.zeros(segments.num_rows, dtype=np.int64)
-    )
-    for k, ix in groups(segments.column("topic"), segments.column("partition")):
-        ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
-        a = {
-            "base_offset": cols["base_offset"][ix].astype(np.int64),
-            "next_offset": cols["next_offset"][ix].astype(np.int64),
-            "max_timestamp": cols["max_timestamp"][ix].astype(np.int64),
-            "min_timestamp": cols["min_timestamp"][ix].astype(np.int64),
-            "path": cols["path"][ix].astype(object),
-            "size": cols["size_bytes"][ix].astype(np.int64),
-            "run_id": cols["run_id"][ix].astype(object),
-            "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
-        }
-        a["segments"] = LogSegments(a["base_offset"], a["max_timestamp"])
-        out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
-    return out
-
-
-def segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Segment index of each query (-1: answered without a segment / no segment)."""
-    segments: LogSegments = a["segments"]  # type: ignore[assignment]
-    seg = np.full(len(off), NONE, dtype=np.int64)
-    is_off = off >= 0
-    if is_off.any():
-        seg[is_off] = segments.floor_many(off[is_off])
-    is_ts = ~is_off & (ts >= 0)
-    if is_ts.any():
-        seg[is_ts] = segments.for_time_many(ts[is_ts])
-    seg[~is_off & (ts == EARLIEST)] = 0
-    seg[~is_off & (ts == MAX_TS)] = segments.largest()
-    return seg
-
-
-def groups(
-    topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
-) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
-    """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
-    codes = pc.dictionary_encode(topics)
-    if isinstance(codes, pa.ChunkedArray):
-        codes = codes.combine_chunks()
-    names = [*codes.dictionary.to_pylist(), None]
-    code = codes.indices.fill_null(len(names) - 1).to_numpy().astype(np.int64)
-    part = pc.fill_null(parts, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    null_part = pc.is_null(parts).to_numpy(zero_copy_only=False).astype(np.int64)
-    key = (code << 33) | (null_part << 32) | (part & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    uniq, first = np.unique(key[order], return_index=True)
-    out = []
-    for u, idx in zip(uniq.tolist(), np.split(order, first[1:]), strict=True):
-        p = None if (u >> 32) & 1 else int(np.uint32(u & 0xFFFFFFFF).view(np.int32))
-        out.append(((names[u >> 33], p), idx))
-    return out
 
 
 def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
