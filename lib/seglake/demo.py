@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _summary(lake: Path, seconds: float) -> None:
     from seglake.cli.dump import dump
-    from seglake.lake.catalog import Catalog
+    from seglake.lake.snapshot import Snapshot
 
-    seg = Catalog(str(lake)).segments()
+    seg = Snapshot.read(str(lake)).table
     print("\n== the lake ==")
     print(lake_table(seg))
     extracted = pq.read_table(lake.parent / "extract")

@@ -65,10 +65,14 @@ class Lake:
         from seglake.lake.pinned import row_identities
 
         rows = self._by_key.get((topic, int(partition)))
-        if rows is None or self.catalog.version() == self.version:
+        newest = self.catalog.version()
+        if rows is None or newest == self.version:
             return set()
         try:
-            now = row_identities(self.catalog.segments(topic, int(partition)))
+            at = Snapshot.read(
+                self.location, topic, [int(partition)], version=newest, catalog=self.catalog
+            )
+            now = row_identities(at.table)
         except CatalogError:  # this version's rows were checked when it was read
             return set(rows.column("base_offset").to_pylist())
         gone = {(b, n, s) for b, n, s in row_identities(rows) - now}
