@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -139,8 +139,45 @@ def lookup(
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
     bc = _broadcast(spark, catalog, version)
-    cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
-    accs = io_accumulators or (None, None)
+    answer = _answers(
+        root,
+        bc,
+        version,
+        LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes,
+        chunk_rows,
+        io_accumulators or (None, None),
+        on_corrupt,
+        skipped_accumulator,
+    )
+    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
+        queries_df = spark.createDataFrame(queries_df)
+    q = normalize_queries(queries_df)
+    if not num_tasks:
+        few = _few_tasks(queries_df)
+        if few is not None:  # one stage, no exchange: 10,000 queries are one task
+            q = q.coalesce(few)
+    else:
+        q = (
+            q.mapInArrow(_segment_keys(bc), spark_schema(_KEYED_SCHEMA))
+            .repartition(num_tasks, "topic", "partition", "_seg")
+            .sortWithinPartitions("topic", "partition", "_seg")
+        )
+    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+
+
+def _answers(
+    root: str,
+    bc,
+    version: int,
+    cache_bytes: int,
+    chunk_rows: int,
+    accs: tuple,
+    on_corrupt: str,
+    skipped_accumulator,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What a task runs (mapInArrow): its queries, ``chunk_rows`` at a time, answered by
+    :func:`answer_queries` against the broadcast ``bc`` (the bytes and files read counted
+    into ``accs``, the batches skipped into ``skipped_accumulator``)."""
 
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, cache = bc.value, get_cache(cache_bytes)
@@ -171,34 +208,28 @@ def lookup(
                 yield from out.to_batches()
                 pending = []
 
-    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
-        queries_df = spark.createDataFrame(queries_df)
-    q = normalize_queries(queries_df)
-    if not num_tasks:
-        few = _few_tasks(queries_df)
-        if few is not None:  # one stage, no exchange: 10,000 queries are one task
-            q = q.coalesce(few)
-    else:
+    return answer
 
-        def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            parts = bc.value
-            for b in batches:
-                seg = np.full(b.num_rows, -1, dtype=np.int32)
-                off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
-                ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
-                for k, idx in groups(b.column(0), b.column(1)):
-                    if k in parts:
-                        seg[idx] = segment_for(parts[k], off[idx], ts[idx])
-                yield pa.RecordBatch.from_arrays(
-                    [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
-                )
 
-        q = (
-            q.mapInArrow(key, spark_schema(_KEYED_SCHEMA))
-            .repartition(num_tasks, "topic", "partition", "_seg")
-            .sortWithinPartitions("topic", "partition", "_seg")
-        )
-    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+def _segment_keys(bc) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``num_tasks`` pass (mapInArrow): each query keyed by its segment (``_seg``,
+    :func:`segment_for` in the broadcast ``bc``), so that a repartition puts a segment's
+    queries together."""
+
+    def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = bc.value
+        for b in batches:
+            seg = np.full(b.num_rows, -1, dtype=np.int32)
+            off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
+            ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
+            for k, idx in groups(b.column(0), b.column(1)):
+                if k in parts:
+                    seg[idx] = segment_for(parts[k], off[idx], ts[idx])
+            yield pa.RecordBatch.from_arrays(
+                [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
+            )
+
+    return key
 
 
 def _broadcast(spark, catalog: Catalog, version: int):
