@@ -373,11 +373,12 @@ def in_process_lookup(lake: str, q):
     catalog arrays, its own index cache), called here in the driver: seglake's own work."""
     import pyarrow as pa
 
-    from seglake.lake.catalog import Catalog
-    from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
+    from seglake.lake.lookup_answer import QUERY_SCHEMA, answer_queries
+    from seglake.lake.lookup_plan import partition_arrays
+    from seglake.lake.snapshot import Snapshot
     from seglake.storage.index_cache import IndexCache
 
-    parts = partition_arrays(Catalog(lake).segments())
+    parts = partition_arrays(Snapshot.read(lake))
     queries = pa.table(
         {
             "topic": q["topic"],

@@ -117,9 +117,9 @@ def _lookup(lake: Path, queries: Path, output: Path) -> None:
 
 def _summary(lake: Path, seconds: float) -> None:
     from seglake.cli.dump import dump
-    from seglake.lake.catalog import Catalog
+    from seglake.lake.snapshot import Snapshot
 
-    seg = Catalog(str(lake)).segments()
+    seg = Snapshot.read(str(lake)).table
     print("\n== the lake ==")
     print(lake_table(seg))
     extracted = pq.read_table(lake.parent / "extract")

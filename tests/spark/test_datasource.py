@@ -120,8 +120,8 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
     (``iter_splits``, as extract's tasks): with a small group a task makes several
     decode calls, hands the first group's rows over before decoding the next, and its
     rows are the whole task's ``read_splits`` (the old read) and the notebook API's."""
+    from seglake.lake import scan_read
     from seglake.lake.register import register as register_broker
-    from seglake.spark import extract_read
     from seglake.storage.index_cache import get_cache
     from tests.conftest import FIXTURES
 
@@ -137,13 +137,13 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
     reader.group_bytes = 1  # every split its own group
     tasks = reader.partitions()
     calls: list[int] = []
-    decode = extract_read.read_splits
+    decode = scan_read.read_splits
 
     def counted(*args: Any) -> pa.Table:
         calls.append(len(args[2]))
         return decode(*args)
 
-    monkeypatch.setattr(extract_read, "read_splits", counted)
+    monkeypatch.setattr(scan_read, "read_splits", counted)
     names, got = opts.arrow_schema.names, []
     for task in tasks:
         calls.clear()

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import segment_ref
+from seglake.lake.scan_read import iter_splits, keep_rows, read_split, read_splits
 from seglake.record.batch import scan_batches
 from seglake.record.reader import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import extract
 from seglake.spark.extract_plan import parse_time, plan_extract
-from seglake.spark.extract_read import iter_splits, keep_rows, read_split, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE

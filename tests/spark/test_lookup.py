@@ -15,7 +15,9 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref
+from seglake.lake.snapshot import Snapshot
 from seglake.record.reader import read_log
 from seglake.sample import START_MS, generate
 from seglake.spark.ingest import ingest
@@ -23,7 +25,6 @@ from seglake.spark.lookup import (
     QUERY_SCHEMA,
     answer_queries,
     lookup,
-    partition_arrays,
     read_offsets,
     resolve_timestamps,
 )
@@ -219,7 +220,7 @@ def test_answers_without_spark_nulls_and_unreadable_segments(lake, tmp_path):
             ("t1", 0, None, int(t1["timestamp"].max())),
         ]
     )
-    parts = partition_arrays(Catalog(copy).segments())
+    parts = partition_arrays(Snapshot.read(copy))
     out = answer_queries(copy, parts, IndexCache(), q).to_pylist()
     assert [r["status"] for r in out] == [
         "read_error",
@@ -289,7 +290,7 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
     offs = g["offset"].to_numpy()[::7]
     stamps = g["timestamp"].to_numpy()[::11]
     every = recs[(recs["topic"] == "t2") & (recs["partition"] == 0)]
-    parts = partition_arrays(Catalog(copy).segments())
+    parts = partition_arrays(Snapshot.read(copy))
     for rows, expected in (
         ([("t2", 0, int(o), None) for o in offs], list(offs)),
         (

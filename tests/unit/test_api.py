@@ -260,13 +260,13 @@ def test_range_prunes_segments(lake, monkeypatch):
     part = lake.partition("orders", 0)
     seen = []
     for seg in part.log.segments:
-        orig = seg.read_records
+        orig = seg.window
 
         def spy(*a, _orig=orig, _base=seg.base_offset, **k):
             seen.append(_base)
             return _orig(*a, **k)
 
-        monkeypatch.setattr(seg, "read_records", spy)
+        monkeypatch.setattr(seg, "window", spy)
     rows = part.rows.to_pandas()
     mid = rows.iloc[len(rows) // 2]
     part.range(int(mid.min_timestamp), int(mid.min_timestamp) + 1)

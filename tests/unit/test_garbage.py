@@ -129,8 +129,8 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     the catalog on that error path only and raises the notebook's one
     VersionSupersededError; not pinned, or a file missing at the current version: the
     plain error."""
+    from seglake.lake.scan_read import SplitReads, read_splits
     from seglake.spark.extract_plan import plan_extract
-    from seglake.spark.extract_read import SplitReads, read_splits
     from seglake.storage.index_cache import IndexCache
 
     root, segs, lake = opened

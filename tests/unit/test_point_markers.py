@@ -20,11 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
+from seglake.lake.lookup_answer import QUERY_SCHEMA, answer_queries
+from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.register import register
 from seglake.lake.rows import segment_ref
+from seglake.lake.snapshot import Snapshot
 from seglake.record import native, reader
 from seglake.record.reader import read_log
-from seglake.spark.lookup_answer import QUERY_SCHEMA, answer_queries, partition_arrays
 from seglake.storage import point_reads
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
@@ -85,7 +87,7 @@ def _answers(root: str, targets: list[int]) -> pa.Table:
         ],
         schema=QUERY_SCHEMA,
     )
-    parts = partition_arrays(Catalog(root).segments())
+    parts = partition_arrays(Snapshot.read(root))
     return answer_queries(root, parts, IndexCache(), q)
 
 

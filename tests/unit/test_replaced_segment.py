@@ -18,9 +18,9 @@ from seglake.errors import SegmentReplacedError, TruncatedSegmentError, VersionS
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
 from seglake.lake.rows import segment_refs
+from seglake.lake.scan_read import SplitReads, read_splits
 from seglake.lake.staging import cleanup
 from seglake.spark.extract_plan import plan_extract
-from seglake.spark.extract_read import SplitReads, read_splits
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
 from tests.unit.test_compact_rules import COMPACT, NOW, keyed_lake

@@ -14,10 +14,12 @@ import pytest
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
+from seglake.lake.lookup_answer import _open
+from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref, segment_refs
+from seglake.lake.scan_read import read_split
+from seglake.lake.snapshot import Snapshot
 from seglake.spark.extract_plan import plan_extract
-from seglake.spark.extract_read import read_split
-from seglake.spark.lookup_answer import _open, partition_arrays
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
@@ -67,7 +69,7 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
         assert seg.index_interval_bytes == INTERVAL
         np.testing.assert_array_equal(_entries(seg), written[r["path"]])
     # lookup: the broadcast arrays carry the interval to _open
-    a = partition_arrays(Catalog(root).segments("c", 0))[("c", 0)]
+    a = partition_arrays(Snapshot.read(root, "c", [0]))[("c", 0)]
     for s, r in enumerate(rows):
         seg = _open(IndexCache(), root, a, s)
         assert seg.index_interval_bytes == INTERVAL

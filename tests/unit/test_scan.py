@@ -9,8 +9,8 @@ import pytest
 
 from seglake.lake.packing import pack
 from seglake.lake.scan import Scan
+from seglake.lake.scan_read import read_splits
 from seglake.lake.snapshot import Snapshot
-from seglake.spark.extract_read import read_splits
 from seglake.storage.index_cache import IndexCache
 from tests.unit.test_compact_rules import keyed_lake
 

@@ -15,7 +15,7 @@ from seglake.api.render import html_table, iso, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
-from seglake.lake.snapshot import by_partition
+from seglake.lake.snapshot import Snapshot
 from seglake.lake.time_travel import version_as_of
 from seglake.location import LakeLocation, Root
 from seglake.storage.segment_window import check_on_corrupt
@@ -49,9 +49,12 @@ class Lake:
         self._load(_as_of(self.location, version, timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
-        self.version = self.catalog.version() if version is None else int(version)
-        self._rows = self.catalog.segments(version=self.version)
-        self._by_key: dict[tuple[str, int], pa.Table] = by_partition(self._rows)
+        snapshot = Snapshot.read(
+            self.location, version=None if version is None else int(version), catalog=self.catalog
+        )
+        self.version = snapshot.version
+        self._rows = snapshot.table
+        self._by_key: dict[tuple[str, int], pa.Table] = dict(snapshot.rows)
 
     def replaced(self, topic: str, partition: int) -> set[int]:
         """Base offsets of this version's rows of ``topic``-``partition`` that the newest
@@ -62,10 +65,14 @@ class Lake:
         from seglake.lake.pinned import row_identities
 
         rows = self._by_key.get((topic, int(partition)))
-        if rows is None or self.catalog.version() == self.version:
+        newest = self.catalog.version()
+        if rows is None or newest == self.version:
             return set()
         try:
-            now = row_identities(self.catalog.segments(topic, int(partition)))
+            at = Snapshot.read(
+                self.location, topic, [int(partition)], version=newest, catalog=self.catalog
+            )
+            now = row_identities(at.table)
         except CatalogError:  # this version's rows were checked when it was read
             return set(rows.column("base_offset").to_pylist())
         gone = {(b, n, s) for b, n, s in row_identities(rows) - now}

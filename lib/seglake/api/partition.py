@@ -14,12 +14,14 @@ from seglake.api.render import As, html_table, iso, output, size_text
 from seglake.api.times import TimeLike, to_millis
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.rows import segment_refs
+from seglake.lake.scan import Scan
+from seglake.lake.scan_read import SplitReads, read_tasks
+from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
 from seglake.storage.stats import STAT_COLUMNS
-from seglake.storage.tail_minima import cutoff
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +85,6 @@ class Partition:
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
-        self._tails = rows.column("tail_min_timestamps").to_pylist()
 
     def __repr__(self) -> str:
         return (
@@ -184,20 +185,14 @@ class Partition:
         """
         return self.log.offsets_for_times(to_millis(ts, allow_special=True))
 
-    def _candidates(self, start: int, end: int) -> np.ndarray:
-        """Segments that may hold a record with start <= timestamp < end (catalog min/max)."""
-        keep = (self._max_ts >= start) & (self._min_ts < end) & (self._max_ts >= 0)
-        return np.nonzero(keep)[0]
-
     def range(self, start: TimeLike, end: TimeLike, *, as_: As = "pandas") -> Any:
         """Records with ``start <= timestamp < end``, in offset order.
 
-        Exact under non-monotonic timestamps: segments are pruned with the catalog's
-        min/max timestamps; in a segment whose smallest timestamp is below ``start`` the
-        read starts at its first record with timestamp >= ``start`` (time index), and
-        every record after it is filtered, since a later record may carry any timestamp,
-        up to the first of the segment's tail minima >= ``end``
-        (:mod:`seglake.storage.tail_minima`).
+        Exact under non-monotonic timestamps: a :class:`~seglake.lake.scan.Scan` with the
+        time filter plans the read (segments pruned with the catalog's min/max
+        timestamps, each entered at its time index's floor of ``start`` and read up to
+        the first of its tail minima >= ``end``), :func:`~seglake.lake.scan_read.read_tasks`
+        reads it with this partition's segments.
 
         Raises:
             ValueError: ``start`` after ``end`` (as Kafka's source refuses it; an equal
@@ -206,21 +201,14 @@ class Partition:
         lo, hi = to_millis(start), to_millis(end)
         if lo > hi:
             raise ValueError(f"range: start {start!r} ({lo} ms) is after end {end!r} ({hi} ms)")
-        parts = []
-        if hi > lo:
-            for i in self._candidates(lo, hi):
-                seg = self.log.segments[i]
-                first = None
-                if self._min_ts[i] < lo:
-                    found = seg.find_offset_by_timestamp(lo, self.log_start_offset)
-                    if found is None:
-                        continue
-                    first = found.offset
-                t = seg.read_records(first, cutoff(self._tails[i], hi))
-                ts = t.column("timestamp")
-                parts.append(t.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi))))
-        recs = pa.concat_tables(parts) if parts else empty_records()
-        return output(to_kafka_source(recs, self.topic, self.partition), as_)
+        tp = (self.topic, self.partition)
+        if hi == lo:
+            return output(to_kafka_source(empty_records(), *tp), as_)
+        snapshot = Snapshot.of_log(self.lake.location, self.lake.version, tp, self.rows, self.log)
+        tasks = Scan(snapshot, times=(lo, hi)).plan()
+        segments = {s.base_offset: s for s in self.log.segments}
+        recs = read_tasks(lambda t: segments[t.base_offset], tasks, SplitReads())
+        return output(recs, as_)
 
     def summary(self) -> dict[str, Any]:
         """One :meth:`Lake.describe` row."""

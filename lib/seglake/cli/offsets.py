@@ -17,8 +17,6 @@ import argparse
 import re
 from collections.abc import Callable, Iterable
 
-import pyarrow as pa
-
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.location import LakeLocation, Root
 
@@ -129,26 +127,23 @@ def get_offsets(root: Root, timestamp: int, allowed: Filter) -> list[tuple[str, 
     by ``PartitionLog.offsets_for_times``; partitions without an answer left out."""
     root = LakeLocation.of(root)  # parsed once
     from seglake.cli.main import check_lake
-    from seglake.lake.catalog import Catalog
+    from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition
 
     check_lake(root)
-    rows = Catalog(root).segments()
-    topics = rows.column("topic").to_numpy(zero_copy_only=False)
-    parts = rows.column("partition").to_numpy()
+    snapshot = Snapshot.read(root)
     chosen = sorted(
-        {(str(t), int(p)) for t, p in zip(topics, parts, strict=True) if allowed(str(t), int(p))},
+        (tp for tp in snapshot.partitions if allowed(*tp)),
         key=lambda tp: f"{tp[0]}-{tp[1]}",  # Kafka: a TreeMap by TopicPartition.toString()
     )
     if not chosen:
         raise SegmentNotFoundError(
             f"{root}: could not match any topic-partitions with the specified filters "
-            f"(the lake has {len(set(zip(topics, parts, strict=True)))} partition(s))"
+            f"(the lake has {len(snapshot.partitions)} partition(s))"
         )
     out = []
     for t, p in chosen:
-        mask = pa.array((topics == t) & (parts == p))
-        found = open_partition(root, t, p, rows=rows.filter(mask)).offsets_for_times(timestamp)
+        found = open_partition(root, t, p, rows=snapshot.rows[(t, p)]).offsets_for_times(timestamp)
         if found is not None:
             out.append((t, p, found.offset))
     return out

@@ -12,8 +12,11 @@ them visible (``record -> storage -> lake -> api -> spark -> jobs``).
     runs.py      what a run id covered, and refusing its reuse for other input
     register.py  catalog rows for a broker's partition directories, registered in place
     snapshot.py  a lake's partitions at one catalog version (one catalog read)
-    scan.py      a read planned on a snapshot: SegmentTasks (extract, data sources)
+    scan.py      a read planned on a snapshot: SegmentTasks (extract, data sources, API)
+    scan_read.py reading planned SegmentTasks (executors, the notebook API)
     packing.py   segment tasks into Spark tasks (bytes, or Kafka's offset ranges)
+    lookup_plan.py    point lookups planned: a snapshot's arrays, each query's segment
+    lookup_answer.py  point lookups answered (the lookup job's executors)
 
 ``from seglake.lake import open_partition`` works as a shortcut (loaded on first use, so
 that importing a module of this package does not load the catalog).

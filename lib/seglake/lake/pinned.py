@@ -81,9 +81,14 @@ class PinnedVersion:
 
     def rows(self, topic: str, partition: int) -> pa.Table:
         """The pinned version's rows of ``topic``-``partition``."""
+        from seglake.lake.snapshot import Snapshot
+
         key = (topic, partition)
         if key not in self._rows:
-            self._rows[key] = self.catalog.segments(topic, partition, version=self.version)
+            at = Snapshot.read(
+                self.root, topic, [partition], version=self.version, catalog=self.catalog
+            )
+            self._rows[key] = at.table
         return self._rows[key]
 
     def missing(self, seg: SegmentFiles, exc: SegmentNotFoundError) -> Exception:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.lake.catalog import Catalog
-from seglake.lake.rows import segment_refs
+from seglake.lake.rows import catalog_schema, segment_refs
 from seglake.location import LakeLocation, Root
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
@@ -71,11 +71,24 @@ class Snapshot:
         rows = catalog.segments(topics, partitions, version=version)
         return cls(location, version, by_partition(rows), on_corrupt, cache)
 
+    @classmethod
+    def of_log(
+        cls, root: Root, version: int, tp: TopicPartition, rows: pa.Table, log: PartitionLog
+    ) -> Snapshot:
+        """One partition whose ``rows`` a reader read at ``version`` and whose ``log``
+        (their segments) it holds: no catalog read, no segment opened again."""
+        return cls(LakeLocation.of(root), version, {tp: rows}, _logs={tp: log})
+
     def select(self, partitions: Iterable[TopicPartition]) -> Snapshot:
         """These partitions only (the logs opened so far kept)."""
         keep = {tp: self.rows[tp] for tp in sorted(partitions) if tp in self.rows}
         logs = {tp: log for tp, log in self._logs.items() if tp in keep}
         return dataclasses.replace(self, rows=keep, _logs=logs)
+
+    @property
+    def table(self) -> pa.Table:
+        """All the rows, as one table (sorted by topic and partition)."""
+        return pa.concat_tables(self.rows.values()) if self.rows else catalog_schema().empty_table()
 
     @property
     def partitions(self) -> list[TopicPartition]:

@@ -31,6 +31,7 @@ from seglake.errors import SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
 from seglake.lake.rows import segment_refs
+from seglake.lake.snapshot import Snapshot
 from seglake.location import LakeLocation, Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
@@ -239,8 +240,16 @@ def open_partition(
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     if rows is None:
-        rows = (catalog or Catalog(root)).segments(topic, partition)
-    return PartitionLog.from_refs(fs, base, segment_refs(rows), on_corrupt=on_corrupt)
+        rows = _partition_rows(root, topic, partition, catalog)
+    refs = [] if rows is None else segment_refs(rows)
+    return PartitionLog.from_refs(fs, base, refs, on_corrupt=on_corrupt)
+
+
+def _partition_rows(
+    root: Root, topic: str, partition: int, catalog: Catalog | None = None
+) -> pa.Table | None:
+    """The current catalog rows of one partition (``None``: it has none)."""
+    return Snapshot.read(root, topic, [partition], catalog=catalog).rows.get((topic, partition))
 
 
 def lake_of(path: str) -> tuple[str, str, int] | None:
@@ -267,8 +276,8 @@ def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
     lake = lake_of(path)
     if lake is not None:
         root, topic, partition = lake
-        rows = Catalog(root).segments(topic, partition)
-        if not rows.num_rows:
+        rows = _partition_rows(root, topic, partition)
+        if rows is None:
             raise SegmentNotFoundError(
                 f"{path}: the lake {root} has no committed segment of {topic}-{partition} "
                 "(its catalog decides what a partition directory of a lake holds)"

@@ -49,7 +49,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.packing import pack
 from seglake.lake.scan import SegmentTask
-from seglake.spark.extract_read import GROUP_BYTES, SplitReads, iter_splits
+from seglake.lake.scan_read import GROUP_BYTES, SplitReads, iter_splits
 from seglake.spark.kafka_options import warn_ignored
 from seglake.spark.read_options import (
     OPTIONS,

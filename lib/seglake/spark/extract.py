@@ -27,7 +27,7 @@
 
 Planning is a :class:`~seglake.lake.scan.Scan` (extract's arguments:
 :mod:`seglake.spark.extract_plan`) packed by :func:`seglake.lake.packing.pack`;
-:func:`read_split` / :func:`read_splits` (:mod:`seglake.spark.extract_read`) are the
+:func:`read_split` / :func:`read_splits` (:mod:`seglake.lake.scan_read`) are the
 pure functions the executors run (no Spark).
 """
 
@@ -40,9 +40,9 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, pack
 from seglake.lake.scan import ScanPlan
+from seglake.lake.scan_read import SplitReads, iter_splits
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import BROADCAST_SPLITS, plan_extract
-from seglake.spark.extract_read import SplitReads, iter_splits
 from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 

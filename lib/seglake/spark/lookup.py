@@ -1,8 +1,10 @@
 """Job 2, lookup: answer millions of ``(topic, partition, offset | timestamp)`` queries.
 
-    driver:    read the catalog once (pinned version) -> per (topic, partition) sorted
-               numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id),
-               broadcast (once per catalog version: the driver keeps the last few)
+    driver:    read the catalog once (pinned version: a
+               :class:`~seglake.lake.snapshot.Snapshot`) -> per (topic, partition) sorted
+               numpy arrays (base_offset, next_offset, max_timestamp, path, size, run_id:
+               :func:`~seglake.lake.lookup_plan.partition_arrays`), broadcast (once per
+               catalog version: the driver keeps the last few)
     executors: mapInArrow over the queries as they are partitioned (no shuffle; a
                query set the plan's statistics show small, e.g. 10,000 queries, is
                coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
@@ -50,7 +52,7 @@ marker (its time search counts markers), the record after the marker), plus
     read_error               the segment could not be read (logged on the executor);
                              never for a damaged batch
 
-:func:`answer_queries` (:mod:`seglake.spark.lookup_answer`) is what the executors run;
+:func:`answer_queries` (:mod:`seglake.lake.lookup_answer`) is what the executors run;
 it needs no Spark (tests count its bytes in the driver process). The segment reads are
 :mod:`seglake.storage.point_reads` (:func:`read_offsets`, :func:`resolve_timestamps`,
 re-exported here).
@@ -60,21 +62,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
-from seglake.spark.lookup_answer import (
-    LOOKUP_SCHEMA,
-    QUERY_SCHEMA,
-    answer_queries,
-    groups,
-    partition_arrays,
-    segment_for,
-)
+from seglake.lake.lookup_answer import LOOKUP_SCHEMA, QUERY_SCHEMA, answer_queries
+from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
+from seglake.lake.snapshot import Snapshot
 from seglake.spark.lookup_queries import normalize_queries
 from seglake.storage.index_cache import get_cache
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
@@ -142,8 +139,45 @@ def lookup(
     catalog = Catalog(root)
     version = catalog.version() if version is None else version
     bc = _broadcast(spark, catalog, version)
-    cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
-    accs = io_accumulators or (None, None)
+    answer = _answers(
+        root,
+        bc,
+        version,
+        LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes,
+        chunk_rows,
+        io_accumulators or (None, None),
+        on_corrupt,
+        skipped_accumulator,
+    )
+    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
+        queries_df = spark.createDataFrame(queries_df)
+    q = normalize_queries(queries_df)
+    if not num_tasks:
+        few = _few_tasks(queries_df)
+        if few is not None:  # one stage, no exchange: 10,000 queries are one task
+            q = q.coalesce(few)
+    else:
+        q = (
+            q.mapInArrow(_segment_keys(bc), spark_schema(_KEYED_SCHEMA))
+            .repartition(num_tasks, "topic", "partition", "_seg")
+            .sortWithinPartitions("topic", "partition", "_seg")
+        )
+    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+
+
+def _answers(
+    root: str,
+    bc,
+    version: int,
+    cache_bytes: int,
+    chunk_rows: int,
+    accs: tuple,
+    on_corrupt: str,
+    skipped_accumulator,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What a task runs (mapInArrow): its queries, ``chunk_rows`` at a time, answered by
+    :func:`answer_queries` against the broadcast ``bc`` (the bytes and files read counted
+    into ``accs``, the batches skipped into ``skipped_accumulator``)."""
 
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, cache = bc.value, get_cache(cache_bytes)
@@ -174,44 +208,39 @@ def lookup(
                 yield from out.to_batches()
                 pending = []
 
-    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
-        queries_df = spark.createDataFrame(queries_df)
-    q = normalize_queries(queries_df)
-    if not num_tasks:
-        few = _few_tasks(queries_df)
-        if few is not None:  # one stage, no exchange: 10,000 queries are one task
-            q = q.coalesce(few)
-    else:
+    return answer
 
-        def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            parts = bc.value
-            for b in batches:
-                seg = np.full(b.num_rows, -1, dtype=np.int32)
-                off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
-                ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
-                for k, idx in groups(b.column(0), b.column(1)):
-                    if k in parts:
-                        seg[idx] = segment_for(parts[k], off[idx], ts[idx])
-                yield pa.RecordBatch.from_arrays(
-                    [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
-                )
 
-        q = (
-            q.mapInArrow(key, spark_schema(_KEYED_SCHEMA))
-            .repartition(num_tasks, "topic", "partition", "_seg")
-            .sortWithinPartitions("topic", "partition", "_seg")
-        )
-    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+def _segment_keys(bc) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``num_tasks`` pass (mapInArrow): each query keyed by its segment (``_seg``,
+    :func:`segment_for` in the broadcast ``bc``), so that a repartition puts a segment's
+    queries together."""
+
+    def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = bc.value
+        for b in batches:
+            seg = np.full(b.num_rows, -1, dtype=np.int32)
+            off = b.column(2).fill_null(-1).to_numpy(zero_copy_only=False)
+            ts = b.column(3).fill_null(-9).to_numpy(zero_copy_only=False)
+            for k, idx in groups(b.column(0), b.column(1)):
+                if k in parts:
+                    seg[idx] = segment_for(parts[k], off[idx], ts[idx])
+            yield pa.RecordBatch.from_arrays(
+                [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
+            )
+
+    return key
 
 
 def _broadcast(spark, catalog: Catalog, version: int):
-    """The broadcast of :func:`partition_arrays` of ``catalog`` at ``version``, made once
-    per Spark context (a version's rows never change; the last few are kept)."""
+    """The broadcast of :func:`partition_arrays` of ``catalog``'s snapshot at ``version``,
+    made once per Spark context (a version's rows never change; the last few are kept)."""
     key = (spark.sparkContext.applicationId, catalog.uri, version)
     with _BROADCASTS_LOCK:
         bc = _BROADCASTS.pop(key, None)
     if bc is None:
-        bc = spark.sparkContext.broadcast(partition_arrays(catalog.segments(version=version)))
+        snapshot = Snapshot.read(catalog.location, version=version, catalog=catalog)
+        bc = spark.sparkContext.broadcast(partition_arrays(snapshot))
     with _BROADCASTS_LOCK:
         _BROADCASTS[key] = bc
         while len(_BROADCASTS) > _KEEP_BROADCASTS:

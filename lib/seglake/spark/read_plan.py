@@ -180,7 +180,8 @@ def subscribed(
             )
         parts &= want
     elif strict and wanted and set(wanted) - present:
-        known = Catalog(opts.root).segments(version=version).column("topic").to_pylist()
+        every = Snapshot.read(opts.root, version=version, catalog=catalog).partitions
+        known = [t for t, _ in every]
         raise ConfigError(
             f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
             f"the lake at {opts.root} (catalog version {version}); topics: "

@@ -1,12 +1,13 @@
-"""Reading an extraction's splits on the executors (no Spark): one ranged read per
-split, the batches of all splits of a task walked and decoded together, then offsets,
-timestamps, control batches and aborted transactions filtered.
+"""Reading a :class:`~seglake.lake.scan.Scan`'s planned tasks (splits), as Spark's
+executors and the notebook API do: one ranged read per split, the batches of all splits
+read together walked and decoded together, then offsets, timestamps, control batches and
+aborted transactions filtered.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -95,7 +96,22 @@ def read_splits(
     (vectorised over all their batches)."""
     how = how or SplitReads()
     pin = None if how.version is None else PinnedVersion(root, how.version, by_user=how.by_user)
-    parts = [_split_batches(cache, root, s, how.on_corrupt, how.skipped, pin) for s in splits]
+
+    def segment(split: SegmentTask) -> LogSegment:
+        return cache.segment(
+            root, split.ref(), load_indexes=False, on_corrupt=how.on_corrupt, pin=pin
+        )
+
+    return read_tasks(segment, splits, how)
+
+
+def read_tasks(
+    segment: Callable[[SegmentTask], LogSegment], splits: list[SegmentTask], how: SplitReads
+) -> pa.Table:
+    """:func:`read_splits` of the segments ``segment`` opens for each split (a reader
+    that holds its partition's log: the notebook API); the segments' own ``on_corrupt``
+    and pin apply, not ``how``'s."""
+    parts = [_split_batches(segment(s), s, how.skipped) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
     unsure = [
@@ -125,16 +141,10 @@ def read_splits(
 
 
 def _split_batches(
-    cache: IndexCache,
-    root: Root,
-    split: SegmentTask,
-    on_corrupt: str,
-    skipped: list[str] | None,
-    pin: PinnedVersion | None = None,
+    seg: LogSegment, split: SegmentTask, skipped: list[str] | None
 ) -> tuple[Window, np.ndarray, str]:
-    """The window of a split and which of its batches may hold records to return (the
-    damaged batches skipped in it described in ``skipped``)."""
-    seg = cache.segment(root, split.ref(), load_indexes=False, on_corrupt=on_corrupt, pin=pin)
+    """The window of a split of ``seg`` and which of its batches may hold records to
+    return (the damaged batches skipped in it described in ``skipped``)."""
     w = _split_window(seg, split.start_pos, split.end_pos, split.hi, split.extend)
     if skipped is not None:
         skipped += [

@@ -1,11 +1,13 @@
-"""The executor side of the lookup job (no Spark): :func:`answer_queries` answers a chunk
-of queries (:data:`QUERY_SCHEMA`) against the catalog's per-partition arrays
-(:func:`partition_arrays`, broadcast by :func:`seglake.spark.lookup.lookup`), one
-:data:`LOOKUP_SCHEMA` row per query; the segment reads are :mod:`seglake.storage.point_reads`.
+"""Answering point lookups (no Spark; what the lookup job's executors run):
+:func:`answer_queries` answers a chunk of queries (:data:`QUERY_SCHEMA`) against a
+snapshot's per-partition arrays (:func:`~seglake.lake.lookup_plan.partition_arrays`,
+broadcast by :func:`seglake.spark.lookup.lookup`), one :data:`LOOKUP_SCHEMA` row per
+query; the segment reads are :mod:`seglake.storage.point_reads`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -14,6 +16,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededError
 from seglake.format import NO_TIMESTAMP
+from seglake.lake.lookup_plan import EARLIEST, LATEST, MAX_TS, groups
 from seglake.lake.pinned import PinnedVersion
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
@@ -29,22 +32,11 @@ from seglake.storage.point_reads import (
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_ref import SegmentRef
 
-__all__ = [
-    "EARLIEST",
-    "LATEST",
-    "LOOKUP_SCHEMA",
-    "MAX_TS",
-    "QUERY_SCHEMA",
-    "answer_queries",
-    "groups",
-    "partition_arrays",
-    "segment_for",
-]
+__all__ = ["LOOKUP_SCHEMA", "QUERY_SCHEMA", "answer_queries"]
 
 log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as before
 
 
-EARLIEST, LATEST, MAX_TS = -2, -1, -3
 ANY_TIME = NO_TIMESTAMP  # every record's timestamp is >= -1: "the next record"
 
 LOOKUP_SCHEMA = pa.schema(
@@ -63,81 +55,6 @@ QUERY_SCHEMA = pa.schema(
         pa.field("query_timestamp", pa.int64()),
     ]
 )
-
-
-def partition_arrays(segments: pa.Table) -> dict[tuple[str, int], dict[str, np.ndarray]]:
-    """Catalog rows -> per (topic, partition) sorted numpy arrays (what is broadcast)."""
-    out: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    if not segments.num_rows:
-        return out
-    cols = {
-        c: segments.column(c).to_numpy(zero_copy_only=False)
-        for c in (
-            "base_offset",
-            "next_offset",
-            "max_timestamp",
-            "min_timestamp",
-            "path",
-            "size_bytes",
-            "run_id",
-        )
-    }
-    cols["index_interval_bytes"] = (  # 0: not recorded (an older row)
-        segments.column("index_interval_bytes").fill_null(0).to_numpy()
-        if "index_interval_bytes" in segments.column_names
-        else np.zeros(segments.num_rows, dtype=np.int64)
-    )
-    for k, ix in groups(segments.column("topic"), segments.column("partition")):
-        ix = ix[np.argsort(cols["base_offset"][ix], kind="stable")]
-        a = {
-            "base_offset": cols["base_offset"][ix].astype(np.int64),
-            "next_offset": cols["next_offset"][ix].astype(np.int64),
-            "max_timestamp": cols["max_timestamp"][ix].astype(np.int64),
-            "min_timestamp": cols["min_timestamp"][ix].astype(np.int64),
-            "path": cols["path"][ix].astype(object),
-            "size": cols["size_bytes"][ix].astype(np.int64),
-            "run_id": cols["run_id"][ix].astype(object),
-            "index_interval_bytes": cols["index_interval_bytes"][ix].astype(np.int64),
-        }
-        a["segments"] = LogSegments(a["base_offset"], a["max_timestamp"])
-        out[k] = a  # type: ignore[index]  # catalog rows: topic, partition never null
-    return out
-
-
-def segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Segment index of each query (-1: answered without a segment / no segment)."""
-    segments: LogSegments = a["segments"]  # type: ignore[assignment]
-    seg = np.full(len(off), NONE, dtype=np.int64)
-    is_off = off >= 0
-    if is_off.any():
-        seg[is_off] = segments.floor_many(off[is_off])
-    is_ts = ~is_off & (ts >= 0)
-    if is_ts.any():
-        seg[is_ts] = segments.for_time_many(ts[is_ts])
-    seg[~is_off & (ts == EARLIEST)] = 0
-    seg[~is_off & (ts == MAX_TS)] = segments.largest()
-    return seg
-
-
-def groups(
-    topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
-) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
-    """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
-    codes = pc.dictionary_encode(topics)
-    if isinstance(codes, pa.ChunkedArray):
-        codes = codes.combine_chunks()
-    names = [*codes.dictionary.to_pylist(), None]
-    code = codes.indices.fill_null(len(names) - 1).to_numpy().astype(np.int64)
-    part = pc.fill_null(parts, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    null_part = pc.is_null(parts).to_numpy(zero_copy_only=False).astype(np.int64)
-    key = (code << 33) | (null_part << 32) | (part & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    uniq, first = np.unique(key[order], return_index=True)
-    out = []
-    for u, idx in zip(uniq.tolist(), np.split(order, first[1:]), strict=True):
-        p = None if (u >> 32) & 1 else int(np.uint32(u & 0xFFFFFFFF).view(np.int32))
-        out.append(((names[u >> 33], p), idx))
-    return out
 
 
 def _split_by(keys: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -212,35 +129,91 @@ def answer_queries(
     segment that cannot be read answers ``read_error``, unless catalog ``version`` (the
     one ``parts`` holds) was superseded and the file deleted since: then one
     :class:`~seglake.errors.VersionSupersededError`."""
-    q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
-    off = q_off.fill_null(-1).to_numpy().astype(np.int64)
-    has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
-    ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
-    has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
+    qs = _Queries.of(q)
     pin = None if version is None else PinnedVersion(root, version)
-    ans, gather = _Answers(q.num_rows, on_corrupt, pin), Gather()
-    by_off: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
-    by_ts: list[tuple[np.ndarray, tuple]] = []  # (queries, where) per segment
-    reqs: list[tuple[Request, np.ndarray | None, tuple]] = []  # (request, which, where)
-    target = np.where(has_off, off, ts)
-    invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
-    ans.status[invalid] = "invalid_query"
+    ans, gather, plan = _Answers(q.num_rows, on_corrupt, pin), Gather(), _Requests()
+    ans.status[qs.invalid] = "invalid_query"
     for k, idx in groups(q.column("topic"), q.column("partition")):
-        idx = idx[~invalid[idx]]
+        idx = idx[~qs.invalid[idx]]
         a = parts.get(k)
         if a is None:
             ans.status[idx] = "unknown_partition"
             continue
+        plan.partition(cache, root, ans, qs, k, a, idx)
+    plan_requests([r for r, _, _ in plan.reqs], gather)  # all segments' reads and chains at once
+    _pick_answers(ans, gather, plan, qs, on_corrupt)
+    if on_corrupt == "skip":
+        reqs = plan.reqs
+        _mark_skipped(ans, [(r, where) for r, which, where in reqs if which is not None], qs.target)
+        for r, _, _ in reqs:
+            if skipped is not None:
+                skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
+    for qi, where in plan.by_ts:  # timestamps the index could not place: scan (rare)
+        for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
+            _scan_on(cache, root, ans, i, int(qs.target[i]), where)
+    for qi, (k, a, s, _) in plan.by_off:  # nothing kept from there to its segment's end: on
+        for i in qi[ans.status[qi] == "no_record_at_offset"].tolist():
+            _scan_on(cache, root, ans, i, ANY_TIME, (k, a, s, int(qs.target[i])))
+    return _assemble(q, ans)
+
+
+@dataclasses.dataclass
+class _Queries:
+    """A chunk's queries as arrays: offsets, timestamps, which are set, each one's target
+    (its offset or timestamp; -2 becomes the log start offset) and which are invalid."""
+
+    off: np.ndarray
+    has_off: np.ndarray
+    ts: np.ndarray
+    has_ts: np.ndarray
+    target: np.ndarray
+    invalid: np.ndarray
+
+    @classmethod
+    def of(cls, q: pa.Table) -> _Queries:
+        q_off, q_ts = q.column("query_offset"), q.column("query_timestamp")
+        off = q_off.fill_null(-1).to_numpy().astype(np.int64)
+        has_off = q_off.is_valid().to_numpy(zero_copy_only=False)
+        ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
+        has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
+        invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
+        return cls(off, has_off, ts, has_ts, np.where(has_off, off, ts), invalid)
+
+
+@dataclasses.dataclass
+class _Requests:
+    """The segment reads of a chunk: ``reqs`` (request, which of its unique offsets each
+    query picks (``None``: timestamps), where), and the queries of each segment by
+    offset / by timestamp with their ``where`` (key, arrays, segment, log start)."""
+
+    reqs: list[tuple[Request, np.ndarray | None, tuple]] = dataclasses.field(default_factory=list)
+    by_off: list[tuple[np.ndarray, tuple]] = dataclasses.field(default_factory=list)
+    by_ts: list[tuple[np.ndarray, tuple]] = dataclasses.field(default_factory=list)
+
+    def partition(
+        self,
+        cache: IndexCache,
+        root: str,
+        ans: _Answers,
+        qs: _Queries,
+        k: tuple,
+        a: dict,
+        idx: np.ndarray,
+    ) -> None:
+        """The requests of one partition's valid queries ``idx`` (arrays ``a``): offsets
+        (and -2) by the segment floor, timestamps (and -3) by the first segment whose
+        running max reaches them; -1 answered here (the log end offset)."""
+        ts, target, has_ts = qs.ts, qs.target, qs.has_ts
         log_start, leo = int(a["base_offset"][0]), int(a["next_offset"][-1])
         ts_q = idx[has_ts[idx]]
         latest = ts_q[ts[ts_q] == LATEST]
         ans.status[latest], ans.resolved[latest] = "log_end_offset", leo
         early = ts_q[ts[ts_q] == EARLIEST]  # -2: the record at the log start offset
         target[early] = log_start
-        o_q = np.concatenate([idx[has_off[idx]], early])
+        o_q = np.concatenate([idx[qs.has_off[idx]], early])
         out = (target[o_q] < log_start) | (target[o_q] >= leo)
         ans.status[o_q[out]] = np.where(
-            has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
+            qs.has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
         )
         o_q = o_q[~out]
         segments: LogSegments = a["segments"]
@@ -250,8 +223,8 @@ def answer_queries(
                 cache, root, (k, a, s, qi), lambda seg, u=uniq: offset_request(seg, u)
             )
             if req is not None:
-                reqs.append((req, which, (k, a, s, qi)))
-                by_off.append((qi, (k, a, s, None)))
+                self.reqs.append((req, which, (k, a, s, qi)))
+                self.by_off.append((qi, (k, a, s, None)))
         # timestamps (-3: the largest one): the first segment whose running max reaches it
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
         top = segments.largest()
@@ -267,15 +240,22 @@ def answer_queries(
                 lambda seg, t=target[qi], lo=log_start: time_request(seg, t, lo),
             )
             if req is not None:
-                reqs.append((req, None, (k, a, s, qi)))
-                by_ts.append((qi, (k, a, s, log_start)))
-    plan_requests([r for r, _, _ in reqs], gather)  # all segments' reads and chains at once
-    # what each query picks in its batch: an offset, a timestamp (from lo), or after a
-    # transaction marker that answered a timestamp, the next record (a fetch from it)
-    picks, lo, is_ts = target.copy(), np.zeros(q.num_rows, np.int64), np.zeros(q.num_rows, bool)
-    for qi, (_, _, _, log_start) in by_ts:
+                self.reqs.append((req, None, (k, a, s, qi)))
+                self.by_ts.append((qi, (k, a, s, log_start)))
+
+
+def _pick_answers(
+    ans: _Answers, gather: Gather, plan: _Requests, qs: _Queries, on_corrupt: str
+) -> None:
+    """The answer records of the read batches, picked and decoded (one call each), and
+    the offset queries' statuses: what each query picks in its batch is an offset, a
+    timestamp (from the log start), or after a transaction marker that answered a
+    timestamp, the next record (a fetch from it)."""
+    n = len(qs.target)
+    picks, lo, is_ts = qs.target.copy(), np.zeros(n, np.int64), np.zeros(n, bool)
+    for qi, (_, _, _, log_start) in plan.by_ts:
         lo[qi] = log_start
-    for r, pick, where in reqs:
+    for r, pick, where in plan.reqs:
         if r.error is not None:
             ans.fail(where, r.error)
         else:
@@ -292,22 +272,10 @@ def answer_queries(
     table, ans.row = gather.decode(record)
     ans.tables, ans.rows = [table], table.num_rows
     ans.status[(record >= 0) & (ans.row < 0)] = "read_error"  # did not decode (logged)
-    if by_off:
-        qi = np.concatenate([qi for qi, _ in by_off])
+    if plan.by_off:
+        qi = np.concatenate([qi for qi, _ in plan.by_off])
         qi = qi[ans.status[qi] != "read_error"]
         ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
-    if on_corrupt == "skip":
-        _mark_skipped(ans, [(r, where) for r, which, where in reqs if which is not None], target)
-        for r, _, _ in reqs:
-            if skipped is not None:
-                skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
-    for qi, where in by_ts:  # timestamps the index could not place: scan (rare)
-        for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
-            _scan_on(cache, root, ans, i, int(target[i]), where)
-    for qi, (k, a, s, _) in by_off:  # nothing kept from there to its segment's end: on
-        for i in qi[ans.status[qi] == "no_record_at_offset"].tolist():
-            _scan_on(cache, root, ans, i, ANY_TIME, (k, a, s, int(target[i])))
-    return _assemble(q, ans)
 
 
 def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
