@@ -60,7 +60,9 @@ def admin(broker: KafkaBroker) -> AdminClient:
 
 @functools.cache
 def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    # kept past its broker's stop: only critical lines, not a "Connection refused" a
+    # reconnect on stderr (level 3) until the process ends, as the producers
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
 
 
 def create_topic(broker: KafkaBroker, name: str, partitions: int, config: dict[str, str]) -> None:
