@@ -26,7 +26,7 @@ _FRAME_BYTES = 1 << 20
 def _frame() -> bytes:
     """A zstd frame of 1 MiB: zeros, and 4.2 KiB of random bytes (ratio under 256)."""
     chunk = bytearray(_FRAME_BYTES)
-    chunk[: 4300] = np.random.default_rng(29).integers(0, 256, 4300, np.uint8).tobytes()
+    chunk[:4300] = np.random.default_rng(29).integers(0, 256, 4300, np.uint8).tobytes()
     return bytes(cramjam.zstd.compress(bytes(chunk), level=1))
 
 
@@ -36,8 +36,19 @@ def bomb_batch(base_offset: int, frames: int, *, records: int = 1000) -> bytes:
     block = _frame() * frames
     attributes = ZSTD
     head = HEADER.pack(
-        base_offset, HEADER_SIZE - 12 + len(block), 0, 2, 0, attributes, records - 1,
-        1000, 1000, -1, -1, -1, records,
+        base_offset,
+        HEADER_SIZE - 12 + len(block),
+        0,
+        2,
+        0,
+        attributes,
+        records - 1,
+        1000,
+        1000,
+        -1,
+        -1,
+        -1,
+        records,
     )
     crc = crc32c(head[21:] + block)
     return head[:17] + struct.pack(">I", crc) + head[21:] + block

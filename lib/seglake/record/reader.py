@@ -145,9 +145,7 @@ def decode_batches(
         return empty_records(headers=headers)
     groups = _groups(scan, sel) if max_decompressed_bytes is None else None
     if groups is not None:
-        return pa.concat_tables(
-            [_decode(buf, scan, sel[g], path, limits, headers) for g in groups]
-        )
+        return pa.concat_tables([_decode(buf, scan, sel[g], path, limits, headers) for g in groups])
     return _decode(buf, scan, sel, path, limits, headers)
 
 
