@@ -46,11 +46,10 @@ from seglake.location import LakeLocation, Root
 
 __all__ = [
     "IO_STATS",
-    "IOStats",
     "WINDOW_BYTES",
+    "IOStats",
     "all_zeros",
     "check_regular",
-    "read_head",
     "delete_dir",
     "delete_file",
     "exists",
@@ -62,6 +61,7 @@ __all__ = [
     "open_ranged",
     "read_all",
     "read_at",
+    "read_head",
     "read_range",
     "read_ranges_into",
     "refused",

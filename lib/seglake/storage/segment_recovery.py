@@ -81,7 +81,9 @@ def recover_segment(
     original = lakefs.read_all(fs, log_path)
     buf, scan, error, dropped = _valid_log(original, base, skip_damaged)
     next_offset = int(scan.last_offset[-1]) + 1 if len(scan) else base
-    indexes = _Indexes.recover(fs, stem, scan, base, next_offset, interval, force, error, dropped)
+    indexes = _Indexes.recover(
+        fs, stem, scan, base, next_offset, interval, force, error, dropped, len(original)
+    )
     txn = _TxnIndex.recover(
         fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
@@ -197,10 +199,12 @@ class _Indexes:
         force: bool,
         error: str | None,
         dropped: list[DroppedBytes],
+        log_size: int,
     ) -> _Indexes:
         oi_new, ti_new = rebuild_indexes(scan, base, interval)
-        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
-        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
+        # never past the entries the log can have (a sparse multi-GiB index)
+        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX, OffsetIndex.read_limit(log_size))
+        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX, TimeIndex.read_limit(log_size))
         oi_final, ti_final = oi_new, ti_new
         rebuilt: dict[str, str] = {}
         if force:

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.errors import (
     ConfigError,
     CorruptBatchWarning,
     CorruptRecordError,
     TruncatedSegmentError,
 )
-from seglake import fs as lakefs
 from seglake.record.batch import (
     HEADER_SIZE,
     MAGIC,
@@ -135,7 +135,7 @@ def data_end(files: SegmentFiles, size: int) -> int:
         if len(head) < HEADER_SIZE and scan.valid_bytes:
             continue  # the window ended inside a header: read on from it
         n = claimed_size(head) if len(head) == HEADER_SIZE else 0
-        if not (scan.truncated and HEADER_SIZE <= n and pos + n <= size):
+        if not (scan.truncated and n >= HEADER_SIZE and pos + n <= size):
             return size  # not zeros: the reads name it
         pos += n  # a batch larger than the rest of the window
     if pos < size and lakefs.all_zeros(files.fs, files.log_path, pos, size):
