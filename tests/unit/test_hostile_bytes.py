@@ -180,9 +180,10 @@ def test_sparse_multi_gib_index_is_not_read_whole(broker_dir: Path, suffix: str)
     recover --dry-run and dump read only the entries in use (old main: MemoryError)."""
     sparse(broker_dir / f"{0:020d}{suffix}", 3 << 30)
     _expect_records(answered(child(["read", str(broker_dir), "--offset", "40"])), 40, 10)
-    out = answered(child(["consume", "--topic", "t", "--max-messages", "3", str(broker_dir)]))
-    assert out.count("x" * 100) == 3, out[-300:]
-    answered(child(["recover", "--dry-run", str(broker_dir)]))
+    if suffix == ".index":  # the same reads as `read`'s for a .timeindex: spare the time
+        out = answered(child(["consume", "--topic", "t", "--max-messages", "3", str(broker_dir)]))
+        assert out.count("x" * 100) == 3, out[-300:]
+        answered(child(["recover", "--dry-run", str(broker_dir)]))
     out = answered(child(["dump", str(broker_dir / f"{0:020d}{suffix}")]), rss_mb=400)
     assert out.startswith("Dumping "), out[:300]
 
@@ -260,12 +261,12 @@ def test_plot_rate_bounds_its_buckets() -> None:
 
 
 def test_properties_with_continued_lines_parse_in_linear_time() -> None:
-    """1 MB of continued lines (old main: quadratic, ~8 s; 2 MB: 30 s)."""
+    """2 MB of continued lines (old main: quadratic, 14-30 s; here well under 1 s)."""
     from seglake.properties import parse_properties
 
-    text = "a=" + "x\\\n  " * 200_000 + "end\nb = 1\n"
+    text = "a=" + "x\\\n  " * 400_000 + "end\nb = 1\n"
     start = time.monotonic()
     got = parse_properties(text)
     took = time.monotonic() - start
-    assert got == {"a": "x" * 200_000 + "end", "b": "1"}
+    assert got == {"a": "x" * 400_000 + "end", "b": "1"}
     assert took < 4, f"{took:.1f} s for {len(text)} bytes"
