@@ -55,9 +55,18 @@ def html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) ->
     )
 
 
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable (newlines, other controls,
+    line separators) written as Python escapes it (``\\n``, ``\\x1b``): a stored name or
+    value printed in a line cannot forge another line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def cell_text(v: Any) -> str:
     """A table cell as a person reads it: integers with thousands separators, floats with
-    two decimals, ``None`` as "" (a bool stays ``True``/``False``)."""
+    two decimals, ``None`` as "" (a bool stays ``True``/``False``), text :func:`escaped`."""
     if v is None:
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -66,7 +75,7 @@ def cell_text(v: Any) -> str:
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.2f}"
-    return str(v)
+    return escaped(str(v))
 
 
 def text_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> str:
