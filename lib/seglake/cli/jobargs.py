@@ -394,6 +394,14 @@ def precheck(argv: list[str]) -> int:
     except (SeglakeError, ValueError) as exc:
         report_error(job, exc)
         return 2
+    except OSError as exc:  # an object store that cannot be reached
+        from seglake.location import LakeLocation
+
+        err = LakeLocation.of(args.root).unreachable(exc)
+        if err is None:
+            raise
+        report_error(job, err)
+        return 2
     return 0
 
 

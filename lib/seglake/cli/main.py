@@ -240,6 +240,17 @@ def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
         args.root = LakeLocation.of(args.root)
+    try:
+        return _command(args)
+    except OSError as exc:  # an object store that cannot be reached: one line naming it
+        for where in (getattr(args, a, None) for a in ("root", "target", "partition_dir")):
+            err = None if where is None else LakeLocation.of(where).unreachable(exc)
+            if err is not None:
+                raise err from exc
+        raise
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "dump":
         return _dump(args)
     if args.command == "consume":
