@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 
 from seglake.errors import ConfigError, FileSystemError
 
-__all__ = ["LakeLocation", "Root"]
+__all__ = ["LakeLocation", "Root", "nested"]
 
 # deltalake (object_store) storage option -> pyarrow S3FileSystem option
 _S3_OPTIONS = {
@@ -178,6 +178,26 @@ class LakeLocation:
 
 
 Root = str | os.PathLike[str] | LakeLocation
+
+
+def _place(root: Root) -> tuple[str, str]:
+    """``(store, path)`` where ``root`` is: ``("", real path)`` on this machine (links
+    followed as far as the path exists), else ``(scheme://bucket, key prefix)``."""
+    text = os.fspath(root.root if isinstance(root, LakeLocation) else root)
+    parts = urlsplit(text)
+    if "://" not in text or parts.scheme.lower() == "file":
+        local = parts.path if "://" in text else text
+        return "", os.path.realpath(os.path.abspath(local))
+    return f"{parts.scheme.lower()}://{parts.netloc}", "/" + parts.path.strip("/")
+
+
+def nested(a: Root, b: Root) -> bool:
+    """Whether ``a`` and ``b`` are the same place or one is inside the other (a job's
+    output and a lake: writing one would write into the other)."""
+    (store_a, path_a), (store_b, path_b) = _place(a), _place(b)
+    if store_a != store_b:
+        return False
+    return os.path.commonpath([path_a, path_b]) in (path_a, path_b)
 
 
 def _parse(root: str, given: dict[str, str], endpoint_override: str | None) -> LakeLocation:

@@ -328,16 +328,18 @@ def require_path(path: str, what: str) -> None:
 def check_before_spark(job: str, args: argparse.Namespace) -> None:
     """What a job's arguments name that is checked before Spark starts (its JVM takes
     seconds): topic names; ``--root`` a lake (ingest: not a file, the lake is made);
-    the ``--input`` / ``--queries`` path; extract's topic in the lake.
+    the ``--input`` / ``--queries`` path; extract's topic in the lake; an ``--output``
+    outside the lake (neither inside it nor holding it).
 
     Raises:
         SeglakeError: one line naming the argument's value.
     """
     import pyarrow.fs as pafs
 
-    from seglake.errors import SegmentNotFoundError
+    from seglake.errors import ConfigError, SegmentNotFoundError
     from seglake.fs import resolve
     from seglake.lake.table import CatalogTable
+    from seglake.location import nested
     from seglake.storage.naming import validate_topic
 
     for name in ("topic", "topics"):
@@ -350,6 +352,12 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
             raise SegmentNotFoundError(f"{args.root}: is a file, not a lake directory")
         require_path(args.input, "input path")
         return
+    output = getattr(args, "output", None)
+    if output is not None and nested(output, args.root):
+        raise ConfigError(
+            f"--output {output}: inside the lake {args.root}, or holding it: a job writes "
+            "its output outside the lake (there it would damage the catalog or partitions)"
+        )
     catalog = CatalogTable(args.root)
     catalog.require()
     if job == "extract":
