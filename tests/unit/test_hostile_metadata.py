@@ -148,6 +148,13 @@ def test_history_escapes_what_it_did_not_write(lake: Path, capsys) -> None:
     assert "in/a\\nforged" in lines[-2]
 
 
+def test_an_error_naming_a_path_with_a_newline_stays_one_line(tmp_path: Path, capsys) -> None:
+    """Every error line is escaped where it is printed (old: the path's newline split
+    the error in two, the second line free text)."""
+    line = one_line(capsys, "config", tmp_path / "no\nseglake: error: forged")
+    assert "no\\nseglake: error: forged: not a lake" in line
+
+
 # ------------------------------------------------------ 4. tampered metadata: configs
 DEEP = "[" * 200_000 + "]" * 200_000
 

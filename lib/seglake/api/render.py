@@ -8,6 +8,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from seglake.errors import escaped
+
 As = Literal["pandas", "arrow"]
 _MAX_HTML_ROWS = 50
 
@@ -53,15 +55,6 @@ def html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) ->
         f'<table class="seglake"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
-
-
-def escaped(text: str) -> str:
-    """``text`` with each character that is not printable (newlines, other controls,
-    line separators) written as Python escapes it (``\\n``, ``\\x1b``): a stored name or
-    value printed in a line cannot forge another line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def cell_text(v: Any) -> str:

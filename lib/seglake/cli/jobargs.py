@@ -371,7 +371,9 @@ def report_error(job: str, err: BaseException, *, log_file: str | None = None) -
     Spark's log, when given): to ``$SEGLAKE_ERROR_FILE``, which spark-submit.sh prints on
     stderr after Spark has exited (spark-submit sends the Python driver's stderr to its
     stdout), else stderr."""
-    line = f"seglake {job}: error: {type(err).__name__}: {err}"
+    from seglake.errors import escaped
+
+    line = f"seglake {job}: error: {type(err).__name__}: {escaped(str(err))}"
     if log_file:
         line += f" (Spark's log: {log_file})"
     target = os.environ.get("SEGLAKE_ERROR_FILE")

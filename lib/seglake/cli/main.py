@@ -21,7 +21,13 @@ from seglake.cli.jobargs import (
     retention_from_args,
     seconds,
 )
-from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.errors import (
+    ConfigError,
+    InvalidTopicError,
+    SeglakeError,
+    SegmentNotFoundError,
+    escaped,
+)
 from seglake.fs import refused
 from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
@@ -472,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except (SeglakeError, ValueError) as exc:
-        print(f"seglake: error: {exc}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -480,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         err = refused(exc)
         if err is None:
             raise
-        print(f"seglake: error: {err}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(err))}", file=sys.stderr)
         return 2
 
 
