@@ -188,7 +188,9 @@ def _place(root: Root) -> tuple[str, str]:
     if "://" not in text or parts.scheme.lower() == "file":
         local = parts.path if "://" in text else text
         return "", os.path.realpath(os.path.abspath(local))
-    return f"{parts.scheme.lower()}://{parts.netloc}", "/" + parts.path.strip("/")
+    scheme = parts.scheme.lower()
+    scheme = "s3" if scheme in ("s3a", "s3n") else scheme  # Hadoop's names of S3
+    return f"{scheme}://{parts.netloc}", "/" + parts.path.strip("/")
 
 
 def nested(a: Root, b: Root) -> bool:

@@ -354,6 +354,16 @@ def test_a_job_output_inside_the_lake_is_refused(
     assert precheck([*extract, "--output", f"{template}-out"]) == 0
 
 
+def test_nested_object_store_places() -> None:
+    from seglake.location import nested
+
+    assert nested("s3://b/lake?endpoint_override=h:1", "s3a://b/lake/_catalog")
+    assert nested("s3://b/lake/", "s3://b")
+    assert not nested("s3://b/lake", "s3://b/lake2")
+    assert not nested("s3://b/lake", "s3://c/lake")
+    assert not nested("s3://b/lake", "/b/lake")
+
+
 # ------------------------------------------------------------- kept: Delta log damage
 def _damage(log: Path, how: str) -> None:
     first = log / f"{1:020d}.json"
