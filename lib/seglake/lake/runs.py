@@ -97,7 +97,7 @@ class RunInput:
         return json.dumps({**dataclasses.asdict(self), "paths": list(self.paths)})
 
     @classmethod
-    def from_json(cls, text: Any, where: str = INPUT_KEY) -> RunInput:
+    def from_json(cls, text: Any, where: str = "a commit") -> RunInput:
         """What :meth:`to_json` wrote; anything else (a commit altered or damaged) is a
         :class:`~seglake.errors.CatalogError` naming ``where`` and what is wrong."""
 
