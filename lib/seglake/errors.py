@@ -2,7 +2,9 @@
 
 SeglakeError
 ├── ConfigError            a setting has a wrong name or value
-├── InvalidTopicError      a topic name Kafka would refuse (also the path-traversal guard)
+├── InvalidNameError       a name that becomes a path (run id, query id, ...) outside the rule
+│   └── InvalidTopicError  a topic name Kafka would refuse (also the path-traversal guard)
+├── OutsideLakeError       a delete whose target is not strictly inside the lake: refused
 ├── InputSchemaError       input columns missing or of the wrong type
 ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
 ├── CorruptRecordError     bytes of a .log that do not decode
@@ -30,8 +32,18 @@ class ConfigError(SeglakeError, ValueError):
     """A setting has an unknown name or an invalid value."""
 
 
-class InvalidTopicError(SeglakeError, ValueError):
+class InvalidNameError(SeglakeError, ValueError):
+    """A name that becomes a path (run id, streaming query id, stage, topic) outside
+    ``[a-zA-Z0-9._-]{1,249}`` or ``.``/``..`` (:func:`seglake.storage.naming.validate_name`)."""
+
+
+class InvalidTopicError(InvalidNameError):
     """A topic name outside ``[a-zA-Z0-9._-]{1,249}`` (or ``.``/``..``)."""
+
+
+class OutsideLakeError(SeglakeError):
+    """A delete refused: its target (symlinked directories followed) is not strictly
+    under the lake root, or is the catalog (:func:`seglake.fs.check_delete`)."""
 
 
 class InputSchemaError(SeglakeError, ValueError):

@@ -181,12 +181,12 @@ def collect(
         return report
 
     def delete(rel: str) -> None:
-        lakefs.delete_file(fs, lakefs.safe_join(base, rel))
+        lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(delete, doomed))
     for path, _ in due:
-        lakefs.delete_file(fs, path)
+        lakefs.delete_file(fs, path, root=base)
     return report
 
 
@@ -248,5 +248,5 @@ def catalog_orphans(
     )
     if not dry_run:
         for rel in orphans:
-            lakefs.delete_file(fs, lakefs.join(table, rel))
+            lakefs.delete_file(fs, lakefs.join(table, rel), root=base, catalog=True)
     return orphans
