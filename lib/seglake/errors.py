@@ -11,6 +11,7 @@ SeglakeError
 │   ├── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
 │   └── TruncatedSegmentError  a lake .log shorter than its catalog row: records lost
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
+├── CorruptManifestError   a ``_retired/`` manifest of the wrong shape (nothing deleted)
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
 │   └── SegmentReplacedError    the file at a row's path is another (later) segment's
@@ -91,6 +92,12 @@ class CorruptBatchWarning(UserWarning):
 
 class CorruptIndexError(CorruptRecordError):
     """An index file that fails Kafka's sanity checks."""
+
+
+class CorruptManifestError(SeglakeError, ValueError):
+    """A ``_retired/`` manifest that is JSON of the wrong shape (not an object, a field
+    of the wrong type, a path that could leave the lake): the message names the file and
+    the field; ``cleanup`` and ``retention`` stop before changing anything."""
 
 
 class SegmentNotFoundError(SeglakeError, FileNotFoundError):

@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import InvalidNameError, SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
-from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
+from seglake.lake.garbage import Collected, catalog_orphans, collect, retire, retired_paths
 from seglake.lake.rows import segment_refs
 from seglake.lake.snapshot import Snapshot
 from seglake.location import LakeLocation, Root
@@ -203,6 +203,7 @@ def cleanup(
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING)
+    retired_paths(root)  # a damaged manifest stops the cleanup before anything changes
     catalog = Catalog(root)
     report = CleanupReport([], [], [])
     now = time.time()
@@ -215,12 +216,12 @@ def cleanup(
             if not dry_run:
                 publish_pending(root, run_id)
             continue
+        try:
+            found = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
+        except FileNotFoundError:  # another cleanup removed it meanwhile
+            continue
         newest = max(
-            (
-                f.mtime.timestamp()
-                for f in fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
-                if f.mtime is not None
-            ),
+            (f.mtime.timestamp() for f in found if f.mtime is not None),
             default=info.mtime.timestamp() if info.mtime else 0.0,
         )
         if now - newest < older_than_s:
