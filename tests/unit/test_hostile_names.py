@@ -31,10 +31,12 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import RETIRED, collect, retire
 from seglake.lake.register import register
 from seglake.lake.retention import apply_retention
+from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import cleanup, discard_staging, publish_pending
 from seglake.storage.naming import row_copies, run_dir, validate_name, validate_run_id
+from seglake.storage.recovery import recover_segment
 from seglake.storage.retention import RetentionRules
-from tests.unit.test_recovery import logs, make_lake, pristine  # noqa: F401
+from tests.unit.test_recovery import INTERVAL, logs, make_lake, pristine  # noqa: F401
 
 BAD_RUN_IDS = ["..", "../../../x", "../../x", "a/b", "", ".", "/tmp/x", "a\nb", "x" * 250]
 OLD = "1"  # retired_at_ms of a manifest long due
@@ -104,10 +106,10 @@ def _broker(tmp_path: Path, pristine: Path, topic: str = "t") -> Path:  # noqa: 
 @pytest.mark.parametrize("bad", BAD_RUN_IDS)
 def test_register_cli_refuses_a_run_id_that_is_a_path(
     lake: Path,
-    pristine: Path,
+    pristine: Path,  # noqa: F811
     tmp_path: Path,
     bad: str,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     """Old main: ``..`` deleted the partition directory and ``_staging``; ``../../../x``
     exited 0 after deleting ``tmp/a/x``."""
@@ -122,9 +124,9 @@ def test_register_cli_refuses_a_run_id_that_is_a_path(
 @pytest.mark.parametrize("bad", BAD_RUN_IDS)
 def test_lake_functions_refuse_a_bad_run_id(
     lake: Path,
-    pristine: Path,
+    pristine: Path,  # noqa: F811
     tmp_path: Path,
-    bad: str,  # noqa: F811
+    bad: str,
 ) -> None:
     broker = _broker(tmp_path, pristine, "u")
     before, version = _files(lake), Catalog(str(lake)).version()
@@ -418,8 +420,18 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_and_changes_nothing(
 # -- two cleanups at once ----------------------------------------------------------------
 
 
-def _garbage(lake: Path, n: int = 40) -> None:
+def _garbage(lake: Path, pristine: Path, n: int = 40) -> None:  # noqa: F811
     """Due retired files, uncommitted runs' staging and a committed run left staged."""
+    topic = f"s{len(list(lake.glob('s*-0')))}"
+    staged = lake / "_staging" / f"committed-{topic}" / f"{topic}-0"
+    shutil.copytree(pristine, staged)
+    fs, _ = lakefs.resolve(str(lake))
+    rows = [
+        segment_row(topic, 0, recover_segment(fs, str(p), interval=INTERVAL, dry_run=True),
+                    f"{topic}-0/{p.name}")
+        for p in logs(staged)
+    ]  # fmt: skip
+    Catalog(str(lake)).commit(rows_table(rows), f"committed-{topic}")  # not published yet
     for i in range(n):
         d = lake / "g-0"
         d.mkdir(exist_ok=True)
@@ -432,11 +444,12 @@ def _garbage(lake: Path, n: int = 40) -> None:
         os.utime(run / "00000000000000000000.log", (0, 0))
 
 
-def test_two_cleanups_at_once_are_idempotent(lake: Path) -> None:
+def test_two_cleanups_at_once_are_idempotent(lake: Path, pristine: Path) -> None:  # noqa: F811
     """Two processes clean the same lake at once: both exit 0 and the lake ends as one
     cleanup leaves it. Old main: the loser's ``FileNotFoundError`` traceback."""
-    _garbage(lake)
+    _garbage(lake, pristine)
     before, version = _files(lake), Catalog(str(lake)).version()
+    published = {k.split("/", 2)[2]: v for k, v in before.items() if k.startswith("_staging/c")}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     cmd = [sys.executable, "-m", "seglake.cli.main", "cleanup", str(lake), "--older-than", "0"]
     procs = [
@@ -447,12 +460,12 @@ def test_two_cleanups_at_once_are_idempotent(lake: Path) -> None:
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()
     kept = {k: v for k, v in before.items() if not k.startswith(("_staging/", "g-0/", RETIRED))}
-    _intact(lake, kept, version)
+    _intact(lake, {**kept, **published}, version)
     assert not list((lake / "g-0").iterdir())
     assert not (lake / "_staging").exists() or not list((lake / "_staging").iterdir())
 
 
-def test_cleanups_racing_in_threads_are_idempotent(lake: Path) -> None:
+def test_cleanups_racing_in_threads_are_idempotent(lake: Path, pristine: Path) -> None:  # noqa: F811
     """The same race, many times over in threads started together."""
 
     def run(start: threading.Barrier, errors: list[BaseException]) -> None:
@@ -463,7 +476,7 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path) -> None:
             errors.append(exc)
 
     for _ in range(3):
-        _garbage(lake, 20)
+        _garbage(lake, pristine, 20)
         start = threading.Barrier(3)
         errors: list[BaseException] = []
         threads = [threading.Thread(target=run, args=(start, errors)) for _ in range(3)]
@@ -472,5 +485,7 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path) -> None:
         for t in threads:
             t.join(60)
         assert errors == []
-        assert not list((lake / "g-0").iterdir())
+        assert not list((lake / "g-0").iterdir()) and not list((lake / "_staging").iterdir())
+        for r in Catalog(str(lake)).segments().to_pylist():
+            assert (lake / r["path"]).stat().st_size == r["size_bytes"]
         assert collect(str(lake), older_than_ms=0).deleted == []

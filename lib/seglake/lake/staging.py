@@ -82,7 +82,10 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
                 if not lakefs.exists(fs, src):
                     continue
                 fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-                lakefs.move(fs, src, dst)
+                try:
+                    lakefs.move(fs, src, dst)
+                except SegmentNotFoundError:  # another cleanup retired it meanwhile
+                    continue
                 crash_point("retire")
             retired.append(rel)
     retire(root, retired, version=Catalog(root).version(), operation="compact", run_id=run_id)
@@ -118,7 +121,10 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
         if not lakefs.exists(fs, src):
             return 0
         fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-        lakefs.move(fs, src, dst)
+        try:
+            lakefs.move(fs, src, dst)
+        except SegmentNotFoundError:  # another cleanup published it meanwhile
+            return 0
         crash_point("publish")
         return 1
 
