@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
@@ -373,8 +374,32 @@ def test_catalog_rows_that_leave_the_lake_are_refused(lake: Path) -> None:
         bad = rows_table([{**row, "path": path, "base_offset": 10**9, "next_offset": 10**9 + 1}])
         with pytest.raises(Exception, match=r"unsafe lake path|is not"):
             cat.commit(bad, "r-bad")
-    with pytest.raises(InvalidNameError, match=r"run id '\.\./x'"):
+    with pytest.raises(
+        InvalidNameError, match=r"t-0/\d{20}\.log: the catalog row's run id '\.\./x'"
+    ):
         row_copies(str(lake), row["path"], "../x")
+
+
+def test_the_notebook_refuses_a_catalog_row_whose_run_id_leaves_the_lake(lake: Path) -> None:
+    """A catalog row written past seglake's checks with run id ``../../x``: the notebook's
+    read names the row and its run id in one line instead of looking for the row's staged
+    or retired copy at ``<root>/_staging/../../x/...`` (old main: a plain "no such file")."""
+    from deltalake import write_deltalake
+
+    import seglake
+
+    rows = Catalog(str(lake)).segments()
+    rows = rows.set_column(
+        rows.schema.get_field_index("run_id"), "run_id", pa.array(["../../x"] * rows.num_rows)
+    )
+    write_deltalake(str(lake / "_catalog"), rows, mode="overwrite")
+    first = rows.column("path").to_pylist()[0]
+    (lake / first).unlink()  # its final file gone: a reader looks for its other copies
+    with pytest.raises(InvalidNameError, match=r"the catalog row's run id '\.\./\.\./x'") as err:
+        seglake.open(str(lake)).partition("t", 0).read(0, 3, as_="arrow")
+    assert first in str(err.value) and "\n" not in str(err.value)
+    for s in _sentinels(lake):
+        assert s.exists()
 
 
 # -- _retired/ manifests of the wrong shape ----------------------------------------------

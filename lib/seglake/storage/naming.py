@@ -152,5 +152,6 @@ def row_copies(root: str, path: str, run_id: str | None) -> tuple[str | None, st
     files under the same name: a reader of this row's version must read these)."""
     if not run_id:
         return None, None
+    validate_name(run_id, f"{path}: the catalog row's run id")
     staged, retired = run_dir(root, STAGING_DIR, run_id), run_dir(root, RETIRED_DIR, run_id)
     return f"{staged}/{path}", f"{retired}/{path}"
