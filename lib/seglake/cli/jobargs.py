@@ -87,6 +87,18 @@ def seconds(value: str) -> float:
     return x
 
 
+def run_id_arg(value: str) -> str:
+    """A ``--run-id`` argument: it names ``<root>/_staging/<run>``, so it follows the
+    names-to-paths rule (:func:`~seglake.storage.naming.validate_run_id`)."""
+    from seglake.errors import InvalidNameError
+    from seglake.storage.naming import validate_run_id
+
+    try:
+        return validate_run_id(value)
+    except InvalidNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--conf-file",
@@ -135,7 +147,10 @@ def ingest_parser() -> argparse.ArgumentParser:
         help="partitions for Kafka's default partitioner when the input has no `partition` column",
     )
     p.add_argument(
-        "--run-id", default=None, help="idempotency key: rerunning a committed run id is a no-op"
+        "--run-id",
+        type=run_id_arg,
+        default=None,
+        help="idempotency key: rerunning a committed run id is a no-op",
     )
     _common(p)
     return p
@@ -200,7 +215,7 @@ def recover_parser() -> argparse.ArgumentParser:
         help="Kafka's rule: truncate at a damaged batch, delete the later segments (default: "
         "cut out only the damaged batch, keep the rest; the offsets lost are reported)",
     )
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -214,7 +229,7 @@ def retention_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", required=True)
     p.add_argument("--topics", nargs="+", default=None)
     retention_arguments(p)
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -283,7 +298,7 @@ def compact_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--now-ms", type=non_negative, default=None, help="the cleaner's clock (default now)"
     )
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -327,7 +342,8 @@ def require_path(path: str, what: str) -> None:
 
 def check_before_spark(job: str, args: argparse.Namespace) -> None:
     """What a job's arguments name that is checked before Spark starts (its JVM takes
-    seconds): topic names; ``--root`` a lake (ingest: not a file, the lake is made);
+    seconds): topic names and the run id (:mod:`seglake.storage.naming`'s one rule);
+    ``--root`` a lake (ingest: not a file, the lake is made);
     the ``--input`` / ``--queries`` path; extract's topic in the lake; an ``--output``
     outside the lake (neither inside it nor holding it).
 
@@ -340,12 +356,14 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
     from seglake.fs import resolve
     from seglake.lake.table import CatalogTable
     from seglake.location import nested
-    from seglake.storage.naming import validate_topic
+    from seglake.storage.naming import validate_run_id, validate_topic
 
     for name in ("topic", "topics"):
         value = getattr(args, name, None)
         for topic in [value] if isinstance(value, str) else value or []:
             validate_topic(topic)
+    if getattr(args, "run_id", None) is not None:
+        validate_run_id(args.run_id)
     if job == "ingest":
         fs, base = resolve(args.root)
         if fs.get_file_info(base).type == pafs.FileType.File:

@@ -19,6 +19,7 @@ from seglake.cli.jobargs import (
     non_negative,
     retention_arguments,
     retention_from_args,
+    run_id_arg,
     seconds,
 )
 from seglake.errors import (
@@ -184,7 +185,7 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
     rg.add_argument("broker_dir", metavar="BROKER_DATA_DIR")
     rg.add_argument("--root", required=True, metavar="LAKE")
     rg.add_argument("--topics", nargs="+", default=None)
-    rg.add_argument("--run-id", default=None)
+    rg.add_argument("--run-id", type=run_id_arg, default=None)
     rg.add_argument(
         "--kafka-truncate",
         action="store_true",

@@ -28,6 +28,7 @@ from typing import Any
 
 from seglake.errors import CatalogError, RunReuseError
 from seglake.format import LONG_MAX
+from seglake.storage.naming import validate_run_id
 
 __all__ = [
     "INPUT_KEY",
@@ -74,8 +75,9 @@ _FIELD_FORMS = {
 
 def new_run_id(prefix: str = "") -> str:
     """A sortable, unique run id: ``prefix`` + UTC time + 8 random hex digits
-    (``compact-20261125T020715Z-1a2b3c4d``)."""
-    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    (``compact-20261125T020715Z-1a2b3c4d``), checked as any run id is."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return validate_run_id(prefix + stamp + "-" + uuid.uuid4().hex[:8])
 
 
 def _sha(items: Iterable[Any]) -> str:

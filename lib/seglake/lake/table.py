@@ -25,17 +25,16 @@ from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.location import LakeLocation, Root
-from seglake.storage.naming import validate_partition, validate_topic
+from seglake.storage.naming import validate_partition, validate_run_id, validate_topic
 
-CATALOG_DIR = "_catalog"
+CATALOG_DIR = lakefs.CATALOG_DIR
 APP_ID_PREFIX = "seglake:"
 
 
 def app_id(run_id: str) -> str:
-    """Delta application-transaction id recording that ``run_id`` committed."""
-    if not isinstance(run_id, str) or not run_id.strip():
-        raise CatalogError(f"run id must be a non-empty string, got {run_id!r}")
-    return APP_ID_PREFIX + run_id
+    """Delta application-transaction id recording that ``run_id`` committed (the run id
+    names ``_staging/<run>``: :func:`~seglake.storage.naming.validate_run_id`)."""
+    return APP_ID_PREFIX + validate_run_id(run_id)
 
 
 DELTA_LOG = "_delta_log"
