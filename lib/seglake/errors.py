@@ -25,6 +25,15 @@ SeglakeError
 from __future__ import annotations
 
 
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable (newlines, other controls,
+    line separators) written as Python escapes it (``\\n``, ``\\x1b``): an error line, or
+    a name or value from a file printed in a line, stays one line and forges no other."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class SeglakeError(Exception):
     """Base class of every error seglake raises on purpose."""
 

@@ -344,16 +344,18 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
     """What a job's arguments name that is checked before Spark starts (its JVM takes
     seconds): topic names and the run id (:mod:`seglake.storage.naming`'s one rule);
     ``--root`` a lake (ingest: not a file, the lake is made);
-    the ``--input`` / ``--queries`` path; extract's topic in the lake.
+    the ``--input`` / ``--queries`` path; extract's topic in the lake; an ``--output``
+    outside the lake (neither inside it nor holding it).
 
     Raises:
         SeglakeError: one line naming the argument's value.
     """
     import pyarrow.fs as pafs
 
-    from seglake.errors import SegmentNotFoundError
+    from seglake.errors import ConfigError, SegmentNotFoundError
     from seglake.fs import resolve
     from seglake.lake.table import CatalogTable
+    from seglake.location import nested
     from seglake.storage.naming import validate_run_id, validate_topic
 
     for name in ("topic", "topics"):
@@ -368,6 +370,12 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
             raise SegmentNotFoundError(f"{args.root}: is a file, not a lake directory")
         require_path(args.input, "input path")
         return
+    output = getattr(args, "output", None)
+    if output is not None and nested(output, args.root):
+        raise ConfigError(
+            f"--output {output}: inside the lake {args.root}, or holding it: a job writes "
+            "its output outside the lake (there it would damage the catalog or partitions)"
+        )
     catalog = CatalogTable(args.root)
     catalog.require()
     if job == "extract":
@@ -381,7 +389,9 @@ def report_error(job: str, err: BaseException, *, log_file: str | None = None) -
     Spark's log, when given): to ``$SEGLAKE_ERROR_FILE``, which spark-submit.sh prints on
     stderr after Spark has exited (spark-submit sends the Python driver's stderr to its
     stdout), else stderr."""
-    line = f"seglake {job}: error: {type(err).__name__}: {err}"
+    from seglake.errors import escaped
+
+    line = f"seglake {job}: error: {type(err).__name__}: {escaped(str(err))}"
     if log_file:
         line += f" (Spark's log: {log_file})"
     target = os.environ.get("SEGLAKE_ERROR_FILE")
@@ -411,6 +421,14 @@ def precheck(argv: list[str]) -> int:
         check_before_spark(job, args)
     except (SeglakeError, ValueError) as exc:
         report_error(job, exc)
+        return 2
+    except OSError as exc:  # an object store that cannot be reached
+        from seglake.location import LakeLocation
+
+        err = LakeLocation.of(args.root).unreachable(exc)
+        if err is None:
+            raise
+        report_error(job, err)
         return 2
     return 0
 

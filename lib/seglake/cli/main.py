@@ -22,7 +22,13 @@ from seglake.cli.jobargs import (
     run_id_arg,
     seconds,
 )
-from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.errors import (
+    ConfigError,
+    InvalidTopicError,
+    SeglakeError,
+    SegmentNotFoundError,
+    escaped,
+)
 from seglake.fs import refused
 from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
@@ -241,6 +247,17 @@ def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
         args.root = LakeLocation.of(args.root)
+    try:
+        return _command(args)
+    except OSError as exc:  # an object store that cannot be reached: one line naming it
+        for where in (getattr(args, a, None) for a in ("root", "target", "partition_dir")):
+            err = None if where is None else LakeLocation.of(where).unreachable(exc)
+            if err is not None:
+                raise err from exc
+        raise
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "dump":
         return _dump(args)
     if args.command == "consume":
@@ -462,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except (SeglakeError, ValueError) as exc:
-        print(f"seglake: error: {exc}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -470,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         err = refused(exc)
         if err is None:
             raise
-        print(f"seglake: error: {err}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(err))}", file=sys.stderr)
         return 2
 
 

@@ -239,17 +239,18 @@ def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
     log names: its JSON commits and its checkpoints."""
     import pyarrow.parquet as pq
 
+    from seglake.lake.table import log_commits
+
     log_dir = lakefs.join(table, _DELTA_LOG)
     paths: set[str] = set()
+    for _, actions in log_commits(fs, table):  # a damaged log: nothing is an orphan
+        for action in actions:
+            for kind in ("add", "remove"):
+                if isinstance(action.get(kind), dict) and isinstance(action[kind].get("path"), str):
+                    paths.add(action[kind]["path"])
     for name in lakefs.listdir(fs, log_dir, missing_ok=True):
         path = lakefs.join(log_dir, name)
-        if name.endswith(".json") and name[:20].isdigit():
-            for line in lakefs.read_all(fs, path).splitlines():
-                action = json.loads(line) if line.strip() else {}
-                for kind in ("add", "remove"):
-                    if kind in action:
-                        paths.add(action[kind]["path"])
-        elif ".checkpoint" in name and name.endswith(".parquet"):
+        if ".checkpoint" in name and name.endswith(".parquet"):
             cols = pq.read_table(path, filesystem=fs, columns=["add", "remove"])
             for kind in ("add", "remove"):
                 for a in cols.column(kind).to_pylist():

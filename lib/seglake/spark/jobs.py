@@ -415,7 +415,12 @@ def main(job: str, argv: list[str]) -> int:
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
         driver_io = isinstance(exc, OSError)  # the driver's own write the file system refused
-        err = task_error(exc) or (refused(exc, root) if driver_io else None) or spark_error(exc)
+        err = (
+            task_error(exc)
+            or (refused(exc, root) if driver_io else None)
+            or (LakeLocation.of(root).unreachable(exc) if driver_io and root else None)
+            or spark_error(exc)
+        )
         if err is None:
             raise
         from_spark = not isinstance(exc, (SeglakeError, OSError))  # its traceback: the log
