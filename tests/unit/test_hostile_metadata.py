@@ -406,6 +406,20 @@ def test_delta_log_damage_is_one_line_and_deletes_nothing(lake: Path, capsys, ho
     assert data_file.exists()
 
 
+def test_an_empty_commit_file_stops_cleanup(lake: Path, capsys) -> None:
+    """deltalake reads a zero-byte commit (a torn write, a damaged disk) as a commit with
+    no actions. Old: ``cleanup`` then took the data file only that commit named for an
+    orphan and deleted it, losing its rows for good. Now the log's reader names the file."""
+    commit = lake / "_catalog" / "_delta_log" / f"{1:020d}.json"
+    data_file = lake / "_catalog" / json.loads(commit.read_text().splitlines()[1])["add"]["path"]
+    hours_ago = time.time() - 7200
+    os.utime(data_file, (hours_ago, hours_ago))
+    commit.write_bytes(b"")
+    line = one_line(capsys, "cleanup", "--older-than", "0", lake)
+    assert f"{1:020d}.json: the commit file is empty" in line, line
+    assert data_file.exists()
+
+
 # ---------------------------------------------- kept: hostile internal-topic records
 @pytest.mark.parametrize("decoder", ["offsets", "transaction-log", "cluster-metadata"])
 def test_hostile_internal_topic_records_are_one_line_each(

@@ -52,8 +52,9 @@ def delta_text(exc: BaseException) -> str:
 
 def log_commits(fs: Any, table: str) -> Iterator[tuple[str, list[dict]]]:
     """The JSON commits of the Delta log of the table at ``table`` (a path on ``fs``):
-    ``(path, actions)`` in version order. A line that is not a JSON object, or a version
-    missing between two commits, is a :class:`CatalogError` naming the file and line
+    ``(path, actions)`` in version order. An empty commit file, a line that is not a JSON
+    object, or a version missing between two commits, is a :class:`CatalogError` naming
+    the file and line
     (versions before a checkpoint may have been cleaned away: not a gap)."""
     log_dir = lakefs.join(table, DELTA_LOG)
     names = [n for n in lakefs.listdir(fs, log_dir, missing_ok=True) if _COMMIT.fullmatch(n)]
@@ -64,8 +65,11 @@ def log_commits(fs: Any, table: str) -> Iterator[tuple[str, list[dict]]]:
                 "(a commit file was lost)"
             )
         path = lakefs.join(log_dir, name)
+        data = lakefs.read_all(fs, path)
+        if not data.strip():  # Delta never writes one: a torn write or a damaged disk
+            raise CatalogError(f"{path}: the commit file is empty (its actions were lost)")
         actions = []
-        for i, line in enumerate(lakefs.read_all(fs, path).splitlines(), 1):
+        for i, line in enumerate(data.splitlines(), 1):
             try:
                 action = json.loads(line) if line.strip() else {}
             except json.JSONDecodeError as exc:
