@@ -60,6 +60,7 @@ from typing import NoReturn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
 import ingest as bi  # bench/ingest.py: the /proc samplers
+from results import replace_section
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## kafka (bench/broker_peers.py)"
@@ -567,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         loads.append(f"{os.getloadavg()[0]:.1f}")
         text = report(got, facts, args, loads)
         print(text)
-        bx.replace_section(SECTION, text)
+        replace_section(text)
     finally:
         if seek is not None:
             seek.close()

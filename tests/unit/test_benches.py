@@ -190,3 +190,31 @@ def test_run_py_names_existing_scripts() -> None:
     assert isinstance(benches, ast.List)
     scripts = [ast.literal_eval(t)[1] for t in benches.elts]
     assert scripts and not set(scripts) - set(SCRIPTS), scripts
+
+
+def test_replace_section_replaces_only_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/results.py, where every bench writes: its own section replaced (backslashes
+    and all), the others kept byte for byte, a new one appended, into
+    ``$SEGLAKE_BENCH_RESULTS``."""
+    spec = importlib.util.spec_from_file_location("bench_results", BENCH / "results.py")
+    assert spec is not None and spec.loader is not None
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    path = tmp_path / "R.md"
+    monkeypatch.setenv("SEGLAKE_BENCH_RESULTS", str(path))
+    path.write_text("# Benchmark results\n\n## a (x)\n\nold a\n\n## b\n\n| b | \\1 |\n")
+    assert results.replace_section("## a (x)\n\nnew a \\1 \\g<0>\n") == path
+    assert path.read_text() == (
+        "# Benchmark results\n\n## a (x)\n\nnew a \\1 \\g<0>\n\n## b\n\n| b | \\1 |\n"
+    )
+    results.replace_section("## c\n\nc")
+    results.replace_section("## b\n\nnew b")
+    assert path.read_text() == (
+        "# Benchmark results\n\n## a (x)\n\nnew a \\1 \\g<0>\n\n## b\n\nnew b\n\n## c\n\nc\n"
+    )
+    with pytest.raises(ValueError, match="title line"):
+        results.replace_section("a table without its title")
+    monkeypatch.delenv("SEGLAKE_BENCH_RESULTS")
+    assert results.results_path() == BENCH / "RESULTS.md"
