@@ -7,7 +7,8 @@ on the way: ``-X importtime`` lists every import), and the Spark-free ones at th
 size, printing their table into a temporary ``$SEGLAKE_BENCH_RESULTS`` (bench/RESULTS.md and
 bench/out are left alone). All of them run at once, in parallel processes, started when
 the first test asks. No bench module may shadow an importable package (a bench/kafka.py
-hid kafka-python from bench/encode.py, its peer).
+hid kafka-python from bench/encode.py, its peer). And bench/results.py, where every bench
+writes its section, replaces only that section.
 """
 
 from __future__ import annotations
