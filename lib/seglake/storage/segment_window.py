@@ -125,6 +125,8 @@ def data_end(files: SegmentFiles, size: int) -> int:
     pos = 0
     while pos < size:
         data = files.read_range(pos, min(lakefs.WINDOW_BYTES, size - pos))
+        if not data:
+            return size  # the file is shorter than ``size``: the reads name it
         scan = scan_batches(data, verify_crc=False)
         pos += scan.valid_bytes
         head = data[scan.valid_bytes : scan.valid_bytes + HEADER_SIZE]
