@@ -273,3 +273,24 @@ def test_properties_with_continued_lines_parse_in_linear_time() -> None:
     took = time.monotonic() - start
     assert got == {"a": "x" * 400_000 + "end", "b": "1"}
     assert took < 4, f"{took:.1f} s for {len(text)} bytes"
+
+
+def test_zero_tail_search_on_a_file_shorter_than_its_listing(broker_dir: Path) -> None:
+    """A broker file that ends in zeros and shrank since it was listed: the search for
+    its data's end stops at the file's end (it once looped forever there)."""
+    import pyarrow.fs as pafs
+
+    from seglake.storage.segment import LogSegment
+
+    log = broker_dir / f"{0:020d}.log"
+    size = log.stat().st_size
+    with open(log, "ab") as f:
+        f.write(bytes(100))
+    seg = LogSegment(pafs.LocalFileSystem(), str(log), size=size + 100_000)
+    assert seg.size == size
+    seg = LogSegment(pafs.LocalFileSystem(), str(log), size=size + 100_000)
+    os.truncate(log, size + 50)  # zeros still end it, the listing's size is past the end
+    assert seg.size in (size, size + 100_000)
+    os.truncate(log, size)  # its batches end where the file does: the walk stops there
+    seg = LogSegment(pafs.LocalFileSystem(), str(log), size=size + 100_000)
+    assert seg.size == size + 100_000  # not zeros: left to the reads, which name it
