@@ -15,6 +15,7 @@ SeglakeError
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
 │   └── SegmentReplacedError    the file at a row's path is another (later) segment's
+├── NotRegularFileError    a fifo, device or socket where a file is read: refused unopened
 ├── FileSystemError        the file system refused a write (read-only, full, too large, access)
 │   └── NoSpaceError         no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
@@ -138,6 +139,11 @@ class SegmentReplacedError(SegmentNotFoundError):
     published another segment under the same name (compaction keeps a group's first
     name) and the row's own copy is gone. A notebook reader turns it into
     :class:`VersionSupersededError`."""
+
+
+class NotRegularFileError(SeglakeError):
+    """A path to read that is a fifo, a device or a socket, not a regular file: refused
+    before it is opened (a named pipe would block the read forever, a device never end)."""
 
 
 class FileSystemError(SeglakeError):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any, NamedTuple
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError, CorruptRecordError
@@ -460,11 +461,10 @@ def dump_index(
     what disagrees with the ``.log`` goes to ``err``, as Kafka prints it."""
     err = sys.stderr if err is None else err
     fs, p = lakefs.resolve(path)
-    data = lakefs.read_all(fs, p)
     parsed = parse_segment_file_name(p.rsplit("/", 1)[-1])
     base = parsed[0] if parsed else 0
     if suffix == TXN_INDEX_SUFFIX:
-        txn = TransactionIndex.from_bytes(data, path=p)
+        txn = TransactionIndex.from_bytes(lakefs.read_all(fs, p), path=p)
         status = 0
         if sanity:  # Kafka lists a .txnindex whatever the options; a failure goes to err
             try:
@@ -482,10 +482,11 @@ def dump_index(
                 )
         return status
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
-    if cls is OffsetIndex and len(data) < cls.ENTRY_SIZE and not as_json:
+    data, length = _index_entries_read(fs, p, cls)
+    if cls is OffsetIndex and length < cls.ENTRY_SIZE and not as_json:
         out.write(f"{path} is empty.\n")  # Kafka says so before any check
         return 0
-    index = cls.from_bytes(data, base, path=p)
+    index = cls.from_bytes(data, base, path=p, length=length)
     if sanity:
         try:
             index.sanity_check()
@@ -500,6 +501,28 @@ def dump_index(
         report = [f"{path}: no .log beside it to verify against"]
     err.writelines(f"{line}\n" for line in report or ())
     return 1 if report else status
+
+
+def _index_entries_read(
+    fs: pafs.FileSystem, p: str, cls: type[OffsetIndex | TimeIndex]
+) -> tuple[bytes, int]:
+    """An index file's bytes up to the window holding the first zero entry after slot 0
+    (where Kafka's dump stops: :func:`_file_entries`), read in windows, and the file's
+    length: a sparse or preallocated multi-GiB file is never read whole."""
+    length = lakefs.file_size(fs, p)
+    window = cls.ENTRY_SIZE * (lakefs.WINDOW_BYTES // cls.ENTRY_SIZE)
+    parts, pos = [], 0
+    while pos < length:
+        chunk = lakefs.read_range(fs, p, pos, min(window, length - pos))
+        if not chunk:
+            break
+        raw = np.frombuffer(chunk, dtype=cls.DTYPE, count=len(chunk) // cls.ENTRY_SIZE)
+        zero = raw["relative_offset"][1 if pos == 0 else 0 :] == 0
+        parts.append(chunk)
+        pos += len(chunk)
+        if zero.any():
+            break
+    return b"".join(parts), length
 
 
 def _file_entries(cls: type[OffsetIndex | TimeIndex], buf: bytes) -> np.ndarray:

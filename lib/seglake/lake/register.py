@@ -245,6 +245,7 @@ def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: st
         parsed = parse_segment_file_name(f.base_name)
         if parsed and parsed[1] in SEGMENT_SUFFIXES:
             dst = lakefs.join(work, f.base_name)
+            lakefs.check_regular(sfs, f.path)  # a named pipe would block the copy forever
             with lakefs.writing(dst):
                 fs.create_dir(work, recursive=True)
                 pafs.copy_files(f.path, dst, source_filesystem=sfs, destination_filesystem=fs)

@@ -37,6 +37,8 @@ from seglake.storage.recovery_checks import (
     valid_prefix,
 )
 from seglake.storage.recovery_report import SegmentRecovery
+from seglake.storage.segment_files import SegmentFiles
+from seglake.storage.segment_window import data_end
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -81,10 +83,22 @@ def recover_segment(
         raise SegmentNotFoundError(f"{log_path}: not a segment .log file name")
     base = parsed[0]
     stem = log_path[: -len(LOG_SUFFIX)]
-    original = lakefs.read_all(fs, log_path)
+    length = lakefs.file_size(fs, log_path)
+    # zeros after the last batch (a preallocated segment) end it unread, as in Kafka's
+    # recovery: only the bytes before them are read, the file trimmed to them
+    original = lakefs.read_range(
+        fs, log_path, 0, data_end(SegmentFiles(fs, log_path, base), length)
+    )
     buf, scan, error, dropped = _valid_log(original, base, skip_damaged)
+    if error is None and len(original) < length:  # cut there, as at any invalid batch
+        error = (
+            f"position {len(original)}: only zeros follow, to the end of the file "
+            f"({length} bytes): a preallocated segment's unused tail"
+        )
     next_offset = int(scan.last_offset[-1]) + 1 if len(scan) else base
-    indexes = _Indexes.recover(fs, stem, scan, base, next_offset, interval, force, error, dropped)
+    indexes = _Indexes.recover(
+        fs, stem, scan, base, next_offset, interval, force, error, dropped, len(original)
+    )
     txn = _TxnIndex.recover(
         fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
@@ -93,7 +107,7 @@ def recover_segment(
     report = SegmentRecovery(
         log_path=log_path,
         base_offset=base,
-        original_bytes=len(original),
+        original_bytes=length,
         valid_bytes=scan.valid_bytes,
         error=error,
         batches=len(scan),
@@ -113,7 +127,7 @@ def recover_segment(
     )
     if not dry_run:
         where = log_path.rsplit("/", 1)[0] if root is None else root
-        _write_back(fs, where, log_path, len(original), buf, dropped, indexes, txn, rebuilt)
+        _write_back(fs, where, log_path, length, buf, dropped, indexes, txn, rebuilt)
         if report.changed:
             log.warning("recovered %s", report)
     return report
@@ -202,10 +216,12 @@ class _Indexes:
         force: bool,
         error: str | None,
         dropped: list[DroppedBytes],
+        log_size: int,
     ) -> _Indexes:
         oi_new, ti_new = rebuild_indexes(scan, base, interval)
-        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
-        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
+        # never past the entries the log can have (a sparse multi-GiB index)
+        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX, OffsetIndex.read_limit(log_size))
+        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX, TimeIndex.read_limit(log_size))
         oi_final, ti_final = oi_new, ti_new
         rebuilt: dict[str, str] = {}
         if force:
