@@ -60,12 +60,25 @@ def valid_log(codec: int) -> bytes:
     return encode_batches(rec, codec=codec, batch_starts=np.arange(0, n, 7)).tobytes()
 
 
+FORGED_INTS = {
+    ">h": [-1, 0, 1, 0x7FFF, -0x8000],
+    ">i": [-1, 0, 1, 12, 61, 0x7FFFFFFF, -0x80000000, 1 << 24],
+    ">q": [-1, 0, 1, 2**62, 2**63 - 1, -(2**63), 1 << 40],
+}
+
+
 @st.composite
 def mutated_logs(draw, base: bytes | None = None) -> bytes:
-    """A valid log (``base``, or :func:`valid_log` of any codec) with a few mutations."""
+    """A valid log (``base``, or :func:`valid_log` of any codec) with a few mutations: bit
+    flips, bytes set, truncations, splices, a batch's length or count forged, any
+    int16/32/64 field forged, a zero tail."""
     buf = bytearray(base if base is not None else valid_log(draw(st.sampled_from([0, 1, 2, 3, 4]))))
     for _ in range(draw(st.integers(1, 6))):
-        op = draw(st.sampled_from(["flip", "set", "truncate", "splice", "length", "count"]))
+        op = draw(
+            st.sampled_from(
+                ["flip", "set", "truncate", "splice", "length", "count", "int", "zeros"]
+            )
+        )
         if not buf:
             break
         i = draw(st.integers(0, len(buf) - 1))
@@ -81,6 +94,13 @@ def mutated_logs(draw, base: bytes | None = None) -> bytes:
             buf[8:12] = struct.pack(">i", draw(st.sampled_from([0x7FFFFFFF, -1, 49, 0, 1 << 30])))
         elif op == "count" and len(buf) >= HEADER_SIZE:  # records count / offsets forged
             buf[57:61] = struct.pack(">i", draw(st.sampled_from([0x7FFFFFFF, -5, 1 << 24])))
+        elif op == "int":  # any int32/int64 field forged: counts, lengths, offsets, sizes
+            fmt = draw(st.sampled_from([">i", ">q", ">h"]))
+            value = draw(st.sampled_from(FORGED_INTS[fmt]))
+            buf[i : i + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        elif op == "zeros":  # zeros from here on (a preallocated tail), or appended
+            n = draw(st.integers(1, 256))
+            buf[i:] = bytes(len(buf) - i) if draw(st.booleans()) else buf[i:] + bytes(n)
     return bytes(buf)
 
 
