@@ -62,6 +62,7 @@ from seglake.lake.topic_config import with_topics
 from seglake.lake.topic_store import DEFAULTS_KEY, TOPIC_PREFIX, _decode
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.crc import crc32c
+from seglake.record.schema import HEADERS_TYPE
 from seglake.storage.log import PartitionLog
 from seglake.storage.producer_snapshot import read_producer_snapshot
 from seglake.storage.recovery import recover_partition
@@ -156,9 +157,10 @@ TS0 = 1_700_000_000_000
 
 
 @cache
-def seed_partition() -> dict[str, bytes]:
-    """One segment's files as seglake writes them (lz4 batches, indexes every 200 bytes)
-    and a ``.txnindex`` of two aborted transactions."""
+def seed_partition(codec: str = "lz4") -> dict[str, bytes]:
+    """One segment's files as seglake writes them (``codec`` batches, indexes every 200
+    bytes; every fourth record with headers) and a ``.txnindex`` of two aborted
+    transactions."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,10 +172,14 @@ def seed_partition() -> dict[str, bytes]:
                 "timestamp": pa.array(TS0 + np.arange(N) * 10, pa.int64()),
                 "key": pa.array([f"k{i}".encode() for i in range(N)], pa.binary()),
                 "value": pa.array([b"v" * (i % 30) for i in range(N)], pa.binary()),
+                "headers": pa.array(
+                    [[{"key": "h", "value": b"x" * (i % 5)}] * (i % 4 == 0) for i in range(N)],
+                    HEADERS_TYPE,
+                ),
             }
         )
         PartitionLog.open(str(d), index_interval_bytes=200).append(
-            records, config=dataclass_replace(CFG, compression_type="lz4")
+            records, config=dataclass_replace(CFG, compression_type=codec)
         )
         files = {p.suffix: p.read_bytes() for p in d.iterdir()}
     txn = TransactionIndex(base_offset=0)
@@ -209,10 +215,10 @@ def fixture_bytes(partition: str, name: str, limit: int | None = None) -> bytes 
 # ------------------------------------------------------------------ partition directories
 
 
-def write_partition(d: Path, replaced: dict[str, bytes] | None = None) -> None:
+def write_partition(d: Path, replaced: dict[str, bytes] | None = None, codec: str = "lz4") -> None:
     """The seed segment's files in a new directory ``d``, some replaced by other bytes."""
     d.mkdir()
-    for suffix, seed in seed_partition().items():
+    for suffix, seed in seed_partition(codec).items():
         (d / f"{0:020d}{suffix}").write_bytes((replaced or {}).get(suffix, seed))
 
 
@@ -247,15 +253,18 @@ def read_partition(d: Path) -> None:
         outcome(log.read, 0, N, skip_control=False)
 
 
-@pytest.mark.parametrize("suffix", SUFFIXES)
-def test_partition_dir_files(tmp_path_factory, suffix: str) -> None:
-    """One file of a valid partition directory replaced by fuzzed bytes."""
+@pytest.mark.parametrize(
+    "suffix,codec", [(".log", "none"), (".log", "lz4")] + [(s, "lz4") for s in SUFFIXES[1:]]
+)
+def test_partition_dir_files(tmp_path_factory, suffix: str, codec: str) -> None:
+    """One file of a valid partition directory replaced by fuzzed bytes (uncompressed
+    batches: the record and header decoders see the damage; lz4: the codec does)."""
 
     @FILE_FUZZ
-    @given(inputs(seed_partition()[suffix]))
+    @given(inputs(seed_partition(codec)[suffix]))
     def run(data: bytes) -> None:
         d = tmp_path_factory.mktemp("fz") / "t-0"
-        write_partition(d, {suffix: data})
+        write_partition(d, {suffix: data}, codec)
         read_partition(d)
 
     run()
