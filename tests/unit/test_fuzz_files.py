@@ -21,19 +21,15 @@ for the Delta commits)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import faulthandler
 import io
 import json
 import os
-import resource
 import shutil
-import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -45,6 +41,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seglake
+import tests.unit.test_fuzz as fuzz
 from seglake import fs as lakefs
 from seglake.cli.dump import dump
 from seglake.config import LogConfig
@@ -68,43 +65,11 @@ from seglake.storage.producer_snapshot import read_producer_snapshot
 from seglake.storage.recovery import recover_partition
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import FIXTURES, ROOT
-from tests.unit.test_fuzz import EXAMPLES, FUZZ, mutated_logs
+from tests.unit.test_fuzz import EXAMPLES, FUZZ, limited, mutated_logs
 
 pytestmark = pytest.mark.filterwarnings("ignore::seglake.errors.CorruptBatchWarning")
 FILE_FUZZ = settings(FUZZ, max_examples=max(10, EXAMPLES // 10), deadline=None)
 DELTA_FUZZ = settings(FUZZ, max_examples=max(5, EXAMPLES // 30), deadline=None)
-HEADROOM = 1536 << 20  # address space an example may add (RLIMIT_AS)
-HANG_SECONDS = 20
-
-
-class Hang(Exception):
-    """An example ran past :data:`HANG_SECONDS`."""
-
-
-def _alarm(_signum: int, _frame: object) -> None:
-    raise Hang(f"no result after {HANG_SECONDS} s")
-
-
-@contextlib.contextmanager
-def limited() -> Iterator[None]:
-    """The block runs with at most :data:`HEADROOM` more address space (a soft
-    ``RLIMIT_AS``, put back after) and an alarm after :data:`HANG_SECONDS` (a hang in C
-    code that ignores it ends the process, with its traceback, after three times that)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    size = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
-    cap = size + HEADROOM if hard == resource.RLIM_INFINITY else min(size + HEADROOM, hard)
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
-    # a hang inside C code (a blocked open or read) ignores the alarm: end the process
-    faulthandler.dump_traceback_later(HANG_SECONDS * 3, exit=True)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.signal(signal.SIGALRM, previous)
 
 
 def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -584,7 +549,7 @@ def test_sparse_huge_files_are_bounded(
     """A file grown to 1 GiB of zeros after its bytes (sparse: no disk used), as a
     broker's preallocated segment or a hostile index: each read within 256 MiB (reading
     up to 1.5 GiB of zeros before the MemoryError would take seconds)."""
-    monkeypatch.setattr(sys.modules[__name__], "HEADROOM", 256 << 20)
+    monkeypatch.setattr(fuzz, "HEADROOM", 256 << 20)
     d = tmp_path / "t-0"
     write_partition(d)
     with open(d / f"{0:020d}{suffix}", "r+b") as f:
