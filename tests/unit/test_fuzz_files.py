@@ -570,3 +570,25 @@ def test_named_pipe_is_refused(tmp_path: Path) -> None:
         f"from tests.unit.test_fuzz_files import read_dir_files; read_dir_files(Path({str(d)!r}))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=3)
+
+
+@DELTA_FUZZ
+@given(st.sampled_from(SUFFIXES), st.sampled_from(["none", "lz4"]), st.data())
+def test_register_broker_dir(
+    tmp_path_factory, suffix: str, codec: str, data: st.DataObject
+) -> None:
+    """``register``: a broker data directory with one fuzzed file (and a fuzzed
+    ``meta.properties``) copied into a new lake, then the lake read."""
+    from seglake.lake.register import register
+
+    fuzzed = data.draw(inputs(seed_partition(codec)[suffix]))
+    broker = tmp_path_factory.mktemp("broker")
+    write_partition(broker / "t-0", {suffix: fuzzed}, codec)
+    (broker / "meta.properties").write_bytes(data.draw(inputs(b"version=1\nnode.id=1\n")))
+    root = broker.parent / (broker.name + "-lake")
+    if outcome(register, str(root), str(broker), run_id="fuzz") is None:
+        return
+    lake = outcome(seglake.open, str(root))
+    part = None if lake is None else outcome(lake.partition, "t", 0)
+    if part is not None:
+        outcome(part.read, 0, N)
