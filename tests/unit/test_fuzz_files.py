@@ -45,7 +45,7 @@ import tests.unit.test_fuzz as fuzz
 from seglake import fs as lakefs
 from seglake.cli.dump import dump
 from seglake.config import LogConfig
-from seglake.errors import SeglakeError
+from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake import garbage
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import (
@@ -65,7 +65,7 @@ from seglake.storage.producer_snapshot import read_producer_snapshot
 from seglake.storage.recovery import recover_partition
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import FIXTURES, ROOT
-from tests.unit.test_fuzz import EXAMPLES, FUZZ, limited, mutated_logs
+from tests.unit.test_fuzz import EXAMPLES, FUZZ, limited, mutated_logs, valid_log
 
 pytestmark = pytest.mark.filterwarnings("ignore::seglake.errors.CorruptBatchWarning")
 FILE_FUZZ = settings(FUZZ, max_examples=max(10, EXAMPLES // 10), deadline=None)
@@ -592,3 +592,20 @@ def test_register_broker_dir(
     part = None if lake is None else outcome(lake.partition, "t", 0)
     if part is not None:
         outcome(part.read, 0, N)
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_dump_of_an_unknown_codec_id(tmp_path: Path, codec: int) -> None:
+    """Found by the fuzzer: a CRC-valid batch whose attributes name codec id 5-7 made
+    ``dump`` (without ``--deep-iteration``) fail with ``KeyError``; now its line says
+    ``unknown(5)`` and a deep dump is one CorruptRecordError line."""
+    buf = bytearray(valid_log(0))
+    (attributes,) = struct.unpack_from(">h", buf, 21)
+    struct.pack_into(">h", buf, 21, attributes & ~7 | codec)
+    path = tmp_path / f"{0:020d}.log"
+    path.write_bytes(fix_crcs(bytes(buf)))
+    out = io.StringIO()
+    assert dump([str(path)], out=out, err=io.StringIO()) == 0
+    assert f"compresscodec: unknown({codec}) crc:" in out.getvalue().splitlines()[2]
+    with pytest.raises(CorruptRecordError, match=f"unknown compression codec id {codec}"):
+        dump([str(path)], deep=True, out=io.StringIO(), err=io.StringIO())
