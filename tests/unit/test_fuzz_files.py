@@ -64,6 +64,7 @@ from seglake.record.schema import HEADERS_TYPE
 from seglake.storage.log import PartitionLog
 from seglake.storage.producer_snapshot import read_producer_snapshot
 from seglake.storage.recovery import recover_partition
+from seglake.storage.stats import segment_row
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import FIXTURES, ROOT
 from tests.unit.test_fuzz import EXAMPLES, FUZZ, limited, mutated_logs, valid_log
@@ -121,6 +122,9 @@ N = 120
 TS0 = 1_700_000_000_000
 
 
+_ROWS: dict[str, dict[str, Any]] = {}  # the seed segment's catalog row, by codec
+
+
 @cache
 def seed_partition(codec: str = "lz4") -> dict[str, bytes]:
     """One segment's files as seglake writes them (``codec`` batches, indexes every 200
@@ -142,7 +146,8 @@ def seed_partition(codec: str = "lz4") -> dict[str, bytes]:
             }
         )
         config = LogConfig(batch_size=300, index_interval_bytes=200, compression_type=codec)
-        PartitionLog.open(str(d), index_interval_bytes=200).append(records, config=config)
+        (info,) = PartitionLog.open(str(d), index_interval_bytes=200).append(records, config=config)
+        _ROWS[codec] = segment_row("t", 0, info, f"t-0/{0:020d}.log")
         files = {p.suffix: p.read_bytes() for p in d.iterdir()}
     txn = TransactionIndex(base_offset=0)
     txn.append(AbortedTxn(7, 10, 20, 5))
@@ -398,23 +403,10 @@ NAMES = st.one_of(
 )
 
 
-def seed_row() -> dict[str, Any]:
+def seed_row(codec: str = "lz4") -> dict[str, Any]:
     """The seed segment's catalog row."""
-    return {
-        "topic": "t",
-        "partition": 0,
-        "base_offset": 0,
-        "next_offset": N,
-        "record_count": N,
-        "min_timestamp": TS0,
-        "max_timestamp": TS0 + 10 * (N - 1),
-        "size_bytes": len(seed_partition()[".log"]),
-        "index_entries": 0,
-        "time_index_entries": 0,
-        "codec": "lz4",
-        "path": f"t-0/{0:020d}.log",
-        "index_interval_bytes": 200,
-    }
+    seed_partition(codec)
+    return dict(_ROWS[codec])
 
 
 @st.composite
@@ -475,31 +467,45 @@ def _passes(table: pa.Table) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def base_lake(tmp_path_factory) -> Path:
-    """A lake of the seed segment, committed."""
-    root = tmp_path_factory.mktemp("base") / "lake"
-    root.mkdir()
-    write_partition(root / "t-0")
-    Catalog(str(root)).commit(rows_table([seed_row()]), "r0")
-    return root
-
-
 @DELTA_FUZZ
 @given(st.lists(catalog_rows(), min_size=1, max_size=2))
-def test_delta_rows(tmp_path_factory, base_lake: Path, rows: list[dict[str, Any]]) -> None:
+def test_delta_rows(tmp_path_factory, rows: list[dict[str, Any]]) -> None:
     """Rows of any value appended to the catalog's Delta table past seglake's checks (a
     hand edit, another writer), then read by the notebook API as a user would."""
     from deltalake import write_deltalake
 
     root = tmp_path_factory.mktemp("fz") / "lake"
-    shutil.copytree(base_lake, root)
+    shutil.copytree(lake_of(tmp_path_factory, "lz4"), root)
     now = dt.datetime.now(dt.UTC)
     table = pa.Table.from_pylist(
         [{**r, "run_id": "evil", "committed_at": now} for r in rows], schema=catalog_schema()
     )
     write_deltalake(Catalog(str(root)).uri, table, mode="append")
-    lake = outcome(seglake.open, str(root))
+    read_lake(root)
+
+
+@DELTA_FUZZ
+@given(st.sampled_from(SUFFIXES), st.sampled_from(["none", "lz4"]), st.data())
+def test_lake_files(tmp_path_factory, suffix: str, codec: str, data: st.DataObject) -> None:
+    """A damaged disk under a lake: one committed segment's file fuzzed, then read by the
+    notebook API (the catalog's sizes: no torn tails), recovered by ``recover`` (dry run,
+    then for real) and read again."""
+    from seglake.lake.recovery import recover_lake
+
+    fuzzed = data.draw(inputs(seed_partition(codec)[suffix]))
+    root = tmp_path_factory.mktemp("fz") / "lake"
+    shutil.copytree(lake_of(tmp_path_factory, codec), root)
+    (root / "t-0" / f"{0:020d}{suffix}").write_bytes(fuzzed)
+    for on_corrupt in ("raise", "skip"):
+        read_lake(root, on_corrupt)
+    outcome(recover_lake, str(root), dry_run=True)
+    outcome(recover_lake, str(root), delete_delay_ms=0)
+    read_lake(root, "raise")
+
+
+def read_lake(root: Path, on_corrupt: str = "raise") -> None:
+    """What a notebook does with a lake: every partition read, sought by time, ranged."""
+    lake = outcome(seglake.open, str(root), on_corrupt=on_corrupt)
     if lake is None:
         return
     outcome(lake.describe)
@@ -512,6 +518,20 @@ def test_delta_rows(tmp_path_factory, base_lake: Path, rows: list[dict[str, Any]
             outcome(part.read, 0 if start is None else start, 50)
             outcome(part.offsets_for_times, TS0 + 100)
             outcome(part.range, TS0, TS0 + 500)
+
+
+_LAKES: dict[str, Path] = {}
+
+
+def lake_of(tmp_path_factory, codec: str) -> Path:
+    """A lake of the seed segment (``codec``), committed (made once a session)."""
+    if codec not in _LAKES:
+        root = tmp_path_factory.mktemp("base") / "lake"
+        root.mkdir()
+        write_partition(root / "t-0", codec=codec)
+        Catalog(str(root)).commit(rows_table([seed_row(codec)]), "r0")
+        _LAKES[codec] = root
+    return _LAKES[codec]
 
 
 # ------------------------------------------------------------------ files of any size or kind
