@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import seglake
@@ -333,6 +333,9 @@ MANIFEST = {
 )
 @FILE_FUZZ
 @given(json_inputs(MANIFEST, list(MANIFEST)))
+@example(b'{"version": 3, "paths": []}')  # KeyError: 'retired_at_ms'
+@example(b"null")  # AttributeError: 'NoneType' object has no attribute 'get'
+@example(b'{"retired_at_ms": 0, "paths": 7}')  # TypeError: 'int' object is not iterable
 def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
     """``cleanup`` and ``retention`` read every manifest (dry run: nothing deleted)."""
     root = tmp_path_factory.mktemp("lake")
@@ -353,6 +356,8 @@ TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "60000", "segment.b
 )
 @FILE_FUZZ
 @given(json_inputs(TOPIC_CONFIG, list(TOPIC_CONFIG)), st.booleans())
+@example(b'{"retention.ms": "6', False)  # JSONDecodeError
+@example(b"[1]", True)  # a list, not an object
 def test_stored_topic_configs(data: bytes, lake_wide: bool) -> None:
     """A catalog table property as ``config``, ``ingest`` and ``retention`` read it."""
     text = data.decode("utf-8", "replace")
