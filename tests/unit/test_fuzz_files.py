@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import example, given, settings
+from deltalake.exceptions import DeltaError
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
 import seglake
@@ -485,7 +486,10 @@ def test_delta_rows(tmp_path_factory, rows: list[dict[str, Any]]) -> None:
     table = pa.Table.from_pylist(
         [{**r, "run_id": "evil", "committed_at": now} for r in rows], schema=catalog_schema()
     )
-    write_deltalake(Catalog(str(root)).uri, table, mode="append")
+    try:
+        write_deltalake(Catalog(str(root)).uri, table, mode="append")
+    except (ValueError, OSError, DeltaError):  # no Delta table holds them (an empty or
+        reject()  # 300-character partition value: topic is the table's partition column)
     read_lake(root)
 
 
