@@ -1,10 +1,11 @@
 """Fuzzing every file kind seglake reads, through the entry points users hit: a partition
 directory's ``.log`` / ``.index`` / ``.timeindex`` / ``.txnindex`` (``PartitionLog`` reads,
-recovery, ``seglake dump``), a broker's producer-state ``.snapshot``, a KRaft
+recovery, ``seglake dump``; the same files in a lake: notebook reads, ``recover_lake``; a
+broker directory under ``register``), a broker's producer-state ``.snapshot``, a KRaft
 ``.checkpoint`` and the internal topics' logs (``dump``'s decoders), ``_retired/``
 manifests (``lake/garbage.py``), stored topic configs (catalog table properties, JSON),
 ``.properties`` files and catalog rows with hostile values (``lake/rows.py``, segments
-opened from rows).
+opened from rows, rows appended to the Delta table past the checks).
 
 Contract, each input: a result or one :class:`SeglakeError` line; no other exception, no
 hang (a 20 s alarm), memory bounded (each example runs under ``RLIMIT_AS`` 1.5 GiB above
