@@ -9,7 +9,9 @@ every other function takes that filesystem and a path made with :func:`join` or
 :func:`safe_join`.
 
 Paths read from the catalog are untrusted: :func:`safe_join` refuses anything that could
-leave the root. A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
+leave the root. Every delete goes through :func:`check_delete` (via :func:`delete_file`
+and :func:`delete_dir`, which take the lake root): the one home of "may this path be
+deleted". A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
 naming the path. :data:`IO_STATS` counts the bytes this process read, so tests can assert
 that a lookup reads an index interval and one batch, not a whole segment.
 """
@@ -32,6 +34,7 @@ from seglake.errors import (
     FileSystemError,
     InvalidTopicError,
     NoSpaceError,
+    OutsideLakeError,
     SegmentNotFoundError,
 )
 from seglake.io_stats import IO_STATS, IOStats
@@ -40,6 +43,7 @@ from seglake.location import LakeLocation, Root
 __all__ = [
     "IO_STATS",
     "IOStats",
+    "check_delete",
     "delete_dir",
     "delete_file",
     "exists",
@@ -467,21 +471,98 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
     return sorted(info.base_name for info in infos)
 
 
-def delete_file(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
-    """Delete one file.
+CATALOG_DIR = "_catalog"  # the lake's Delta table: <root>/_catalog
+
+
+def check_delete(
+    fs: pafs.FileSystem,
+    root: str,
+    path: str,
+    *,
+    catalog: bool = False,
+    root_itself: bool = False,
+) -> str:
+    """``path`` if it may be deleted in the lake (or partition directory) at ``root``:
+    the one guard every delete of seglake's goes through.
+
+    Refused, with one :class:`~seglake.errors.OutsideLakeError` line naming both: a
+    target whose real path is not strictly under ``root``'s, ``root`` itself (unless
+    ``root_itself``: an empty root a failed run made), and anything in
+    ``<root>/_catalog`` unless ``catalog``. On a local file system the
+    target is ``realpath(parent) + name``: a symlinked directory on the way is followed
+    (and refused if it leads out), a symlink as the target itself is not (deleting the
+    link is fine). On object stores the key must lie under the base prefix, with no
+    empty, ``.`` or ``..`` component.
+    """
+    rel = _relative_real(fs, root, path)
+    why = None
+    if rel is None:
+        why = "is not inside the lake root"
+    elif rel == "" and not root_itself:
+        why = "is the lake root itself"
+    elif rel.split("/", 1)[0] == CATALOG_DIR and not catalog:
+        why = "is in the lake's catalog"
+    if why:
+        raise OutsideLakeError(f"refused to delete {path}: {why} {root} (nothing deleted)")
+    return path
+
+
+def _relative_real(fs: pafs.FileSystem, root: str, path: str) -> str | None:
+    """``path`` relative to ``root`` after resolving (``""``: the root; ``None``:
+    outside it)."""
+    if is_local(fs):
+        base = os.path.realpath(root)
+        parent, name = os.path.split(path.rstrip("/") or "/")
+        if name in ("", ".", ".."):
+            target = os.path.realpath(path)
+        else:
+            target = os.path.join(os.path.realpath(parent or "."), name)
+        if target == base:
+            return ""
+        if not target.startswith(base.rstrip("/") + "/"):
+            return None
+        return target[len(base.rstrip("/")) + 1 :]
+    base, key = root.rstrip("/"), path.rstrip("/")
+    if key == base:
+        return ""
+    prefix = base + "/" if base else ""
+    if not key.startswith(prefix):
+        return None
+    rel = key[len(prefix) :]
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return None
+    return rel
+
+
+def delete_file(
+    fs: pafs.FileSystem, path: str, *, root: str, missing_ok: bool = True, catalog: bool = False
+) -> None:
+    """Delete one file of the lake at ``root`` (:func:`check_delete` first).
 
     Raises:
+        OutsideLakeError: ``path`` is not strictly inside ``root`` (nothing deleted).
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
+    check_delete(fs, root, path, catalog=catalog)
     _delete(fs.delete_file, path, "file", missing_ok)
 
 
-def delete_dir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
-    """Delete a directory and everything under it.
+def delete_dir(
+    fs: pafs.FileSystem,
+    path: str,
+    *,
+    root: str,
+    missing_ok: bool = True,
+    root_itself: bool = False,
+) -> None:
+    """Delete a directory of the lake at ``root`` and everything under it
+    (:func:`check_delete` first; symlinks inside are removed, not followed).
 
     Raises:
+        OutsideLakeError: ``path`` is not strictly inside ``root`` (nothing deleted).
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
+    check_delete(fs, root, path, root_itself=root_itself)
     _delete(fs.delete_dir, path, "directory", missing_ok)
 
 

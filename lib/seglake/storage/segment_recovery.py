@@ -54,6 +54,7 @@ def recover_segment(
     force: bool = False,
     producer_state: dict[int, int] | None = None,
     skip_damaged: bool = False,
+    root: str | None = None,
 ) -> SegmentRecovery:
     """Kafka's ``LogSegment.recover`` for one segment on ``fs``.
 
@@ -68,6 +69,8 @@ def recover_segment(
         skip_damaged: keep the valid batches after a damaged one (the lake's rule,
             :mod:`seglake.storage.damaged_batches`): the ``.log`` is rewritten without the
             damaged bytes, their offsets become a gap. Default: Kafka's truncation.
+        root: the lake root its deletes must stay inside (default: the segment's
+            directory).
 
     Returns:
         A :class:`SegmentRecovery`; never raises for bad bytes.
@@ -109,7 +112,8 @@ def recover_segment(
         index_interval_bytes=interval,
     )
     if not dry_run:
-        _write_back(fs, log_path, len(original), buf, dropped, indexes, txn, rebuilt)
+        where = log_path.rsplit("/", 1)[0] if root is None else root
+        _write_back(fs, where, log_path, len(original), buf, dropped, indexes, txn, rebuilt)
         if report.changed:
             log.warning("recovered %s", report)
     return report
@@ -117,6 +121,7 @@ def recover_segment(
 
 def _write_back(
     fs: pafs.FileSystem,
+    root: str,
     log_path: str,
     original_bytes: int,
     buf: bytes,
@@ -135,7 +140,7 @@ def _write_back(
     rewritten = _rewritten(dropped)
     if rewritten:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            lakefs.delete_file(fs, stem + suffix)
+            lakefs.delete_file(fs, stem + suffix, root=root)
     if len(buf) < original_bytes:
         lakefs.write_bytes(fs, log_path, buf)
     if INDEX_SUFFIX in rebuilt or rewritten:
@@ -146,7 +151,7 @@ def _write_back(
         if len(txn.aborted):
             lakefs.write_bytes(fs, stem + TXN_INDEX_SUFFIX, txn.new.to_bytes())
         else:
-            lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX)
+            lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX, root=root)
 
 
 def _rewritten(dropped: list[DroppedBytes]) -> bool:
