@@ -59,7 +59,7 @@ from seglake.lake.rows import (
     segment_refs,
 )
 from seglake.lake.topic_config import with_topics
-from seglake.lake.topic_store import DEFAULTS_KEY, TOPIC_PREFIX, _decode
+from seglake.lake.topic_store import DEFAULTS_KEY, TOPIC_PREFIX, _stored
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.crc import crc32c
 from seglake.record.schema import HEADERS_TYPE
@@ -330,14 +330,11 @@ MANIFEST = {
 }
 
 
-@pytest.mark.xfail(
-    reason="issue 29 item 4: _retired/ manifests of the wrong shape (wt/paths)", strict=False
-)
 @FILE_FUZZ
 @given(json_inputs(MANIFEST, list(MANIFEST)))
-@example(b'{"version": 3, "paths": []}')  # KeyError: 'retired_at_ms'
-@example(b"null")  # AttributeError: 'NoneType' object has no attribute 'get'
-@example(b'{"retired_at_ms": 0, "paths": 7}')  # TypeError: 'int' object is not iterable
+@example(b'{"version": 3, "paths": []}')  # on main before wt/paths: KeyError
+@example(b"null")  # AttributeError
+@example(b'{"retired_at_ms": 0, "paths": 7}')  # TypeError
 def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
     """``cleanup`` and ``retention`` read every manifest (dry run: nothing deleted)."""
     root = tmp_path_factory.mktemp("lake")
@@ -352,31 +349,24 @@ def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
 TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "60000", "segment.bytes": "4096"}
 
 
-@pytest.mark.xfail(
-    reason="issue 29 item 4: stored topic configs of the wrong JSON shape (wt/metadata)",
-    strict=False,
-)
 @FILE_FUZZ
 @given(json_inputs(TOPIC_CONFIG, list(TOPIC_CONFIG)), st.booleans())
-@example(b'{"retention.ms": "6', False)  # JSONDecodeError
-@example(b"[1]", True)  # a list, not an object
+@example(b'{"retention.ms": "6', False)  # on main before wt/metadata: JSONDecodeError
+@example(b"[1]", True)  # TypeError
 def test_stored_topic_configs(data: bytes, lake_wide: bool) -> None:
     """A catalog table property as ``config``, ``ingest`` and ``retention`` read it."""
-    text = data.decode("utf-8", "replace")
-    stored = outcome(_decode, {DEFAULTS_KEY if lake_wide else TOPIC_PREFIX + "t": text})
-    if stored is not None:
-        config = outcome(with_topics, LogConfig(), stored)
+    key = DEFAULTS_KEY if lake_wide else TOPIC_PREFIX + "t"
+    own = outcome(_stored, key, data.decode("utf-8", "replace"), "catalog version 3")
+    if own is not None:
+        config = outcome(with_topics, LogConfig(), {None if lake_wide else "t": own})
         if config is not None:
             outcome(config.for_topic, "t")
 
 
-@pytest.mark.xfail(
-    reason="issue 29 item 4: a stored topic config 200k levels deep (wt/metadata)", strict=False
-)
 def test_deeply_nested_topic_config_is_one_line() -> None:
     """200k levels of JSON in a stored config: one line, no RecursionError."""
     with pytest.raises(SeglakeError):
-        _decode({TOPIC_PREFIX + "t": "[" * 200_000 + "]" * 200_000})
+        _stored(TOPIC_PREFIX + "t", "[" * 200_000 + "]" * 200_000, "catalog version 3")
 
 
 # ------------------------------------------------------------------ .properties files
