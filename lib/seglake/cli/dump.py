@@ -204,7 +204,8 @@ def batch_line(b: _Batch) -> str:
         f"isControl: {_bool(h.is_control)} "
         f"deleteHorizonMs: {_optional_long(b.delete_horizon_ms)} position: {h.position} "
         f"{_timestamp_type(h)}: {h.max_timestamp} size: {h.size} magic: {MAGIC} "
-        f"compresscodec: {NAMES[h.codec]} crc: {b.crc} isvalid: {_bool(b.crc_valid)}"
+        f"compresscodec: {NAMES.get(h.codec, f'unknown({h.codec})')} crc: {b.crc} "
+        f"isvalid: {_bool(b.crc_valid)}"
     )
 
 
