@@ -539,9 +539,10 @@ def lake_of(tmp_path_factory, codec: str) -> Path:
 
 def read_dir_files(d: Path) -> None:
     """Each reader once (no recovery: it would write): ``dump``, ``PartitionLog`` reads."""
-    sink = io.StringIO()
+    sink = open(os.devnull, "w")  # noqa: SIM115 (closed below): a dump's lines are output
     files = sorted(str(p) for p in d.iterdir())
     outcome(dump, files, deep=True, sanity=True, out=sink, err=sink)
+    sink.close()
     log = outcome(PartitionLog.open, str(d))
     if log is not None:
         outcome(log.read, 0, 50)
@@ -549,13 +550,12 @@ def read_dir_files(d: Path) -> None:
     outcome(recover_partition, str(d), dry_run=True)
 
 
-@pytest.mark.xfail(
-    reason="issue 29 item 2: indexes and zero-filled .log tails read whole (wt/memory)",
-    strict=False,
-)
 @pytest.mark.parametrize(
     "suffix,size",
-    [(".index", 1 << 30), (".timeindex", 1 << 30), (".txnindex", 1 << 30), (".log", 1 << 30)],
+    # a .txnindex is dumped whole, as Kafka's dump lists every entry (zeros are entries
+    # of version 0): 32 MiB of them are 2M lines, read in windows (old: read whole and
+    # listed at once: over the 256 MiB headroom)
+    [(".index", 1 << 30), (".timeindex", 1 << 30), (".txnindex", 64 << 20), (".log", 1 << 30)],
 )
 def test_sparse_huge_files_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str, size: int
@@ -571,7 +571,6 @@ def test_sparse_huge_files_are_bounded(
     read_dir_files(d)
 
 
-@pytest.mark.xfail(reason="issue 29 item 2: a named pipe as a .log hangs (wt/memory)", strict=False)
 def test_named_pipe_is_refused(tmp_path: Path) -> None:
     """A ``.log`` that is a FIFO nobody writes: refused, not waited on. A child process
     (killed after 3 s): the alarm cannot stop an ``open`` blocked inside pyarrow."""
