@@ -13,10 +13,34 @@ from seglake.errors import ConfigError
 from seglake.spark.stream_source import rate_limit
 from seglake.spark.topic_pattern import TopicPattern
 
-TOPICS = (
-    "topic topic1 topic2 my-topic Topic_2 TOPIC a.b spark-in spark_out x A _ - . 123 "
-    "orders.v2 events-eu-1 aaa ab ba abab C c b B AbC"
-).split()
+TOPICS = [
+    "topic",
+    "topic1",
+    "topic2",
+    "my-topic",
+    "Topic_2",
+    "TOPIC",
+    "a.b",
+    "spark-in",
+    "spark_out",
+    "x",
+    "A",
+    "_",
+    "-",
+    ".",
+    "123",
+    "orders.v2",
+    "events-eu-1",
+    "aaa",
+    "ab",
+    "ba",
+    "abab",
+    "C",
+    "c",
+    "b",
+    "B",
+    "AbC",
+]
 # globs users write, Java-only syntax (classes with && and nesting, \\Q..\\E, \\p{..},
 # mid-pattern flags, named groups), and patterns Java refuses or Python reads otherwise
 PATTERNS = [
