@@ -48,10 +48,10 @@ class Both:
             r = r.option(k, v)
         return r.load() if fmt == "kafka" else r.load(self.root)
 
-    def outcome(self, fmt: str, read: Callable[[Any], Any]) -> Any:
-        """``read(df)``'s answer, or ``"error"`` (each source words its own)."""
+    def count(self, fmt: str, **options: str) -> int | str:
+        """A batch read's count, or ``"error"`` (each source words its own)."""
         try:
-            return read(self.reader)
+            return int(self.reader(fmt, **options).count())
         except Exception:
             return "error"
 
