@@ -49,6 +49,8 @@ class Source:
     acc: Any
 
     def df(self, root: str | None = None, **options: str) -> DataFrame:
+        if not {"subscribe", "subscribePattern", "assign"} & set(options):
+            options = {"subscribePattern": ".*", **options}  # every topic, as Kafka's asks
         reader = self.spark.read.format("seglake")
         for k, v in options.items():
             reader = reader.option(k, v)
@@ -132,7 +134,7 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
             pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
         root = str(tmp_path / "lake")
         register_broker(root, str(FIXTURES), run_id="fixtures")
-    opts = datasource.parse_options({"path": root})
+    opts = datasource.parse_options({"path": root, "subscribePattern": ".*"})
     reader = datasource.SeglakeReader(opts, parallelism=2)
     reader.group_bytes = 1  # every split its own group
     tasks = reader.partitions()
@@ -188,7 +190,7 @@ def test_whole_lake_and_headers_equal_brute_force_and_extract(spark, source):
 def test_splits_are_packed_into_fewer_tasks_with_the_same_rows(source):
     """The splits packed as extract packs them: fewer input partitions than splits,
     every split in exactly one, and the same rows (the whole lake)."""
-    opts = datasource.parse_options({"path": source.root})
+    opts = datasource.parse_options({"path": source.root, "subscribePattern": ".*"})
     splits = datasource.plan_read(opts)
     parts = datasource.SeglakeReader(opts, parallelism=2).partitions()
 
@@ -439,7 +441,7 @@ def test_filter_pushdown_results_are_exact(source):
     exp = within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0)))
     assert_rows(df, exp[exp["timestamp"] < mid], at_least=10)
     # pushed topic/partition filters leave out the other partitions' splits
-    opts, narrow = datasource.parse_options({"path": source.root}), Pushed()
+    opts, narrow = datasource.parse_options({"path": source.root, "subscribePattern": ".*"}), Pushed()
     assert narrow.push(sds.EqualTo(("topic",), "t2"))
     assert narrow.push(sds.EqualTo(("partition",), 1))
     assert len(datasource.plan_read(opts, narrow)) < len(datasource.plan_read(opts)) / 3
