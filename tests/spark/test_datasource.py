@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 
 import seglake
 import seglake.spark
+from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
@@ -246,7 +248,7 @@ def test_offset_topic_and_catalog_options(source):
         source.df(
             subscribe="t1",
             startingOffsets='{"t1":{"0":100,"1":-2}}',
-            endingOffsets='{"t1":{"0":400}}',
+            endingOffsets='{"t1":{"0":400,"1":-1}}',
         ),
         within(t1, {("t1", 0): (100, 400), ("t1", 1): (0, 2**62)}),
     )
@@ -262,10 +264,13 @@ def test_offset_topic_and_catalog_options(source):
     )
     assert_rows(source.df(subscribePattern="t2"), t2)
     assert_rows(source.df(subscribe="t2,t1"), recs)
-    # failOnDataLoss=false clamps an offset past the log end: t1-0 reads nothing
+    # failOnDataLoss=false: a range past the log end reads nothing (t1-0), as Kafka's
     assert_rows(
         source.df(
-            subscribe="t1", failOnDataLoss="false", startingOffsets='{"t1":{"0":1000000000}}'
+            subscribe="t1",
+            failOnDataLoss="false",
+            startingOffsets='{"t1":{"0":1000000000,"1":-2}}',
+            endingOffsets='{"t1":{"0":2000000000,"1":-1}}',
         ),
         t1[t1["partition"] == 1],
     )
@@ -295,8 +300,8 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
         {
             "path": source.root,
             "subscribe": "t1,t2",
-            "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3}}',
-            "endingOffsets": '{"t1":{"0":400},"t2":{"1":90}}',
+            "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3,"1":-2}}',
+            "endingOffsets": '{"t1":{"0":400,"1":-1},"t2":{"0":-1,"1":90}}',
         }
     )
     splits = datasource.plan_read(opts)
@@ -323,6 +328,26 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
     assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # Kafka's validateTopicPartitions: a JSON option names every assigned partition
+        ({"endingOffsets": '{"t1":{"0":400}}'}, "Specified: t1-0; assigned: t1-0, t1-1"),
+        ({"startingOffsetsByTimestamp": '{"t1":{"1":0}}'}, "startingOffsetsByTimestamp: the"),
+        ({"startingOffsets": '{"t1":{"0":1,"1":1,"2":1}}'}, "Specified: t1-0, t1-1, t1-2"),
+        # a resolved start past the resolved end, whatever failOnDataLoss says
+        (
+            {"startingOffsets": '{"t1":{"0":1000000000,"1":-2}}', "failOnDataLoss": "false"},
+            "the resolved start offset 1000000000 is greater than the resolved end offset",
+        ),
+    ],
+)
+def test_where_kafkas_source_refuses_a_read_seglake_does(source, options, message):
+    opts = datasource.parse_options({"path": source.root, "subscribe": "t1", **options})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        datasource.plan_read(opts)
+
+
 def test_timestamp_options(source):
     recs = source.recs
     t1, t2 = recs[recs["topic"] == "t1"], recs[recs["topic"] == "t2"]
@@ -343,7 +368,7 @@ def test_timestamp_options(source):
         within(t1, bounds(t1, lo=at(lo), hi=at(hi))),
         at_least=100,
     )
-    # per partition; partitions a JSON option does not name keep earliest / latest
+    # per partition (a timestamp past every record: the log end)
     by = {
         ("t2", 0): (at(lo)(t2[t2["partition"] == 0]), 2**62),
         ("t2", 1): (0, at(hi)(t2[t2["partition"] == 1])),
@@ -351,8 +376,8 @@ def test_timestamp_options(source):
     assert_rows(
         source.df(
             subscribe="t2",
-            startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo}}}}}',
-            endingOffsetsByTimestamp=f'{{"t2":{{"1":{hi}}}}}',
+            startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo},"1":0}}}}',
+            endingOffsetsByTimestamp=f'{{"t2":{{"0":{2**62},"1":{hi}}}}}',
         ),
         within(t2, by),
         at_least=100,
@@ -441,7 +466,10 @@ def test_filter_pushdown_results_are_exact(source):
     exp = within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0)))
     assert_rows(df, exp[exp["timestamp"] < mid], at_least=10)
     # pushed topic/partition filters leave out the other partitions' splits
-    opts, narrow = datasource.parse_options({"path": source.root, "subscribePattern": ".*"}), Pushed()
+    opts, narrow = (
+        datasource.parse_options({"path": source.root, "subscribePattern": ".*"}),
+        Pushed(),
+    )
     assert narrow.push(sds.EqualTo(("topic",), "t2"))
     assert narrow.push(sds.EqualTo(("partition",), 1))
     assert len(datasource.plan_read(opts, narrow)) < len(datasource.plan_read(opts)) / 3

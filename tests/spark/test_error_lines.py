@@ -62,10 +62,14 @@ def assert_one_line(exc: BaseException, cls: type, message: str) -> None:
 
 def test_batch_read_option_and_planning_errors(spark, lake: str) -> None:
     with pytest.raises(Exception) as info:  # reader(): a planner worker
-        spark.read.format("seglake").option("subscribePattern", ".*").option("startingOffsets", "latest").load(lake).count()
+        spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "startingOffsets", "latest"
+        ).load(lake).count()
     assert_one_line(info.value, errors.ConfigError, "startingOffsets: 'latest' is not allowed")
     with pytest.raises(Exception) as info:  # partitions(): a planner worker
-        spark.read.format("seglake").option("subscribePattern", ".*").option("startingTimestamp", str(T0 + 10**6)).load(lake).count()
+        spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "startingTimestamp", str(T0 + 10**6)
+        ).load(lake).count()
     assert_one_line(
         info.value,
         errors.ConfigError,
@@ -112,7 +116,8 @@ def test_stream_source_errors(spark, lake: str, tmp_path: Path) -> None:
 def test_sink_errors(spark, lake: str, tmp_path: Path) -> None:
     def run(i: int, **options: str) -> None:
         q = (
-            spark.readStream.format("seglake").option("subscribePattern", ".*")
+            spark.readStream.format("seglake")
+            .option("subscribePattern", ".*")
             .option("startingOffsets", "earliest")
             .load(lake)
             .writeStream.format("seglake")
