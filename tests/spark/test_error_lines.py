@@ -106,7 +106,7 @@ def test_stream_source_errors(spark, lake: str, tmp_path: Path) -> None:
         q.awaitTermination()
 
     with pytest.raises(Exception) as info:  # old code: UnboundLocalError after it
-        run(maxOffsetsPerTrigger="x")
+        run(subscribePattern=".*", maxOffsetsPerTrigger="x")
     assert_one_line(info.value, errors.ConfigError, "maxOffsetsPerTrigger: 'x' is not an integer")
     with pytest.raises(Exception) as info:
         run(subscribe="nope")
