@@ -6,7 +6,7 @@
           .filter(topicRegex.findFirstIn(name).isDefined)   Matcher.find(): anywhere
     so ``topic`` matches ``my-topic`` and ``topic1``; ``^topic$`` only ``topic``.
 
-Python's ``re`` is not Java's: :func:`compile_pattern` translates the pattern once, for
+Python's ``re`` is not Java's: :class:`TopicPattern` translates the pattern once, for
 names of Kafka's topic alphabet ``[a-zA-Z0-9._-]`` (no line terminator, ASCII only,
 which makes ``$``, ``.``, ``\\w``, ``\\d``, ``\\s``, ``\\b`` agree):
 
@@ -33,7 +33,7 @@ import unicodedata
 from seglake.errors import ConfigError
 from seglake.storage.naming import internal_topic
 
-__all__ = ["TopicPattern", "compile_pattern"]
+__all__ = ["TopicPattern"]
 
 ALPHABET = frozenset(string.ascii_letters + string.digits + "._-")  # Kafka's topic names
 _H = " \t\xa0\u1680\u180e\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -406,16 +406,7 @@ class TopicPattern:
     def __hash__(self) -> int:
         return hash(self.pattern)
 
-    def __reduce__(self) -> tuple:
-        return TopicPattern, (self.pattern,)
-
     def matches(self, topic: str) -> bool:
         """Whether the source reads ``topic``: the pattern found in it (Matcher.find),
         not an internal topic."""
         return not internal_topic(topic) and self.regex.search(topic) is not None
-
-
-def compile_pattern(pattern: str) -> TopicPattern:
-    """``pattern`` as a :class:`TopicPattern` (a :class:`ConfigError` for one Java
-    refuses or one this translation does not know)."""
-    return TopicPattern(pattern)
