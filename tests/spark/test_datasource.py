@@ -550,25 +550,30 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         ({"assign": '{"t1":{"0":1}}'}, "assign: 't1' maps to {'0': 1}, not a list"),
         ({"startingOffsets": '{"t1":{"x":1}}'}, "startingOffsets: t1: 'x' is not a partition"),
         ({"startingOffsets": '{"t1":{"0":true}}'}, "startingOffsets: True is not an integer"),
-        ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "give only one of subscribe"),
+        ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "Only one of the following options can"),
         ({"startingOffsets": '{"t1":{"0":}'}, 'startingOffsets: \'{"t1":{"0":}\' is not JSON'),
         (
-            {"startingOffsets": '{"t1":{"0":999999}}'},
-            f"startingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
+            {"assign": '{"t1":[0]}', "startingOffsets": '{"t1":{"0":999999}}'},
+            "startingOffsets / endingOffsets: the resolved start offset 999999 is greater "
+            f"than the resolved end offset {leo} for topic t1 partition 0",
         ),
         (
-            {"endingOffsets": '{"t1":{"0":999999}}'},
+            {"assign": '{"t1":[0]}', "endingOffsets": '{"t1":{"0":999999}}'},
             f"endingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
         ),
         ({"startingOffsets": "latest"}, "startingOffsets: 'latest' is not allowed in a batch"),
         ({"endingOffsets": '{"t1":{"0":-2}}'}, "endingOffsets: -2 (earliest) is not allowed"),
         (
             {"subscribe": "t1", "startingOffsets": '{"t2":{"0":1}}'},
-            "startingOffsets: t2-0 is not a partition this read covers",
+            "startingOffsets: the partitions it names must be the ones the read is assigned",
         ),
         (
-            {"startingOffsets": '{"t1":{"0":400}}', "endingOffsets": '{"t1":{"0":100}}'},
-            "t1-0 would start at offset 400, after its ending offset 100",
+            {
+                "assign": '{"t1":[0]}',
+                "startingOffsets": '{"t1":{"0":400}}',
+                "endingOffsets": '{"t1":{"0":100}}',
+            },
+            "the resolved start offset 400 is greater than the resolved end offset 100",
         ),
         ({"startingTimestamp": "yesterday"}, "startingTimestamp: time 'yesterday'"),
         (
