@@ -76,7 +76,8 @@ OPTIONS: dict[str, str] = {
     "`timestampAsOf` picks it: the last commit at or before it",
 }
 STREAM_OPTIONS: dict[str, str] = {
-    "maxOffsetsPerTrigger": "most offsets per micro-batch over all partitions (split by lag)",
+    "maxOffsetsPerTrigger": "about this many offsets per micro-batch, each partition's share "
+    "by its lag, floored (Kafka's rateLimit)",
     "minOffsetsPerTrigger": "fewest new offsets that start a micro-batch (until maxTriggerDelay)",
     "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (Spark's time string, default "
     "15m; 500ms, 30s, 5m, 1h, 1d)",

@@ -7,8 +7,8 @@ topic, micro-batch by micro-batch.
                ``startingTimestamp`` / ``startingOffsetsByTimestamp``: read_options.Bound
     latest     each subscribed partition's log end offset in the catalog (new topics and
                partitions join from their log start, as Kafka's source adds them), cut
-               by ``maxOffsetsPerTrigger`` (split over the partitions by lag; never more
-               than N in all), held back by ``minOffsetsPerTrigger`` until
+               by ``maxOffsetsPerTrigger`` (Kafka's rateLimit: each partition's share of
+               N by its lag, floored), held back by ``minOffsetsPerTrigger`` until
                ``maxTriggerDelay`` (Kafka's delayBatch: not a query's first trigger;
                never with ``Trigger.AvailableNow``, which stops at the log ends seen
                when the query started)
