@@ -49,7 +49,10 @@ class Both:
         return r.load() if fmt == "kafka" else r.load(self.root)
 
     def count(self, fmt: str, **options: str) -> int | str:
-        """A batch read's count, or ``"error"`` (each source words its own)."""
+        """A batch read's count, or ``"error"`` (each source words its own). Kafka's
+        consumer waits ``kafkaConsumer.pollTimeoutMs`` (default 120 s) for offsets that
+        never come before its data-loss error: 2 s here (a lake read ignores it)."""
+        options = {"kafkaConsumer.pollTimeoutMs": "2000", **options}
         try:
             return int(self.reader(fmt, **options).count())
         except Exception:
