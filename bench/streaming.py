@@ -132,7 +132,11 @@ def source_round(
     from seglake.lake.catalog import Catalog
 
     n = sum(Catalog(lake).log_end_offsets().values())
-    src = spark.readStream.format("seglake").option("startingOffsets", "earliest")
+    src = (
+        spark.readStream.format("seglake")
+        .option("subscribePattern", ".*")
+        .option("startingOffsets", "earliest")
+    )
     pqs = spark.readStream.schema(spark.read.parquet(str(rows)).schema)
     if args.source_batches > 1:
         src = src.option("maxOffsetsPerTrigger", -(-n // args.source_batches))
@@ -204,12 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         seglake.spark.register(spark)
         lake = str(work / "lake")  # the source's lake and its rows as parquet
         ingest(spark, spark.read.parquet(str(work / "input")), lake, num_partitions=8)
-        spark.read.format("seglake").option("includeHeaders", "true").load(lake).repartition(
-            args.batches
-        ).write.parquet(str(work / "rows"))
+        spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "includeHeaders", "true"
+        ).load(lake).repartition(args.batches).write.parquet(str(work / "rows"))
         warm_lake = str(work / "warm-lake")
         ingest(spark, spark.read.parquet(str(work / "warm-input")), warm_lake, num_partitions=8)
-        spark.read.format("seglake").load(warm_lake).write.parquet(str(work / "warm-rows"))
+        spark.read.format("seglake").option("subscribePattern", ".*").load(warm_lake).write.parquet(
+            str(work / "warm-rows")
+        )
         tasks = floor_files(spark, lake, work / "rows") if "source" in args.cases else 0
         floor_files(spark, warm_lake, work / "warm-rows")
         round_(spark, work / "warm-input", work / "warm-rows", warm_lake, work, "warm", args)

@@ -116,7 +116,12 @@ def test_written_records_decode_with_kafka_python_and_read_back(spark, tmp_path)
     assert len(got_all) == len(first) + len(second)
     assert {repr(r) for r in got_all} >= anywhere
     # the data source reads the same records (headers included)
-    df = spark.read.format("seglake").option("includeHeaders", "true").load(root)
+    df = (
+        spark.read.format("seglake")
+        .option("subscribePattern", ".*")
+        .option("includeHeaders", "true")
+        .load(root)
+    )
     back = sorted(
         (
             r.ms,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 
 import seglake
 import seglake.spark
+from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.register import register
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
@@ -49,6 +51,8 @@ class Source:
     acc: Any
 
     def df(self, root: str | None = None, **options: str) -> DataFrame:
+        if not {"subscribe", "subscribePattern", "assign"} & set(options):
+            options = {"subscribePattern": ".*", **options}  # every topic, as Kafka's asks
         reader = self.spark.read.format("seglake")
         for k, v in options.items():
             reader = reader.option(k, v)
@@ -132,7 +136,7 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
             pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
         root = str(tmp_path / "lake")
         register_broker(root, str(FIXTURES), run_id="fixtures")
-    opts = datasource.parse_options({"path": root})
+    opts = datasource.parse_options({"path": root, "subscribePattern": ".*"})
     reader = datasource.SeglakeReader(opts, parallelism=2)
     reader.group_bytes = 1  # every split its own group
     tasks = reader.partitions()
@@ -188,7 +192,7 @@ def test_whole_lake_and_headers_equal_brute_force_and_extract(spark, source):
 def test_splits_are_packed_into_fewer_tasks_with_the_same_rows(source):
     """The splits packed as extract packs them: fewer input partitions than splits,
     every split in exactly one, and the same rows (the whole lake)."""
-    opts = datasource.parse_options({"path": source.root})
+    opts = datasource.parse_options({"path": source.root, "subscribePattern": ".*"})
     splits = datasource.plan_read(opts)
     parts = datasource.SeglakeReader(opts, parallelism=2).partitions()
 
@@ -244,7 +248,7 @@ def test_offset_topic_and_catalog_options(source):
         source.df(
             subscribe="t1",
             startingOffsets='{"t1":{"0":100,"1":-2}}',
-            endingOffsets='{"t1":{"0":400}}',
+            endingOffsets='{"t1":{"0":400,"1":-1}}',
         ),
         within(t1, {("t1", 0): (100, 400), ("t1", 1): (0, 2**62)}),
     )
@@ -260,10 +264,13 @@ def test_offset_topic_and_catalog_options(source):
     )
     assert_rows(source.df(subscribePattern="t2"), t2)
     assert_rows(source.df(subscribe="t2,t1"), recs)
-    # failOnDataLoss=false clamps an offset past the log end: t1-0 reads nothing
+    # failOnDataLoss=false: a range past the log end reads nothing (t1-0), as Kafka's
     assert_rows(
         source.df(
-            subscribe="t1", failOnDataLoss="false", startingOffsets='{"t1":{"0":1000000000}}'
+            subscribe="t1",
+            failOnDataLoss="false",
+            startingOffsets='{"t1":{"0":1000000000,"1":-2}}',
+            endingOffsets='{"t1":{"0":2000000000,"1":-1}}',
         ),
         t1[t1["partition"] == 1],
     )
@@ -293,8 +300,8 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
         {
             "path": source.root,
             "subscribe": "t1,t2",
-            "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3}}',
-            "endingOffsets": '{"t1":{"0":400},"t2":{"1":90}}',
+            "startingOffsets": '{"t1":{"0":100,"1":7},"t2":{"0":3,"1":-2}}',
+            "endingOffsets": '{"t1":{"0":400,"1":-1},"t2":{"0":-1,"1":90}}',
         }
     )
     splits = datasource.plan_read(opts)
@@ -321,6 +328,26 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
     assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # Kafka's validateTopicPartitions: a JSON option names every assigned partition
+        ({"endingOffsets": '{"t1":{"0":400}}'}, "Specified: t1-0; assigned: t1-0, t1-1"),
+        ({"startingOffsetsByTimestamp": '{"t1":{"1":0}}'}, "startingOffsetsByTimestamp: the"),
+        ({"startingOffsets": '{"t1":{"0":1,"1":1,"2":1}}'}, "Specified: t1-0, t1-1, t1-2"),
+        # a resolved start past the resolved end, whatever failOnDataLoss says
+        (
+            {"startingOffsets": '{"t1":{"0":1000000000,"1":-2}}', "failOnDataLoss": "false"},
+            "the resolved start offset 1000000000 is greater than the resolved end offset",
+        ),
+    ],
+)
+def test_where_kafkas_source_refuses_a_read_seglake_does(source, options, message):
+    opts = datasource.parse_options({"path": source.root, "subscribe": "t1", **options})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        datasource.plan_read(opts)
+
+
 def test_timestamp_options(source):
     recs = source.recs
     t1, t2 = recs[recs["topic"] == "t1"], recs[recs["topic"] == "t2"]
@@ -341,7 +368,7 @@ def test_timestamp_options(source):
         within(t1, bounds(t1, lo=at(lo), hi=at(hi))),
         at_least=100,
     )
-    # per partition; partitions a JSON option does not name keep earliest / latest
+    # per partition (a timestamp past every record: the log end)
     by = {
         ("t2", 0): (at(lo)(t2[t2["partition"] == 0]), 2**62),
         ("t2", 1): (0, at(hi)(t2[t2["partition"] == 1])),
@@ -349,8 +376,8 @@ def test_timestamp_options(source):
     assert_rows(
         source.df(
             subscribe="t2",
-            startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo}}}}}',
-            endingOffsetsByTimestamp=f'{{"t2":{{"1":{hi}}}}}',
+            startingOffsetsByTimestamp=f'{{"t2":{{"0":{lo},"1":0}}}}',
+            endingOffsetsByTimestamp=f'{{"t2":{{"0":{2**62},"1":{hi}}}}}',
         ),
         within(t2, by),
         at_least=100,
@@ -439,7 +466,10 @@ def test_filter_pushdown_results_are_exact(source):
     exp = within(t1, bounds(t1, lo=lambda g: kafka_offsets_for_time(g, lo, 0)))
     assert_rows(df, exp[exp["timestamp"] < mid], at_least=10)
     # pushed topic/partition filters leave out the other partitions' splits
-    opts, narrow = datasource.parse_options({"path": source.root}), Pushed()
+    opts, narrow = (
+        datasource.parse_options({"path": source.root, "subscribePattern": ".*"}),
+        Pushed(),
+    )
     assert narrow.push(sds.EqualTo(("topic",), "t2"))
     assert narrow.push(sds.EqualTo(("partition",), 1))
     assert len(datasource.plan_read(opts, narrow)) < len(datasource.plan_read(opts)) / 3
@@ -520,25 +550,30 @@ def test_bad_options_name_the_option_and_the_values(spark, source):
         ({"assign": '{"t1":{"0":1}}'}, "assign: 't1' maps to {'0': 1}, not a list"),
         ({"startingOffsets": '{"t1":{"x":1}}'}, "startingOffsets: t1: 'x' is not a partition"),
         ({"startingOffsets": '{"t1":{"0":true}}'}, "startingOffsets: True is not an integer"),
-        ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "give only one of subscribe"),
+        ({"subscribe": "t1", "assign": '{"t1":[0]}'}, "Only one of the following options can"),
         ({"startingOffsets": '{"t1":{"0":}'}, 'startingOffsets: \'{"t1":{"0":}\' is not JSON'),
         (
-            {"startingOffsets": '{"t1":{"0":999999}}'},
-            f"startingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
+            {"assign": '{"t1":[0]}', "startingOffsets": '{"t1":{"0":999999}}'},
+            "startingOffsets / endingOffsets: the resolved start offset 999999 is greater "
+            f"than the resolved end offset {leo} for topic t1 partition 0",
         ),
         (
-            {"endingOffsets": '{"t1":{"0":999999}}'},
+            {"assign": '{"t1":[0]}', "endingOffsets": '{"t1":{"0":999999}}'},
             f"endingOffsets: offset 999999 of t1-0 is outside its log [0, {leo}]",
         ),
         ({"startingOffsets": "latest"}, "startingOffsets: 'latest' is not allowed in a batch"),
         ({"endingOffsets": '{"t1":{"0":-2}}'}, "endingOffsets: -2 (earliest) is not allowed"),
         (
             {"subscribe": "t1", "startingOffsets": '{"t2":{"0":1}}'},
-            "startingOffsets: t2-0 is not a partition this read covers",
+            "startingOffsets: the partitions it names must be the ones the read is assigned",
         ),
         (
-            {"startingOffsets": '{"t1":{"0":400}}', "endingOffsets": '{"t1":{"0":100}}'},
-            "t1-0 would start at offset 400, after its ending offset 100",
+            {
+                "assign": '{"t1":[0]}',
+                "startingOffsets": '{"t1":{"0":400}}',
+                "endingOffsets": '{"t1":{"0":100}}',
+            },
+            "the resolved start offset 400 is greater than the resolved end offset 100",
         ),
         ({"startingTimestamp": "yesterday"}, "startingTimestamp: time 'yesterday'"),
         (

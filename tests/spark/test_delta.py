@@ -87,8 +87,17 @@ def test_timestamp_as_of_picks_the_version_delta_picks(delta_spark, lake):
         assert _catalog_rows(lake, version) == want, (at, version)
         assert seglake.open(lake, timestamp_as_of=at).version == version
         if i % 3 == 1:  # the data source reads what versionAsOf of that version reads
-            by_time = delta_spark.read.format("seglake").option("timestampAsOf", at).load(lake)
-            pinned = delta_spark.read.format("seglake").option("versionAsOf", version)
+            by_time = (
+                delta_spark.read.format("seglake")
+                .option("subscribePattern", ".*")
+                .option("timestampAsOf", at)
+                .load(lake)
+            )
+            pinned = (
+                delta_spark.read.format("seglake")
+                .option("subscribePattern", ".*")
+                .option("versionAsOf", version)
+            )
             assert sorted(by_time.collect()) == sorted(pinned.load(lake).collect()), at
     # before the first commit, after the last: both refuse
     for ms, words in ((times[0][1] - 1, "before the earliest"), (times[-1][1] + 1, "after the")):
@@ -97,11 +106,13 @@ def test_timestamp_as_of_picks_the_version_delta_picks(delta_spark, lake):
         with pytest.raises(ConfigError, match=words):
             seglake.open(lake, timestamp_as_of=ms)
         with pytest.raises(Exception, match=words):
-            delta_spark.read.format("seglake").option("timestampAsOf", ms).load(lake).count()
+            delta_spark.read.format("seglake").option("subscribePattern", ".*").option(
+                "timestampAsOf", ms
+            ).load(lake).count()
     with pytest.raises(Exception, match="cannot specify both version and timestamp"):
-        delta_spark.read.format("seglake").option("timestampAsOf", times[1][1]).option(
-            "versionAsOf", 1
-        ).load(lake).count()
+        delta_spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "timestampAsOf", times[1][1]
+        ).option("versionAsOf", 1).load(lake).count()
     with pytest.raises(ConfigError, match="cannot specify both"):
         seglake.open(lake, version=1, timestamp_as_of=times[1][1])
 

@@ -62,10 +62,14 @@ def assert_one_line(exc: BaseException, cls: type, message: str) -> None:
 
 def test_batch_read_option_and_planning_errors(spark, lake: str) -> None:
     with pytest.raises(Exception) as info:  # reader(): a planner worker
-        spark.read.format("seglake").option("startingOffsets", "latest").load(lake).count()
+        spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "startingOffsets", "latest"
+        ).load(lake).count()
     assert_one_line(info.value, errors.ConfigError, "startingOffsets: 'latest' is not allowed")
     with pytest.raises(Exception) as info:  # partitions(): a planner worker
-        spark.read.format("seglake").option("startingTimestamp", str(T0 + 10**6)).load(lake).count()
+        spark.read.format("seglake").option("subscribePattern", ".*").option(
+            "startingTimestamp", str(T0 + 10**6)
+        ).load(lake).count()
     assert_one_line(
         info.value,
         errors.ConfigError,
@@ -84,7 +88,7 @@ def test_a_tasks_error_is_one_line(spark, lake: str, tmp_path: Path) -> None:
     data[200] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
     log.write_bytes(bytes(data))
     with pytest.raises(Exception) as info:
-        spark.read.format("seglake").load(root).count()
+        spark.read.format("seglake").option("subscribePattern", ".*").load(root).count()
     assert_one_line(info.value, errors.CorruptRecordError, f"{log}")
 
 
@@ -102,7 +106,7 @@ def test_stream_source_errors(spark, lake: str, tmp_path: Path) -> None:
         q.awaitTermination()
 
     with pytest.raises(Exception) as info:  # old code: UnboundLocalError after it
-        run(maxOffsetsPerTrigger="x")
+        run(subscribePattern=".*", maxOffsetsPerTrigger="x")
     assert_one_line(info.value, errors.ConfigError, "maxOffsetsPerTrigger: 'x' is not an integer")
     with pytest.raises(Exception) as info:
         run(subscribe="nope")
@@ -113,6 +117,7 @@ def test_sink_errors(spark, lake: str, tmp_path: Path) -> None:
     def run(i: int, **options: str) -> None:
         q = (
             spark.readStream.format("seglake")
+            .option("subscribePattern", ".*")
             .option("startingOffsets", "earliest")
             .load(lake)
             .writeStream.format("seglake")

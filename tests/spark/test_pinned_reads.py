@@ -43,14 +43,19 @@ def test_pinned_spark_reads_past_the_delay(spark, tmp_path: Path, pristine: Path
     apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
     cleanup(str(root), older_than_s=0)  # past the delay: the removed files are deleted
     _superseded(lambda: extract(spark, str(root), "t", plan=plan).collect(), pinned)
-    df = spark.read.format("seglake").option("versionAsOf", str(pinned)).load(str(root))
+    df = (
+        spark.read.format("seglake")
+        .option("subscribePattern", ".*")
+        .option("versionAsOf", str(pinned))
+        .load(str(root))
+    )
     _superseded(lambda: df.collect(), pinned)
     queries = spark.createDataFrame([("t", 0, 1)], "topic string, partition int, offset long")
     err = _superseded(lambda: lookup(spark, str(root), queries, version=pinned).collect(), pinned)
     assert err.version == pinned and err.superseded_by == pinned + 1
     assert "retention" in (err.operation or "")
     # the current version reads
-    assert spark.read.format("seglake").load(str(root)).count() > 0
+    assert spark.read.format("seglake").option("subscribePattern", ".*").load(str(root)).count() > 0
 
 
 def test_unpinned_reads_say_the_lake_changed(tmp_path: Path, pristine: Path) -> None:  # noqa: F811
@@ -67,8 +72,11 @@ def test_unpinned_reads_say_the_lake_changed(tmp_path: Path, pristine: Path) -> 
     make_lake(root, pristine)
     segs = logs(root / "t-0")
     planned = Catalog(str(root)).version()
-    batch = SeglakeReader(parse_options({"path": str(root)}), parallelism=1)
-    stream = SeglakeStreamReader({"path": str(root), "startingOffsets": "earliest"}, None, 1)
+    batch = SeglakeReader(
+        parse_options({"path": str(root), "subscribePattern": ".*"}), parallelism=1
+    )
+    opts = {"path": str(root), "subscribe": "t", "startingOffsets": "earliest"}
+    stream = SeglakeStreamReader(opts, None, 1)
     start = stream.initialOffset()
     reads = [
         (batch, batch.partitions()),

@@ -36,6 +36,8 @@ def _ingest(spark, root: str, n: int, *, seed: int, topic: str, partitions: int)
 
 def _stream(spark, root: str, checkpoint: str, out: str, sink: str = "parquet", **options):
     """One Trigger.AvailableNow run of a seglake stream into ``out``; its progress list."""
+    if not {"subscribe", "subscribePattern", "assign"} & set(options):
+        options = {"subscribePattern": ".*", **options}  # every topic, as Kafka's asks
     reader = spark.readStream.format("seglake")
     for k, v in options.items():
         reader = reader.option(k, str(v))
@@ -66,7 +68,7 @@ def test_available_now_reads_what_the_batch_source_reads_then_only_new_records(s
     progress = _stream(spark, root, cp, out, **opts)
     sizes = [p["numInputRows"] for p in progress]
     assert max(sizes) <= 600 and sum(sizes) == 2000 and len([s for s in sizes if s]) >= 4
-    batch = spark.read.format("seglake").load(root)
+    batch = spark.read.format("seglake").option("subscribePattern", ".*").load(root)
     assert _rows(spark.read.parquet(out)) == _rows(batch)
     # more records, and a third partition: the restarted query reads exactly those
     _ingest(spark, root, 700, seed=4, topic="s1", partitions=3)
@@ -74,7 +76,10 @@ def test_available_now_reads_what_the_batch_source_reads_then_only_new_records(s
     assert sum(p["numInputRows"] for p in progress) == 700
     assert max(p["numInputRows"] for p in progress) <= 600
     got = _rows(spark.read.parquet(out))
-    assert got == _rows(spark.read.format("seglake").load(root)) and len(got) == 2700
+    assert (
+        got == _rows(spark.read.format("seglake").option("subscribePattern", ".*").load(root))
+        and len(got) == 2700
+    )
     assert {r[1] for r in got} == {0, 1, 2}
     # a new query starts at the log end by default (startingOffsets=latest)
     progress = _stream(spark, root, str(tmp_path / "cp2"), str(tmp_path / "out2"), subscribe="s1")
@@ -128,13 +133,20 @@ def test_a_lake_streamed_into_another_lake_is_the_same_record_for_record(
     cols = ["topic", "partition", "offset", "key", "value", "timestamp", "timestampType", "headers"]
 
     def everything(lake: str) -> list[tuple]:
-        df = spark.read.format("seglake").option("includeHeaders", "true").load(lake)
+        df = (
+            spark.read.format("seglake")
+            .option("subscribePattern", ".*")
+            .option("includeHeaders", "true")
+            .load(lake)
+        )
         return sorted(tuple(map(str, r)) for r in df.select(cols).collect())
 
     assert everything(copy) == everything(root)
 
 
 def _reader(root: str, **options) -> SeglakeStreamReader:
+    if not {"subscribe", "subscribePattern", "assign"} & set(options):
+        options = {"subscribePattern": ".*", **options}  # every topic, as Kafka's asks
     return SeglakeStreamReader({"path": root, **{k: str(v) for k, v in options.items()}}, None, 2)
 
 
@@ -175,7 +187,13 @@ def test_a_micro_batch_reads_the_catalog_once_and_packs_its_splits_into_tasks(
         assert [p.value for p in again.partitions(start, end)] == [p.value for p in parts]
         assert len(reads) - before == 1
         start = end
-    batch = spark.read.format("seglake").load(root).select(*_COLS).collect()
+    batch = (
+        spark.read.format("seglake")
+        .option("subscribePattern", ".*")
+        .load(root)
+        .select(*_COLS)
+        .collect()
+    )
     assert sorted(got) == sorted(tuple(r) for r in batch)
 
 

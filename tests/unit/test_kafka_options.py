@@ -142,7 +142,8 @@ GUIDE_SINK_OPTIONS = [
 @pytest.mark.parametrize(("name", "value", "kind"), GUIDE_SOURCE_OPTIONS)
 def test_every_source_option_of_the_guide_parses(name, value, kind):
     for stream in [s for s in (False, True) if ("streaming" if s else "batch") in kind]:
-        read = parse_options({**ROOT, name: value}, stream=stream)
+        chosen = name in ("assign", "subscribe", "subscribePattern")  # one is required
+        read = parse_options({**(ROOT if chosen else READ), name: value}, stream=stream)
         assert (name in read.ignored) == (
             ko.find(name).use(ko.STREAM_SOURCE if stream else ko.BATCH_SOURCE) == ko.IGNORED
         )
@@ -159,6 +160,7 @@ def test_every_sink_option_of_the_guide_is_taken(name, value):
 
 # ------------------------------------------------------------------ the parsers
 ROOT = {"path": "/lake"}
+READ = {**ROOT, "subscribe": "t"}  # Kafka's source requires subscribe, subscribePattern or assign
 
 
 def test_a_kafka_source_map_reads_with_its_broker_options_ignored():
@@ -191,7 +193,7 @@ def test_a_kafka_source_map_reads_with_its_broker_options_ignored():
     )
     assert "maxOffsetsPerTrigger" not in stream.ignored  # a stream's
     assert "endingTimestamp" in stream.ignored  # not checked by Spark in a stream
-    assert parse_options(ROOT).min_partitions is None
+    assert parse_options(READ).min_partitions is None
 
 
 @pytest.mark.parametrize(
@@ -207,12 +209,25 @@ def test_a_kafka_source_map_reads_with_its_broker_options_ignored():
         ({"versionAsOf": "1"}, True, "versionAsOf: not for a streaming read"),
         ({"minPartitions": "0"}, False, "minPartitions: 0 is below 1"),
         ({"maxRecordsPerPartition": "many"}, True, "maxRecordsPerPartition: 'many' is not"),
+        # KafkaSourceProvider.validateGeneralOptions' refusals, in its words
+        ({"subscribe": None}, False, "One of the following options must be specified for"),
+        ({"subscribe": None}, True, "Kafka source: subscribe, subscribePattern, assign."),
+        ({"assign": '{"t":[0]}'}, False, "Only one of the following options can be specified"),
+        ({"subscribe": " , "}, False, "No topics to subscribe to as specified value for"),
+        ({"subscribe": None, "subscribePattern": ""}, True, "Pattern to subscribe is empty"),
+        ({"subscribe": None, "assign": "{}"}, False, "No topicpartitions to assign"),
+        ({"subscribe": None, "subscribePattern": "top{"}, False, "illegal repetition near"),
     ],
 )
 def test_read_option_errors_are_one_line(options, stream, message):
+    given = {k: v for k, v in {**READ, **options}.items() if v is not None}
     with pytest.raises(ConfigError) as info:
-        parse_options({**ROOT, **options}, stream=stream)
+        parse_options(given, stream=stream)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_subscribe_drops_empty_names_as_sparks():
+    assert parse_options({**ROOT, "subscribe": "t1,, t2 ,"}).topics == ("t1", "t2")
 
 
 def test_sinks_take_a_kafka_sink_map(caplog):

@@ -227,12 +227,14 @@ def offset_bound(
     strict: bool = False,
     fail_on_data_loss: bool = True,
     option: str = "offset",
+    within_log: bool = True,
 ) -> int:
     """One end of a read of ``tp``'s log, as Spark's Kafka source resolves it: the first
     offset with a timestamp >= ``timestamp`` (offsetsForTimes; none: the log end, or
     with ``strict`` an error), else ``offset`` (-2 / -1: the log start / end; outside
-    the log: an error, or clamped to it without ``fail_on_data_loss``). ``option``
-    names the bound in errors (:class:`~seglake.errors.ConfigError`)."""
+    the log: an error, or clamped to it without ``fail_on_data_loss``; as given
+    without ``within_log``). ``option`` names the bound in errors
+    (:class:`~seglake.errors.ConfigError`)."""
     lso, leo = log.log_start_offset, log.log_end_offset
     if timestamp is not None:
         hit = log.offsets_for_times(timestamp)
@@ -249,6 +251,8 @@ def offset_bound(
         return lso
     if offset == LATEST_TIMESTAMP:
         return leo
+    if not within_log:
+        return offset
     if lso <= offset <= leo or not fail_on_data_loss:
         return min(max(offset, lso), leo)
     raise ConfigError(

@@ -89,7 +89,12 @@ _SPARK_REFUSES = "refused, as Spark's Kafka connector refuses it"
 KAFKA_OPTIONS: tuple[KafkaOption, ...] = (
     _source("assign", WORKS, 'JSON `{"topicA":[0,1]}`: these partitions only'),
     _source("subscribe", WORKS, "comma-separated topics"),
-    _source("subscribePattern", WORKS, "a regular expression a whole topic name matches"),
+    _source(
+        "subscribePattern",
+        WORKS,
+        "a Java regular expression found anywhere in a topic name (`topic` reads `my-topic`); "
+        "internal topics are left out",
+    ),
     _everywhere(
         "kafka.bootstrap.servers", IGNORED, "there is no broker: the lake is the load/save path"
     ),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from seglake.location import LakeLocation, Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
 from seglake.spark.kafka_options import BATCH_SOURCE, STREAM_SOURCE, check_options
+from seglake.spark.topic_pattern import TopicPattern
 from seglake.storage.log import EARLIEST_TIMESTAMP as EARLIEST
 from seglake.storage.log import LATEST_TIMESTAMP as LATEST
 from seglake.storage.log import PartitionLog
@@ -46,8 +46,10 @@ Range = tuple[int, int]  # [lo, hi)
 ALL: Range = (NO_TS_LO, NO_TS_HI)  # unbounded (extract's "no timestamp filter" too)
 
 OPTIONS: dict[str, str] = {
-    "subscribe": "comma-separated topics (default: every topic in the lake)",
-    "subscribePattern": "regular expression a whole topic name matches",
+    "subscribe": "comma-separated topics (one of subscribe, subscribePattern, assign "
+    "is required, as in Kafka's source)",
+    "subscribePattern": "a Java regular expression found in a topic name (`topic` reads "
+    "`topic1` and `my-topic`; `^topic$` only `topic`); never an internal topic",
     "assign": 'JSON `{"topic":[0,1]}`: these partitions only',
     "startingOffsets": '`earliest` (default) or JSON `{"topic":{"0":23}}`, -2 = earliest',
     "endingOffsets": '`latest` (default) or JSON `{"topic":{"0":42}}`, -1 = latest',
@@ -74,7 +76,8 @@ OPTIONS: dict[str, str] = {
     "`timestampAsOf` picks it: the last commit at or before it",
 }
 STREAM_OPTIONS: dict[str, str] = {
-    "maxOffsetsPerTrigger": "most offsets per micro-batch over all partitions (split by lag)",
+    "maxOffsetsPerTrigger": "about this many offsets per micro-batch, each partition's share "
+    "by its lag, floored (Kafka's rateLimit)",
     "minOffsetsPerTrigger": "fewest new offsets that start a micro-batch (until maxTriggerDelay)",
     "maxTriggerDelay": "longest wait for minOffsetsPerTrigger (Spark's time string, default "
     "15m; 500ms, 30s, 5m, 1h, 1d)",
@@ -169,8 +172,9 @@ def _partition(name: str, topic: str, p: Any) -> int:
 class Bound:
     """One end of the read: Kafka's ``starting*`` or ``ending*`` options.
 
-    Precedence as in Kafka: ``<side>Timestamp``, then ``<side>OffsetsByTimestamp``, then
-    ``<side>Offsets`` (partitions a JSON option does not name take the next one's value).
+    Precedence as in Kafka (KafkaSourceProvider.getKafkaOffsetRangeLimit): the first
+    given of ``<side>Timestamp``, ``<side>OffsetsByTimestamp``, ``<side>Offsets``; a JSON
+    one must name every partition the read is assigned (:meth:`named`).
     """
 
     side: str  # "starting" or "ending"
@@ -227,29 +231,45 @@ class Bound:
             strict=start and strategy == "error",
         )
 
-    def named(self) -> dict[TopicPartition, str]:
-        """Partitions a JSON option names, with the option's name."""
-        return {
-            **{tp: f"{self.side}Offsets" for tp in self.offsets},
-            **{tp: f"{self.side}OffsetsByTimestamp" for tp in self.by_timestamp},
-        }
+    def named(self) -> tuple[str, frozenset[TopicPartition]] | None:
+        """The JSON option in force (Kafka uses one: ``<side>Timestamp``, else
+        ``<side>OffsetsByTimestamp``, else ``<side>Offsets``) and the partitions it
+        names; None when no JSON option is."""
+        if self.timestamp is not None:
+            return None
+        if self.by_timestamp:
+            return f"{self.side}OffsetsByTimestamp", frozenset(self.by_timestamp)
+        if self.offsets:
+            return f"{self.side}Offsets", frozenset(self.offsets)
+        return None
 
     def option(self, tp: TopicPartition) -> str:
         """The option that decides ``tp``'s offset."""
         if self.timestamp is not None:
             return f"{self.side}Timestamp"
-        return self.named().get(tp, f"{self.side}Offsets")
+        named = self.named()
+        return named[0] if named is not None else f"{self.side}Offsets"
 
-    def resolve(self, tp: TopicPartition, log: PartitionLog, *, fail_on_data_loss: bool) -> int:
-        """``tp``'s offset for this end of the read (:func:`seglake.lake.scan.offset_bound`)."""
+    def resolve(
+        self,
+        tp: TopicPartition,
+        log: PartitionLog,
+        *,
+        fail_on_data_loss: bool,
+        within_log: bool = True,
+    ) -> int:
+        """``tp``'s offset for this end of the read (:func:`seglake.lake.scan.offset_bound`;
+        ``within_log=False``: as Kafka resolves it, before any check against the log)."""
+        by_ts = self.by_timestamp.get(tp) if self.by_timestamp else None
         return offset_bound(
             log,
             tp,
-            offset=self.offsets.get(tp, self.default),
-            timestamp=self.timestamp if self.timestamp is not None else self.by_timestamp.get(tp),
+            offset=self.default if self.by_timestamp else self.offsets.get(tp, self.default),
+            timestamp=self.timestamp if self.timestamp is not None else by_ts,
             strict=self.strict,
             fail_on_data_loss=fail_on_data_loss,
             option=self.option(tp),
+            within_log=within_log,
         )
 
 
@@ -259,7 +279,7 @@ class ReadOptions:
 
     root: Root  # a LakeLocation from parse_options: parsed once, pickled to the tasks
     topics: tuple[str, ...] | None
-    pattern: str | None
+    pattern: TopicPattern | None
     assign: Mapping[str, tuple[int, ...]] | None
     starting: Bound
     ending: Bound
@@ -290,26 +310,36 @@ class ReadOptions:
         return KAFKA_SOURCE_SCHEMA.remove(KAFKA_SOURCE_SCHEMA.get_field_index("headers"))
 
 
+_STRATEGIES = ("subscribe", "subscribePattern", "assign")
+
+
 def _topic_choice(
     options: Mapping[str, str],
-) -> tuple[tuple[str, ...] | None, str | None, dict[str, tuple[int, ...]] | None]:
-    given = [n for n in ("subscribe", "subscribePattern", "assign") if n in options]
-    if len(given) > 1:
+) -> tuple[tuple[str, ...] | None, TopicPattern | None, dict[str, tuple[int, ...]] | None]:
+    """Exactly one of Kafka's three ways to name what is read, as Spark's
+    KafkaSourceProvider.validateGeneralOptions checks them (its messages)."""
+    given = [n for n in _STRATEGIES if n in options]
+    if len(given) != 1:
+        how = "Only one" if given else "One"
         raise ConfigError(
-            f"{' and '.join(given)}: give only one of subscribe, "
-            "subscribePattern, assign (as in Kafka's source)"
+            f"{how} of the following options {'can' if given else 'must'} be specified for "
+            f"Kafka source: {', '.join(_STRATEGIES)}. See the docs for more details."
+            + (f" (given: {', '.join(given)})" if given else "")
         )
     topics = pattern = assign = None
-    try:
-        if "subscribe" in options:
-            topics = tuple(
-                dict.fromkeys(validate_topic(t.strip()) for t in options["subscribe"].split(","))
+    if "subscribe" in options:  # Spark: split(","), trimmed, empty names dropped
+        raw = options["subscribe"]
+        names = [t.strip() for t in raw.split(",") if t.strip()]
+        if not names:
+            raise ConfigError(
+                f"No topics to subscribe to as specified value for option 'subscribe' is {raw!r}"
             )
-        if "subscribePattern" in options:
-            pattern = options["subscribePattern"]
-            re.compile(pattern)
-    except (SeglakeError, re.error) as exc:
-        raise ConfigError(f"{given[0]}: {exc}") from None
+        try:
+            topics = tuple(dict.fromkeys(validate_topic(t) for t in names))
+        except SeglakeError as exc:
+            raise ConfigError(f"subscribe: {exc}") from None
+    if "subscribePattern" in options:
+        pattern = TopicPattern(options["subscribePattern"].strip())
     if "assign" in options:
         example = '{"topic":[0,1]}'
         assign = {}
@@ -320,6 +350,11 @@ def _topic_choice(
                 )
             topic = _topic("assign", t)
             assign[topic] = tuple(_partition("assign", topic, p) for p in ps)
+        if not any(assign.values()):
+            raise ConfigError(
+                "No topicpartitions to assign as specified value for option 'assign' is "
+                f"{options['assign']!r}"
+            )
     return topics, pattern, assign
 
 

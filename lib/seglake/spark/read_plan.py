@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +35,7 @@ from seglake.spark.read_options import (
     TopicPartition,
 )
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.naming import internal_topic
 
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
 
@@ -167,8 +167,10 @@ def subscribed(
     )
     version, parts = snap.version, set(snap.rows)
     present = {t for t, _ in parts}
+    # Kafka's source reads no internal topic, whatever names it (retrieveAllPartitions)
+    parts = {tp for tp in parts if not internal_topic(tp[0])}
     if opts.pattern is not None:
-        parts = {tp for tp in parts if re.fullmatch(opts.pattern, tp[0])}
+        parts = {tp for tp in parts if opts.pattern.matches(tp[0])}
     if opts.assign is not None:
         want = {(t, p) for t, ps in opts.assign.items() for p in ps}
         missing = sorted(want - parts)
@@ -188,12 +190,15 @@ def subscribed(
             f"{', '.join(sorted(set(known))) or 'none'}"
         )
     for bound in (opts.starting, opts.ending):
-        for tp, name in bound.named().items():
-            if strict and tp not in parts:
-                raise ConfigError(
-                    f"{name}: {tp[0]}-{tp[1]} is not a partition this read "
-                    f"covers ({_names(sorted(parts)) or 'none'})"
-                )
+        named = bound.named()
+        if strict and named is not None and named[1] != parts:  # validateTopicPartitions
+            name, given = named
+            raise ConfigError(
+                f"{name}: the partitions it names must be the ones the read is assigned, "
+                "as in Kafka's source (Partitions specified for Kafka offsets don't match "
+                "what are assigned; use -1 for latest, -2 for earliest). Specified: "
+                f"{_names(sorted(given))}; assigned: {_names(sorted(parts)) or 'none'}"
+            )
     return snap.select(parts)
 
 
@@ -227,16 +232,23 @@ def plan_read(
     snap = snap.select(tp for tp in snap.partitions if pushed.admits(tp))
     ranges: dict[TopicPartition, Range] = {}
     for tp in snap.partitions:
-        start, end = (
-            b.resolve(tp, snap.log(tp), fail_on_data_loss=opts.fail_on_data_loss)
+        log, loss = snap.log(tp), opts.fail_on_data_loss
+        # Kafka compares the resolved offsets before a reader meets the log (its
+        # KafkaSourceRDD.resolveRange): a start past the end is an error even with
+        # failOnDataLoss=false, which only lets the reader skip what is missing
+        first, last = (
+            b.resolve(tp, log, fail_on_data_loss=loss, within_log=False)
             for b in (opts.starting, opts.ending)
         )
-        if start > end:
+        if first > last:
             raise ConfigError(
-                f"{opts.starting.option(tp)} / {opts.ending.option(tp)}: "
-                f"{tp[0]}-{tp[1]} would start at offset {start}, after its "
-                f"ending offset {end}"
+                f"{opts.starting.option(tp)} / {opts.ending.option(tp)}: the resolved "
+                f"start offset {first} is greater than the resolved end offset {last} "
+                f"for topic {tp[0]} partition {tp[1]} (as in Kafka's source)"
             )
+        start, end = (
+            b.resolve(tp, log, fail_on_data_loss=loss) for b in (opts.starting, opts.ending)
+        )
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: the scan prunes and seeks (a time filter)
             ranges[tp] = (lo, hi)

@@ -38,6 +38,12 @@ STAGING_DIR = "_staging"  # <root>/_staging/<run>/<path>: a run's files before t
 RETIRED_DIR = "_retired"  # <root>/_retired/<run>/<path>: a run's files after a later run
 # (compaction, segment merging) replaced them under the same name; kept for pinned readers
 
+# Kafka's internal topics (org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS, 4.1):
+# a broker marks them isInternal; Admin.listTopics leaves them out, and Spark's Kafka
+# source reads none of them (ConsumerStrategy.retrieveAllPartitions: filterNot isInternal)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log: no broker lists it
+
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
@@ -80,6 +86,12 @@ def run_dir(root: str, kind: str, run_id: str) -> str:
     if kind not in (STAGING_DIR, RETIRED_DIR):
         raise ValueError(f"unknown run directory {kind!r}")
     return f"{root.rstrip('/')}/{kind}/{validate_run_id(run_id)}"
+
+
+def internal_topic(topic: str) -> bool:
+    """Whether a Kafka client never sees ``topic`` as a topic to read: one of Kafka's
+    :data:`INTERNAL_TOPICS` or KRaft's metadata log (a lake may hold copies of both)."""
+    return topic in INTERNAL_TOPICS or topic == CLUSTER_METADATA_TOPIC
 
 
 def validate_partition(partition: object) -> int:
