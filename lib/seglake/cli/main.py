@@ -185,6 +185,12 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
         help="Kafka's recovery rule for damaged copies: delete everything after a damaged "
         "batch (default: cut out only the damaged batch, keep the rest and report the gap)",
     )
+    rg.add_argument(
+        "--include-internal",
+        action="store_true",
+        help="also copy Kafka's internal topics (__consumer_offsets, __transaction_state, "
+        "__share_group_state) and the metadata log __cluster_metadata (default: left out)",
+    )
 
 
 def _add_retention(sub: argparse._SubParsersAction) -> None:
@@ -270,6 +276,7 @@ def run(argv: list[str] | None = None) -> int:
                 topics=args.topics,
                 run_id=args.run_id,
                 kafka_truncate=args.kafka_truncate,
+                include_internal=args.include_internal,
             )
         )
         return 0

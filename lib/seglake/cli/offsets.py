@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable
 
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.location import LakeLocation, Root
+from seglake.storage.naming import INTERNAL_TOPICS
 
 __all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
 
 # GetOffsetShell's TOPIC_PARTITION_PATTERN: topic regex, then a partition, a range or none
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 Filter = Callable[[str, int], bool]
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -13,12 +13,25 @@ elsewhere cannot be referenced in place. (``register(root=broker_dir, broker_dir
 registers in place, creating ``_catalog`` inside the broker directory; a broker does
 not expect that directory there, so do it on a copy the broker no longer runs on.)
 
+Topics and their configs: a KRaft broker's topic overrides (``retention.ms``,
+``cleanup.policy``, ``message.timestamp.type``... as ``kafka-configs --describe`` shows
+them) are read from its metadata log (``lake/broker_configs.py``) and stored as the lake's
+topic configs (``lake/topic_store.py``), one more commit after the rows' (run id
+``<run>-configs``; a rerun makes whichever is missing). A topic-level setting seglake does
+not know, or a value it refuses, is not kept and is named in the report. A topic whose
+directories hold no records (a new or emptied topic) is registered as an empty topic: the
+lake has it (``seglake config``, reads find no partition) with its configs.
+
+Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
+``__share_group_state``) and the metadata log (``__cluster_metadata``) are copied only
+with ``include_internal``: they are the broker's state, not a user's records.
+
 Skipped, each directory named with the reason in the report: directories that are not
-``<topic>-<n>`` (``-delete`` / ``-future`` / ``-stray`` directories), or hold no segment
-or only empty ones; files (``meta.properties``), ``.snapshot`` and checkpoint files,
-empty segments (a broker's empty active segment), and pending
-``.deleted``/``.cleaned``/``.swap`` files. A run that finds nothing to register is an
-error and writes nothing (no empty lake); a failed run leaves no staged copies.
+``<topic>-<n>`` (``-delete`` / ``-future`` / ``-stray`` directories), internal topics;
+files (``meta.properties``), ``.snapshot`` and checkpoint files, empty segments (a
+broker's empty active segment), and pending ``.deleted``/``.cleaned``/``.swap`` files. A
+run that finds no topic to register is an error and writes nothing (no empty lake); a
+failed run leaves no staged copies.
 """
 
 from __future__ import annotations
@@ -32,12 +45,16 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
+from seglake.lake.broker_configs import broker_topic_configs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.topic_store import adopt_configs
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
+    INTERNAL_TOPICS,
     LOG_SUFFIX,
+    METADATA_TOPIC,
     SEGMENT_SUFFIXES,
     parse_partition_dir,
     parse_segment_file_name,
@@ -57,6 +74,9 @@ class RegisterReport:
     skipped: dict[str, str]  # directory name -> why it was not registered
     rows: int
     commit: CommitResult | None
+    topics: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # configs kept
+    empty: list[str] = dataclasses.field(default_factory=list)  # topics without records
+    not_kept: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # name: why
 
     def __str__(self) -> str:
         state = (
@@ -69,6 +89,17 @@ class RegisterReport:
             f"from {self.source} into {self.root} (run {self.run_id}, {state})"
         ]
         lines += [f"  {p}" for p in self.partitions.values() if p.changed]
+        lines += [f"  empty topic {t} (no records)" for t in self.empty]
+        lines += [
+            f"  topic {t}: {len(own)} config override(s) kept"
+            for t, own in sorted(self.topics.items())
+            if own
+        ]
+        lines += [
+            f"  topic {t}: config {name} not kept: {why}"
+            for t, own in sorted(self.not_kept.items())
+            for name, why in sorted(own.items())
+        ]
         lines += [f"  skipped {name}: {why}" for name, why in sorted(self.skipped.items())]
         return "\n".join(lines)
 
@@ -82,6 +113,7 @@ def register(
     run_id: str | None = None,
     interval: int = DEFAULT_INTERVAL,
     kafka_truncate: bool = False,
+    include_internal: bool = False,
 ) -> RegisterReport:
     """Register the partitions of a broker data directory in the lake at ``root``.
 
@@ -97,6 +129,7 @@ def register(
             rest of the partition: a broker refills it from a replica). By default the
             lake's rule: only the damaged batch is cut out, later segments are kept and the
             gap is reported (a lake has no replica).
+        include_internal: also copy Kafka's internal topics and the metadata log.
 
     Raises:
         ConfigError: ``copy=False`` for a directory that is not the lake root.
@@ -111,15 +144,20 @@ def register(
     _check_dirs(broker_data_dir, sfs, src, root, fs, base, in_place)
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
-    if catalog.run_committed(run_id):
-        return RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
+    skipped: dict[str, str] = {}
+    if catalog.run_committed(run_id):  # the configs' commit may be the one missing
+        dirs = _partition_dirs(sfs, src, wanted, skipped, include_internal)
+        present = {topic for _, topic, _ in dirs}
+        report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
+        return _with_configs(report, catalog, sfs, src, present, set())
     staging = lakefs.join(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
-    skipped: dict[str, str] = {}
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict] = []
+    names: set[str] = set()
     try:
-        for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped):
+        for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped, include_internal):
+            names.add(topic)
             name = entry.base_name
             if in_place:
                 work = entry.path
@@ -142,8 +180,9 @@ def register(
             if not found:
                 skipped[name] = _why_empty(rep)
             rows += found
-        if not rows:  # a commit would create an empty lake, or an empty catalog version
-            raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, topics, skipped))
+        if not names:  # a commit would create an empty lake, or an empty catalog version
+            asked = None if wanted is None else sorted(wanted)
+            raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, asked, skipped))
         table = rows_table(rows)
         result = catalog.commit(table, run_id, contiguous=False)
     except BaseException:
@@ -152,7 +191,31 @@ def register(
         raise
     if not in_place:
         publish_pending(root, run_id, table)
-    return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+    report = RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+    with_rows = {r["topic"] for r in rows}
+    return _with_configs(report, catalog, sfs, src, names, names - with_rows)
+
+
+def _with_configs(
+    report: RegisterReport,
+    catalog: Catalog,
+    sfs: pafs.FileSystem,
+    src: str,
+    topics: set[str],
+    empty: set[str],
+) -> RegisterReport:
+    """The registered ``topics`` with the broker's configs (its metadata log's; none
+    without one): one commit, run id ``<run>-configs``, a no-op once made."""
+    broker = broker_topic_configs(sfs, src) or {}
+    configs = {t: broker.get(t, {}) for t in sorted(topics)}
+    if configs:
+        _, report.not_kept = adopt_configs(catalog, configs, run_id=f"{report.run_id}-configs")
+    report.topics = {
+        t: {k: v for k, v in own.items() if k not in report.not_kept.get(t, {})}
+        for t, own in configs.items()
+    }
+    report.empty = sorted(empty)
+    return report
 
 
 def _check_dirs(
@@ -179,12 +242,27 @@ def _check_dirs(
 
 
 def _partition_dirs(
-    sfs: pafs.FileSystem, src: str, wanted: set[str] | None, skipped: dict[str, str]
-) -> Iterator[tuple[pafs.FileInfo, str, int]]:
+    sfs: pafs.FileSystem,
+    src: str,
+    wanted: set[str] | None,
+    skipped: dict[str, str],
+    include_internal: bool,
+) -> list[tuple[pafs.FileInfo, str, int]]:
     """The partition directories of a broker data directory ``src`` (of the ``wanted``
-    topics, default all): ``(entry, topic, partition)``; other directories noted in
-    ``skipped`` with the reason (a lake's, a hidden one, not ``<topic>-<partition>``)."""
-    for entry in sfs.get_file_info(pafs.FileSelector(src)):
+    topics, default all but internal ones): ``(entry, topic, partition)``; other
+    directories noted in ``skipped`` with the reason (a lake's, a hidden one, not
+    ``<topic>-<partition>``, an internal topic's)."""
+    return list(_dirs(sfs, src, wanted, skipped, include_internal))
+
+
+def _dirs(
+    sfs: pafs.FileSystem,
+    src: str,
+    wanted: set[str] | None,
+    skipped: dict[str, str],
+    include_internal: bool,
+) -> Iterator[tuple[pafs.FileInfo, str, int]]:
+    for entry in sorted(sfs.get_file_info(pafs.FileSelector(src)), key=lambda e: e.base_name):
         name = entry.base_name
         if entry.type != pafs.FileType.Directory:
             continue
@@ -197,6 +275,10 @@ def _partition_dirs(
             skipped[name] = str(exc)
             continue
         if wanted is not None and topic not in wanted:
+            continue
+        internal = topic in INTERNAL_TOPICS or topic == METADATA_TOPIC
+        if internal and not include_internal and (wanted is None or topic not in wanted):
+            skipped[name] = "Kafka's internal topic (include_internal / --include-internal)"
             continue
         yield entry, topic, part
 
@@ -249,9 +331,9 @@ def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: st
 def _nothing_to_register(
     broker_data_dir: str, topics: Iterable[str] | None, skipped: dict[str, str]
 ) -> str:
-    """Why a register run found no segment to catalog (it commits nothing then)."""
+    """Why a register run found no topic to register (it commits nothing then)."""
     what = f" of topics {sorted(topics)}" if topics is not None else ""
     why = "; ".join(f"{n}: {r}" for n, r in sorted(skipped.items())) or (
         "no <topic>-<partition> directory"
     )
-    return f"{broker_data_dir}: no segment with records to register{what} ({why}); no lake written"
+    return f"{broker_data_dir}: no topic to register{what} ({why}); no lake written"

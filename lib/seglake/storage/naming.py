@@ -28,6 +28,9 @@ BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 _CHECKPOINT_RE = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
+# Kafka's internal topics (``Topic.isInternal``) and KRaft's metadata log's directory name
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_LENGTH = 249
 NAME_MAX = 255  # longest file or directory name (ext4, xfs, APFS, NTFS)
 STAGING_DIR = "_staging"  # <root>/_staging/<run>/<path>: a run's files before they are published
