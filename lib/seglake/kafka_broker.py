@@ -11,7 +11,9 @@ request lists the broker, and stops it by its PID: SIGTERM, a wait for the clean
 on the same directory keeps the data (a static controller quorum: the ports may change).
 
 No pyspark and no Kafka client here: readiness is one hand-made Metadata v4 request.
-``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C.
+``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C or SIGTERM (either stops
+the broker cleanly first: it runs in a session of its own, so a signal to the Python
+process alone would leave the JVM running).
 """
 
 from __future__ import annotations
@@ -330,21 +332,25 @@ class KafkaBroker:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C (``make kafka``)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
-        return 2
-    broker = KafkaBroker(args[0] if args else "kafka-data")
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_until_stopped(broker: KafkaBroker, what: str = "Kafka broker") -> int:
+    """Start ``broker``, print where it is, run until Ctrl-C, SIGTERM or SIGHUP, then stop
+    it cleanly (0; 1 when the shutdown was not clean; 2 when it could not start or exited
+    on its own). The signals are handled from before the start: the JVM runs in a session
+    of its own and would outlive this process."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     try:
-        broker.start()
-    except BrokerError as e:
-        print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
-        return 2
-    try:  # Ctrl-C from here on stops the broker, even while the lines are printed
-        print(f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
+        try:
+            broker.start()
+        except BrokerError as e:
+            print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
+            print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
+            return 2
+        print(f"{what} up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
         print(f"log: {broker.server_log}; Ctrl-C stops it")
         sys.stdout.flush()
         while broker.proc is not None and broker.proc.poll() is None:
@@ -356,6 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         clean = broker.stop()
         print(f"stopped ({'clean shutdown' if clean else 'NOT a clean shutdown'})")
         return 0 if clean else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C or SIGTERM
+    (``make kafka``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
+        return 2
+    return run_until_stopped(KafkaBroker(args[0] if args else "kafka-data"))
 
 
 if __name__ == "__main__":
