@@ -199,7 +199,7 @@ class UnpushedReader(SeglakeReader):
     session may use whose ``spark.sql.python.filterPushdown.enabled`` is off (Spark
     refuses a reader that implements ``pushFilters`` then)."""
 
-    pushFilters = DataSourceReader.pushFilters
+    pushFilters = DataSourceReader.pushFilters  # type: ignore[assignment]
 
 
 class DiscoveredDataSource(SeglakeDataSource):
