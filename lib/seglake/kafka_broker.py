@@ -289,6 +289,24 @@ class KafkaBroker:
         proc.wait(timeout=30)
         return self.cleanly_closed()
 
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+        """Create a topic on the running broker with Kafka's own ``kafka-topics --create``
+        (``TopicCommand``, one JVM; no Kafka client here)."""
+        args = ["--bootstrap-server", self.bootstrap, "--create", "--topic", name]
+        args += ["--partitions", str(partitions), "--replication-factor", "1"]
+        for key, value in sorted(config.items()):
+            args += ["--config", f"{key}={value}"]
+        done = subprocess.run(
+            self._java("org.apache.kafka.tools.TopicCommand", *args),
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            lines = (done.stderr + done.stdout).strip().splitlines()
+            why = [ln for ln in lines if "Error" in ln or "Exception" in ln] or lines or ["?"]
+            raise BrokerError(f"kafka-topics --create {name} failed: {why[0]}")
+
     def cleanly_closed(self) -> bool:
         """Whether the log directory holds Kafka's clean-shutdown marker (it is removed at
         start and written as the last step of a clean shutdown)."""
@@ -359,6 +377,8 @@ def run_until_stopped(broker: KafkaBroker, what: str = "Kafka broker") -> int:
         print(broker.log_tail(), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a second one (kill, timeout's
+            signal.signal(sig, signal.SIG_IGN)  # signal to its group) lets the stop end
         clean = broker.stop()
         print(f"stopped ({'clean shutdown' if clean else 'NOT a clean shutdown'})")
         return 0 if clean else 1

@@ -43,9 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_register(sub)
     _add_retention(sub)
 
-    from seglake.cli import configs
+    from seglake.cli import configs, serve
 
     configs.add_parser(sub)
+    serve.add_parser(sub)
     return p
 
 
@@ -191,6 +192,12 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
         help="also copy Kafka's internal topics (__consumer_offsets, __transaction_state, "
         "__share_group_state) and the metadata log __cluster_metadata (default: left out)",
     )
+    rg.add_argument(
+        "--metadata-dir",
+        default=None,
+        help="the broker's metadata.log.dir, where topic configs are read from "
+        "(default: BROKER_DATA_DIR)",
+    )
 
 
 def _add_retention(sub: argparse._SubParsersAction) -> None:
@@ -277,6 +284,7 @@ def run(argv: list[str] | None = None) -> int:
                 run_id=args.run_id,
                 kafka_truncate=args.kafka_truncate,
                 include_internal=args.include_internal,
+                metadata_dir=args.metadata_dir,
             )
         )
         return 0
@@ -298,6 +306,10 @@ def run(argv: list[str] | None = None) -> int:
         from seglake.cli import configs
 
         return configs.run(args)
+    if args.command == "serve":
+        from seglake.cli import serve
+
+        return serve.run(args)
     raise AssertionError(args.command)  # argparse only allows the commands above
 
 

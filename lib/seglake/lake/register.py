@@ -77,6 +77,7 @@ class RegisterReport:
     topics: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # configs kept
     empty: list[str] = dataclasses.field(default_factory=list)  # topics without records
     not_kept: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # name: why
+    metadata_log: bool = True  # topic configs read from a __cluster_metadata-0 found
 
     def __str__(self) -> str:
         state = (
@@ -89,6 +90,11 @@ class RegisterReport:
             f"from {self.source} into {self.root} (run {self.run_id}, {state})"
         ]
         lines += [f"  {p}" for p in self.partitions.values() if p.changed]
+        if not self.metadata_log:
+            lines.append(
+                "  no topic configs read: no __cluster_metadata-0 there (a ZooKeeper broker, "
+                "or metadata.log.dir elsewhere: give it with --metadata-dir)"
+            )
         lines += [f"  empty topic {t} (no records)" for t in self.empty]
         lines += [
             f"  topic {t}: {len(own)} config override(s) kept"
@@ -114,6 +120,7 @@ def register(
     interval: int = DEFAULT_INTERVAL,
     kafka_truncate: bool = False,
     include_internal: bool = False,
+    metadata_dir: str | None = None,
 ) -> RegisterReport:
     """Register the partitions of a broker data directory in the lake at ``root``.
 
@@ -130,6 +137,8 @@ def register(
             lake's rule: only the damaged batch is cut out, later segments are kept and the
             gap is reported (a lake has no replica).
         include_internal: also copy Kafka's internal topics and the metadata log.
+        metadata_dir: the broker's ``metadata.log.dir`` when it is not
+            ``broker_data_dir`` (where the topic configs are read from).
 
     Raises:
         ConfigError: ``copy=False`` for a directory that is not the lake root.
@@ -145,11 +154,12 @@ def register(
     run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
     catalog = Catalog(root)
     skipped: dict[str, str] = {}
+    meta = (sfs, src) if metadata_dir is None else lakefs.resolve(metadata_dir)
     if catalog.run_committed(run_id):  # the configs' commit may be the one missing
         dirs = _partition_dirs(sfs, src, wanted, skipped, include_internal)
         present = {topic for _, topic, _ in dirs}
         report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
-        return _with_configs(report, catalog, sfs, src, present, set())
+        return _with_configs(report, catalog, meta, present, set())
     staging = lakefs.join(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     reports: dict[str, PartitionRecovery] = {}
@@ -193,20 +203,21 @@ def register(
         publish_pending(root, run_id, table)
     report = RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
     with_rows = {r["topic"] for r in rows}
-    return _with_configs(report, catalog, sfs, src, names, names - with_rows)
+    return _with_configs(report, catalog, meta, names, names - with_rows)
 
 
 def _with_configs(
     report: RegisterReport,
     catalog: Catalog,
-    sfs: pafs.FileSystem,
-    src: str,
+    meta: tuple[pafs.FileSystem, str],
     topics: set[str],
     empty: set[str],
 ) -> RegisterReport:
     """The registered ``topics`` with the broker's configs (its metadata log's; none
     without one): one commit, run id ``<run>-configs``, a no-op once made."""
-    broker = broker_topic_configs(sfs, src) or {}
+    broker = broker_topic_configs(*meta)
+    report.metadata_log = broker is not None
+    broker = broker or {}
     configs = {t: broker.get(t, {}) for t in sorted(topics)}
     if configs:
         _, report.not_kept = adopt_configs(catalog, configs, run_id=f"{report.run_id}-configs")
