@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pyarrow.fs as pafs
 
@@ -263,16 +263,7 @@ def _partition_dirs(
     topics, default all but internal ones): ``(entry, topic, partition)``; other
     directories noted in ``skipped`` with the reason (a lake's, a hidden one, not
     ``<topic>-<partition>``, an internal topic's)."""
-    return list(_dirs(sfs, src, wanted, skipped, include_internal))
-
-
-def _dirs(
-    sfs: pafs.FileSystem,
-    src: str,
-    wanted: set[str] | None,
-    skipped: dict[str, str],
-    include_internal: bool,
-) -> Iterator[tuple[pafs.FileInfo, str, int]]:
+    found = []
     for entry in sorted(sfs.get_file_info(pafs.FileSelector(src)), key=lambda e: e.base_name):
         name = entry.base_name
         if entry.type != pafs.FileType.Directory:
@@ -291,7 +282,8 @@ def _dirs(
         if internal and not include_internal and (wanted is None or topic not in wanted):
             skipped[name] = "Kafka's internal topic (include_internal / --include-internal)"
             continue
-        yield entry, topic, part
+        found.append((entry, topic, part))
+    return found
 
 
 def _partition_rows(topic: str, part: int, name: str, rep: PartitionRecovery) -> list[dict]:
