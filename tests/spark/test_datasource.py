@@ -131,7 +131,7 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
         if not FIXTURES.exists():
             pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
         root = str(tmp_path / "lake")
-        register_broker(root, str(FIXTURES), run_id="fixtures")
+        register_broker(root, str(FIXTURES), run_id="fixtures", include_internal=True)
     opts = datasource.parse_options({"path": root})
     reader = datasource.SeglakeReader(opts, parallelism=2)
     reader.group_bytes = 1  # every split its own group
