@@ -85,7 +85,8 @@ def worker_python() -> str | None:
     within 10 s (Spark's ``PythonWorkerFactory``, not configurable): four streams started
     together on a loaded 2-core machine failed with ``Python worker failed to connect
     back`` (their imports took 2.5-8.5 s each from the zip, 1-2 s without). ``None`` when
-    pyspark is not pip's layout (a Spark distribution's ``SPARK_HOME``): nothing to cut."""
+    pyspark is not pip's layout (a Spark distribution's ``SPARK_HOME``): nothing to cut;
+    or no folder to write the script to (``~/.cache/seglake``, else the temp directory)."""
     import pyspark
 
     lib = Path(pyspark.__file__).resolve().parent / "python" / "lib"
@@ -94,16 +95,23 @@ def worker_python() -> str | None:
     text = _WORKER_SCRIPT.format(
         python=shlex.quote(sys.executable), lib=lib, lib_glob=shlex.quote(str(lib)) + "/*.zip"
     )
-    name = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"seglake-{os.getuid()}"
-    script = folder / f"python-{name}"
-    if not script.is_file():
-        folder.mkdir(mode=0o700, exist_ok=True)
-        tmp = folder / f".{script.name}.{os.getpid()}"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, script)  # sessions started at once: each its whole file
-    return str(script)
+    name = f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seglake"
+    # the user's cache (not cleaned under a long session as /tmp may be), else /tmp
+    for folder in (cache, Path(tempfile.gettempdir()) / f"seglake-{os.getuid()}"):
+        script = folder / name
+        if script.is_file():
+            return str(script)
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = folder / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, script)  # sessions started at once: each its whole file
+        except OSError:
+            continue
+        return str(script)
+    return None
 
 
 DEFAULTS = {
