@@ -69,8 +69,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py $(if $(QUICK),--quick)
 
+# make test runs the same fuzz targets briefly (300 examples a property, 30 a file kind)
 fuzz: $(STAMP)
-	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py
+	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py tests/unit/test_fuzz_files.py
 
 clean:
 	rm -rf $(VENV) $(JARS) .pytest_cache .hypothesis demo-lake

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from notebook import write_section
+from results import replace_section
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import normalize_rows
 from seglake.lake.table import app_id
@@ -182,7 +182,7 @@ def main() -> None:
     text = report(times, args.history, args.rows, os.getloadavg()[0])
     print(text)
     if not args.no_write:
-        write_section(text, SECTION)
+        replace_section(text)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.lake_check import lake_records
 
     import ingest as ingest_bench
+    from results import replace_section
     from seglake.lake.catalog import Catalog
     from seglake.lake.topic_store import alter_config
     from seglake.spark import compact
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(body)
     if not args.no_write:
-        ingest_bench.write_section(body, SECTION)
+        replace_section(f"{SECTION}\n\n{body}")
     return 0
 
 

@@ -27,16 +27,15 @@ import gc
 import importlib
 import os
 import platform
-import re
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from results import replace_section
 from seglake.record import native
 from seglake.record.batch import scan_batches
 from seglake.record.codecs import compress
@@ -48,9 +47,6 @@ with warnings.catch_warnings():
     from kafka.record.memory_records import MemoryRecords
 
 SECTION = "## encode / decode (bench/encode.py)"
-RESULTS = Path(
-    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
-)
 BATCH_SIZE = 16384
 CODECS = {"none": 0, "zstd": 4}
 
@@ -242,21 +238,14 @@ def markdown(rows: list[dict], env: str) -> str:
     return "\n".join(lines) + f"\n\n{env}\n" + "".join(f"\n{note}\n" for note in notes)
 
 
-def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace (or append) this bench's section of RESULTS.md, leaving the others."""
-    body = (
+def section(text: str) -> str:
+    """This bench's section of RESULTS.md: a line on the columns, then ``text``."""
+    return (
         f"{SECTION}\n\n`.venv/bin/python bench/encode.py`: MB/s and rec/s on wall time and "
         f"the uncompressed log size (MB/s per CPU s: on this process's CPU time, i.e. per "
         f"core); ratio = kafka-python time / seglake time, on wall and on "
         f"CPU time (steadier when the machine is shared).\n\n{text}"
     )
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: body + "\n", old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + body
-    path.write_text(new.rstrip("\n") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(rows, env)
     print(text)
     if not args.no_write:
-        write_section(text)
-        print(f"written to {RESULTS}")
+        print(f"written to {replace_section(section(text))}")
     return 0
 
 

@@ -32,20 +32,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+from results import replace_section
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 SECTION = "## extract (bench/extract.py)"
-RESULTS = Path(
-    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
-)
 TOPIC = "bench"
 PARTITIONS = 4
 CHUNK = 1_000_000
@@ -297,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         text = report(results, n_window, built, args.growth, args.window, args.repeat)
         print(text)
-        replace_section(section(args.window), text)
+        replace_section(text)  # text starts with section(args.window)
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -401,18 +398,6 @@ def report(
         )
         lines += ["", f"Flatness, time at x{growth} / time at x1 (target <= 1.2): {flat}."]
     return "\n".join(lines) + "\n"
-
-
-def replace_section(section: str, text: str) -> None:
-    """Replace ``section`` of bench/RESULTS.md with ``text`` (or append it)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    new = (
-        pattern.sub(text.replace("\\", "\\\\") + "\n", old)
-        if pattern.search(old)
-        else old.rstrip("\n") + "\n\n" + text
-    )
-    RESULTS.write_text(new)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import shutil
 import sys
 import tempfile
@@ -49,10 +48,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from results import replace_section
+
 SECTION = "## ingest (bench/ingest.py)"
-RESULTS = Path(
-    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
-)
 VALUE_BYTES = 100
 WARMUP_RECORDS = 20_000
 
@@ -317,18 +315,6 @@ def render(rows: list[dict], notes: list[str], repeat: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(body: str, title: str = SECTION) -> None:
-    """Replace (or add) the ``title`` section of bench/RESULTS.md with ``body``."""
-    text = RESULTS.read_text() if RESULTS.exists() else "# seglake benchmarks\n"
-    section = f"{title}\n\n{body}\n"
-    pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pat.search(text):
-        text = pat.sub(lambda _: section + "\n", text).rstrip("\n") + "\n"
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -433,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         body = render(rows, notes, args.repeat)
         print(body)
         if not args.no_write:
-            write_section(body)
+            replace_section(f"{SECTION}\n\n{body}")
     finally:
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)

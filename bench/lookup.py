@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
+from results import replace_section
 
 SECTION = "## lookup (bench/lookup.py)"
 REPEAT = int(os.environ.get("SEGLAKE_BENCH_REPEAT", "5"))
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [(n, {k: t for (m, k), (t, _) in got.items() if m == n}) for n in sizes]
         text = report(results, args.queries)
         print(text)
-        bx.replace_section(SECTION, text)
+        replace_section(text)
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)

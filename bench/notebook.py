@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -37,10 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from results import replace_section
+
 SECTION = "## notebook (bench/notebook.py)"
-RESULTS = Path(
-    os.environ.get("SEGLAKE_BENCH_RESULTS", Path(__file__).resolve().parent / "RESULTS.md")
-)
 TOPIC = "orders"
 
 
@@ -229,7 +227,6 @@ def report(r: dict) -> str:
         ("pandas, parquet copy in memory, boolean filter", "pd_memory"),
         ("pandas, read_parquet with filters per lookup", "pd_read_parquet"),
     ]
-    import os
 
     lines = [
         SECTION,
@@ -261,17 +258,6 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, section: str = SECTION) -> None:
-    """Replace (or append) ``section`` of RESULTS.md with ``text`` (which starts with it)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: text + "\n", old)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    RESULTS.write_text(new)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -286,7 +272,7 @@ def main() -> None:
     text = report(r)
     print(text)
     if not args.no_write:
-        write_section(text)
+        replace_section(text)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     ("extract", "extract", "--dir {dir}", None),  # 1% window, flatness: full runs only
     # issue 22 K1-K3: a local broker (skips without java or .jars/kafka); its broker
     # directory and lake are kept in bench/out/kafka
-    ("kafka", "kafka", "", "--quick"),
+    ("kafka", "broker_peers", "", "--quick"),
     (
         "catalog-commit",
         "catalog_commit",

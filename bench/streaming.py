@@ -45,9 +45,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import stream_floor
-from extract import replace_section
 from ingest import MemSampler, find_jvm
+from results import replace_section
 
 SECTION = "## streaming (bench/streaming.py)"
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -159,6 +158,7 @@ def floor_files(spark, lake: str, rows: Path) -> int:
     (planned as its first micro-batch is); returns that number of tasks."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+    import stream_floor  # bench/stream_floor.py, here: --help imports no pyspark
     from seglake.spark.stream_source import SeglakeStreamReader
 
     r = SeglakeStreamReader(
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write and args.cases == {"sink", "source"}:
-        replace_section(SECTION, text)
+        replace_section(text)
     return 0
 
 

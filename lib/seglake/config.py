@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
+    pattern: tuple[str, str] | None = None  # (regex a str value matches whole, its form)
 
     @property
     def name(self) -> str:
@@ -56,7 +58,7 @@ class Setting:
         """``raw`` (a string from a file, a flag or the lake) as this setting's type, in
         bounds; :class:`ConfigError` names ``key`` (the name given) and the value."""
         key = key or self.name
-        text = str(raw).strip()
+        text = printable(key, raw).strip()
         if self.kind is bool:
             if text.lower() not in ("true", "false"):
                 raise ConfigError(f"{key}={raw!r}: expected true or false")
@@ -70,6 +72,8 @@ class Setting:
         if self.kind is str:
             if self.choices and text not in self.choices:
                 raise ConfigError(f"{key}={raw!r}: expected one of {', '.join(self.choices)}")
+            if self.pattern and not re.fullmatch(self.pattern[0], text):
+                raise ConfigError(f"{key}={raw!r}: expected {self.pattern[1]}")
             return text
         try:
             value = self.kind(text.replace("_", ""))
@@ -83,6 +87,22 @@ class Setting:
         return value
 
 
+def printable(key: str, raw: Any) -> str:
+    """``raw`` as text, refused (:class:`ConfigError` naming ``key`` and the character)
+    if it holds a character that is not printable (control, format, line or paragraph
+    separators, other than spaces around it): no Kafka setting's value has one, and a
+    newline in a stored value would forge a line of ``seglake config``'s output."""
+    text = str(raw)
+    inner = text.strip()
+    if not inner.isprintable():
+        i = next(i for i, c in enumerate(inner) if not c.isprintable())
+        raise ConfigError(
+            f"{key}={raw!r}: character {inner[i]!r} at {i} is not printable "
+            "(no setting's value has control characters)"
+        )
+    return text
+
+
 def _s(
     broker: str | None,
     topic: str | None,
@@ -93,10 +113,11 @@ def _s(
     minimum: float | None = None,
     maximum: float | None = None,
     choices: tuple[str, ...] | None = None,
+    pattern: tuple[str, str] | None = None,
 ) -> Setting:
     if maximum is None and kind is int and minimum is not None:
         maximum = LONG_MAX
-    return Setting(broker, topic, attr, kind, default, doc, minimum, maximum, choices)
+    return Setting(broker, topic, attr, kind, default, doc, minimum, maximum, choices, pattern)
 
 
 def _kept(
@@ -107,14 +128,21 @@ def _kept(
     why: str,
     minimum: int | None = None,
     maximum: int | None = None,
+    pattern: tuple[str, str] | None = None,
 ) -> Setting:
     """A topic config seglake accepts, checks and keeps but has no use for (``why``)."""
-    return _s(broker, topic, None, kind, default, f"{NO_LAKE_MEANING} ({why})", minimum, maximum)
+    doc = f"{NO_LAKE_MEANING} ({why})"
+    return _s(broker, topic, None, kind, default, doc, minimum, maximum, pattern=pattern)
 
 
 WEEK_MS = 168 * 3600 * 1000
 NO_CLOCK = "a lake ingests history: no broker clock to compare"
 REMOTE = "the lake is the remote storage"
+# Kafka's ThrottledReplicaListValidator: '*' or [partitionId]:[brokerId],... (empty entries too)
+REPLICAS = (
+    r"\*|([0-9]+:[0-9]+)?( *, *([0-9]+:[0-9]+)?)*",
+    "the literal '*' or a list of replicas [partitionId]:[brokerId],...",
+)
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
     # Kafka's topic configs (LogConfig) with their broker-level synonyms
@@ -176,8 +204,10 @@ SETTINGS: tuple[Setting, ...] = (
     _kept("min.insync.replicas", "min.insync.replicas", int, 1, "no replicas", 1, INT32_MAX),
     _kept("unclean.leader.election.enable", "unclean.leader.election.enable", bool, False,
           "no leaders"),
-    _kept(None, "leader.replication.throttled.replicas", str, "", "no replication"),
-    _kept(None, "follower.replication.throttled.replicas", str, "", "no replication"),
+    _kept(None, "leader.replication.throttled.replicas", str, "", "no replication",
+          pattern=REPLICAS),
+    _kept(None, "follower.replication.throttled.replicas", str, "", "no replication",
+          pattern=REPLICAS),
     _kept(None, "remote.storage.enable", bool, False, REMOTE),
     _kept(None, "remote.log.copy.disable", bool, False, REMOTE),
     _kept(None, "remote.log.delete.on.disable", bool, False, REMOTE),

@@ -2,16 +2,20 @@
 
 SeglakeError
 ├── ConfigError            a setting has a wrong name or value
-├── InvalidTopicError      a topic name Kafka would refuse (also the path-traversal guard)
+├── InvalidNameError       a name that becomes a path (run id, query id, ...) outside the rule
+│   └── InvalidTopicError  a topic name Kafka would refuse (also the path-traversal guard)
+├── OutsideLakeError       a delete whose target is not strictly inside the lake: refused
 ├── InputSchemaError       input columns missing or of the wrong type
 ├── OffsetOrderError       offsets not strictly increasing, or below the log end offset
 ├── CorruptRecordError     bytes of a .log that do not decode
 │   ├── TruncatedBatchError  a batch (or header) runs past the end of the bytes read
 │   └── TruncatedSegmentError  a lake .log shorter than its catalog row: records lost
 ├── CorruptIndexError      an .index/.timeindex/.txnindex that fails its sanity check
+├── CorruptManifestError   a ``_retired/`` manifest of the wrong shape (nothing deleted)
 ├── SegmentNotFoundError   a path or segment that does not exist
 │   ├── VersionSupersededError  a pinned catalog version whose files were deleted since
 │   └── SegmentReplacedError    the file at a row's path is another (later) segment's
+├── NotRegularFileError    a fifo, device or socket where a file is read: refused unopened
 ├── FileSystemError        the file system refused a write (read-only, full, too large, access)
 │   └── NoSpaceError         no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
@@ -22,6 +26,15 @@ SeglakeError
 from __future__ import annotations
 
 
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable (newlines, other controls,
+    line separators) written as Python escapes it (``\\n``, ``\\x1b``): an error line, or
+    a name or value from a file printed in a line, stays one line and forges no other."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class SeglakeError(Exception):
     """Base class of every error seglake raises on purpose."""
 
@@ -30,8 +43,18 @@ class ConfigError(SeglakeError, ValueError):
     """A setting has an unknown name or an invalid value."""
 
 
-class InvalidTopicError(SeglakeError, ValueError):
+class InvalidNameError(SeglakeError, ValueError):
+    """A name that becomes a path (run id, streaming query id, stage, topic) outside
+    ``[a-zA-Z0-9._-]{1,249}`` or ``.``/``..`` (:func:`seglake.storage.naming.validate_name`)."""
+
+
+class InvalidTopicError(InvalidNameError):
     """A topic name outside ``[a-zA-Z0-9._-]{1,249}`` (or ``.``/``..``)."""
+
+
+class OutsideLakeError(SeglakeError):
+    """A delete refused: its target (symlinked directories followed) is not strictly
+    under the lake root, or is the catalog (:func:`seglake.fs.check_delete`)."""
 
 
 class InputSchemaError(SeglakeError, ValueError):
@@ -81,6 +104,12 @@ class CorruptIndexError(CorruptRecordError):
     """An index file that fails Kafka's sanity checks."""
 
 
+class CorruptManifestError(SeglakeError, ValueError):
+    """A ``_retired/`` manifest that is JSON of the wrong shape (not an object, a field
+    of the wrong type, a path that could leave the lake): the message names the file and
+    the field; ``cleanup`` and ``retention`` stop before changing anything."""
+
+
 class SegmentNotFoundError(SeglakeError, FileNotFoundError):
     """A lake, partition directory or segment file that does not exist."""
 
@@ -110,6 +139,11 @@ class SegmentReplacedError(SegmentNotFoundError):
     published another segment under the same name (compaction keeps a group's first
     name) and the row's own copy is gone. A notebook reader turns it into
     :class:`VersionSupersededError`."""
+
+
+class NotRegularFileError(SeglakeError):
+    """A path to read that is a fifo, a device or a socket, not a regular file: refused
+    before it is opened (a named pipe would block the read forever, a device never end)."""
 
 
 class FileSystemError(SeglakeError):

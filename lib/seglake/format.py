@@ -9,6 +9,7 @@ from __future__ import annotations
 INT32_MAX = 2**31 - 1  # Java's Integer.MAX_VALUE: batchLength, offset deltas, index positions
 LONG_MAX = 2**63 - 1  # Java's Long.MAX_VALUE: Kafka's offsets and timestamps are int64
 LONG_MIN = -(2**63)  # Java's Long.MIN_VALUE
+MAX_OFFSET = LONG_MAX - 1  # a record's highest offset: the log end offset after it fits int64
 NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP: a batch or index entry without a timestamp
 LOG_OVERHEAD = 12  # Records.LOG_OVERHEAD: baseOffset (8) + batchLength (4) before the length
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # log.index.interval.bytes: bytes between index entries
@@ -21,5 +22,6 @@ __all__ = [
     "LOG_OVERHEAD",
     "LONG_MAX",
     "LONG_MIN",
+    "MAX_OFFSET",
     "NO_TIMESTAMP",
 ]

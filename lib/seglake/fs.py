@@ -9,8 +9,14 @@ every other function takes that filesystem and a path made with :func:`join` or
 :func:`safe_join`.
 
 Paths read from the catalog are untrusted: :func:`safe_join` refuses anything that could
-leave the root. A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
-naming the path. :data:`IO_STATS` counts the bytes this process read, so tests can assert
+leave the root. Every delete goes through :func:`check_delete` (via :func:`delete_file`
+and :func:`delete_dir`, which take the lake root): the one home of "may this path be
+deleted". A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
+naming the path; a fifo, device or socket is refused before it is opened
+(:class:`~seglake.errors.NotRegularFileError`: :func:`check_regular`, which every
+opener here runs). A read never allocates more than the file holds from where it
+starts: a length from a catalog row or a header is cut to the file's size first.
+:data:`IO_STATS` counts the bytes this process read, so tests can assert
 that a lookup reads an index interval and one batch, not a whole segment.
 """
 
@@ -20,11 +26,13 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -32,6 +40,8 @@ from seglake.errors import (
     FileSystemError,
     InvalidTopicError,
     NoSpaceError,
+    NotRegularFileError,
+    OutsideLakeError,
     SegmentNotFoundError,
 )
 from seglake.io_stats import IO_STATS, IOStats
@@ -39,7 +49,11 @@ from seglake.location import LakeLocation, Root
 
 __all__ = [
     "IO_STATS",
+    "WINDOW_BYTES",
     "IOStats",
+    "all_zeros",
+    "check_delete",
+    "check_regular",
     "delete_dir",
     "delete_file",
     "exists",
@@ -51,6 +65,7 @@ __all__ = [
     "open_ranged",
     "read_all",
     "read_at",
+    "read_head",
     "read_range",
     "read_ranges_into",
     "refused",
@@ -64,6 +79,7 @@ __all__ = [
 
 # filesystems whose move() is an atomic rename (object stores copy, then delete)
 _ATOMIC_RENAME = frozenset({"local", "hdfs"})
+WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end found): each
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _UNSAFE_CHARS = re.compile(r"[\\:%?#~\x00-\x1f\x7f]")
 
@@ -152,31 +168,71 @@ def _missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
 
 def read_range(fs: pafs.FileSystem, path: str, start: int, length: int) -> bytes:
     """``length`` bytes at ``start`` (fewer if the file ends first), one ranged read.
-    Raises :class:`SegmentNotFoundError` (no such file), ``ValueError`` (negative)."""
+    Raises :class:`SegmentNotFoundError` (no such file), ``ValueError`` (negative),
+    :class:`NotRegularFileError` (a fifo, device or socket)."""
     _check_range(path, start, length)
     if is_local(fs):  # straight into the bytes returned: no buffer of Arrow's copied
-        with _local_fd(path) as fd:
-            data = _pread(fd, start, length)
+        with _local_fd(path) as (fd, size):
+            data = _pread(fd, start, min(length, max(0, size - start)))
         IO_STATS.record(len(data))
         return data
     with open_ranged(fs, path) as f:
         return read_at(f, path, start, length)
 
 
-@contextlib.contextmanager
-def _local_fd(path: str) -> Iterator[int]:
-    """A local file opened for reading (``pread``); :class:`SegmentNotFoundError` if
-    there is no such file."""
-    with _missing_as_not_found(path):
-        fd = os.open(path, os.O_RDONLY)
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (fifo)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _refuse_irregular(path: str, mode: int) -> None:
+    """:class:`NotRegularFileError` (or :class:`SegmentNotFoundError` for a directory)
+    unless ``mode`` is a regular file's."""
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise SegmentNotFoundError(f"{path}: is a directory, not a file")
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    raise NotRegularFileError(
+        f"{path}: is {kind}, not a regular file: refused unopened (seglake reads only "
+        "regular files; replace it with the segment file it stands for)"
+    )
+
+
+def check_regular(fs: pafs.FileSystem, path: str) -> None:
+    """Refuse a local ``path`` that is a fifo, device or socket before it is opened
+    (opening a named pipe waits for a writer forever): :class:`NotRegularFileError`. A
+    missing path passes (the open that follows names it); object stores hold files only."""
+    if not is_local(fs):
+        return
     try:
-        yield fd
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    _refuse_irregular(path, mode)
+
+
+@contextlib.contextmanager
+def _local_fd(path: str) -> Iterator[tuple[int, int]]:
+    """A local regular file opened for reading (``pread``) and its size;
+    :class:`SegmentNotFoundError` if there is no such file, :class:`NotRegularFileError`
+    for a fifo, device or socket (opened without waiting for a writer, then refused)."""
+    with _missing_as_not_found(path):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        _refuse_irregular(path, st.st_mode)
+        yield fd, st.st_size
     finally:
         os.close(fd)
 
 
 def _pread(fd: int, start: int, length: int) -> bytes:
-    """``length`` bytes at ``start`` of ``fd`` (fewer where the file ends)."""
+    """``length`` bytes at ``start`` of ``fd`` (fewer where the file ends; ``length`` is
+    at most what the file holds from ``start``: the caller cuts it to the size)."""
     data = os.pread(fd, length, start)
     if 0 < len(data) < length:  # a short read before the end of the file: read on
         buf = bytearray(length)
@@ -184,19 +240,62 @@ def _pread(fd: int, start: int, length: int) -> bytes:
     return data
 
 
+def read_head(fs: pafs.FileSystem, path: str, limit: int) -> tuple[bytes, int]:
+    """At most ``limit`` bytes from the start of a file, and its length (one open, one
+    read): a file larger than its reader can use (a preallocated or sparse index) is not
+    read whole. Raises as :func:`read_range`."""
+    if is_local(fs):
+        with _local_fd(path) as (fd, size):
+            data = _pread(fd, 0, min(limit, size))
+        IO_STATS.record(len(data))
+        return data, size
+    with open_ranged(fs, path) as f:
+        return read_at(f, path, 0, limit), int(f.size())
+
+
+def all_zeros(fs: pafs.FileSystem, path: str, start: int, end: int) -> bool:
+    """Whether bytes ``[start, end)`` of a file are all zero, read in windows of
+    :data:`WINDOW_BYTES` (never whole); on a local disk the holes of a sparse file (as a
+    preallocating broker leaves it) are skipped unread (``SEEK_DATA``)."""
+    pos = start
+    while pos < end:
+        if is_local(fs) and hasattr(os, "SEEK_DATA"):
+            with _local_fd(path) as (fd, _):
+                try:
+                    pos = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:  # ENXIO: only a hole follows
+                    if exc.errno == errno.ENXIO:
+                        return True
+                    raise
+            if pos >= end:
+                return True
+        n = min(WINDOW_BYTES, end - pos)
+        data = read_range(fs, path, pos, n)
+        if np.frombuffer(data, np.uint8).any():
+            return False
+        if len(data) < n:
+            return True  # the file ends first
+        pos += n
+    return True
+
+
 def open_ranged(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
     """``path`` opened for :func:`read_at`: on an object store the one metadata request
     (S3: a HEAD for the size), then one ranged GET per read. Raises
-    :class:`SegmentNotFoundError` if there is no such file."""
+    :class:`SegmentNotFoundError` if there is no such file, :class:`NotRegularFileError`
+    for a fifo, device or socket."""
+    check_regular(fs, path)
     with _missing_as_not_found(path):
         return fs.open_input_file(path)
 
 
 def read_at(f: pa.NativeFile, path: str, start: int, length: int, *, opened: int = 1) -> bytes:
     """``length`` bytes at ``start`` of ``f`` (:func:`open_ranged` of ``path``), one ranged
-    read; ``opened``: file opens to count with it (0 for a kept handle)."""
+    read; ``opened``: file opens to count with it (0 for a kept handle). ``length`` is
+    cut to what the file holds from ``start`` first (its size is known once opened)."""
     _check_range(path, start, length)
     with _missing_as_not_found(path):
+        length = min(length, max(0, f.size() - start))
         data = f.read_at(length, start) if length else b""
     IO_STATS.record(len(data), opened=opened)
     return bytes(data)
@@ -218,7 +317,7 @@ def read_ranges_into(
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got, at = [], 0
     if is_local(fs):
-        with _local_fd(path) as fd:
+        with _local_fd(path) as (fd, _):
             for start, length in ranges:
                 got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
                 at += length
@@ -248,7 +347,9 @@ def read_all(fs: pafs.FileSystem, path: str) -> bytes:
 
     Raises:
         SegmentNotFoundError: the file does not exist.
+        NotRegularFileError: it is a fifo, device or socket.
     """
+    check_regular(fs, path)
     with _missing_as_not_found(path), fs.open_input_stream(path) as f:
         data = f.readall()
     IO_STATS.record(len(data))
@@ -448,8 +549,11 @@ def file_size(fs: pafs.FileSystem, path: str) -> int:
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise SegmentNotFoundError(f"{path}: no such file")
-    if info.type != pafs.FileType.File:
+    if info.type == pafs.FileType.Directory:
         raise SegmentNotFoundError(f"{path}: is a directory, not a file")
+    if info.type != pafs.FileType.File:
+        check_regular(fs, path)  # a fifo, device or socket: named as such
+        raise NotRegularFileError(f"{path}: not a regular file ({info.type.name})")
     return int(info.size)
 
 
@@ -467,21 +571,98 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
     return sorted(info.base_name for info in infos)
 
 
-def delete_file(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
-    """Delete one file.
+CATALOG_DIR = "_catalog"  # the lake's Delta table: <root>/_catalog
+
+
+def check_delete(
+    fs: pafs.FileSystem,
+    root: str,
+    path: str,
+    *,
+    catalog: bool = False,
+    root_itself: bool = False,
+) -> str:
+    """``path`` if it may be deleted in the lake (or partition directory) at ``root``:
+    the one guard every delete of seglake's goes through.
+
+    Refused, with one :class:`~seglake.errors.OutsideLakeError` line naming both: a
+    target whose real path is not strictly under ``root``'s, ``root`` itself (unless
+    ``root_itself``: an empty root a failed run made), and anything in
+    ``<root>/_catalog`` unless ``catalog``. On a local file system the
+    target is ``realpath(parent) + name``: a symlinked directory on the way is followed
+    (and refused if it leads out), a symlink as the target itself is not (deleting the
+    link is fine). On object stores the key must lie under the base prefix, with no
+    empty, ``.`` or ``..`` component.
+    """
+    rel = _relative_real(fs, root, path)
+    why = None
+    if rel is None:
+        why = "is not inside the lake root"
+    elif rel == "" and not root_itself:
+        why = "is the lake root itself"
+    elif rel.split("/", 1)[0] == CATALOG_DIR and not catalog:
+        why = "is in the lake's catalog"
+    if why:
+        raise OutsideLakeError(f"refused to delete {path}: {why} {root} (nothing deleted)")
+    return path
+
+
+def _relative_real(fs: pafs.FileSystem, root: str, path: str) -> str | None:
+    """``path`` relative to ``root`` after resolving (``""``: the root; ``None``:
+    outside it)."""
+    if is_local(fs):
+        base = os.path.realpath(root)
+        parent, name = os.path.split(path.rstrip("/") or "/")
+        if name in ("", ".", ".."):
+            target = os.path.realpath(path)
+        else:
+            target = os.path.join(os.path.realpath(parent or "."), name)
+        if target == base:
+            return ""
+        if not target.startswith(base.rstrip("/") + "/"):
+            return None
+        return target[len(base.rstrip("/")) + 1 :]
+    base, key = root.rstrip("/"), path.rstrip("/")
+    if key == base:
+        return ""
+    prefix = base + "/" if base else ""
+    if not key.startswith(prefix):
+        return None
+    rel = key[len(prefix) :]
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return None
+    return rel
+
+
+def delete_file(
+    fs: pafs.FileSystem, path: str, *, root: str, missing_ok: bool = True, catalog: bool = False
+) -> None:
+    """Delete one file of the lake at ``root`` (:func:`check_delete` first).
 
     Raises:
+        OutsideLakeError: ``path`` is not strictly inside ``root`` (nothing deleted).
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
+    check_delete(fs, root, path, catalog=catalog)
     _delete(fs.delete_file, path, "file", missing_ok)
 
 
-def delete_dir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = True) -> None:
-    """Delete a directory and everything under it.
+def delete_dir(
+    fs: pafs.FileSystem,
+    path: str,
+    *,
+    root: str,
+    missing_ok: bool = True,
+    root_itself: bool = False,
+) -> None:
+    """Delete a directory of the lake at ``root`` and everything under it
+    (:func:`check_delete` first; symlinks inside are removed, not followed).
 
     Raises:
+        OutsideLakeError: ``path`` is not strictly inside ``root`` (nothing deleted).
         SegmentNotFoundError: it does not exist and ``missing_ok`` is false.
     """
+    check_delete(fs, root, path, root_itself=root_itself)
     _delete(fs.delete_dir, path, "directory", missing_ok)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
-from seglake.errors import ConfigError
+from seglake.errors import ConfigError, FileSystemError
 
-__all__ = ["LakeLocation", "Root"]
+__all__ = ["LakeLocation", "Root", "nested"]
 
 # deltalake (object_store) storage option -> pyarrow S3FileSystem option
 _S3_OPTIONS = {
@@ -45,6 +46,25 @@ _S3_OPTIONS = {
 _ENDPOINT_OPTIONS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 _CREDENTIALS = frozenset({"access_key", "secret_key", "session_token"})
 _S3_KEPT = ("endpoint_override", "scheme", "region")
+# An endpoint that does not answer fails a command within seconds, not minutes: pyarrow's
+# S3 client (AWS SDK standard retries: 3 attempts) with a connect timeout, and deltalake's
+# (object_store: 10 retries over up to 3 minutes by default) with the same bounds, unless
+# the storage options given set them.
+S3_CONNECT_TIMEOUT_S = 10
+S3_ATTEMPTS = 3
+S3_RETRY_TIMEOUT_S = 30
+_DELTA_BOUNDS = {
+    "connect_timeout": f"{S3_CONNECT_TIMEOUT_S}s",
+    "max_retries": str(S3_ATTEMPTS - 1),
+    "retry_timeout": f"{S3_RETRY_TIMEOUT_S}s",
+}
+# what pyarrow (curl) and deltalake (reqwest) say when no connection could be made
+_UNREACHABLE = re.compile(
+    r"Could not connect|Couldn't connect|Failed to connect|Connection refused|"
+    r"Could not resolve|dns error|Timeout was reached|timed out|NETWORK_CONNECTION|"
+    r"error sending request|connection error",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, repr=False)
@@ -124,8 +144,62 @@ class LakeLocation:
     def __repr__(self) -> str:
         return f"LakeLocation({self.root!r})"
 
+    @property
+    def endpoint(self) -> str:
+        """The object store this lake is on: the endpoint given (``AWS_ENDPOINT_URL``),
+        else AWS S3 (of the region, if given); a local lake: ``local``."""
+        if "://" not in self.root:
+            return "local"
+        options = self.storage_options
+        found = options.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        region = options.get("AWS_REGION") or os.environ.get("AWS_REGION")
+        return found or f"AWS S3{f' ({region})' if region else ''}"
+
+    def unreachable(self, exc: BaseException) -> FileSystemError | None:
+        """``exc`` as one line naming this lake and its endpoint, if it says the object
+        store could not be reached (connection refused, no such host, timeout: pyarrow's
+        and deltalake's texts); else ``None``."""
+        if "://" not in self.root or not isinstance(exc, OSError):
+            return None
+        said = str(exc)
+        if _UNREACHABLE.search(said) is None:
+            return None
+        why = (
+            "no such host"
+            if re.search(r"resolve|dns error", said, re.IGNORECASE)
+            else "timed out"
+            if re.search(r"timed out|timeout was reached", said, re.IGNORECASE)
+            else "connection refused or failed"
+        )
+        return FileSystemError(
+            f"{self.root}: cannot reach the object store at {self.endpoint} ({why}): check "
+            "the endpoint (endpoint_override=, AWS_ENDPOINT_URL) and that it is up"
+        )
+
 
 Root = str | os.PathLike[str] | LakeLocation
+
+
+def _place(root: Root) -> tuple[str, str]:
+    """``(store, path)`` where ``root`` is: ``("", real path)`` on this machine (links
+    followed as far as the path exists), else ``(scheme://bucket, key prefix)``."""
+    text = os.fspath(root.root if isinstance(root, LakeLocation) else root)
+    parts = urlsplit(text)
+    if "://" not in text or parts.scheme.lower() == "file":
+        local = parts.path if "://" in text else text
+        return "", os.path.realpath(os.path.abspath(local))
+    scheme = parts.scheme.lower()
+    scheme = "s3" if scheme in ("s3a", "s3n") else scheme  # Hadoop's names of S3
+    return f"{scheme}://{parts.netloc}", "/" + parts.path.strip("/")
+
+
+def nested(a: Root, b: Root) -> bool:
+    """Whether ``a`` and ``b`` are the same place or one is inside the other (a job's
+    output and a lake: writing one would write into the other)."""
+    (store_a, path_a), (store_b, path_b) = _place(a), _place(b)
+    if store_a != store_b:
+        return False
+    return os.path.commonpath([path_a, path_b]) in (path_a, path_b)
 
 
 def _parse(root: str, given: dict[str, str], endpoint_override: str | None) -> LakeLocation:
@@ -180,6 +254,8 @@ def _s3_options(
         options["AWS_ENDPOINT_URL"] = endpoint
     if (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
+    named = {k.lower() for k in given}
+    options.update({k: v for k, v in _DELTA_BOUNDS.items() if k not in named})
     for name, pa_name in _S3_OPTIONS.items():
         if name in upper:
             query[pa_name] = upper[name]
@@ -207,4 +283,16 @@ def _build(root: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, str]
             fs = pafs.S3FileSystem(**kept, **keys)
     except (ValueError, OSError) as exc:
         raise ConfigError(f"lake root {root!r}: {exc}") from exc
-    return fs, path
+    return _bounded(fs), path
+
+
+def _bounded(fs: pafs.FileSystem) -> pafs.FileSystem:
+    """An S3 filesystem with :data:`S3_CONNECT_TIMEOUT_S` (unless it has one) and
+    :data:`S3_ATTEMPTS` attempts per request; others unchanged."""
+    if not isinstance(fs, pafs.S3FileSystem):
+        return fs
+    rebuild, (kwargs,) = fs.__reduce__()  # every option the filesystem was made with
+    if kwargs.get("connect_timeout", -1) < 0:
+        kwargs["connect_timeout"] = float(S3_CONNECT_TIMEOUT_S)
+    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)
+    return rebuild(kwargs)

@@ -301,18 +301,47 @@ def _iso(ms: int) -> str:
     return str(np.datetime64(int(ms), "ms")).replace("T", " ")
 
 
+MAX_BUCKETS = 2000  # plot_rate draws at most this many time buckets
+_BUCKETS = ("1s", "10s", "1min", "10min", "1h", "6h", "1D", "7D", "30D", "365D")
+
+
+def _bounded_bucket(timestamps: Mapping[int, np.ndarray], bucket: str) -> str:
+    """``bucket``, or the first of :data:`_BUCKETS` (then multiples of 365 days) that
+    cuts the span of ``timestamps`` into at most :data:`MAX_BUCKETS` buckets."""
+    import pandas as pd
+
+    spans = [(int(np.min(t)), int(np.max(t))) for t in timestamps.values() if len(t)]
+    if not spans:
+        return bucket
+    span_ms = max(hi for _, hi in spans) - min(lo for lo, _ in spans)
+
+    def count(b: str) -> int:
+        return span_ms // max(1, int(pd.Timedelta(b).total_seconds() * 1000)) + 2
+
+    if count(bucket) <= MAX_BUCKETS:
+        return bucket
+    for b in _BUCKETS:
+        if count(b) <= MAX_BUCKETS:
+            return b
+    years = -(-count("365D") // MAX_BUCKETS) + 1
+    return f"{365 * years}D"
+
+
 def plot_rate(
     topic: str, timestamps: Mapping[int, np.ndarray], bucket: str = "1min", version: int = 0
 ) -> Figure:
     """Messages per ``bucket`` (pandas frequency: "1s", "1min", "1h", ...) of ``topic``.
 
     ``timestamps`` holds every record's timestamp per partition; drawn per partition (up
-    to 10 lines) and in total.
+    to 10 lines) and in total. The buckets are at most :data:`MAX_BUCKETS`: where
+    ``bucket`` would make more (records years apart), the first of :data:`_BUCKETS` (then
+    whole multiples of 365 days) that does not is drawn, and the title names it.
     """
     import pandas as pd
 
     new_figure, _, mdates = _mpl()
     parts = sorted(timestamps)
+    asked, bucket = bucket, _bounded_bucket(timestamps, bucket)
     counts = {}
     for p in parts:
         ts = timestamps[p]
@@ -349,8 +378,9 @@ def plot_rate(
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.set_ylabel(f"messages per {bucket}")
     ax.set_xlabel("record timestamp (UTC)")
+    coarser = f" ({asked} would make over {MAX_BUCKETS} buckets)" if bucket != asked else ""
     ax.set_title(
-        f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket "
+        f"{topic}: {int(df.to_numpy().sum())} messages, per {bucket} bucket{coarser} "
         f"(catalog version {version})"
     )
     ax.legend(loc="center right", fontsize=8, ncols=2)

@@ -30,7 +30,11 @@ _PROPERTY_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
     """``(line number, logical line)``: comments and blank lines left out; a line ending in
-    an odd number of backslashes joined with the next (its leading blanks dropped)."""
+    an odd number of backslashes joined with the next (its leading blanks dropped).
+
+    Linear in the size of ``text``: each natural line's trailing backslashes are counted
+    once and the pieces joined once (a joined line ends in an odd run exactly when its
+    last piece does: the piece before it kept an even run)."""
     out: list[tuple[int, str]] = []
     natural = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     i = 0
@@ -39,13 +43,14 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
         i += 1
         if not line or line[0] in "#!":
             continue
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            line = line[:-1]
+        pieces = [line]
+        while (len(pieces[-1]) - len(pieces[-1].rstrip("\\"))) % 2 == 1:
+            pieces[-1] = pieces[-1][:-1]
             if i == len(natural):
                 break
-            line += natural[i].lstrip(_BLANK)
+            pieces.append(natural[i].lstrip(_BLANK))
             i += 1
-        out.append((lineno, line))
+        out.append((lineno, "".join(pieces)))
     return out
 
 

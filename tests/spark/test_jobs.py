@@ -123,7 +123,7 @@ def _damage(root: str) -> tuple[dict[str, bytes], int, tuple[int, int]]:
     index, timeindex = p1[1]["path"][:-4] + ".index", p1[2]["path"][:-4] + ".timeindex"
     originals = {index: _read(root, index), timeindex: _read(root, timeindex)}
     filesystem, base = lakefs.resolve(root)
-    lakefs.delete_file(filesystem, lakefs.safe_join(base, index))
+    lakefs.delete_file(filesystem, lakefs.safe_join(base, index), root=base)
     _write(root, timeindex, b"\x07" * 36)
     return originals, int(scan.base_offset[-1]), flipped
 

@@ -17,6 +17,7 @@ import pytest
 from seglake.errors import (
     CatalogError,
     ConcurrentRunError,
+    InvalidNameError,
     InvalidTopicError,
     OffsetOrderError,
     SegmentNotFoundError,
@@ -248,7 +249,7 @@ def test_rows_are_validated(catalog: Catalog) -> None:
         catalog.commit(rows("orders", 0, [(0, 1)], codec=[None]), "r")
     with pytest.raises(CatalogError, match="other run ids"):
         catalog.commit(rows("orders", 0, [(0, 1)], run_id="someone-else"), "r")
-    with pytest.raises(CatalogError, match="run id"):
+    with pytest.raises(InvalidNameError, match="run id is empty"):  # names _staging/<run>
         catalog.commit(rows("orders", 0, [(0, 1)]), "")
     assert not catalog.exists() or catalog.segments().num_rows == 0
 

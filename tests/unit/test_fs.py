@@ -156,7 +156,7 @@ def test_missing_files_raise_segment_not_found(lake: tuple[pafs.FileSystem, str]
         lambda: fs.read_all(filesystem, missing),
         lambda: fs.file_size(filesystem, missing),
         lambda: fs.move(filesystem, missing, missing + ".x"),
-        lambda: fs.delete_file(filesystem, missing, missing_ok=False),
+        lambda: fs.delete_file(filesystem, missing, root=root, missing_ok=False),
     ):
         with pytest.raises(SegmentNotFoundError, match=missing):
             call()
@@ -219,12 +219,12 @@ def test_move_exists_listdir_size_delete(lake: tuple[pafs.FileSystem, str]) -> N
         fs.listdir(filesystem, fs.join(root, "nope"))
     assert fs.listdir(filesystem, fs.join(root, "nope"), missing_ok=True) == []
 
-    fs.delete_dir(filesystem, fs.join(root, "_staging"))
-    fs.delete_dir(filesystem, fs.join(root, "_staging"))  # missing_ok by default
+    fs.delete_dir(filesystem, fs.join(root, "_staging"), root=root)
+    fs.delete_dir(filesystem, fs.join(root, "_staging"), root=root)  # missing_ok by default
     with pytest.raises(SegmentNotFoundError):
-        fs.delete_dir(filesystem, fs.join(root, "_staging"), missing_ok=False)
-    fs.delete_file(filesystem, final)
-    fs.delete_file(filesystem, final)
+        fs.delete_dir(filesystem, fs.join(root, "_staging"), root=root, missing_ok=False)
+    fs.delete_file(filesystem, final, root=root)
+    fs.delete_file(filesystem, final, root=root)
     assert fs.listdir(filesystem, root) == ["orders-0"]
 
 
@@ -251,7 +251,7 @@ def test_s3_round_trip(s3_root: str) -> None:
     assert "orders-0" in fs.listdir(filesystem, root)
     with pytest.raises(SegmentNotFoundError):
         fs.read_all(filesystem, staged)
-    fs.delete_dir(filesystem, fs.join(root, "orders-0"))
+    fs.delete_dir(filesystem, fs.join(root, "orders-0"), root=root)
     assert not fs.exists(filesystem, final)
 
 

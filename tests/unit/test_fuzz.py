@@ -1,5 +1,7 @@
 """Fuzzing the byte parsers: random and mutated bytes must give a result or a
-SeglakeError subclass, never another exception, a hang or a huge allocation.
+SeglakeError subclass, never another exception, a hang or a huge allocation (traced
+memory under 64 MB, all memory under :func:`limited`'s ``RLIMIT_AS``). Every file kind
+through the entry points users hit: ``test_fuzz_files.py``, with these helpers.
 
 Bounded in CI: SEGLAKE_FUZZ_EXAMPLES (default 300) examples per property; ``make fuzz``
 runs 20000. Also: names and paths that could leave the lake are refused before any file
@@ -8,13 +10,17 @@ is touched."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import resource
+import signal
 import struct
 import subprocess
 import sys
 import tracemalloc
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import cramjam
 import numpy as np
@@ -44,6 +50,38 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 MEMORY_BOUND = 64 << 20  # no input below takes more than this, whatever it claims
+HEADROOM = 1536 << 20  # address space an example may add (RLIMIT_AS)
+HANG_SECONDS = 20
+
+
+class Hang(Exception):
+    """An example ran past :data:`HANG_SECONDS`."""
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise Hang(f"no result after {HANG_SECONDS} s")
+
+
+@contextlib.contextmanager
+def limited() -> Iterator[None]:
+    """The block runs with at most :data:`HEADROOM` more address space (a soft
+    ``RLIMIT_AS``, put back after) and an alarm after :data:`HANG_SECONDS` (a hang in C
+    code that ignores it ends the process, with its traceback, after three times that)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+    cap = size + HEADROOM if hard == resource.RLIM_INFINITY else min(size + HEADROOM, hard)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
+    # a hang inside C code (a blocked open or read) ignores the alarm: end the process
+    faulthandler.dump_traceback_later(HANG_SECONDS * 3, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        signal.signal(signal.SIGALRM, previous)
 
 
 @cache
@@ -60,12 +98,25 @@ def valid_log(codec: int) -> bytes:
     return encode_batches(rec, codec=codec, batch_starts=np.arange(0, n, 7)).tobytes()
 
 
+FORGED_INTS = {
+    ">h": [-1, 0, 1, 0x7FFF, -0x8000],
+    ">i": [-1, 0, 1, 12, 61, 0x7FFFFFFF, -0x80000000, 1 << 24],
+    ">q": [-1, 0, 1, 2**62, 2**63 - 1, -(2**63), 1 << 40],
+}
+
+
 @st.composite
 def mutated_logs(draw, base: bytes | None = None) -> bytes:
-    """A valid log (``base``, or :func:`valid_log` of any codec) with a few mutations."""
+    """A valid log (``base``, or :func:`valid_log` of any codec) with a few mutations: bit
+    flips, bytes set, truncations, splices, a batch's length or count forged, any
+    int16/32/64 field forged, a zero tail."""
     buf = bytearray(base if base is not None else valid_log(draw(st.sampled_from([0, 1, 2, 3, 4]))))
     for _ in range(draw(st.integers(1, 6))):
-        op = draw(st.sampled_from(["flip", "set", "truncate", "splice", "length", "count"]))
+        op = draw(
+            st.sampled_from(
+                ["flip", "set", "truncate", "splice", "length", "count", "int", "zeros"]
+            )
+        )
         if not buf:
             break
         i = draw(st.integers(0, len(buf) - 1))
@@ -81,6 +132,13 @@ def mutated_logs(draw, base: bytes | None = None) -> bytes:
             buf[8:12] = struct.pack(">i", draw(st.sampled_from([0x7FFFFFFF, -1, 49, 0, 1 << 30])))
         elif op == "count" and len(buf) >= HEADER_SIZE:  # records count / offsets forged
             buf[57:61] = struct.pack(">i", draw(st.sampled_from([0x7FFFFFFF, -5, 1 << 24])))
+        elif op == "int":  # any int32/int64 field forged: counts, lengths, offsets, sizes
+            fmt = draw(st.sampled_from([">i", ">q", ">h"]))
+            value = draw(st.sampled_from(FORGED_INTS[fmt]))
+            buf[i : i + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        elif op == "zeros":  # zeros from here on (a preallocated tail), or appended
+            n = draw(st.integers(1, 256))
+            buf[i:] = bytes(len(buf) - i) if draw(st.booleans()) else buf[i:] + bytes(n)
     return bytes(buf)
 
 
@@ -100,8 +158,9 @@ def traced_peak_below(bound: int) -> Iterator[None]:
 
 
 def bounded(fn, *args, **kwargs):
-    """Run ``fn``; only SeglakeError may escape; the traced peak stays under the bound."""
-    with traced_peak_below(MEMORY_BOUND):
+    """Run ``fn``; only SeglakeError may escape; the traced peak stays under the bound
+    (and all memory, native buffers too, under :func:`limited`'s)."""
+    with limited(), traced_peak_below(MEMORY_BOUND):
         try:
             return fn(*args, **kwargs)
         except SeglakeError:

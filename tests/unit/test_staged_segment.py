@@ -41,6 +41,6 @@ def test_cached_segment_follows_its_files_out_of_staging(tmp_path: Path) -> None
         )
     assert seg.read_records(100, 300).column("value").to_pylist() == want[100:300]
     assert seg.log_path == lakefs.join(final_dir, name)
-    lakefs.delete_dir(filesystem, final_dir)
+    lakefs.delete_dir(filesystem, final_dir, root=root)
     with pytest.raises(SegmentNotFoundError):  # gone from both places
         seg.read_records(0, 10)

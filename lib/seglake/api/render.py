@@ -8,6 +8,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from seglake.errors import escaped
+
 As = Literal["pandas", "arrow"]
 _MAX_HTML_ROWS = 50
 
@@ -57,7 +59,7 @@ def html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) ->
 
 def cell_text(v: Any) -> str:
     """A table cell as a person reads it: integers with thousands separators, floats with
-    two decimals, ``None`` as "" (a bool stays ``True``/``False``)."""
+    two decimals, ``None`` as "" (a bool stays ``True``/``False``), text :func:`escaped`."""
     if v is None:
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -66,7 +68,7 @@ def cell_text(v: Any) -> str:
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.2f}"
-    return str(v)
+    return escaped(str(v))
 
 
 def text_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> str:

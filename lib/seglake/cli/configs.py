@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from seglake.cli.jobargs import run_id_arg
 from seglake.config import parse_overrides
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="configure a topic the lake does not have yet (default: refused, a typo)",
     )
-    c.add_argument("--run-id", default=None)
+    c.add_argument("--run-id", type=run_id_arg, default=None)
 
 
 def run(args: argparse.Namespace) -> int:

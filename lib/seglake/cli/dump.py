@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any, NamedTuple
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError, CorruptRecordError
@@ -24,6 +25,7 @@ from seglake.format import NO_TIMESTAMP
 from seglake.record.batch import (
     CRC_OFFSET,
     DELETE_HORIZON_BIT,
+    HEADER_SIZE,
     MAGIC,
     BatchHeader,
     BatchScan,
@@ -50,6 +52,8 @@ from seglake.storage.naming import (
 )
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.producer_snapshot import read_producer_snapshot
+from seglake.storage.segment_files import SegmentFiles
+from seglake.storage.segment_window import data_end
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import TransactionIndex
 
@@ -203,7 +207,8 @@ def batch_line(b: _Batch) -> str:
         f"isControl: {_bool(h.is_control)} "
         f"deleteHorizonMs: {_optional_long(b.delete_horizon_ms)} position: {h.position} "
         f"{_timestamp_type(h)}: {h.max_timestamp} size: {h.size} magic: {MAGIC} "
-        f"compresscodec: {NAMES[h.codec]} crc: {b.crc} isvalid: {_bool(b.crc_valid)}"
+        f"compresscodec: {NAMES.get(h.codec, f'unknown({h.codec})')} crc: {b.crc} "
+        f"isvalid: {_bool(b.crc_valid)}"
     )
 
 
@@ -310,7 +315,12 @@ def dump_log(
     err = sys.stderr if err is None else err
     fs, p = lakefs.resolve(path)
     size = lakefs.file_size(fs, p)
-    data = lakefs.read_range(fs, p, 0, min(size, max_bytes) if max_bytes else size)
+    if max_bytes:
+        data = lakefs.read_range(fs, p, 0, min(size, max_bytes))
+    else:  # zeros after the last batch (a preallocated segment) are not read whole: the
+        # scan meets the same zeros in the first bytes of them
+        end = data_end(SegmentFiles(fs, p, 0), size)
+        data = lakefs.read_range(fs, p, 0, end) + bytes(min(size - end, HEADER_SIZE))
     scan = scan_batches(data, stop_on_crc_error=False)
     deep = deep or print_data
     name = p.rsplit("/", 1)[-1]
@@ -460,32 +470,16 @@ def dump_index(
     what disagrees with the ``.log`` goes to ``err``, as Kafka prints it."""
     err = sys.stderr if err is None else err
     fs, p = lakefs.resolve(path)
-    data = lakefs.read_all(fs, p)
     parsed = parse_segment_file_name(p.rsplit("/", 1)[-1])
     base = parsed[0] if parsed else 0
     if suffix == TXN_INDEX_SUFFIX:
-        txn = TransactionIndex.from_bytes(data, path=p)
-        status = 0
-        if sanity:  # Kafka lists a .txnindex whatever the options; a failure goes to err
-            try:
-                txn.sanity_check()
-            except CorruptIndexError as exc:
-                err.write(f"{path} failed sanity check: {exc}\n")
-                status = 1
-        for e in txn.all_aborted():
-            if as_json:
-                out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
-            else:
-                out.write(
-                    f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
-                    f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n"
-                )
-        return status
+        return _dump_txn_index(fs, p, path, out, err, as_json=as_json, sanity=sanity)
     cls = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
-    if cls is OffsetIndex and len(data) < cls.ENTRY_SIZE and not as_json:
+    data, length = _index_entries_read(fs, p, cls)
+    if cls is OffsetIndex and length < cls.ENTRY_SIZE and not as_json:
         out.write(f"{path} is empty.\n")  # Kafka says so before any check
         return 0
-    index = cls.from_bytes(data, base, path=p)
+    index = cls.from_bytes(data, base, path=p, length=length)
     if sanity:
         try:
             index.sanity_check()
@@ -500,6 +494,70 @@ def dump_index(
         report = [f"{path}: no .log beside it to verify against"]
     err.writelines(f"{line}\n" for line in report or ())
     return 1 if report else status
+
+
+def _dump_txn_index(
+    fs: pafs.FileSystem,
+    p: str,
+    path: str,
+    out: IO[str],
+    err: IO[str],
+    *,
+    as_json: bool,
+    sanity: bool,
+) -> int:
+    """Kafka's ``dumpTxnIndex``: every entry, read in windows of whole entries (a sparse
+    or hostile multi-GiB file is never read whole); with ``sanity``, the first failure
+    of the check (each window checked with the entry before it) goes to ``err``."""
+    size = lakefs.file_size(fs, p)
+    window = TransactionIndex.ENTRY_SIZE * (lakefs.WINDOW_BYTES // TransactionIndex.ENTRY_SIZE)
+    status, pos, before = 0, 0, b""
+    while pos < size:
+        chunk = lakefs.read_range(fs, p, pos, min(window, size - pos))
+        if not chunk:
+            break
+        if sanity and not status:  # Kafka lists the entries whatever the check says
+            try:
+                TransactionIndex.from_bytes(before + chunk, path=p).sanity_check(
+                    first_slot=(pos - len(before)) // TransactionIndex.ENTRY_SIZE,
+                    file_size=size,
+                )
+            except CorruptIndexError as exc:
+                err.write(f"{path} failed sanity check: {exc}\n")
+                status = 1
+        for e in TransactionIndex.from_bytes(chunk, path=p).all_aborted():
+            if as_json:
+                out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
+            else:
+                out.write(
+                    f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
+                    f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n"
+                )
+        pos += len(chunk)
+        before = chunk[-TransactionIndex.ENTRY_SIZE :]  # windows hold whole entries
+    return status
+
+
+def _index_entries_read(
+    fs: pafs.FileSystem, p: str, cls: type[OffsetIndex | TimeIndex]
+) -> tuple[bytes, int]:
+    """An index file's bytes up to the window holding the first zero entry after slot 0
+    (where Kafka's dump stops: :func:`_file_entries`), read in windows, and the file's
+    length: a sparse or preallocated multi-GiB file is never read whole."""
+    length = lakefs.file_size(fs, p)
+    window = cls.ENTRY_SIZE * (lakefs.WINDOW_BYTES // cls.ENTRY_SIZE)
+    parts, pos = [], 0
+    while pos < length:
+        chunk = lakefs.read_range(fs, p, pos, min(window, length - pos))
+        if not chunk:
+            break
+        raw = np.frombuffer(chunk, dtype=cls.DTYPE, count=len(chunk) // cls.ENTRY_SIZE)
+        zero = raw["relative_offset"][1 if pos == 0 else 0 :] == 0
+        parts.append(chunk)
+        pos += len(chunk)
+        if zero.any():
+            break
+    return b"".join(parts), length
 
 
 def _file_entries(cls: type[OffsetIndex | TimeIndex], buf: bytes) -> np.ndarray:

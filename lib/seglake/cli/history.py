@@ -33,14 +33,15 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def history_table(entries: Sequence[Any]) -> str:
-    """:class:`~seglake.lake.table.HistoryEntry` rows (newest first) as an aligned table."""
+def history_table(catalog: Any, entries: Sequence[Any]) -> str:
+    """:class:`~seglake.lake.table.HistoryEntry` rows (newest first) of ``catalog`` as an
+    aligned table."""
     from seglake.api.render import text_table
-    from seglake.lake.runs import INPUT_KEY, RunInput
+    from seglake.lake.runs import recorded_input
 
     rows = []
     for h in entries:
-        text = h.metadata.get(INPUT_KEY)
+        recorded = recorded_input(catalog, h)
         rows.append(
             [
                 h.version,
@@ -49,7 +50,7 @@ def history_table(entries: Sequence[Any]) -> str:
                 h.run_id or "",
                 _int(h.metadata.get("seglake.rows_added")),
                 _int(h.metadata.get("seglake.rows_removed")),
-                str(RunInput.from_json(text)) if text else "",
+                "" if recorded is None else str(recorded),
             ]
         )
     return text_table(HEADERS, rows, right={0, 4, 5})
@@ -62,5 +63,6 @@ def run_history(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit {args.limit}: expected 1 or more")
     check_lake(args.root)
-    print(history_table(Catalog(args.root).history(limit=args.limit)))
+    catalog = Catalog(args.root)
+    print(history_table(catalog, catalog.history(limit=args.limit)))
     return 0

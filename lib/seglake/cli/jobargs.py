@@ -87,6 +87,18 @@ def seconds(value: str) -> float:
     return x
 
 
+def run_id_arg(value: str) -> str:
+    """A ``--run-id`` argument: it names ``<root>/_staging/<run>``, so it follows the
+    names-to-paths rule (:func:`~seglake.storage.naming.validate_run_id`)."""
+    from seglake.errors import InvalidNameError
+    from seglake.storage.naming import validate_run_id
+
+    try:
+        return validate_run_id(value)
+    except InvalidNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--conf-file",
@@ -135,7 +147,10 @@ def ingest_parser() -> argparse.ArgumentParser:
         help="partitions for Kafka's default partitioner when the input has no `partition` column",
     )
     p.add_argument(
-        "--run-id", default=None, help="idempotency key: rerunning a committed run id is a no-op"
+        "--run-id",
+        type=run_id_arg,
+        default=None,
+        help="idempotency key: rerunning a committed run id is a no-op",
     )
     _common(p)
     return p
@@ -200,7 +215,7 @@ def recover_parser() -> argparse.ArgumentParser:
         help="Kafka's rule: truncate at a damaged batch, delete the later segments (default: "
         "cut out only the damaged batch, keep the rest; the offsets lost are reported)",
     )
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -214,7 +229,7 @@ def retention_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", required=True)
     p.add_argument("--topics", nargs="+", default=None)
     retention_arguments(p)
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -283,7 +298,7 @@ def compact_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--now-ms", type=non_negative, default=None, help="the cleaner's clock (default now)"
     )
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
     return p
 
@@ -327,29 +342,40 @@ def require_path(path: str, what: str) -> None:
 
 def check_before_spark(job: str, args: argparse.Namespace) -> None:
     """What a job's arguments name that is checked before Spark starts (its JVM takes
-    seconds): topic names; ``--root`` a lake (ingest: not a file, the lake is made);
-    the ``--input`` / ``--queries`` path; extract's topic in the lake.
+    seconds): topic names and the run id (:mod:`seglake.storage.naming`'s one rule);
+    ``--root`` a lake (ingest: not a file, the lake is made);
+    the ``--input`` / ``--queries`` path; extract's topic in the lake; an ``--output``
+    outside the lake (neither inside it nor holding it).
 
     Raises:
         SeglakeError: one line naming the argument's value.
     """
     import pyarrow.fs as pafs
 
-    from seglake.errors import SegmentNotFoundError
+    from seglake.errors import ConfigError, SegmentNotFoundError
     from seglake.fs import resolve
     from seglake.lake.table import CatalogTable
-    from seglake.storage.naming import validate_topic
+    from seglake.location import nested
+    from seglake.storage.naming import validate_run_id, validate_topic
 
     for name in ("topic", "topics"):
         value = getattr(args, name, None)
         for topic in [value] if isinstance(value, str) else value or []:
             validate_topic(topic)
+    if getattr(args, "run_id", None) is not None:
+        validate_run_id(args.run_id)
     if job == "ingest":
         fs, base = resolve(args.root)
         if fs.get_file_info(base).type == pafs.FileType.File:
             raise SegmentNotFoundError(f"{args.root}: is a file, not a lake directory")
         require_path(args.input, "input path")
         return
+    output = getattr(args, "output", None)
+    if output is not None and nested(output, args.root):
+        raise ConfigError(
+            f"--output {output}: inside the lake {args.root}, or holding it: a job writes "
+            "its output outside the lake (there it would damage the catalog or partitions)"
+        )
     catalog = CatalogTable(args.root)
     catalog.require()
     if job == "extract":
@@ -363,7 +389,9 @@ def report_error(job: str, err: BaseException, *, log_file: str | None = None) -
     Spark's log, when given): to ``$SEGLAKE_ERROR_FILE``, which spark-submit.sh prints on
     stderr after Spark has exited (spark-submit sends the Python driver's stderr to its
     stdout), else stderr."""
-    line = f"seglake {job}: error: {type(err).__name__}: {err}"
+    from seglake.errors import escaped
+
+    line = f"seglake {job}: error: {type(err).__name__}: {escaped(str(err))}"
     if log_file:
         line += f" (Spark's log: {log_file})"
     target = os.environ.get("SEGLAKE_ERROR_FILE")
@@ -393,6 +421,14 @@ def precheck(argv: list[str]) -> int:
         check_before_spark(job, args)
     except (SeglakeError, ValueError) as exc:
         report_error(job, exc)
+        return 2
+    except OSError as exc:  # an object store that cannot be reached
+        from seglake.location import LakeLocation
+
+        err = LakeLocation.of(args.root).unreachable(exc)
+        if err is None:
+            raise
+        report_error(job, err)
         return 2
     return 0
 

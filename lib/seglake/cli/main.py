@@ -19,9 +19,16 @@ from seglake.cli.jobargs import (
     non_negative,
     retention_arguments,
     retention_from_args,
+    run_id_arg,
     seconds,
 )
-from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.errors import (
+    ConfigError,
+    InvalidTopicError,
+    SeglakeError,
+    SegmentNotFoundError,
+    escaped,
+)
 from seglake.fs import refused
 from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
@@ -179,7 +186,7 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
     rg.add_argument("broker_dir", metavar="BROKER_DATA_DIR")
     rg.add_argument("--root", required=True, metavar="LAKE")
     rg.add_argument("--topics", nargs="+", default=None)
-    rg.add_argument("--run-id", default=None)
+    rg.add_argument("--run-id", type=run_id_arg, default=None)
     rg.add_argument(
         "--kafka-truncate",
         action="store_true",
@@ -253,6 +260,17 @@ def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
         args.root = LakeLocation.of(args.root)
+    try:
+        return _command(args)
+    except OSError as exc:  # an object store that cannot be reached: one line naming it
+        for where in (getattr(args, a, None) for a in ("root", "target", "partition_dir")):
+            err = None if where is None else LakeLocation.of(where).unreachable(exc)
+            if err is not None:
+                raise err from exc
+        raise
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "dump":
         return _dump(args)
     if args.command == "consume":
@@ -480,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except (SeglakeError, ValueError) as exc:
-        print(f"seglake: error: {exc}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -488,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         err = refused(exc)
         if err is None:
             raise
-        print(f"seglake: error: {err}", file=sys.stderr)
+        print(f"seglake: error: {escaped(str(err))}", file=sys.stderr)
         return 2
 
 

@@ -41,7 +41,7 @@ from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
 from seglake.location import LakeLocation, Root
 from seglake.storage.clean import CleanStats
-from seglake.storage.naming import validate_partition
+from seglake.storage.naming import validate_partition, validate_run_id
 
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
 
@@ -160,7 +160,7 @@ def run_compaction(
     the cores ``map_tasks`` runs on)."""
     root = LakeLocation.of(root)  # parsed once
     started = time.time()
-    run_id = run_id or new_run_id()
+    run_id = new_run_id() if run_id is None else validate_run_id(run_id)
     catalog = Catalog(root)
     catalog.require()
     if catalog.run_committed(run_id):

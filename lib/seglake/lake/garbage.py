@@ -30,11 +30,12 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError
+from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -101,16 +102,51 @@ def retire(
 
 
 def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict]]:
+    """Every manifest ``(path, document)``, each checked (:func:`_checked`); one gone
+    meanwhile (another ``cleanup``) or not JSON (half-written) counts as empty."""
     out = []
     for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED), missing_ok=True)):
         if not name.endswith(".json"):
             continue
         path = lakefs.join(base, RETIRED, name)
         try:
-            out.append((path, json.loads(lakefs.read_all(fs, path))))
+            doc = json.loads(lakefs.read_all(fs, path))
         except (SegmentNotFoundError, ValueError):  # half-written by a crash: unusable
-            out.append((path, {"retired_at_ms": 0, "paths": []}))
+            doc = {"retired_at_ms": 0, "paths": []}
+        out.append((path, _checked(path, doc)))
     return out
+
+
+def _checked(path: str, doc: object) -> dict:
+    """``doc`` if it is a manifest's shape (the module docstring): an object whose
+    ``retired_at_ms`` is an integer and whose ``paths`` are lake paths
+    (:func:`~seglake.fs.validate_relative`); else :class:`CorruptManifestError`."""
+    why = None
+    if not isinstance(doc, dict):
+        why = f"is a JSON {type(doc).__name__}, not an object"
+    elif not _is_int(doc.get("retired_at_ms")):
+        why = f"retired_at_ms is {doc.get('retired_at_ms')!r}, not an integer"
+    elif "version" in doc and not _is_int(doc["version"]):
+        why = f"version is {doc['version']!r}, not an integer"
+    elif not isinstance(doc.get("paths"), list):
+        why = f"paths is {type(doc.get('paths')).__name__}, not a list"
+    else:
+        for p in doc["paths"]:
+            try:
+                lakefs.validate_relative(p)
+            except InvalidTopicError as exc:
+                why = f"paths: {exc}"
+                break
+    if why:
+        raise CorruptManifestError(
+            f"{path}: damaged retired-files manifest: {why}; nothing was deleted "
+            "(remove or fix the file, then rerun)"
+        )
+    return cast(dict, doc)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def retired_paths(root: Root) -> set[str]:
@@ -180,13 +216,16 @@ def collect(
     if dry_run:
         return report
 
+    for rel in doomed:  # every target checked before the first delete: all or nothing
+        lakefs.check_delete(fs, base, lakefs.safe_join(base, rel))
+
     def delete(rel: str) -> None:
-        lakefs.delete_file(fs, lakefs.safe_join(base, rel))
+        lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(delete, doomed))
     for path, _ in due:
-        lakefs.delete_file(fs, path)
+        lakefs.delete_file(fs, path, root=base)
     return report
 
 
@@ -200,17 +239,18 @@ def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
     log names: its JSON commits and its checkpoints."""
     import pyarrow.parquet as pq
 
+    from seglake.lake.table import log_commits
+
     log_dir = lakefs.join(table, _DELTA_LOG)
     paths: set[str] = set()
+    for _, actions in log_commits(fs, table):  # a damaged log: nothing is an orphan
+        for action in actions:
+            for kind in ("add", "remove"):
+                if isinstance(action.get(kind), dict) and isinstance(action[kind].get("path"), str):
+                    paths.add(action[kind]["path"])
     for name in lakefs.listdir(fs, log_dir, missing_ok=True):
         path = lakefs.join(log_dir, name)
-        if name.endswith(".json") and name[:20].isdigit():
-            for line in lakefs.read_all(fs, path).splitlines():
-                action = json.loads(line) if line.strip() else {}
-                for kind in ("add", "remove"):
-                    if kind in action:
-                        paths.add(action[kind]["path"])
-        elif ".checkpoint" in name and name.endswith(".parquet"):
+        if ".checkpoint" in name and name.endswith(".parquet"):
             cols = pq.read_table(path, filesystem=fs, columns=["add", "remove"])
             for kind in ("add", "remove"):
                 for a in cols.column(kind).to_pylist():
@@ -248,5 +288,5 @@ def catalog_orphans(
     )
     if not dry_run:
         for rel in orphans:
-            lakefs.delete_file(fs, lakefs.join(table, rel))
+            lakefs.delete_file(fs, lakefs.join(table, rel), root=base, catalog=True)
     return orphans

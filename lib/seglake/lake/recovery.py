@@ -35,7 +35,7 @@ from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
 from seglake.lake.stream_append import cut_uncommitted
 from seglake.lake.topic_store import topic_configs
 from seglake.location import LakeLocation, Root
@@ -130,6 +130,7 @@ def recover_partition_rows(
             only=set(by_base),
             defer_deletes=True,
             keep_valid=not kafka_truncate,
+            root=base,
             intervals={
                 b: r["index_interval_bytes"]
                 for b, r in by_base.items()
@@ -283,7 +284,7 @@ def recover_lake(
     fs, base = lakefs.resolve(root)
     if not dry_run:
         for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
-            if catalog.run_committed(run):
+            if staged_run_committed(catalog, run):
                 publish_pending(root, run)
     rows = catalog.segments(list(topics) if topics is not None else None)
     intervals = fallback_intervals(

@@ -58,6 +58,8 @@ from seglake.storage.naming import (
     SEGMENT_SUFFIXES,
     parse_partition_dir,
     parse_segment_file_name,
+    run_dir,
+    validate_run_id,
     validate_topic,
 )
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -151,7 +153,7 @@ def register(
     fs, base = lakefs.resolve(root)
     in_place = not copy
     _check_dirs(broker_data_dir, sfs, src, root, fs, base, in_place)
-    run_id = run_id or f"register-{uuid.uuid4().hex[:12]}"
+    run_id = f"register-{uuid.uuid4().hex[:12]}" if run_id is None else validate_run_id(run_id)
     catalog = Catalog(root)
     skipped: dict[str, str] = {}
     meta = (sfs, src) if metadata_dir is None else lakefs.resolve(metadata_dir)
@@ -160,7 +162,7 @@ def register(
         present = {topic for _, topic, _ in dirs}
         report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
         return _with_configs(report, catalog, meta, present, set())
-    staging = lakefs.join(base, STAGING, run_id)
+    staging = run_dir(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict] = []
@@ -184,6 +186,7 @@ def register(
                 interval=interval,
                 force=False,
                 keep_valid=not kafka_truncate,
+                root=base,
             )
             reports[name] = rep
             found = _partition_rows(topic, part, name, rep)
@@ -313,10 +316,11 @@ def _discard(catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, m
     with contextlib.suppress(Exception):  # the run's own error is the one to report
         if catalog.run_committed(run_id):
             return
-        lakefs.delete_dir(fs, lakefs.join(staging, run_id))
-        for d in (staging, base) if made_root else (staging,):
-            if not lakefs.listdir(fs, d, missing_ok=True):
-                lakefs.delete_dir(fs, d)
+        lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
+        if not lakefs.listdir(fs, staging, missing_ok=True):
+            lakefs.delete_dir(fs, staging, root=base)
+        if made_root and not lakefs.listdir(fs, base, missing_ok=True):
+            lakefs.delete_dir(fs, base, root=base, root_itself=True)  # the root it made
 
 
 def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: str) -> None:
@@ -326,6 +330,7 @@ def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: st
         parsed = parse_segment_file_name(f.base_name)
         if parsed and parsed[1] in SEGMENT_SUFFIXES:
             dst = lakefs.join(work, f.base_name)
+            lakefs.check_regular(sfs, f.path)  # a named pipe would block the copy forever
             with lakefs.writing(dst):
                 fs.create_dir(work, recursive=True)
                 pafs.copy_files(f.path, dst, source_filesystem=sfs, destination_filesystem=fs)

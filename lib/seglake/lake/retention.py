@@ -23,7 +23,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, collect, retire, retired_paths
 from seglake.lake.topic_store import topic_rules
 from seglake.location import LakeLocation, Root
-from seglake.storage.naming import parse_segment_file_name, partition_dir_name
+from seglake.storage.naming import parse_segment_file_name, partition_dir_name, validate_run_id
 from seglake.storage.retention import RetentionRules
 
 __all__ = ["RetentionReport", "apply_retention", "finish_interrupted_deletes"]
@@ -101,7 +101,7 @@ def finish_interrupted_deletes(
             if name.endswith(".deleted"):
                 found.append(rel)
                 if not dry_run:
-                    lakefs.delete_file(fs, lakefs.safe_join(base, rel))
+                    lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
             elif parsed is not None and parsed[0] < start and rel not in known:
                 found.append(rel)
                 orphans.append(rel)
@@ -143,6 +143,8 @@ def apply_retention(
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
     root = LakeLocation.of(root)  # parsed once
+    if run_id is not None:
+        validate_run_id(run_id)
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     catalog = Catalog(root)

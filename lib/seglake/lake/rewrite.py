@@ -24,7 +24,7 @@ from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
 from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
 from seglake.location import LakeLocation, Root
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
-from seglake.storage.naming import partition_dir_name
+from seglake.storage.naming import partition_dir_name, run_dir
 
 __all__ = ["commit_rewrite", "merge_group", "open_sources", "plan_merge_groups"]
 
@@ -77,7 +77,7 @@ def open_sources(root: Root, rows: Sequence[dict]) -> list[MergeSource]:
 
 def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
     _, base = lakefs.resolve(root)
-    return lakefs.join(base, STAGING, run_id, partition_dir_name(topic, partition))
+    return lakefs.join(run_dir(base, STAGING, run_id), partition_dir_name(topic, partition))
 
 
 def merge_group(

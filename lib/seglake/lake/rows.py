@@ -31,7 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import CatalogError, InvalidTopicError, OffsetOrderError
+from seglake.format import LONG_MAX, LONG_MIN
 from seglake.fs import validate_relative
+from seglake.record.encode_input import offset_too_high
 from seglake.storage.naming import (
     LOG_SUFFIX,
     partition_dir_name,
@@ -132,7 +134,19 @@ def catalog_schema() -> pa.Schema:
 def rows_table(rows: list[dict]) -> pa.Table:
     """Catalog rows (without ``run_id``/``committed_at``) as a table of the catalog schema."""
     fields = [f for f in catalog_schema() if f.name not in _FILLED_COLUMNS]
-    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    try:
+        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    except (OverflowError, pa.ArrowInvalid):  # a forged batch's offsets: a long overflows
+        for r in rows:
+            for f in fields:
+                v = r.get(f.name)
+                if isinstance(v, int) and not LONG_MIN <= v <= LONG_MAX:
+                    where = r.get("path") or f"{r.get('topic')}-{r.get('partition')}"
+                    if f.name == "next_offset":  # the segment's last offset + 1
+                        text = offset_too_high(f"{where}: last offset", v - 1)
+                        raise OffsetOrderError(text) from None
+                    raise CatalogError(f"{where}: {f.name} {v} does not fit a long") from None
+        raise
 
 
 def segment_ref(row: Mapping[str, Any]) -> SegmentRef:

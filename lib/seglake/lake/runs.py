@@ -20,12 +20,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from seglake.errors import RunReuseError
+from seglake.errors import CatalogError, RunReuseError
+from seglake.format import LONG_MAX
+from seglake.storage.naming import validate_run_id
 
 __all__ = [
     "INPUT_KEY",
@@ -34,17 +37,47 @@ __all__ = [
     "committed_input",
     "describe_input",
     "new_run_id",
+    "recorded_input",
 ]
 
 INPUT_KEY = "seglake.input"
 MAX_PATHS = 5
+MAX_INPUT_CHARS = 1 << 20  # MAX_PATHS paths, numbers and two digests: a few kB
 Counts = Mapping[tuple[str, int], int]
+
+
+def _count(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= LONG_MAX
+
+
+def _digest(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v) is not None)
+
+
+# each recorded field: its check and what it must be (RunInput.from_json)
+_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "paths": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "files": _count,
+    "files_sha256": _digest,
+    "records": lambda v: v is None or _count(v),
+    "counts_sha256": _digest,
+    "num_partitions": lambda v: v is None or _count(v, 1),
+}
+_FIELD_FORMS = {
+    "paths": "expected a list of strings",
+    "files": f"expected a count 0..{LONG_MAX}",
+    "files_sha256": "expected null or 64 hex digits",
+    "records": f"expected null or a count 0..{LONG_MAX}",
+    "counts_sha256": "expected null or 64 hex digits",
+    "num_partitions": f"expected null or 1..{LONG_MAX}",
+}
 
 
 def new_run_id(prefix: str = "") -> str:
     """A sortable, unique run id: ``prefix`` + UTC time + 8 random hex digits
-    (``compact-20261125T020715Z-1a2b3c4d``)."""
-    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    (``compact-20261125T020715Z-1a2b3c4d``), checked as any run id is."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return validate_run_id(prefix + stamp + "-" + uuid.uuid4().hex[:8])
 
 
 def _sha(items: Iterable[Any]) -> str:
@@ -66,8 +99,27 @@ class RunInput:
         return json.dumps({**dataclasses.asdict(self), "paths": list(self.paths)})
 
     @classmethod
-    def from_json(cls, text: str) -> RunInput:
-        d = json.loads(text)
+    def from_json(cls, text: Any, where: str = "a commit") -> RunInput:
+        """What :meth:`to_json` wrote; anything else (a commit altered or damaged) is a
+        :class:`~seglake.errors.CatalogError` naming ``where`` and what is wrong."""
+
+        def damaged(why: str) -> CatalogError:
+            return CatalogError(f"{where}: {INPUT_KEY} {why} (not what a seglake run records)")
+
+        if not isinstance(text, str) or len(text) > MAX_INPUT_CHARS:
+            size = f"{len(text)} characters" if isinstance(text, str) else type(text).__name__
+            raise damaged(f"is {size}, not a JSON text of < {MAX_INPUT_CHARS} characters")
+        try:
+            d = json.loads(text)
+        except RecursionError:
+            raise damaged("is JSON nested too deep") from None
+        except ValueError as exc:
+            raise damaged(f"is not JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise damaged(f"is not a JSON object: {text[:80]!r}")
+        wrong = [k for k, ok in _FIELD_CHECKS.items() if k in d and not ok(d[k])]
+        if wrong:
+            raise damaged(f"has {wrong[0]}={d[wrong[0]]!r:.80}: {_FIELD_FORMS[wrong[0]]}")
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known and k != "paths"}).with_paths(
             d.get("paths", ())
@@ -128,9 +180,17 @@ def committed_input(catalog: Any, run_id: str) -> tuple[int, RunInput | None] | 
         return None
     for h in catalog.history():
         if h.run_id == run_id:
-            text = h.metadata.get(INPUT_KEY)
-            return h.version, (RunInput.from_json(text) if text else None)
+            return h.version, recorded_input(catalog, h)
     return None
+
+
+def recorded_input(catalog: Any, entry: Any) -> RunInput | None:
+    """The input the commit of history ``entry`` recorded (``None``: none); an altered
+    record is a :class:`~seglake.errors.CatalogError` naming the catalog and version."""
+    text = entry.metadata.get(INPUT_KEY)
+    if text is None or text == "":
+        return None
+    return RunInput.from_json(text, f"{catalog.uri} version {entry.version}")
 
 
 def check_reuse(

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.errors import InvalidNameError, SeglakeError, SegmentNotFoundError
 from seglake.lake.catalog import CATALOG_DIR, Catalog
-from seglake.lake.garbage import Collected, catalog_orphans, collect, retire
+from seglake.lake.garbage import Collected, catalog_orphans, collect, retire, retired_paths
 from seglake.lake.rows import segment_refs
 from seglake.lake.snapshot import Snapshot
 from seglake.location import LakeLocation, Root
@@ -41,6 +41,8 @@ from seglake.storage.naming import (
     STAGING_DIR,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    run_dir,
+    validate_run_id,
 )
 from seglake.testing_hooks import crash_point
 
@@ -53,7 +55,7 @@ RETIRED_DONE = "_retired.done"
 def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
     """Record, in the run's staging directory, the catalog rows it replaces or removes."""
     fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, STAGING, run_id)
+    staging = run_dir(base, STAGING, run_id)
     fs.create_dir(staging, recursive=True)
     doc = {"rows": [[r["path"], r["run_id"]] for r in rows.select(["path", "run_id"]).to_pylist()]}
     lakefs.write_bytes(fs, lakefs.join(staging, REPLACES), json.dumps(doc).encode())
@@ -62,7 +64,7 @@ def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
 def discard_staging(root: Root, run_id: str) -> None:
     """Delete the staged files of a run that did not commit."""
     fs, base = lakefs.resolve(root)
-    lakefs.delete_dir(fs, lakefs.join(base, STAGING, run_id))
+    lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
 
 
 def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
@@ -74,13 +76,16 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
     for path, old_run in json.loads(lakefs.read_all(fs, manifest))["rows"]:
         stem = path[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
-            rel = f"{RETIRED_DIR}/{old_run}/{stem}{suffix}"
+            rel = f"{RETIRED_DIR}/{validate_run_id(old_run)}/{stem}{suffix}"
             src, dst = lakefs.safe_join(base, stem + suffix), lakefs.safe_join(base, rel)
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
                 fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-                lakefs.move(fs, src, dst)
+                try:
+                    lakefs.move(fs, src, dst)
+                except SegmentNotFoundError:  # another cleanup retired it meanwhile
+                    continue
                 crash_point("retire")
             retired.append(rel)
     retire(root, retired, version=Catalog(root).version(), operation="compact", run_id=run_id)
@@ -96,7 +101,7 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
     """
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, STAGING, run_id)
+    staging = run_dir(base, STAGING, run_id)
     if not lakefs.exists(fs, staging):
         return 0
     _retire_replaced(root, fs, base, staging, run_id)
@@ -116,14 +121,27 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
         if not lakefs.exists(fs, src):
             return 0
         fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-        lakefs.move(fs, src, dst)
+        try:
+            lakefs.move(fs, src, dst)
+        except SegmentNotFoundError:  # another cleanup published it meanwhile
+            return 0
         crash_point("publish")
         return 1
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         moved = sum(pool.map(move, moves))
-    lakefs.delete_dir(fs, staging)
+    lakefs.delete_dir(fs, staging, root=base)
     return moved
+
+
+def staged_run_committed(catalog: Catalog, name: str) -> bool:
+    """Whether the directory ``_staging/<name>`` holds a committed run's files (a name no
+    run id may have, :func:`~seglake.storage.naming.validate_run_id`: never)."""
+    try:
+        validate_run_id(name)
+    except InvalidNameError:
+        return False
+    return catalog.run_committed(name)
 
 
 def check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
@@ -191,6 +209,7 @@ def cleanup(
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
     staging = lakefs.join(base, STAGING)
+    retired_paths(root)  # a damaged manifest stops the cleanup before anything changes
     catalog = Catalog(root)
     report = CleanupReport([], [], [])
     now = time.time()
@@ -198,17 +217,17 @@ def cleanup(
         if info.type != pafs.FileType.Directory:
             continue
         run_id = info.base_name
-        if catalog.exists() and catalog.run_committed(run_id):
+        if catalog.exists() and staged_run_committed(catalog, run_id):
             report.published_runs.append(run_id)
             if not dry_run:
                 publish_pending(root, run_id)
             continue
+        try:
+            found = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
+        except FileNotFoundError:  # another cleanup removed it meanwhile
+            continue
         newest = max(
-            (
-                f.mtime.timestamp()
-                for f in fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
-                if f.mtime is not None
-            ),
+            (f.mtime.timestamp() for f in found if f.mtime is not None),
             default=info.mtime.timestamp() if info.mtime else 0.0,
         )
         if now - newest < older_than_s:
@@ -216,7 +235,7 @@ def cleanup(
             continue
         report.removed_runs.append(run_id)
         if not dry_run:
-            lakefs.delete_dir(fs, info.path)
+            lakefs.delete_dir(fs, info.path, root=base)
     delay = older_than_s if delete_delay_s is None else delete_delay_s
     report.retired = collect(root, older_than_ms=int(delay * 1000), dry_run=dry_run)
     if sweep_catalog:

@@ -60,7 +60,10 @@ from seglake.storage.naming import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
+    run_dir,
     segment_file_name,
+    validate_name,
+    validate_run_id,
 )
 from seglake.storage.recovery_checks import codec_name
 
@@ -115,9 +118,8 @@ class BatchCommit:
 def stream_run_id(query_id: str, batch_id: int) -> str:
     """The run id of a streaming query's micro-batch (unique per (query id, batch id), so a
     replay of the batch is the idempotent case)."""
-    if not query_id or "/" in query_id:
-        raise SeglakeError(f"invalid streaming query id {query_id!r}")
-    return f"stream-{query_id}-{int(batch_id)}"
+    validate_name(query_id, "streaming query id")
+    return validate_run_id(f"stream-{query_id}-{int(batch_id)}")
 
 
 def commit_pieces(
@@ -148,17 +150,17 @@ def commit_pieces(
     if append not in APPEND_MODES:
         raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
     fs, base = lakefs.resolve(root)
-    stages = [lakefs.join(base, STAGING, p.stage) for p in pieces]
+    stages = [run_dir(base, STAGING, p.stage) for p in pieces]
     catalog = Catalog(root)
     empty = BatchCommit(run_id, None, rows_table([]), [])
     committed, current = catalog.committed_or_segments(run_id)  # one catalog read
     config = topic_configs(catalog, config)  # the driver's writer may not have planned
     if committed:
         publish_pending(root, run_id)
-        _drop(fs, stages)
+        _drop(fs, base, stages)
         return dataclasses.replace(empty, result=_already(catalog, run_id))
-    out_dir = lakefs.join(base, STAGING, run_id)
-    lakefs.delete_dir(fs, out_dir)  # an earlier attempt of this batch
+    out_dir = run_dir(base, STAGING, run_id)
+    lakefs.delete_dir(fs, out_dir, root=base)  # an earlier attempt of this batch
     newest = _newest(current)
     in_place = append == "true" and appends_in_place(fs)
     growable = {
@@ -179,8 +181,8 @@ def commit_pieces(
                 fs, base, out_dir, pieces, stages, newest, growable, fds, config, assigned
             )
             if done is None:
-                lakefs.delete_dir(fs, out_dir)
-                _drop(fs, stages)
+                lakefs.delete_dir(fs, out_dir, root=base)
+                _drop(fs, base, stages)
                 return empty
             table, tails, grown = done
             copied = [newest[(t, p)] for t, p, b in tails if (t, p, b) not in grown]
@@ -191,10 +193,10 @@ def commit_pieces(
             ends = {k: newest[k[:2]]["next_offset"] for k in tails}
             result = catalog.commit(table, run_id, contiguous=assigned, tails=tails, tail_ends=ends)
         except BaseException:
-            lakefs.delete_dir(fs, out_dir)
+            lakefs.delete_dir(fs, out_dir, root=base)
             raise
     publish_pending(root, run_id, table)
-    _drop(fs, stages)
+    _drop(fs, base, stages)
     return BatchCommit(run_id, result, table, tails, grown)
 
 
@@ -249,9 +251,9 @@ def _already(catalog: Catalog, run_id: str) -> CommitResult:
     return CommitResult(False, True, catalog.version(), run_id)
 
 
-def _drop(fs, stages: list[str]) -> None:
+def _drop(fs, base: str, stages: list[str]) -> None:
     for s in stages:
-        lakefs.delete_dir(fs, s)
+        lakefs.delete_dir(fs, s, root=base)
 
 
 def _newest(current: pa.Table) -> dict[tuple[str, int], dict]:

@@ -10,7 +10,9 @@ Changes are :class:`seglake.lake.catalog.Catalog`'s.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,17 +25,68 @@ from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.location import LakeLocation, Root
-from seglake.storage.naming import validate_partition, validate_topic
+from seglake.storage.naming import validate_partition, validate_run_id, validate_topic
 
-CATALOG_DIR = "_catalog"
+CATALOG_DIR = lakefs.CATALOG_DIR
 APP_ID_PREFIX = "seglake:"
 
 
 def app_id(run_id: str) -> str:
-    """Delta application-transaction id recording that ``run_id`` committed."""
-    if not isinstance(run_id, str) or not run_id.strip():
-        raise CatalogError(f"run id must be a non-empty string, got {run_id!r}")
-    return APP_ID_PREFIX + run_id
+    """Delta application-transaction id recording that ``run_id`` committed (the run id
+    names ``_staging/<run>``: :func:`~seglake.storage.naming.validate_run_id`)."""
+    return APP_ID_PREFIX + validate_run_id(run_id)
+
+
+DELTA_LOG = "_delta_log"
+_COMMIT = re.compile(r"[0-9]{20}\.json")
+_LOG_PATH = re.compile(r"ParsedLogPath \{.*?filename: \"([^\"]*)\".*?file_type: \w+ \}")
+
+
+def delta_text(exc: BaseException) -> str:
+    """A deltalake error as one line: its first (a Rust backtrace follows when
+    ``RUST_BACKTRACE`` is set), each log file it describes (``ParsedLogPath {...}``) by
+    its name."""
+    lines = str(exc).strip().splitlines()
+    return _LOG_PATH.sub(r"\1", lines[0]) if lines else type(exc).__name__
+
+
+def log_commits(fs: Any, table: str) -> Iterator[tuple[str, list[dict]]]:
+    """The JSON commits of the Delta log of the table at ``table`` (a path on ``fs``):
+    ``(path, actions)`` in version order. An empty commit file, a line that is not a JSON
+    object, or a version missing between two commits, is a :class:`CatalogError` naming
+    the file and line
+    (versions before a checkpoint may have been cleaned away: not a gap)."""
+    log_dir = lakefs.join(table, DELTA_LOG)
+    names = [n for n in lakefs.listdir(fs, log_dir, missing_ok=True) if _COMMIT.fullmatch(n)]
+    for before, name in zip([None, *names], names, strict=False):
+        if before is not None and int(name[:20]) != int(before[:20]) + 1:
+            raise CatalogError(
+                f"{log_dir}: no commit between {before} and {name}: the log has a gap "
+                "(a commit file was lost)"
+            )
+        path = lakefs.join(log_dir, name)
+        data = lakefs.read_all(fs, path)
+        if not data.strip():  # Delta never writes one: a torn write or a damaged disk
+            raise CatalogError(f"{path}: the commit file is empty (its actions were lost)")
+        actions = []
+        for i, line in enumerate(data.splitlines(), 1):
+            try:
+                action = json.loads(line) if line.strip() else {}
+            except json.JSONDecodeError as exc:
+                why = f"{exc.msg} at character {exc.pos}"
+                raise CatalogError(f"{path}: line {i} is not JSON ({why})") from None
+            except (ValueError, RecursionError) as exc:  # not UTF-8; nested too deep
+                raise CatalogError(f"{path}: line {i} is not JSON ({exc})") from None
+            if not isinstance(action, dict):
+                raise CatalogError(f"{path}: line {i} is not a JSON object")
+            actions.append(action)
+        yield path, actions
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{value!r:.80} is not a string")
 
 
 @dataclass(frozen=True)
@@ -97,11 +150,16 @@ class CatalogTable:
         try:
             return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         except TableNotFoundError as exc:
-            why = str(exc).strip().splitlines()[0] if str(exc).strip() else "not found"
+            why = delta_text(exc) or "not found"
             raise CatalogError(f"no catalog at {self.uri} (not a lake?): {why}") from exc
         except DeltaError as exc:
             at = f" version {version}" if version is not None else ""
-            raise CatalogError(f"cannot open catalog {self.uri}{at}: {exc}") from exc
+            why = delta_text(exc)
+            if "Json error" in why:  # which commit: Delta does not say
+                fs, base = self.location.resolve()
+                for _ in log_commits(fs, lakefs.join(base, CATALOG_DIR)):
+                    pass
+            raise CatalogError(f"cannot open catalog {self.uri}{at}: {why}") from exc
 
     def exists(self) -> bool:
         """Whether the catalog table exists."""
@@ -244,18 +302,32 @@ class CatalogTable:
         return False, self._read(table)
 
     def history(self, *, limit: int | None = None) -> list[HistoryEntry]:
-        """Table versions, newest first, with the run id that made each change."""
+        """Table versions, newest first, with the run id that made each change; a
+        commit's info that Delta or seglake would not write is a :class:`CatalogError`
+        naming the version."""
+        from deltalake.exceptions import DeltaError
+
+        try:
+            infos = self._open().history(limit)
+        except DeltaError as exc:
+            raise CatalogError(f"catalog {self.uri}: history: {delta_text(exc)}") from exc
         entries = []
-        for h in self._open().history(limit):
-            entries.append(
-                HistoryEntry(
+        for h in infos:
+            try:
+                entry = HistoryEntry(
                     version=int(h["version"]),
                     timestamp=dt.datetime.fromtimestamp(h["timestamp"] / 1000, dt.UTC),
                     operation=str(h.get("operation", "")),
-                    seglake_operation=h.get("seglake.operation"),
-                    run_id=h.get("seglake.run_id"),
+                    seglake_operation=_text_or_none(h.get("seglake.operation")),
+                    run_id=_text_or_none(h.get("seglake.run_id")),
                     metrics=dict(h.get("operationMetrics") or {}),
                     metadata={k: v for k, v in h.items() if k.startswith("seglake.")},
                 )
-            )
+            except (KeyError, TypeError, ValueError, OverflowError, OSError) as exc:
+                at = f"version {h.get('version')}" if isinstance(h, dict) else "a version"
+                why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+                raise CatalogError(
+                    f"catalog {self.uri} {at}: commit info not as Delta writes it: {why}"
+                ) from None
+            entries.append(entry)
         return entries

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from seglake.config import LogConfig, did_you_mean
-from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.topic_config import BY_TOPIC_NAME, checked, parse_value, resolve, with_topics
 from seglake.storage.naming import validate_topic
@@ -46,27 +46,54 @@ __all__ = [
 
 TOPIC_PREFIX = "seglake.topic."
 DEFAULTS_KEY = "seglake.topic_defaults"
+MAX_STORED_CHARS = 1 << 20  # one topic's configs: about 40 short settings, a few kB
 
 
 def _key(topic: str | None) -> str:
     return DEFAULTS_KEY if topic is None else TOPIC_PREFIX + validate_topic(topic)
 
 
-def _decode(configuration: Mapping[str, str]) -> dict[str | None, dict[str, str]]:
+def _decode(table: Any, where: str) -> dict[str | None, dict[str, str]]:
+    """The topic configs among ``table``'s properties, each checked (:func:`_stored`)."""
     out: dict[str | None, dict[str, str]] = {}
-    for key, raw in configuration.items():
-        if key == DEFAULTS_KEY:
-            out[None] = json.loads(raw)
-        elif key.startswith(TOPIC_PREFIX):
-            out[key[len(TOPIC_PREFIX) :]] = json.loads(raw)
+    for key, raw in table.metadata().configuration.items():
+        if key == DEFAULTS_KEY or key.startswith(TOPIC_PREFIX):
+            topic = None if key == DEFAULTS_KEY else key[len(TOPIC_PREFIX) :]
+            out[topic] = _stored(key, raw, f"{where} (version {table.version()})")
     return out
 
 
+def _stored(key: str, raw: str, where: str) -> dict[str, str]:
+    """Table property ``key``'s overrides, checked as a new value is (a damaged or
+    altered catalog: :class:`CatalogError` naming ``where`` and the property, one line)."""
+
+    def damaged(why: str) -> CatalogError:
+        return CatalogError(f"{where}: table property {key!r} {why} (not seglake config's)")
+
+    if len(raw) > MAX_STORED_CHARS:
+        raise damaged(f"holds {len(raw)} characters (a topic's configs: < {MAX_STORED_CHARS})")
+    try:
+        if key != DEFAULTS_KEY:
+            validate_topic(key[len(TOPIC_PREFIX) :])
+        value = json.loads(raw)
+    except RecursionError:
+        raise damaged("is JSON nested too deep") from None
+    except ValueError as exc:  # JSONDecodeError, InvalidTopicError
+        raise damaged(f"is not a topic's configs: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise damaged(f"is not a JSON object of setting names to strings: {raw[:80]!r}")
+    try:
+        return {name: checked(name, v) for name, v in value.items()}
+    except ConfigError as exc:
+        raise damaged(f"holds {exc}") from None
+
+
 def stored_configs(catalog: Catalog, *, version: int | None = None) -> dict[str | None, dict]:
-    """``{topic: overrides}`` (``None``: the lake-wide defaults) at ``version``."""
+    """``{topic: overrides}`` (``None``: the lake-wide defaults) at ``version``; a stored
+    property that is not what :func:`alter_config` writes is a :class:`CatalogError`."""
     if not catalog.exists():
         return {}
-    return _decode(catalog._open(version).metadata().configuration)
+    return _decode(catalog._open(version), catalog.uri)
 
 
 def lake_topics(catalog: Catalog, *, version: int | None = None) -> list[str]:
@@ -129,7 +156,7 @@ def alter_config(
 
     def plan(_current: Any) -> tuple[Any, int, int]:
         def write(table: Any, props: Any) -> None:
-            current = _decode(table.metadata().configuration).get(topic, {})
+            current = _decode(table, catalog.uri).get(topic, {})
             new = {k: v for k, v in {**current, **sets}.items() if k not in drops}
             table.alter.set_table_properties(
                 {key: json.dumps(new, sort_keys=True)},
@@ -169,7 +196,7 @@ def adopt_configs(
 
     def plan(_current: Any) -> tuple[Any, int, int]:
         def write(table: Any, props: Any) -> None:
-            stored = _decode(table.metadata().configuration)
+            stored = _decode(table, catalog.uri)
             new = {
                 _key(t): json.dumps({**stored.get(t, {}), **own}, sort_keys=True)
                 for t, own in sorted(kept.items())

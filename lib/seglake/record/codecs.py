@@ -19,6 +19,11 @@ time to produce it, and is refused with :class:`OutputLimitError`.
 Raw snappy states its length up front and is checked before anything is allocated. The
 default limit of a block is :func:`inflate_budget` of its size, at most
 :data:`MAX_BLOCK_OUTPUT`.
+
+A read inflates its blocks in groups (:func:`inflate_groups`): at most
+:data:`READ_INFLATE_BUDGET` bytes a group (one block alone may take its own budget), each
+group decoded before the next is inflated, so a read's memory is what it returns plus
+that budget, however many blocks it holds.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ XERIAL_BLOCK = 32 * 1024
 MAX_RATIO = 256  # compressed bytes may inflate to 256x their size ...
 MIN_BUDGET = 16 << 20  # ... or to 16 MiB, whichever is more ...
 MAX_BLOCK_OUTPUT = 1 << 30  # ... and one records block never beyond 1 GiB
+READ_INFLATE_BUDGET = 256 << 20  # the most a read holds inflated at once (bar one block)
 _INT32 = struct.Struct(">i")
 _FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is full
 _MIN_GUESS = 64 << 10
@@ -64,6 +70,25 @@ def inflate_budget(compressed_bytes: int) -> int:
     (a few times to a few tens of times), far below a bomb (zstd: 20000x on zeros).
     """
     return max(MIN_BUDGET, MAX_RATIO * compressed_bytes)
+
+
+def inflate_groups(compressed: np.ndarray) -> list[slice] | None:
+    """Consecutive groups of blocks (``compressed``: each block's compressed bytes, 0 for
+    a raw one) whose :func:`inflate_budget` is at most :data:`READ_INFLATE_BUDGET` (a
+    block past it alone in its group), or ``None`` when all of them fit in one. One step
+    a group, not a block."""
+    cap = READ_INFLATE_BUDGET // MAX_RATIO
+    cum = np.cumsum(compressed, dtype=np.int64)
+    n = len(cum)
+    if not n or int(cum[-1]) <= cap:
+        return None
+    groups, i = [], 0
+    while i < n:
+        base = int(cum[i - 1]) if i else 0
+        j = max(int(np.searchsorted(cum, base + cap, side="right")), i + 1)
+        groups.append(slice(i, j))
+        i = j
+    return groups
 
 
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import InputSchemaError, OffsetOrderError
+from seglake.format import MAX_OFFSET
 from seglake.record.schema import MAX_TIMESTAMP_MS, timestamp_millis
 from seglake.record.varint import zigzag
 from seglake.record.varint_columns import data_of, from_numpy, join_binary, varint_array, vsize_z
@@ -30,6 +31,7 @@ __all__ = [
     "first_not_increasing",
     "headers_column",
     "int64_column",
+    "offset_too_high",
     "prepare_headers",
 ]
 
@@ -219,6 +221,8 @@ def first_not_increasing(a: np.ndarray) -> int | None:
 
 
 def check_offsets(off: np.ndarray) -> None:
+    """Offsets from 0 to :data:`MAX_OFFSET`, strictly increasing; else an
+    :class:`OffsetOrderError` naming the first row that is not."""
     if off[0] < 0:
         raise OffsetOrderError(f"row 0: offset {int(off[0])} is negative")
     i = first_not_increasing(off)
@@ -227,6 +231,17 @@ def check_offsets(off: np.ndarray) -> None:
             f"row {i}: offset {int(off[i])} is not greater than offset {int(off[i - 1])} of "
             f"row {i - 1}; offsets must be strictly increasing"
         )
+    if off[-1] > MAX_OFFSET:
+        i = int(np.searchsorted(off, MAX_OFFSET, side="right"))
+        raise OffsetOrderError(offset_too_high(f"row {i}: offset", int(off[i])))
+
+
+def offset_too_high(what: str, offset: int) -> str:
+    """The one line of a record offset above :data:`MAX_OFFSET` (``what``: which)."""
+    return (
+        f"{what} {offset} is above {MAX_OFFSET} (2^63 - 2): the log end offset after it "
+        "would not fit a long (Kafka's offsets end there)"
+    )
 
 
 def check_timestamps(ts: np.ndarray) -> None:

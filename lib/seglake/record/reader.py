@@ -43,7 +43,7 @@ from seglake.record.batch import (
     scan_batches,
 )
 from seglake.record.batch_walk import walk_batches
-from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget
+from seglake.record.codecs import MAX_BLOCK_OUTPUT, inflate_budget, inflate_groups
 from seglake.record.decode import numpy_table, numpy_times
 from seglake.record.decode_fused import batches_of, decode_fused
 from seglake.record.decode_native import NativeWalk, decode_native, times_native, walk_native
@@ -132,14 +132,40 @@ def decode_batches(
     whether or not ``scan.crc_valid`` says their CRC matched.
 
     Decompression is bounded: one records block inflates to at most ``max_batch_bytes``,
-    all of them together to at most ``max_decompressed_bytes`` (default
-    :func:`~seglake.record.codecs.inflate_budget` of their compressed size: 256x, at
-    least 16 MiB). A batch past either raises :class:`CorruptRecordError`.
+    all of them together to at most ``max_decompressed_bytes`` (the caller's limit).
+    Without it the batches are decoded in groups (:func:`_groups`), each inflated to at
+    most :func:`~seglake.record.codecs.inflate_budget` of its compressed size (256x, at
+    least 16 MiB) and :data:`~seglake.record.codecs.READ_INFLATE_BUDGET` (bar a batch
+    alone), decoded before the next is inflated: the memory is what the read returns
+    plus that budget. A batch past a limit raises :class:`CorruptRecordError`.
     """
     limits = (max_batch_bytes, max_decompressed_bytes)
     sel = _selected(scan, skip_control)
     if not len(sel):
         return empty_records(headers=headers)
+    groups = _groups(scan, sel) if max_decompressed_bytes is None else None
+    if groups is not None:
+        return pa.concat_tables([_decode(buf, scan, sel[g], path, limits, headers) for g in groups])
+    return _decode(buf, scan, sel, path, limits, headers)
+
+
+def _groups(scan: BatchScan, sel: np.ndarray) -> list[slice] | None:
+    """Groups of ``sel`` inflated one at a time (``None``: one group), by their
+    compressed records blocks (:func:`~seglake.record.codecs.inflate_groups`)."""
+    size = scan.size[sel] - HEADER_SIZE
+    packed = (scan.codec[sel] != 0) & (size > 0)
+    return inflate_groups(np.where(packed, size, 0))
+
+
+def _decode(
+    buf: Bytes,
+    scan: BatchScan,
+    sel: np.ndarray,
+    path: str | None,
+    limits: tuple[int, int | None],
+    headers: bool,
+) -> pa.Table:
+    """:func:`decode_batches` of the batches ``sel`` at once: kernel, else numpy."""
     walked = _kernel_walk(buf, scan, sel, path, limits)
     table = decode_native(walked, scan, sel, headers=headers) if walked is not None else None
     if table is not None:
@@ -164,10 +190,21 @@ def record_times(
     :func:`decode_batches` cannot put in a column.) Decompression is bounded as there,
     by the default limits.
     """
-    limits = (MAX_BATCH_OUTPUT, None)
     sel = _selected(scan, skip_control)
     if not len(sel):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    groups = _groups(scan, sel)
+    if groups is not None:  # inflated a group at a time, as decode_batches does
+        both = [_times(buf, scan, sel[g], path) for g in groups]
+        return np.concatenate([o for o, _ in both]), np.concatenate([t for _, t in both])
+    return _times(buf, scan, sel, path)
+
+
+def _times(
+    buf: Bytes, scan: BatchScan, sel: np.ndarray, path: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`record_times` of the batches ``sel`` at once: kernel, else numpy."""
+    limits = (MAX_BATCH_OUTPUT, None)
     walked = _kernel_walk(buf, scan, sel, path, limits)
     times = times_native(walked) if walked is not None else None
     if times is not None:

@@ -117,5 +117,5 @@ def discard_pieces(root: Root, run_id: str) -> int:
         if i.type == pafs.FileType.Directory and i.base_name.startswith(prefix)
     ]
     for path in gone:
-        lakefs.delete_dir(fs, path)
+        lakefs.delete_dir(fs, path, root=base)
     return len(gone)

@@ -60,7 +60,7 @@ from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.spark.session import seglake_errors, spark_schema
-from seglake.storage.naming import validate_topic
+from seglake.storage.naming import STAGING_DIR, run_dir, validate_run_id, validate_topic
 
 log = logging.getLogger("seglake.ingest")
 
@@ -95,7 +95,7 @@ def ingest(
     root = LakeLocation.of(root)  # parsed once
     started = time.time()
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
-    run_id = run_id or new_run_id()
+    run_id = new_run_id() if run_id is None else validate_run_id(run_id)
     catalog = Catalog(root)
     config = topic_configs(catalog, config)  # each topic's: for_topic(t)
     files = stat_files(_input_paths(df))
@@ -105,8 +105,8 @@ def ingest(
         publish_pending(root, run_id)
         return _already_committed(run_id, started, catalog)
     fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, "_staging", run_id)
-    lakefs.delete_dir(fs, staging)  # a failed earlier attempt of this run id
+    staging = run_dir(base, STAGING_DIR, run_id)
+    lakefs.delete_dir(fs, staging, root=base)  # a failed earlier attempt of this run id
     if catalog.exists():  # other runs that failed or died: finish or remove them
         _sweep_other_runs(root, config, run_id)
     try:
@@ -123,7 +123,7 @@ def ingest(
             fail_after_records,
         )
         if rows.num_rows == 0:
-            lakefs.delete_dir(fs, staging)
+            lakefs.delete_dir(fs, staging, root=base)
             return IngestResult(
                 run_id,
                 False,
@@ -141,10 +141,10 @@ def ingest(
             metadata={runs.INPUT_KEY: covered.to_json()},
         )
     except BaseException:
-        lakefs.delete_dir(fs, staging)
+        lakefs.delete_dir(fs, staging, root=base)
         raise
     if result.already_committed:
-        lakefs.delete_dir(fs, staging)
+        lakefs.delete_dir(fs, staging, root=base)
         runs.check_reuse(catalog, run_id, covered)  # committed meanwhile: the same input?
         return _already_committed(run_id, started, catalog)
     publish_pending(root, run_id, rows)

@@ -20,6 +20,8 @@ from typing import Any
 
 from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
+from seglake.format import MAX_OFFSET
+from seglake.record.encode_input import offset_too_high
 from seglake.storage.naming import partition_dir_name
 
 Key = tuple[str, int]
@@ -91,6 +93,9 @@ def plan_ingest(
                 )
         else:
             lo, hi = end, end + n - 1
+        if hi > MAX_OFFSET:
+            given = "input offset" if has_offset else f"offset of record {n} from log end {end}:"
+            raise OffsetOrderError(offset_too_high(f"{t}-{p}: {given}", hi))
         by_ts = config.ingest_order == "timestamp" and not has_offset
         chunks = 1 if by_ts else max(1, math.ceil(n / config.task_max_records))
         partitions[(t, p)] = PartitionPlan(lo, hi, n, chunks, chunk0, end)

@@ -40,8 +40,10 @@ from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    STAGING_DIR,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
+    run_dir,
     segment_file_name,
 )
 
@@ -113,7 +115,7 @@ def rebase(
 ) -> pa.Table:
     """The later tasks' staged segments moved to their planned offsets (module doc)."""
     fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, "_staging", run_id)
+    staging = run_dir(base, STAGING_DIR, run_id)
     out = rows.to_pylist()
     moved = set()
     for r in out:
@@ -135,7 +137,7 @@ def rebase(
             point["offset"] += delta
         moved.add(task)
     for task in moved:
-        lakefs.delete_dir(fs, lakefs.join(staging, task_dir(task)))
+        lakefs.delete_dir(fs, lakefs.join(staging, task_dir(task)), root=base)
     return pa.Table.from_pylist(out, schema=SEGMENT_ROWS)
 
 

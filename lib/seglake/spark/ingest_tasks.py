@@ -40,7 +40,7 @@ from seglake.spark.ingest_keys import (
 )
 from seglake.spark.ingest_plan import PartitionPlan
 from seglake.spark.task_memory import in_task_pool
-from seglake.storage.naming import partition_dir_name
+from seglake.storage.naming import STAGING_DIR, partition_dir_name, run_dir
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 from seglake.testing_hooks import crash_point
@@ -113,7 +113,7 @@ class StagedWriters:
     ) -> None:
         self.fs, base = lakefs.resolve(root)
         self.indexes = indexes  # index files written (SegmentWriter)
-        self.staging = lakefs.join(base, "_staging", run_id)
+        self.staging = run_dir(base, STAGING_DIR, run_id)
         self.subdir = subdir  # under the staging dir (a one-pass task's own: task_dir)
         self.run_id = run_id
         self.config = config

@@ -143,7 +143,7 @@ def append_delta(spark: SparkSession, df: DataFrame, path: str) -> int:
             create_table_with_add_actions(path, schema, actions, mode="append")
     except BaseException:
         with contextlib.suppress(OSError):
-            fs.delete_dir(lakefs.join(base, sub))
+            lakefs.delete_dir(fs, lakefs.join(base, sub), root=base)
         raise
     finally:
         if saved is None:
@@ -181,7 +181,7 @@ def _add_actions(fs: pafs.FileSystem, base: str, sub: str) -> list[AddAction]:
                 )
             )
         else:  # _SUCCESS, .crc: not data
-            fs.delete_file(i.path)
+            lakefs.delete_file(fs, i.path, root=base)
     return actions
 
 
@@ -300,7 +300,7 @@ def run_recover(spark: SparkSession, args) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import Catalog
     from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
-    from seglake.lake.staging import STAGING, publish_pending
+    from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
 
     root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
@@ -309,7 +309,7 @@ def run_recover(spark: SparkSession, args) -> int:
     if not dry_run:
         fs, base = lakefs.resolve(root)
         for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
-            if catalog.run_committed(run):
+            if staged_run_committed(catalog, run):
                 publish_pending(root, run)
     groups = _partition_groups(catalog.segments(args.topics))
     intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
@@ -415,7 +415,12 @@ def main(job: str, argv: list[str]) -> int:
         code = runner(spark, args)
     except Exception as exc:  # a SeglakeError, also one raised in a task: one line
         driver_io = isinstance(exc, OSError)  # the driver's own write the file system refused
-        err = task_error(exc) or (refused(exc, root) if driver_io else None) or spark_error(exc)
+        err = (
+            task_error(exc)
+            or (refused(exc, root) if driver_io else None)
+            or (LakeLocation.of(root).unreachable(exc) if driver_io and root else None)
+            or spark_error(exc)
+        )
         if err is None:
             raise
         from_spark = not isinstance(exc, (SeglakeError, OSError))  # its traceback: the log

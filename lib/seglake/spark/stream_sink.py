@@ -67,7 +67,7 @@ from seglake.spark.kafka_options import (
 )
 from seglake.spark.normalize import check_types
 from seglake.spark.worker_errors import one_line_errors
-from seglake.storage.naming import validate_topic
+from seglake.storage.naming import STAGING_DIR, run_dir, validate_name, validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
 FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
@@ -75,13 +75,15 @@ FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
 
 def query_id(checkpoint: str) -> str:
     """The streaming query's id, from ``<checkpoint>/metadata`` (``{"id": "<uuid>"}``),
-    which Spark writes when a query first starts and keeps across restarts."""
+    which Spark writes when a query first starts and keeps across restarts; it names
+    the batches' run ids, so it follows the names-to-paths rule (``validate_name``)."""
     fs, base = lakefs.resolve(checkpoint)
     path = lakefs.join(base, "metadata")
     try:
-        return str(json.loads(lakefs.read_all(fs, path))["id"])
-    except (OSError, ValueError, KeyError) as exc:
+        found = json.loads(lakefs.read_all(fs, path))["id"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: no streaming query id there ({exc})") from None
+    return validate_name(found, f"{path}: streaming query id")
 
 
 def ingest_batch(
@@ -148,7 +150,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
     settings by their Kafka names; checks the input schema as the batch ingest does."""
     opts = {k.lower(): v for k, v in options.items()}
     if "queryid" in opts:
-        qid = opts["queryid"]
+        qid = validate_name(opts["queryid"], "seglake sink: option queryId")
     elif "checkpointlocation" in opts:
         qid = query_id(opts["checkpointlocation"])
     else:
@@ -234,7 +236,7 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
         fs, base = lakefs.resolve(self.opts.root)
         for m in messages:
             if isinstance(m, StagedPiece):  # failed tasks' pieces: cleanup removes them
-                lakefs.delete_dir(fs, lakefs.join(base, "_staging", m.stage))
+                lakefs.delete_dir(fs, run_dir(base, STAGING_DIR, m.stage), root=base)
 
 
 def stage_piece(

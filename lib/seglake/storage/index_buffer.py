@@ -16,6 +16,11 @@ follow it (an empty preallocated file is all zeros; a real ``(base offset, 0)`` 
 ``(timestamp 0, base offset)`` entry followed by zeros is ambiguous and read as unused,
 which keeps lookups exact: it is also the answer of an empty index).
 
+An index is never read past the entries its ``.log`` can have (:meth:`IndexBuffer.read_limit`:
+one entry per batch at most, a batch at least 61 bytes): the rest of a larger file (a
+sparse multi-GiB one) is not read and counts as unused, as trailing zero entries do in
+Kafka; :meth:`IndexBuffer.from_bytes` is told the file's whole ``length``.
+
 The writable side (appends, truncation, resize, the ``mmap`` of a local file, close) is
 :class:`seglake.storage.index_file.IndexFile`, a subclass.
 """
@@ -35,6 +40,7 @@ from seglake.errors import (
 )
 from seglake.format import DEFAULT_INDEX_SIZE_MAX_BYTES as DEFAULT_MAX_INDEX_SIZE
 from seglake.format import INT32_MAX
+from seglake.record.batch import HEADER_SIZE
 
 _UNLIMITED_ENTRIES = INT32_MAX
 
@@ -92,24 +98,34 @@ class IndexBuffer:
         self._cache: dict[str, Any] = {}
 
     @classmethod
+    def read_limit(cls, log_size: int) -> int:
+        """The most bytes of an index file in use beside a ``.log`` of ``log_size``
+        bytes: one entry per batch at most, each batch at least a 61-byte header (what
+        a reader reads of a larger, preallocated or sparse, file; module docstring)."""
+        return cls.ENTRY_SIZE * (max(log_size, 0) // HEADER_SIZE + 1)
+
+    @classmethod
     def from_bytes(
         cls,
         buf: bytes | bytearray | memoryview | mmap.mmap,
         base_offset: int,
         path: str | os.PathLike[str] | None = None,
+        *,
+        length: int | None = None,
     ) -> Self:
         """A read-only index over ``buf`` (not copied: keep ``buf`` alive and unchanged).
 
-        ``buf`` is the whole index file, trimmed or preallocated. Never raises for its
-        content; call :meth:`sanity_check` to validate it.
+        ``buf`` is the index file, trimmed or preallocated, whole or its first bytes
+        (:meth:`read_limit`; ``length``: the whole file's, for the sanity check). Never
+        raises for its content; call :meth:`sanity_check` to validate it.
         """
         self = cls.__new__(cls)
         self._setup(base_offset, path)
         view = memoryview(buf).cast("B")
         self._buf = view
-        self._length = len(view)
-        self._max_entries = len(view) // cls.ENTRY_SIZE
-        self._n, self._problem = self._scan_used(self._buf, self._length)
+        self._length = len(view) if length is None else max(length, len(view))
+        self._max_entries = self._length // cls.ENTRY_SIZE
+        self._n, self._problem = self._scan_used(self._buf, len(view))
         return self
 
     @classmethod

@@ -6,7 +6,10 @@
       *.deleted / *.cleaned / *.swap           mid-operation files: readers skip them
 
 Topic names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``.
-Validating them is also what keeps a name like ``../x`` from leaving the lake. The
+Validating them is also what keeps a name like ``../x`` from leaving the lake. Every
+other name that becomes a path (run ids, streaming query ids, a stream's or batch
+sink's stage) follows the same rule (:func:`validate_name`), checked where it enters
+and again where :func:`run_dir` builds ``<root>/_staging/<run>`` or ``_retired/<run>``. The
 directory ``<topic>-<partition>`` must also fit ``NAME_MAX`` (255): checked before
 ingest writes a file.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from seglake.errors import InvalidTopicError
+from seglake.errors import InvalidNameError, InvalidTopicError
 from seglake.format import LONG_MAX
 
 LOG_SUFFIX = ".log"
@@ -32,6 +35,7 @@ PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_LENGTH = 249
+MAX_NAME_LENGTH = MAX_TOPIC_LENGTH  # any name that becomes a path
 NAME_MAX = 255  # longest file or directory name (ext4, xfs, APFS, NTFS)
 STAGING_DIR = "_staging"  # <root>/_staging/<run>/<path>: a run's files before they are published
 RETIRED_DIR = "_retired"  # <root>/_retired/<run>/<path>: a run's files after a later run
@@ -42,24 +46,43 @@ _SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
 
 
+def validate_name(
+    value: object, what: str, *, error: type[InvalidNameError] = InvalidNameError
+) -> str:
+    """Return ``value`` if it may become one path component: Kafka's topic characters
+    ``[a-zA-Z0-9._-]``, 1..249 of them, not ``.`` or ``..``; else raise ``error`` (one
+    line naming ``what`` and the value). The one rule for every name that becomes a path.
+    """
+    if not isinstance(value, str):
+        raise error(f"{what} must be a string, got {type(value).__name__}")
+    if value in (".", ".."):
+        raise error(f"{what} {value!r} is not allowed")
+    if not _TOPIC_RE.fullmatch(value):
+        if not value:
+            raise error(f"{what} is empty")
+        if len(value) > MAX_NAME_LENGTH:
+            raise error(f"{what} is {len(value)} characters, more than {MAX_NAME_LENGTH}")
+        bad = sorted({c for c in value if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
+        raise error(f"{what} {value!r} has characters outside [a-zA-Z0-9._-]: {bad}")
+    return value
+
+
 def validate_topic(topic: object) -> str:
     """Return ``topic`` if Kafka would accept it, else raise :class:`InvalidTopicError`."""
-    if not isinstance(topic, str):
-        raise InvalidTopicError(f"topic name must be a string, got {type(topic).__name__}")
-    if topic in (".", ".."):
-        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
-    if not _TOPIC_RE.fullmatch(topic):
-        if not topic:
-            raise InvalidTopicError("topic name is empty")
-        if len(topic) > MAX_TOPIC_LENGTH:
-            raise InvalidTopicError(
-                f"topic name is {len(topic)} characters, more than {MAX_TOPIC_LENGTH}"
-            )
-        bad = sorted({c for c in topic if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
-        raise InvalidTopicError(
-            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]: {bad}"
-        )
-    return topic
+    return validate_name(topic, "topic name", error=InvalidTopicError)
+
+
+def validate_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it may name ``_staging/<run>`` (:func:`validate_name`)."""
+    return validate_name(run_id, "run id")
+
+
+def run_dir(root: str, kind: str, run_id: str) -> str:
+    """``<root>/_staging/<run>`` or ``<root>/_retired/<run>`` (``kind``), the run id
+    validated: the one place a run's directory is built."""
+    if kind not in (STAGING_DIR, RETIRED_DIR):
+        raise ValueError(f"unknown run directory {kind!r}")
+    return f"{root.rstrip('/')}/{kind}/{validate_run_id(run_id)}"
 
 
 def validate_partition(partition: object) -> int:
@@ -132,5 +155,6 @@ def row_copies(root: str, path: str, run_id: str | None) -> tuple[str | None, st
     files under the same name: a reader of this row's version must read these)."""
     if not run_id:
         return None, None
-    root = root.rstrip("/")
-    return (f"{root}/{STAGING_DIR}/{run_id}/{path}", f"{root}/{RETIRED_DIR}/{run_id}/{path}")
+    validate_name(run_id, f"{path}: the catalog row's run id")
+    staged, retired = run_dir(root, STAGING_DIR, run_id), run_dir(root, RETIRED_DIR, run_id)
+    return f"{staged}/{path}", f"{retired}/{path}"

@@ -84,14 +84,15 @@ def _strip_pending(name: str) -> tuple[str, str] | None:
     return None
 
 
-def delete_segment_files(fs: pafs.FileSystem, stem: str) -> list[str]:
-    """Kafka's asynchronous delete, done at once: rename to ``.deleted``, then remove."""
+def delete_segment_files(fs: pafs.FileSystem, stem: str, *, root: str) -> list[str]:
+    """Kafka's asynchronous delete, done at once: rename to ``.deleted``, then remove
+    (inside ``root`` only: :func:`seglake.fs.check_delete`)."""
     gone = []
     for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
         path = stem + suffix
         if lakefs.exists(fs, path):
             lakefs.move(fs, path, path + ".deleted")
-            lakefs.delete_file(fs, path + ".deleted")
+            lakefs.delete_file(fs, path + ".deleted", root=root)
             gone.append(path)
     return gone
 
@@ -107,6 +108,7 @@ def recover_dir(
     defer_deletes: bool = False,
     keep_valid: bool = False,
     intervals: Mapping[int, int] | None = None,
+    root: str | None = None,
 ) -> PartitionRecovery:
     """Recover the partition directory ``directory`` on ``fs`` (see the module docstring).
 
@@ -115,11 +117,13 @@ def recover_dir(
     ``keep_valid`` (the lake's rule): skip damaged batches (:mod:`.damaged_batches`) and
     keep the segments after a damaged one, leaving offset gaps, instead of Kafka's cut.
     ``intervals``: ``log.index.interval.bytes`` per base offset (default ``interval``).
+    ``root``: the lake root every delete must stay inside (default ``directory``).
     """
+    root = directory if root is None else root
     report = PartitionRecovery(directory=directory, dry_run=dry_run)
     names = lakefs.listdir(fs, directory)
-    swaps = _remove_temp_files(fs, directory, names, report, only=only, dry_run=dry_run)
-    _complete_swaps(fs, directory, names, swaps, report, dry_run=dry_run)
+    swaps = _remove_temp_files(fs, root, directory, names, report, only=only, dry_run=dry_run)
+    _complete_swaps(fs, root, directory, names, swaps, report, dry_run=dry_run)
     names = lakefs.listdir(fs, directory) if not dry_run else names
     bases = sorted(
         p[0]
@@ -141,7 +145,7 @@ def recover_dir(
             cut = b if cut is None else cut
             report.deleted_segments.append(b)
             if not dry_run and not defer_deletes:
-                delete_segment_files(fs, stem)
+                delete_segment_files(fs, stem, root=root)
             continue
         rec = recover_segment(
             fs,
@@ -151,6 +155,7 @@ def recover_dir(
             force=force,
             producer_state=state,
             skip_damaged=keep_valid,
+            root=root,
         )
         report.segments.append(rec)
         if rec.error:
@@ -160,6 +165,7 @@ def recover_dir(
 
 def _remove_temp_files(
     fs: pafs.FileSystem,
+    root: str,
     directory: str,
     names: list[str],
     report: PartitionRecovery,
@@ -194,16 +200,17 @@ def _remove_temp_files(
                 if lakefs.exists(fs, stem + s) and not (only is not None and parsed[0] not in only):
                     report.removed_files.append(stem + s)
                     if not dry_run:
-                        lakefs.delete_file(fs, stem + s)
+                        lakefs.delete_file(fs, stem + s, root=root)
         if drop:
             report.removed_files.append(path)
             if not dry_run:
-                lakefs.delete_file(fs, path)
+                lakefs.delete_file(fs, path, root=root)
     return swaps
 
 
 def _complete_swaps(
     fs: pafs.FileSystem,
+    root: str,
     directory: str,
     names: list[str],
     swaps: list[tuple[str, int]],
@@ -222,11 +229,11 @@ def _complete_swaps(
             if p and p[1] == LOG_SUFFIX and swap_base <= p[0] < swap_next and p[0] != swap_base:
                 report.deleted_segments.append(p[0])
                 if not dry_run:
-                    delete_segment_files(fs, lakefs.join(directory, f"{p[0]:020d}"))
+                    delete_segment_files(fs, lakefs.join(directory, f"{p[0]:020d}"), root=root)
         report.completed_swaps.append(path)
         if not dry_run:
             final = path[: -len(".swap")]
-            lakefs.delete_file(fs, final)
+            lakefs.delete_file(fs, final, root=root)
             lakefs.move(fs, path, final)
 
 

@@ -205,8 +205,12 @@ def segment_timestamps(
     return (int(ts.min()) if len(ts) else -1), tail
 
 
-def read_optional(fs: pafs.FileSystem, path: str) -> bytes | None:
+def read_optional(fs: pafs.FileSystem, path: str, limit: int | None = None) -> bytes | None:
+    """The file at ``path`` (``None`` if missing); with ``limit``, at most its first
+    ``limit`` bytes (an index beside a log: ``IndexBuffer.read_limit``)."""
     try:
+        if limit is not None:
+            return lakefs.read_head(fs, path, limit)[0]
         return lakefs.read_all(fs, path)
     except SegmentNotFoundError:
         return None

@@ -66,7 +66,13 @@ from seglake.storage.naming import (
 )
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.segment_files import Pin, SegmentFiles
-from seglake.storage.segment_window import Window, check_on_corrupt, eof_of, make_window
+from seglake.storage.segment_window import (
+    Window,
+    check_on_corrupt,
+    data_end,
+    eof_of,
+    make_window,
+)
 from seglake.storage.time_index import TimeIndex, TimestampOffset
 from seglake.storage.txn_index import TransactionIndex
 
@@ -146,6 +152,7 @@ class LogSegment:
         self._txn_index: TransactionIndex | bool | None = False
         self.index_source = "unread"
         self.committed, self.may_tear = committed, may_tear
+        self._end_checked = False  # a zero tail looked for (``size``)
         self.on_corrupt = check_on_corrupt(on_corrupt)
         self.skipped: dict[int, SkippedBatch] = {}  # file position -> batch skipped
 
@@ -179,9 +186,15 @@ class LogSegment:
     # -- sizes and bounds -------------------------------------------------------------
     @property
     def size(self) -> int:
-        """Bytes of the ``.log``."""
+        """Bytes of the ``.log``; of a broker's active segment (``may_tear``, not a lake
+        row), up to where zeros fill the rest of its file (a preallocated segment:
+        :func:`~seglake.storage.segment_window.data_end`, checked at the first use)."""
         if self._size is None:
             self._size = self.files.log_size()
+        if not self._end_checked:
+            self._end_checked = True
+            if self.may_tear and not self.committed:
+                self._size = data_end(self.files, self._size)
         return self._size
 
     @property
@@ -250,9 +263,11 @@ class LogSegment:
     def _load_indexes(self) -> None:
         ipath, tpath = self.stem + INDEX_SUFFIX, self.stem + TIME_INDEX_SUFFIX
         try:
-            read = self.files.read_file
-            oi = OffsetIndex.from_bytes(read(INDEX_SUFFIX), self.base_offset, path=ipath)
-            ti = TimeIndex.from_bytes(read(TIME_INDEX_SUFFIX), self.base_offset, path=tpath)
+            read, size = self.files.read_index, self.size  # never past the entries in use
+            data, length = read(INDEX_SUFFIX, OffsetIndex.read_limit(size))
+            oi = OffsetIndex.from_bytes(data, self.base_offset, path=ipath, length=length)
+            data, length = read(TIME_INDEX_SUFFIX, TimeIndex.read_limit(size))
+            ti = TimeIndex.from_bytes(data, self.base_offset, path=tpath, length=length)
             oi.sanity_check()
             ti.sanity_check()
             nxt = self._next_offset

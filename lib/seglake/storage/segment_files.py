@@ -256,6 +256,17 @@ class SegmentFiles:
                 raise
             return lakefs.read_all(self.fs, self.stem + suffix)
 
+    def read_index(self, suffix: str, limit: int) -> tuple[bytes, int]:
+        """At most ``limit`` bytes of the segment's index file with ``suffix`` (an index
+        is never read past the entries its log can have), and the file's length."""
+        self.locate()
+        try:
+            return lakefs.read_head(self.fs, self.stem + suffix, limit)
+        except SegmentNotFoundError:
+            if not self.fallback():
+                raise
+            return lakefs.read_head(self.fs, self.stem + suffix, limit)
+
     def longer(self, size: int) -> bool:
         """Whether the ``.log`` in use is longer than ``size`` (one metadata request)."""
         self.locate()
@@ -268,6 +279,7 @@ class SegmentFiles:
             return None
 
         def opened(path: str) -> BinaryIO:
+            lakefs.check_regular(self.fs, path)
             try:
                 return open(path, "rb")  # the caller closes it
             except FileNotFoundError:

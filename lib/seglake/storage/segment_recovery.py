@@ -37,6 +37,8 @@ from seglake.storage.recovery_checks import (
     valid_prefix,
 )
 from seglake.storage.recovery_report import SegmentRecovery
+from seglake.storage.segment_files import SegmentFiles
+from seglake.storage.segment_window import data_end
 from seglake.storage.time_index import TimeIndex
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -54,6 +56,7 @@ def recover_segment(
     force: bool = False,
     producer_state: dict[int, int] | None = None,
     skip_damaged: bool = False,
+    root: str | None = None,
 ) -> SegmentRecovery:
     """Kafka's ``LogSegment.recover`` for one segment on ``fs``.
 
@@ -68,6 +71,8 @@ def recover_segment(
         skip_damaged: keep the valid batches after a damaged one (the lake's rule,
             :mod:`seglake.storage.damaged_batches`): the ``.log`` is rewritten without the
             damaged bytes, their offsets become a gap. Default: Kafka's truncation.
+        root: the lake root its deletes must stay inside (default: the segment's
+            directory).
 
     Returns:
         A :class:`SegmentRecovery`; never raises for bad bytes.
@@ -78,10 +83,22 @@ def recover_segment(
         raise SegmentNotFoundError(f"{log_path}: not a segment .log file name")
     base = parsed[0]
     stem = log_path[: -len(LOG_SUFFIX)]
-    original = lakefs.read_all(fs, log_path)
+    length = lakefs.file_size(fs, log_path)
+    # zeros after the last batch (a preallocated segment) end it unread, as in Kafka's
+    # recovery: only the bytes before them are read, the file trimmed to them
+    original = lakefs.read_range(
+        fs, log_path, 0, data_end(SegmentFiles(fs, log_path, base), length)
+    )
     buf, scan, error, dropped = _valid_log(original, base, skip_damaged)
+    if error is None and len(original) < length:  # cut there, as at any invalid batch
+        error = (
+            f"position {len(original)}: only zeros follow, to the end of the file "
+            f"({length} bytes): a preallocated segment's unused tail"
+        )
     next_offset = int(scan.last_offset[-1]) + 1 if len(scan) else base
-    indexes = _Indexes.recover(fs, stem, scan, base, next_offset, interval, force, error, dropped)
+    indexes = _Indexes.recover(
+        fs, stem, scan, base, next_offset, interval, force, error, dropped, len(original)
+    )
     txn = _TxnIndex.recover(
         fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
@@ -90,7 +107,7 @@ def recover_segment(
     report = SegmentRecovery(
         log_path=log_path,
         base_offset=base,
-        original_bytes=len(original),
+        original_bytes=length,
         valid_bytes=scan.valid_bytes,
         error=error,
         batches=len(scan),
@@ -109,7 +126,8 @@ def recover_segment(
         index_interval_bytes=interval,
     )
     if not dry_run:
-        _write_back(fs, log_path, len(original), buf, dropped, indexes, txn, rebuilt)
+        where = log_path.rsplit("/", 1)[0] if root is None else root
+        _write_back(fs, where, log_path, length, buf, dropped, indexes, txn, rebuilt)
         if report.changed:
             log.warning("recovered %s", report)
     return report
@@ -117,6 +135,7 @@ def recover_segment(
 
 def _write_back(
     fs: pafs.FileSystem,
+    root: str,
     log_path: str,
     original_bytes: int,
     buf: bytes,
@@ -135,7 +154,7 @@ def _write_back(
     rewritten = _rewritten(dropped)
     if rewritten:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            lakefs.delete_file(fs, stem + suffix)
+            lakefs.delete_file(fs, stem + suffix, root=root)
     if len(buf) < original_bytes:
         lakefs.write_bytes(fs, log_path, buf)
     if INDEX_SUFFIX in rebuilt or rewritten:
@@ -146,7 +165,7 @@ def _write_back(
         if len(txn.aborted):
             lakefs.write_bytes(fs, stem + TXN_INDEX_SUFFIX, txn.new.to_bytes())
         else:
-            lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX)
+            lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX, root=root)
 
 
 def _rewritten(dropped: list[DroppedBytes]) -> bool:
@@ -197,10 +216,12 @@ class _Indexes:
         force: bool,
         error: str | None,
         dropped: list[DroppedBytes],
+        log_size: int,
     ) -> _Indexes:
         oi_new, ti_new = rebuild_indexes(scan, base, interval)
-        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX)
-        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX)
+        # never past the entries the log can have (a sparse multi-GiB index)
+        oi_bytes = read_optional(fs, stem + INDEX_SUFFIX, OffsetIndex.read_limit(log_size))
+        ti_bytes = read_optional(fs, stem + TIME_INDEX_SUFFIX, TimeIndex.read_limit(log_size))
         oi_final, ti_final = oi_new, ti_new
         rebuilt: dict[str, str] = {}
         if force:

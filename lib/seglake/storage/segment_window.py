@@ -13,6 +13,10 @@ become one (:func:`make_window`). Damaged bytes are never read as "not written y
                 committed records are gone: :class:`TruncatedSegmentError` naming the
                 file, both sizes and the lost offsets (``on_corrupt="skip"``: reported
                 once as a skipped range, the whole batches before the cut read)
+    zero tail   a broker's active segment preallocated (``preallocate=true``) and not
+                trimmed: zeros after its last batch. As in Kafka's recovery, the log ends
+                at the first batch position from which the file holds only zeros
+                (:func:`data_end`: found in windows, the zeros never read whole)
     corruption  anything else that does not scan (CRC, magic, length, offsets going
                 backwards, a batch running past a committed size): raises
                 :class:`CorruptRecordError` naming the file, position, offsets and why;
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from seglake import fs as lakefs
 from seglake.errors import (
     ConfigError,
     CorruptBatchWarning,
@@ -43,14 +48,16 @@ from seglake.record.batch import (
     BatchHeader,
     BatchScan,
     SkippedBatch,
+    claimed_size,
     scan_batches,
 )
 from seglake.record.reader import decode_batches
 
 if TYPE_CHECKING:
     from seglake.storage.segment import LogSegment
+    from seglake.storage.segment_files import SegmentFiles
 
-__all__ = ["ON_CORRUPT", "Window", "check_on_corrupt", "eof_of", "make_window"]
+__all__ = ["ON_CORRUPT", "Window", "check_on_corrupt", "data_end", "eof_of", "make_window"]
 
 ON_CORRUPT = ("raise", "skip")  # what a read does at a damaged batch
 
@@ -104,6 +111,38 @@ def eof_of(start: int, end: int, data: bytes, size: int) -> str | None:
     if len(data) < end - start:
         return "file"
     return "size" if end >= size else None
+
+
+def data_end(files: SegmentFiles, size: int) -> int:
+    """Where the batches of a broker ``.log`` of ``size`` bytes end if only zeros follow
+    them (module docstring: zero tail), else ``size``. Cheap unless the file ends in
+    zeros: one read of its last 8 bytes; then the batch chain is followed from 0 in
+    windows of :data:`~seglake.fs.WINDOW_BYTES` (a batch larger than one hopped over by
+    its header) and the rest checked for zeros (:func:`~seglake.fs.all_zeros`). Anything
+    else that stops the chain is left to the reads (torn tail or corruption)."""
+    if size < HEADER_SIZE or any(files.read_range(size - 8, 8)):
+        return size
+    pos = 0
+    while pos < size:
+        data = files.read_range(pos, min(lakefs.WINDOW_BYTES, size - pos))
+        if not data:
+            return size  # the file is shorter than ``size``: the reads name it
+        scan = scan_batches(data, verify_crc=False)
+        pos += scan.valid_bytes
+        head = data[scan.valid_bytes : scan.valid_bytes + HEADER_SIZE]
+        if pos >= size or (scan.error is None and len(data) == scan.valid_bytes):
+            continue
+        if len(head) == HEADER_SIZE and not any(head):
+            break  # zeros where a batch would start
+        if len(head) < HEADER_SIZE and scan.valid_bytes:
+            continue  # the window ended inside a header: read on from it
+        n = claimed_size(head) if len(head) == HEADER_SIZE else 0
+        if not (scan.truncated and n >= HEADER_SIZE and pos + n <= size):
+            return size  # not zeros: the reads name it
+        pos += n  # a batch larger than the rest of the window
+    if pos < size and lakefs.all_zeros(files.fs, files.log_path, pos, size):
+        return pos
+    return size
 
 
 def make_window(

@@ -280,11 +280,15 @@ class TransactionIndex:
         return cast(np.ndarray, hit.reshape(off.shape))
 
     # ----------------------------------------------------------------------- validation
-    def sanity_check(self) -> None:
+    def sanity_check(self, *, first_slot: int = 0, file_size: int | None = None) -> None:
         """Kafka's check (length a multiple of 34) plus version 0, ``first <= last``,
         ``last >= base_offset`` and strictly increasing ``last``; raises
-        :class:`~seglake.errors.CorruptIndexError` naming the entry and the numbers."""
-        size = len(self._buf)
+        :class:`~seglake.errors.CorruptIndexError` naming the entry and the numbers.
+
+        A file checked window by window (never read whole) passes each window with the
+        entry before it: ``first_slot`` is that entry's slot in the file, ``file_size``
+        the file's length (for the length check)."""
+        size = len(self._buf) if file_size is None else file_size
         if size % ENTRY_SIZE:
             raise CorruptIndexError(
                 f"transaction index is corrupt: found {size} bytes, which is not a multiple "
@@ -327,6 +331,7 @@ class TransactionIndex:
                 worst = (int(idx[0]), why(int(idx[0])))
         if worst is not None:
             slot, why_text = worst
+            slot += first_slot
             raise CorruptIndexError(
                 f"transaction index is corrupt at entry {slot}: {why_text}",
                 path=self._path,

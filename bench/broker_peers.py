@@ -1,7 +1,7 @@
 """Kafka itself as the peer: Spark's Kafka source reading a local broker vs seglake reading
 a lake of the same batches (issue 22, item 7).
 
-    .venv/bin/python bench/kafka.py [--messages N] [--partitions P] [--window PCT]
+    .venv/bin/python bench/broker_peers.py [--messages N] [--partitions P] [--window PCT]
         [--queries Q] [--repeat R] [--quick] [--dir DIR]
 
 The data: a single-node KRaft broker (``seglake.kafka_broker``, on 127.0.0.1) gets a topic
@@ -36,8 +36,11 @@ Floors, timed in the same rounds: a one-row Spark job, an empty ``mapInArrow`` j
 ``answer_queries`` in the driver (no Spark), and each case's rows decoded beforehand and
 handed over by Python (bench/extract.py's ``python_floor``) or read by Spark's parquet
 reader. ``--quick`` (``make bench QUICK=1``): 200,000 messages, 1,000 queries. Skips
-(exit 0) without java or ``.jars/kafka``. Replaces the "## kafka (bench/kafka.py)"
-section of bench/RESULTS.md (``$SEGLAKE_BENCH_RESULTS``).
+(exit 0) without java or ``.jars/kafka``. Replaces the "## kafka
+(bench/broker_peers.py)" section of bench/RESULTS.md (``$SEGLAKE_BENCH_RESULTS``).
+
+Named broker_peers, not kafka: a bench/kafka.py shadowed kafka-python (bench/encode.py's
+peer) for every script run from bench/, whose folder is first on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ from typing import NoReturn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
 import ingest as bi  # bench/ingest.py: the /proc samplers
+from results import replace_section
 
 HERE = Path(__file__).resolve().parent
-SECTION = "## kafka (bench/kafka.py)"
+SECTION = "## kafka (bench/broker_peers.py)"
 TOPIC = "bench"
 VALUE_BYTES = 100
 PAYLOADS = 10_000  # distinct values in the producer's payload file
@@ -145,7 +149,7 @@ def payload_file(path: Path) -> None:
 
 def fail(msg: str) -> NoReturn:
     """One line on stderr, exit 2 (``main`` stops the broker and Spark on the way out)."""
-    print(f"bench/kafka.py: error: {msg}", file=sys.stderr)
+    print(f"bench/broker_peers.py: error: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -541,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
 
     why = missing_requirements()
     if why:
-        print(f"bench/kafka.py: skipped: {why}", file=sys.stderr)
+        print(f"bench/broker_peers.py: skipped: {why}", file=sys.stderr)
         return 0
     import seglake.spark
 
@@ -564,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         loads.append(f"{os.getloadavg()[0]:.1f}")
         text = report(got, facts, args, loads)
         print(text)
-        bx.replace_section(SECTION, text)
+        replace_section(text)
     finally:
         if seek is not None:
             seek.close()
