@@ -11,7 +11,9 @@ request lists the broker, and stops it by its PID: SIGTERM, a wait for the clean
 on the same directory keeps the data (a static controller quorum: the ports may change).
 
 No pyspark and no Kafka client here: readiness is one hand-made Metadata v4 request.
-``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C.
+``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C or SIGTERM (either stops
+the broker cleanly first: it runs in a session of its own, so a signal to the Python
+process alone would leave the JVM running).
 """
 
 from __future__ import annotations
@@ -287,6 +289,24 @@ class KafkaBroker:
         proc.wait(timeout=30)
         return self.cleanly_closed()
 
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+        """Create a topic on the running broker with Kafka's own ``kafka-topics --create``
+        (``TopicCommand``, one JVM; no Kafka client here)."""
+        args = ["--bootstrap-server", self.bootstrap, "--create", "--topic", name]
+        args += ["--partitions", str(partitions), "--replication-factor", "1"]
+        for key, value in sorted(config.items()):
+            args += ["--config", f"{key}={value}"]
+        done = subprocess.run(
+            self._java("org.apache.kafka.tools.TopicCommand", *args),
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            lines = (done.stderr + done.stdout).strip().splitlines()
+            why = [ln for ln in lines if "Error" in ln or "Exception" in ln] or lines or ["?"]
+            raise BrokerError(f"kafka-topics --create {name} failed: {why[0]}")
+
     def cleanly_closed(self) -> bool:
         """Whether the log directory holds Kafka's clean-shutdown marker (it is removed at
         start and written as the last step of a clean shutdown)."""
@@ -330,21 +350,25 @@ class KafkaBroker:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C (``make kafka``)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
-        return 2
-    broker = KafkaBroker(args[0] if args else "kafka-data")
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_until_stopped(broker: KafkaBroker, what: str = "Kafka broker") -> int:
+    """Start ``broker``, print where it is, run until Ctrl-C, SIGTERM or SIGHUP, then stop
+    it cleanly (0; 1 when the shutdown was not clean; 2 when it could not start or exited
+    on its own). The signals are handled from before the start: the JVM runs in a session
+    of its own and would outlive this process."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     try:
-        broker.start()
-    except BrokerError as e:
-        print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
-        return 2
-    try:  # Ctrl-C from here on stops the broker, even while the lines are printed
-        print(f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
+        try:
+            broker.start()
+        except BrokerError as e:
+            print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
+            print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
+            return 2
+        print(f"{what} up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
         print(f"log: {broker.server_log}; Ctrl-C stops it")
         sys.stdout.flush()
         while broker.proc is not None and broker.proc.poll() is None:
@@ -353,9 +377,21 @@ def main(argv: list[str] | None = None) -> int:
         print(broker.log_tail(), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a second one (kill, timeout's
+            signal.signal(sig, signal.SIG_IGN)  # signal to its group) lets the stop end
         clean = broker.stop()
         print(f"stopped ({'clean shutdown' if clean else 'NOT a clean shutdown'})")
         return 0 if clean else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C or SIGTERM
+    (``make kafka``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
+        return 2
+    return run_until_stopped(KafkaBroker(args[0] if args else "kafka-data"))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ CASES = {  # argv ({w}: the world) -> what the line names
     ),
     "read max-records -3": (["read", P, "--offset", "0", "--max-records", "-3"], "-3"),
     "read offset -1": (["read", P, "--offset", "-1"], "argument --offset: -1 is outside"),
-    "register nothing": (["register", "--root", "nolake", "odd"], "odd: no segment with records"),
+    "register nothing": (["register", "--root", "nolake", "odd"], "odd: no topic to register"),
     "cleanup older-than inf": (["cleanup", "--older-than", "inf", L], "inf"),
     "cleanup older-than nan": (["cleanup", "--older-than", "nan", L], "nan"),
     "cleanup older-than -1": (["cleanup", "--older-than", "-1", L], "-1"),

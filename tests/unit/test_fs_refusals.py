@@ -110,7 +110,9 @@ def test_register_onto_a_full_disk_leaves_nothing(tmp_path) -> None:
     partial copies left in _staging/."""
     with tmpfs(tmp_path / "disk", "192k") as disk:
         root = disk / "lake"
-        line = one_error_line(seglake("register", "--root", str(root), str(FIXTURES)))
+        line = one_error_line(
+            seglake("register", "--root", str(root), str(FIXTURES), "--include-internal")
+        )
         assert f"{root}/_staging/" in line and "no space left on the device (ENOSPC)" in line
         _no_staging(root)
         assert not Catalog(str(root)).exists()
@@ -121,7 +123,12 @@ def test_register_past_the_file_size_limit(tmp_path) -> None:
     root = tmp_path / "lake"
     version = _lake_with_a_segment(root)
     proc = seglake(
-        "register", "--root", str(root), str(FIXTURES), preexec_fn=file_size_limit(65536)
+        "register",
+        "--root",
+        str(root),
+        str(FIXTURES),
+        "--include-internal",
+        preexec_fn=file_size_limit(65536),
     )
     line = one_error_line(proc)
     assert f"{root}/_staging/" in line and "(EFBIG)" in line and "ulimit -f" in line, line

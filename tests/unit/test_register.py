@@ -25,7 +25,7 @@ def lake(tmp_path_factory) -> Path:
     (broker / "meta.properties").write_text("version=1\n")
     (broker / "first-0.abc123-delete").mkdir()
     root = tmp_path_factory.mktemp("lake") / "lake"
-    rep = register(str(root), str(broker), run_id="reg-1")
+    rep = register(str(root), str(broker), run_id="reg-1", include_internal=True)
     assert rep.rows == len(FIXTURE_PARTITIONS)
     assert "first-0.abc123-delete" in rep.skipped
     assert not any(p.changed for p in rep.partitions.values())  # broker indexes kept
@@ -115,10 +115,10 @@ def test_a_damaged_batch_keeps_the_later_ones(tmp_path: Path, kafka_truncate: bo
     data[exp[0]["size"] - 1] ^= 0x01  # the first batch's last record byte (under its CRC)
     log.write_bytes(bytes(data))
     root = tmp_path / "lake"
-    if kafka_truncate:  # the damaged batch was the first: nothing before it, no lake
-        with pytest.raises(SegmentNotFoundError, match="no records left after recovery"):
-            register(str(root), str(broker), kafka_truncate=kafka_truncate)
-        assert not root.exists()
+    if kafka_truncate:  # the damaged batch was the first: nothing before it, an empty topic
+        rep = register(str(root), str(broker), kafka_truncate=kafka_truncate)
+        assert rep.empty == ["sensor-data"] and rep.rows == 0
+        assert "no records left after recovery" in rep.skipped["sensor-data-0"]
         return
     register(str(root), str(broker), kafka_truncate=kafka_truncate)
     rows = Catalog(str(root)).segments("sensor-data", 0).to_pylist()
@@ -142,7 +142,7 @@ def test_skipped_directories_are_named_with_the_reason(tmp_path: Path) -> None:
     (broker / "none-0").mkdir()
     (broker / "none-0" / "leader-epoch-checkpoint").write_text("0\n")
     rep = register(str(tmp_path / "lake"), str(broker))
-    assert rep.rows == 1
+    assert rep.rows == 1 and rep.empty == ["empty", "none"]  # topics without records
     assert rep.skipped == {
         "empty-0": "no records (only empty segments)",
         "first-0.abc123-delete": "'first-0.abc123-delete' is not a partition directory name "
@@ -166,7 +166,7 @@ def test_nothing_to_register_writes_no_lake(tmp_path: Path) -> None:
     with pytest.raises(SegmentNotFoundError) as err:
         register(str(root), str(broker))
     assert str(err.value) == (
-        f"{broker}: no segment with records to register (first-0.abc123-delete: "
+        f"{broker}: no topic to register (first-0.abc123-delete: "
         "'first-0.abc123-delete' is not a partition directory name (<topic>-<n>)); "
         "no lake written"
     )
@@ -174,3 +174,102 @@ def test_nothing_to_register_writes_no_lake(tmp_path: Path) -> None:
     with pytest.raises(SegmentNotFoundError, match="of topics \\['nope'\\]"):
         register(str(root), str(FIXTURES), topics=["nope"])
     assert not root.exists()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _text(s: str | None) -> bytes:
+    """A flexible message's compact (nullable) string."""
+    return b"\x00" if s is None else _uvarint(len(s.encode()) + 1) + s.encode()
+
+
+def _meta(api_key: int, body: bytes) -> bytes:
+    """A ``__cluster_metadata`` record value: frame 1, type, version 0, body, no tags."""
+    return _uvarint(1) + _uvarint(api_key) + _uvarint(0) + body + b"\x00"
+
+
+def topic_record(name: str, n: int) -> bytes:
+    return _meta(2, _text(name) + bytes([n]) * 16)
+
+
+def config_record(topic: str, name: str, value: str | None, resource: int = 2) -> bytes:
+    return _meta(4, bytes([resource]) + _text(topic) + _text(name) + _text(value))
+
+
+def remove_topic_record(n: int) -> bytes:
+    return _meta(9, bytes([n]) * 16)
+
+
+def write_metadata_log(path: Path, values: list[bytes], base: int = 0) -> None:
+    """Metadata records as a broker writes them (RecordBatch v2, no keys)."""
+    import pyarrow as pa
+
+    from seglake.record.encode import encode_batches
+
+    t = pa.table(
+        {
+            "offset": pa.array(range(base, base + len(values)), pa.int64()),
+            "timestamp": pa.array([1_700_000_000_000] * len(values), pa.int64()),
+            "value": pa.array(values, pa.binary()),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(encode_batches(t).tobytes())
+
+
+def test_topic_configs_empty_topics_and_internal_topics(tmp_path: Path, capsys) -> None:
+    """The broker's topic overrides (snapshot, then the log after it; a null value deletes,
+    RemoveTopicRecord forgets) become the lake's; an empty topic is registered; internal
+    topics are not copied unless asked. Old code: no configs, ``empty`` skipped,
+    ``__consumer_offsets`` copied."""
+    broker = tmp_path / "broker"
+    for name in ("first-0", "sensor-data-0", "__consumer_offsets-0"):
+        shutil.copytree(FIXTURES / name, broker / name)
+    (broker / "empty-0").mkdir()
+    (broker / "empty-0" / "00000000000000000000.log").write_bytes(b"")
+    meta = broker / "__cluster_metadata-0"
+    snapshot = [topic_record("first", 1), topic_record("sensor-data", 2), topic_record("gone", 3)]
+    write_metadata_log(meta / "00000000000000000003-0000000001.checkpoint", snapshot)
+    write_metadata_log(meta / "00000000000000000000.log", [topic_record("stale", 9)] * 3)
+    log = [
+        topic_record("empty", 4),
+        config_record("first", "message.timestamp.type", "LogAppendTime"),
+        config_record("first", "retention.ms", "1000"),
+        config_record("first", "retention.ms", None),  # kafka-configs --delete-config
+        config_record("first", "message.downconversion.enable", "false"),
+        config_record("gone", "cleanup.policy", "compact"),
+        remove_topic_record(3),
+        config_record("sensor-data", "cleanup.policy", "compact"),
+        config_record("0", "log.retention.ms", "5", resource=4),  # a broker's, not a topic's
+    ]
+    write_metadata_log(meta / "00000000000000000003.log", log, base=3)
+    root = tmp_path / "lake"
+    rep = register(str(root), str(broker))
+    assert rep.topics == {
+        "empty": {},
+        "first": {"message.timestamp.type": "LogAppendTime"},
+        "sensor-data": {"cleanup.policy": "compact"},
+    }
+    assert rep.empty == ["empty"]
+    assert list(rep.not_kept) == ["first"]
+    assert "message.downconversion.enable" in rep.not_kept["first"]
+    assert "__consumer_offsets-0" in rep.skipped and "__cluster_metadata-0" in rep.skipped
+    assert not (root / "__consumer_offsets-0").exists()
+    assert main(["config", str(root), "--topic", "first"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "message.timestamp.type=LogAppendTime  (override)" in out
+    assert "retention.ms=604800000  (default)" in out
+    assert main(["config", str(root), "--topic", "empty"]) == 0  # the lake has it
+    # a rerun of the run id commits nothing more
+    v = Catalog(str(root)).version()
+    assert register(str(root), str(broker), run_id=rep.run_id).rows == 0
+    assert Catalog(str(root)).version() == v
+    # asked for: internal topics come too
+    rep = register(str(tmp_path / "all"), str(broker), include_internal=True)
+    assert "__consumer_offsets-0" not in rep.skipped and "__consumer_offsets" in rep.topics

@@ -50,9 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_register(sub)
     _add_retention(sub)
 
-    from seglake.cli import configs
+    from seglake.cli import configs, serve
 
     configs.add_parser(sub)
+    serve.add_parser(sub)
     return p
 
 
@@ -192,6 +193,18 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
         help="Kafka's recovery rule for damaged copies: delete everything after a damaged "
         "batch (default: cut out only the damaged batch, keep the rest and report the gap)",
     )
+    rg.add_argument(
+        "--include-internal",
+        action="store_true",
+        help="also copy Kafka's internal topics (__consumer_offsets, __transaction_state, "
+        "__share_group_state) and the metadata log __cluster_metadata (default: left out)",
+    )
+    rg.add_argument(
+        "--metadata-dir",
+        default=None,
+        help="the broker's metadata.log.dir, where topic configs are read from "
+        "(default: BROKER_DATA_DIR)",
+    )
 
 
 def _add_retention(sub: argparse._SubParsersAction) -> None:
@@ -288,6 +301,8 @@ def _command(args: argparse.Namespace) -> int:
                 topics=args.topics,
                 run_id=args.run_id,
                 kafka_truncate=args.kafka_truncate,
+                include_internal=args.include_internal,
+                metadata_dir=args.metadata_dir,
             )
         )
         return 0
@@ -309,6 +324,10 @@ def _command(args: argparse.Namespace) -> int:
         from seglake.cli import configs
 
         return configs.run(args)
+    if args.command == "serve":
+        from seglake.cli import serve
+
+        return serve.run(args)
     raise AssertionError(args.command)  # argparse only allows the commands above
 
 

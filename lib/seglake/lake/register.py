@@ -13,12 +13,25 @@ elsewhere cannot be referenced in place. (``register(root=broker_dir, broker_dir
 registers in place, creating ``_catalog`` inside the broker directory; a broker does
 not expect that directory there, so do it on a copy the broker no longer runs on.)
 
+Topics and their configs: a KRaft broker's topic overrides (``retention.ms``,
+``cleanup.policy``, ``message.timestamp.type``... as ``kafka-configs --describe`` shows
+them) are read from its metadata log (``lake/broker_configs.py``) and stored as the lake's
+topic configs (``lake/topic_store.py``), one more commit after the rows' (run id
+``<run>-configs``; a rerun makes whichever is missing). A topic-level setting seglake does
+not know, or a value it refuses, is not kept and is named in the report. A topic whose
+directories hold no records (a new or emptied topic) is registered as an empty topic: the
+lake has it (``seglake config``, reads find no partition) with its configs.
+
+Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
+``__share_group_state``) and the metadata log (``__cluster_metadata``) are copied only
+with ``include_internal``: they are the broker's state, not a user's records.
+
 Skipped, each directory named with the reason in the report: directories that are not
-``<topic>-<n>`` (``-delete`` / ``-future`` / ``-stray`` directories), or hold no segment
-or only empty ones; files (``meta.properties``), ``.snapshot`` and checkpoint files,
-empty segments (a broker's empty active segment), and pending
-``.deleted``/``.cleaned``/``.swap`` files. A run that finds nothing to register is an
-error and writes nothing (no empty lake); a failed run leaves no staged copies.
+``<topic>-<n>`` (``-delete`` / ``-future`` / ``-stray`` directories), internal topics;
+files (``meta.properties``), ``.snapshot`` and checkpoint files, empty segments (a
+broker's empty active segment), and pending ``.deleted``/``.cleaned``/``.swap`` files. A
+run that finds no topic to register is an error and writes nothing (no empty lake); a
+failed run leaves no staged copies.
 """
 
 from __future__ import annotations
@@ -26,19 +39,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
+from seglake.lake.broker_configs import broker_topic_configs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.topic_store import adopt_configs
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
+    internal_topic,
     parse_partition_dir,
     parse_segment_file_name,
     run_dir,
@@ -59,6 +75,10 @@ class RegisterReport:
     skipped: dict[str, str]  # directory name -> why it was not registered
     rows: int
     commit: CommitResult | None
+    topics: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # configs kept
+    empty: list[str] = dataclasses.field(default_factory=list)  # topics without records
+    not_kept: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # name: why
+    metadata_log: bool = True  # topic configs read from a __cluster_metadata-0 found
 
     def __str__(self) -> str:
         state = (
@@ -71,6 +91,22 @@ class RegisterReport:
             f"from {self.source} into {self.root} (run {self.run_id}, {state})"
         ]
         lines += [f"  {p}" for p in self.partitions.values() if p.changed]
+        if not self.metadata_log:
+            lines.append(
+                "  no topic configs read: no __cluster_metadata-0 there (a ZooKeeper broker, "
+                "or metadata.log.dir elsewhere: give it with --metadata-dir)"
+            )
+        lines += [f"  empty topic {t} (no records)" for t in self.empty]
+        lines += [
+            f"  topic {t}: {len(own)} config override(s) kept"
+            for t, own in sorted(self.topics.items())
+            if own
+        ]
+        lines += [
+            f"  topic {t}: config {name} not kept: {why}"
+            for t, own in sorted(self.not_kept.items())
+            for name, why in sorted(own.items())
+        ]
         lines += [f"  skipped {name}: {why}" for name, why in sorted(self.skipped.items())]
         return "\n".join(lines)
 
@@ -84,6 +120,8 @@ def register(
     run_id: str | None = None,
     interval: int = DEFAULT_INTERVAL,
     kafka_truncate: bool = False,
+    include_internal: bool = False,
+    metadata_dir: str | None = None,
 ) -> RegisterReport:
     """Register the partitions of a broker data directory in the lake at ``root``.
 
@@ -99,6 +137,9 @@ def register(
             rest of the partition: a broker refills it from a replica). By default the
             lake's rule: only the damaged batch is cut out, later segments are kept and the
             gap is reported (a lake has no replica).
+        include_internal: also copy Kafka's internal topics and the metadata log.
+        metadata_dir: the broker's ``metadata.log.dir`` when it is not
+            ``broker_data_dir`` (where the topic configs are read from).
 
     Raises:
         ConfigError: ``copy=False`` for a directory that is not the lake root.
@@ -113,15 +154,21 @@ def register(
     _check_dirs(broker_data_dir, sfs, src, root, fs, base, in_place)
     run_id = f"register-{uuid.uuid4().hex[:12]}" if run_id is None else validate_run_id(run_id)
     catalog = Catalog(root)
-    if catalog.run_committed(run_id):
-        return RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
+    skipped: dict[str, str] = {}
+    meta = (sfs, src) if metadata_dir is None else lakefs.resolve(metadata_dir)
+    if catalog.run_committed(run_id):  # the configs' commit may be the one missing
+        dirs = _partition_dirs(sfs, src, wanted, skipped, include_internal)
+        present = {topic for _, topic, _ in dirs}
+        report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
+        return _with_configs(report, catalog, meta, present, set())
     staging = run_dir(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
-    skipped: dict[str, str] = {}
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict] = []
+    names: set[str] = set()
     try:
-        for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped):
+        for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped, include_internal):
+            names.add(topic)
             name = entry.base_name
             if in_place:
                 work = entry.path
@@ -145,8 +192,9 @@ def register(
             if not found:
                 skipped[name] = _why_empty(rep)
             rows += found
-        if not rows:  # a commit would create an empty lake, or an empty catalog version
-            raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, topics, skipped))
+        if not names:  # a commit would create an empty lake, or an empty catalog version
+            asked = None if wanted is None else sorted(wanted)
+            raise SegmentNotFoundError(_nothing_to_register(broker_data_dir, asked, skipped))
         table = rows_table(rows)
         result = catalog.commit(table, run_id, contiguous=False)
     except BaseException:
@@ -155,7 +203,32 @@ def register(
         raise
     if not in_place:
         publish_pending(root, run_id, table)
-    return RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+    report = RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+    with_rows = {r["topic"] for r in rows}
+    return _with_configs(report, catalog, meta, names, names - with_rows)
+
+
+def _with_configs(
+    report: RegisterReport,
+    catalog: Catalog,
+    meta: tuple[pafs.FileSystem, str],
+    topics: set[str],
+    empty: set[str],
+) -> RegisterReport:
+    """The registered ``topics`` with the broker's configs (its metadata log's; none
+    without one): one commit, run id ``<run>-configs``, a no-op once made."""
+    broker = broker_topic_configs(*meta)
+    report.metadata_log = broker is not None
+    broker = broker or {}
+    configs = {t: broker.get(t, {}) for t in sorted(topics)}
+    if configs:
+        _, report.not_kept = adopt_configs(catalog, configs, run_id=f"{report.run_id}-configs")
+    report.topics = {
+        t: {k: v for k, v in own.items() if k not in report.not_kept.get(t, {})}
+        for t, own in configs.items()
+    }
+    report.empty = sorted(empty)
+    return report
 
 
 def _check_dirs(
@@ -182,12 +255,18 @@ def _check_dirs(
 
 
 def _partition_dirs(
-    sfs: pafs.FileSystem, src: str, wanted: set[str] | None, skipped: dict[str, str]
-) -> Iterator[tuple[pafs.FileInfo, str, int]]:
+    sfs: pafs.FileSystem,
+    src: str,
+    wanted: set[str] | None,
+    skipped: dict[str, str],
+    include_internal: bool,
+) -> list[tuple[pafs.FileInfo, str, int]]:
     """The partition directories of a broker data directory ``src`` (of the ``wanted``
-    topics, default all): ``(entry, topic, partition)``; other directories noted in
-    ``skipped`` with the reason (a lake's, a hidden one, not ``<topic>-<partition>``)."""
-    for entry in sfs.get_file_info(pafs.FileSelector(src)):
+    topics, default all but internal ones): ``(entry, topic, partition)``; other
+    directories noted in ``skipped`` with the reason (a lake's, a hidden one, not
+    ``<topic>-<partition>``, an internal topic's)."""
+    found = []
+    for entry in sorted(sfs.get_file_info(pafs.FileSelector(src)), key=lambda e: e.base_name):
         name = entry.base_name
         if entry.type != pafs.FileType.Directory:
             continue
@@ -201,7 +280,12 @@ def _partition_dirs(
             continue
         if wanted is not None and topic not in wanted:
             continue
-        yield entry, topic, part
+        internal = internal_topic(topic)
+        if internal and not include_internal and (wanted is None or topic not in wanted):
+            skipped[name] = "Kafka's internal topic (include_internal / --include-internal)"
+            continue
+        found.append((entry, topic, part))
+    return found
 
 
 def _partition_rows(topic: str, part: int, name: str, rep: PartitionRecovery) -> list[dict]:
@@ -254,9 +338,9 @@ def _copy_segments(sfs: pafs.FileSystem, src: str, fs: pafs.FileSystem, work: st
 def _nothing_to_register(
     broker_data_dir: str, topics: Iterable[str] | None, skipped: dict[str, str]
 ) -> str:
-    """Why a register run found no segment to catalog (it commits nothing then)."""
+    """Why a register run found no topic to register (it commits nothing then)."""
     what = f" of topics {sorted(topics)}" if topics is not None else ""
     why = "; ".join(f"{n}: {r}" for n, r in sorted(skipped.items())) or (
         "no <topic>-<partition> directory"
     )
-    return f"{broker_data_dir}: no segment with records to register{what} ({why}); no lake written"
+    return f"{broker_data_dir}: no topic to register{what} ({why}); no lake written"

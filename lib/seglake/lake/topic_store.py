@@ -34,6 +34,7 @@ from seglake.storage.retention import RetentionRules
 __all__ = [
     "DEFAULTS_KEY",
     "TOPIC_PREFIX",
+    "adopt_configs",
     "alter_config",
     "check_topic",
     "lake_topics",
@@ -172,6 +173,42 @@ def alter_config(
         expected_version=None,
         plan=plan,
     )
+
+
+def adopt_configs(
+    catalog: Catalog, configs: Mapping[str, Mapping[str, str]], *, run_id: str
+) -> tuple[CommitResult, dict[str, dict[str, str]]]:
+    """Topics and their overrides taken from elsewhere (a broker's metadata: ``register``),
+    in one commit: every topic becomes one the lake has (an empty one too), each
+    topic-level setting seglake knows set over what the lake stored. Returns the commit
+    and what was not kept, ``{topic: {name: why}}`` (a name that is not a seglake topic
+    setting, a value it refuses)."""
+    kept: dict[str, dict[str, str]] = {}
+    dropped: dict[str, dict[str, str]] = {}
+    for topic, own in configs.items():
+        validate_topic(topic)
+        kept[topic] = {}
+        for name, value in own.items():
+            try:
+                kept[topic][name] = checked(name, value)
+            except ConfigError as exc:
+                dropped.setdefault(topic, {})[name] = f"{value} ({exc})"
+
+    def plan(_current: Any) -> tuple[Any, int, int]:
+        def write(table: Any, props: Any) -> None:
+            stored = _decode(table, catalog.uri)
+            new = {
+                _key(t): json.dumps({**stored.get(t, {}), **own}, sort_keys=True)
+                for t, own in sorted(kept.items())
+            }
+            table.alter.set_table_properties(
+                new, raise_if_not_exists=False, commit_properties=props
+            )
+
+        return write, 0, 0
+
+    result = catalog._transact("config", run_id, topics=[], expected_version=None, plan=plan)
+    return result, dropped
 
 
 def topic_rules(

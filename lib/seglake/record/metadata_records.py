@@ -12,6 +12,7 @@ ids, features, transactions); a record of another type is printed as an error na
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from seglake.errors import CorruptRecordError
 from seglake.record.messages import Array, Field, Message, read_message, to_json
@@ -156,27 +157,35 @@ def type_name(record: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", record).upper()
 
 
+def metadata_record(value: bytes | None) -> tuple[str, int, dict[str, Any]]:
+    """``(record name, version, fields)`` of one ``__cluster_metadata`` record's value
+    (frame version, type and version as unsigned varints, then the message); a record
+    that does not decode is a :class:`CorruptRecordError` saying why."""
+    buf = value or b""
+    frame, pos = decode_unsigned_varint(buf, 0)
+    api_key, pos = decode_unsigned_varint(buf, pos)
+    version, pos = decode_unsigned_varint(buf, pos)
+    if frame != FRAME_VERSION:
+        raise CorruptRecordError(f"frame version {frame} (expected {FRAME_VERSION})")
+    if api_key not in SCHEMAS:
+        raise CorruptRecordError(f"unknown metadata record type {api_key}")
+    name, schema, top = SCHEMAS[api_key]
+    if schema is None:
+        raise CorruptRecordError(f"seglake does not decode {type_name(name)} records")
+    if version > top:
+        raise CorruptRecordError(f"{type_name(name)} version {version} (known: 0..{top})")
+    data, _ = read_message(schema, buf[pos:], version)
+    return name, version, data
+
+
 def decode_metadata_record(
     key: bytes | None, value: bytes | None, offset: int
 ) -> tuple[str | None, str | None]:
     """``(None, payload text)`` of one ``__cluster_metadata`` record, as
     ``kafka-dump-log.sh --cluster-metadata-decoder`` prints it (metadata records have no
     key); a record that does not decode gets Kafka's ``Error at ...`` line."""
-    buf = value or b""
     try:
-        frame, pos = decode_unsigned_varint(buf, 0)
-        api_key, pos = decode_unsigned_varint(buf, pos)
-        version, pos = decode_unsigned_varint(buf, pos)
-        if frame != FRAME_VERSION:
-            raise CorruptRecordError(f"frame version {frame} (expected {FRAME_VERSION})")
-        if api_key not in SCHEMAS:
-            raise CorruptRecordError(f"unknown metadata record type {api_key}")
-        name, schema, top = SCHEMAS[api_key]
-        if schema is None:
-            raise CorruptRecordError(f"seglake does not decode {type_name(name)} records")
-        if version > top:
-            raise CorruptRecordError(f"{type_name(name)} version {version} (known: 0..{top})")
-        data, _ = read_message(schema, buf[pos:], version)
+        name, version, data = metadata_record(value)
     except CorruptRecordError as exc:
         return None, f"Error at {offset}, skipping. {exc}"
     return None, to_json({"type": type_name(name), "version": version, "data": data})

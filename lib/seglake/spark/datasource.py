@@ -146,6 +146,7 @@ class SeglakeDataSource(DataSource):
 
     bytes_accumulator: Any = None
     parallelism: int = 0  # the session's default parallelism (register); 0: the CPUs
+    reader_class: type[SeglakeReader] = SeglakeReader
 
     @classmethod
     def name(cls) -> str:
@@ -172,7 +173,7 @@ class SeglakeDataSource(DataSource):
                 "seglake: the schema is the Kafka source's, "
                 f"{expected.simpleString()}; got {schema.simpleString()}"
             )
-        return SeglakeReader(opts, self.bytes_accumulator, self.parallelism)
+        return self.reader_class(opts, self.bytes_accumulator, self.parallelism)
 
     def streamReader(self, schema: StructType) -> Any:
         """``spark.readStream.format("seglake")``: see :mod:`seglake.spark.stream_source`."""
@@ -191,6 +192,23 @@ class SeglakeDataSource(DataSource):
         from seglake.spark.stream_sink import SeglakeStreamWriter, parse_sink_options
 
         return SeglakeStreamWriter(parse_sink_options(self.options, schema))
+
+
+class UnpushedReader(SeglakeReader):
+    """A reader that pushes no filter (Spark applies them all after the read): what a
+    session may use whose ``spark.sql.python.filterPushdown.enabled`` is off (Spark
+    refuses a reader that implements ``pushFilters`` then)."""
+
+    pushFilters = DataSourceReader.pushFilters  # type: ignore[assignment]
+
+
+class DiscoveredDataSource(SeglakeDataSource):
+    """``format("seglake")`` as Spark 4 discovers it in a session nobody registered it on
+    (``pyspark_seglake.DefaultSource``): the same source, without filter pushdown (the
+    session's setting is unknown here) and packing for the CPUs; ``register(spark)``
+    replaces it by the full one."""
+
+    reader_class = UnpushedReader
 
 
 def register(spark: Any, *, bytes_accumulator: Any = None) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
+import shlex
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +55,65 @@ def log_file() -> Path:
     return Path(os.environ.get("SEGLAKE_LOG_FILE") or CONF_DIR.parent / "build/logs/spark.log")
 
 
+# PYSPARK_PYTHON for a local session: this interpreter, its PYTHONPATH without the
+# pyspark.zip Spark puts first (see worker_python)
+_WORKER_SCRIPT = """#!/bin/sh
+# written by seglake.spark.session.worker_python: {python} with pyspark imported from
+# its installed package, not from {lib}/*.zip (compiled from source at every start)
+set -f
+new=
+IFS=:
+for p in $PYTHONPATH; do
+  case "$p" in
+    {lib_glob}) ;;
+    *) new="${{new:+$new:}}$p" ;;
+  esac
+done
+unset IFS
+PYTHONPATH=$new
+export PYTHONPATH
+exec {python} "$@"
+"""
+
+
+def worker_python() -> str | None:
+    """A ``PYSPARK_PYTHON`` for this interpreter whose Python workers import pyspark from
+    the installed package (its cached ``.pyc``) instead of the ``pyspark.zip`` Spark puts
+    first on their ``PYTHONPATH`` (pip's ``pyspark/python/lib``: no ``.pyc`` in it, every
+    module compiled at every start, 3x the CPU). A driver-side Python worker (each
+    ``readStream`` query's source runner, each data source's planner) must connect back
+    within 10 s (Spark's ``PythonWorkerFactory``, not configurable): four streams started
+    together on a loaded 2-core machine failed with ``Python worker failed to connect
+    back`` (their imports took 2.5-8.5 s each from the zip, 1-2 s without). ``None`` when
+    pyspark is not pip's layout (a Spark distribution's ``SPARK_HOME``): nothing to cut;
+    or no folder to write the script to (``~/.cache/seglake``, else the temp directory)."""
+    import pyspark
+
+    lib = Path(pyspark.__file__).resolve().parent / "python" / "lib"
+    if not (lib / "pyspark.zip").is_file() or ".zip" in pyspark.__file__:
+        return None
+    text = _WORKER_SCRIPT.format(
+        python=shlex.quote(sys.executable), lib=lib, lib_glob=shlex.quote(str(lib)) + "/*.zip"
+    )
+    name = f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seglake"
+    # the user's cache (not cleaned under a long session as /tmp may be), else /tmp
+    for folder in (cache, Path(tempfile.gettempdir()) / f"seglake-{os.getuid()}"):
+        script = folder / name
+        if script.is_file():
+            return str(script)
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = folder / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, script)  # sessions started at once: each its whole file
+        except OSError:
+            continue
+        return str(script)
+    return None
+
+
 DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.python.filterPushdown.enabled": "true",
@@ -76,11 +138,17 @@ def get_session(
     ``master`` defaults to ``local[*]`` unless spark-submit already set one. ``quiet``
     hides the console progress bar (tests); people running jobs keep it.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    local = False
     if master or not os.environ.get("SPARK_SUBMIT_ORIGIN"):
-        builder = builder.master(master or os.environ.get("SEGLAKE_MASTER", "local[*]"))
+        master = master or os.environ.get("SEGLAKE_MASTER", "local[*]")
+        builder = builder.master(master)
+        local = master.startswith("local")
+    if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
+        # this interpreter; on a local master its workers (all on this machine) start
+        # without compiling pyspark.zip (a cluster's executors have no such script)
+        os.environ["PYSPARK_PYTHON"] = (local and worker_python()) or sys.executable
     log4j = CONF_DIR / "log4j2.properties"
     if log4j.exists():
         opt = f"-Dlog4j.configurationFile=file:{log4j} -Dseglake.log.file={log_file()}"

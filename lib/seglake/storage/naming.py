@@ -42,7 +42,7 @@ RETIRED_DIR = "_retired"  # <root>/_retired/<run>/<path>: a run's files after a 
 # a broker marks them isInternal; Admin.listTopics leaves them out, and Spark's Kafka
 # source reads none of them (ConsumerStrategy.retrieveAllPartitions: filterNot isInternal)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log: no broker lists it
+METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log: no broker lists it
 
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
@@ -91,7 +91,7 @@ def run_dir(root: str, kind: str, run_id: str) -> str:
 def internal_topic(topic: str) -> bool:
     """Whether a Kafka client never sees ``topic`` as a topic to read: one of Kafka's
     :data:`INTERNAL_TOPICS` or KRaft's metadata log (a lake may hold copies of both)."""
-    return topic in INTERNAL_TOPICS or topic == CLUSTER_METADATA_TOPIC
+    return topic in INTERNAL_TOPICS or topic == METADATA_TOPIC
 
 
 def validate_partition(partition: object) -> int:
