@@ -32,7 +32,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def lake(fixtures_dir, tmp_path_factory) -> str:
     """The broker fixtures registered into a lake (copies; the fixtures stay untouched)."""
     root = str(tmp_path_factory.mktemp("ops") / "lake")
-    assert main(["register", "--root", root, str(fixtures_dir)]) == 0
+    assert main(["register", "--root", root, "--include-internal", str(fixtures_dir)]) == 0
     return root
 
 
