@@ -35,12 +35,15 @@ def picks(buf: bytes, cut: int, seed: int):
     hi_off = int(scan.last_offset.max()) + 2 if len(scan) else 2
     is_ts = rng.random(n) < 0.5
     ts = scan.max_timestamp if len(scan) else np.zeros(1, np.int64)
+
+    def between(low: int, high: int) -> np.ndarray:  # forged fields reach int64's ends
+        low, high = max(low, -(2**63)), min(high, 2**63 - 1)
+        return rng.integers(low, max(high, low + 1), n)
+
     targets = np.where(
-        is_ts,
-        rng.integers(int(ts.min()) - 5, int(ts.max()) + 5, n),
-        rng.integers(lo_off - 1, hi_off, n),
+        is_ts, between(int(ts.min()) - 5, int(ts.max()) + 5), between(lo_off - 1, hi_off)
     )
-    lo = rng.integers(lo_off - 1, hi_off, n) * (rng.random(n) < 0.3)
+    lo = between(lo_off - 1, hi_off) * (rng.random(n) < 0.3)
 
     def one():
         g = Gather()
