@@ -145,9 +145,11 @@ def _resume(fs: pafs.FileSystem, stem: str, tail: dict, interval: int) -> IndexB
     n_oi, n_ti = tail.get("index_entries"), tail.get("time_index_entries")
     if tail.get("index_interval_bytes") == interval and n_oi is not None and n_ti is not None:
         try:
-            oi = OffsetIndex.from_bytes(lakefs.read_all(fs, stem + INDEX_SUFFIX)[: n_oi * 8], base)
+            oi = OffsetIndex.from_bytes(
+                lakefs.read_all(fs, stem + INDEX_SUFFIX)[: n_oi * OffsetIndex.ENTRY_SIZE], base
+            )
             ti = TimeIndex.from_bytes(
-                lakefs.read_all(fs, stem + TIME_INDEX_SUFFIX)[: n_ti * 12], base
+                lakefs.read_all(fs, stem + TIME_INDEX_SUFFIX)[: n_ti * TimeIndex.ENTRY_SIZE], base
             )
         except SegmentNotFoundError:
             pass

@@ -36,12 +36,13 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import INT32_MAX, LOG_OVERHEAD
+from seglake.format import INT32_MAX, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from seglake.record import native
 from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
+HEADER_SIZE = RECORD_BATCH_OVERHEAD  # 61
+assert HEADER.size == HEADER_SIZE
 LENGTH_OFFSET = 8
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17

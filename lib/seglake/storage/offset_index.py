@@ -23,7 +23,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import INT32_MAX
+from seglake.format import INT32_MAX, OFFSET_INDEX_ENTRY_SIZE
 from seglake.storage.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
     IndexFullError,
@@ -62,7 +62,7 @@ class OffsetIndex(AbstractIndex):
     Entry (8 bytes, big-endian): ``relativeOffset:int32, position:int32``.
     """
 
-    ENTRY_SIZE = 8
+    ENTRY_SIZE = OFFSET_INDEX_ENTRY_SIZE
     DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
     NAME = "offset index"
 

@@ -41,7 +41,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import NO_TIMESTAMP
+from seglake.format import NO_TIMESTAMP, TIME_INDEX_ENTRY_SIZE
 from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppendError
 from seglake.storage.sorted_index import AbstractIndex
 
@@ -69,7 +69,7 @@ class TimeIndex(AbstractIndex):
     skip_full_check=True)``).
     """
 
-    ENTRY_SIZE = 12
+    ENTRY_SIZE = TIME_INDEX_ENTRY_SIZE
     DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
     NAME = "time index"
 
