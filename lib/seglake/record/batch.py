@@ -93,6 +93,18 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
     return sequence - decrement
 
 
+def move_base_offsets(
+    data: np.ndarray, positions: np.ndarray, base_offsets: np.ndarray, delta: int
+) -> None:
+    """Add ``delta`` to the baseOffset (bytes ``[0, 8)``, int64 big-endian) of the batches
+    at ``positions`` of ``data`` (writable uint8, e.g. a file's map), in place;
+    ``base_offsets``: theirs before. The CRC-32C covers ``attributes`` to the end, so the
+    batches move without re-encoding or a new CRC (Kafka's ``setLastOffset`` family)."""
+    at = (np.asarray(positions, np.int64)[:, None] + np.arange(8)).ravel()
+    moved = np.asarray(base_offsets, np.int64) + delta
+    data[at] = moved.astype(">i8").view(np.uint8)
+
+
 def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:
     """The size the batch header at ``pos`` claims for its batch: ``LOG_OVERHEAD +
     batchLength`` (not checked: a damaged header claims anything)."""
