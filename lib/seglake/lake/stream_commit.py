@@ -56,6 +56,7 @@ from seglake.storage.naming import (
     validate_name,
     validate_run_id,
 )
+from seglake.storage.roll import size_full
 from seglake.storage.segment_join import first_batch_timestamp, write_joined
 
 __all__ = ["APPEND_MODES", "PIECE_COLUMNS", "BatchCommit", "Piece", "commit_pieces"]
@@ -157,7 +158,7 @@ def commit_pieces(
     growable = {
         k: t
         for k, t in newest.items()
-        if append != "false" and t["size_bytes"] < config.for_topic(k[0]).segment_bytes
+        if append != "false" and not size_full(t["size_bytes"], config.for_topic(k[0]))
     }
     for t in growable.values():
         publish_pending(root, t["run_id"])  # its files, if still staged
@@ -220,7 +221,7 @@ def _write_all(
         if (
             tail is not None
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
-            and tail["size_bytes"] < cfg.segment_bytes
+            and not size_full(tail["size_bytes"], cfg)
         ):
             path = lakefs.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
