@@ -117,3 +117,20 @@ def test_the_index_cache_default_is_configs() -> None:
         return isinstance(n, ast.BinOp) and _int(n.left, 256) and isinstance(n.op, ast.Mult)
 
     assert _where(mib256, skip=("config.py",)) == []
+
+
+def test_the_stream_commit_leaves_segment_bytes_to_storage() -> None:
+    """lake/stream_*.py plan and commit: no batch scan, header or index is built there
+    (storage/segment_join.py writes a stream commit's segment bytes, as Kafka's
+    ``LogSegment`` owns its bytes)."""
+    bytes_modules = ("seglake.record", "seglake.storage.index_builder")
+    found = [
+        f"{name}:{node.lineno} {node.module}"
+        for name, tree in SOURCES.items()
+        if name.startswith("lake/stream_")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and node.module.startswith(bytes_modules)
+    ]
+    assert found == []
