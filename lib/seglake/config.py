@@ -26,6 +26,8 @@ from seglake.format import (
     DEFAULT_INDEX_SIZE_MAX_BYTES,
     INT32_MAX,
     LONG_MAX,
+    OFFSET_INDEX_ENTRY_SIZE,
+    TIME_INDEX_ENTRY_SIZE,
 )
 from seglake.properties import read_properties
 
@@ -358,11 +360,11 @@ class LogConfig:
     @property
     def max_index_entries(self) -> int:
         """Entries an offset index holds before it is full (time index: // 12)."""
-        return self.index_size_max_bytes // 8
+        return self.index_size_max_bytes // OFFSET_INDEX_ENTRY_SIZE
 
     @property
     def max_time_index_entries(self) -> int:
-        return self.index_size_max_bytes // 12
+        return self.index_size_max_bytes // TIME_INDEX_ENTRY_SIZE
 
     @property
     def max_segment_ms(self) -> int:

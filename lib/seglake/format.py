@@ -12,6 +12,9 @@ LONG_MIN = -(2**63)  # Java's Long.MIN_VALUE
 MAX_OFFSET = LONG_MAX - 1  # a record's highest offset: the log end offset after it fits int64
 NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP: a batch or index entry without a timestamp
 LOG_OVERHEAD = 12  # Records.LOG_OVERHEAD: baseOffset (8) + batchLength (4) before the length
+RECORD_BATCH_OVERHEAD = 61  # DefaultRecordBatch.RECORD_BATCH_OVERHEAD: a v2 batch header
+OFFSET_INDEX_ENTRY_SIZE = 8  # OffsetIndex entry: relativeOffset int32 | position int32
+TIME_INDEX_ENTRY_SIZE = 12  # TimeIndex entry: timestamp int64 | relativeOffset int32
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # log.index.interval.bytes: bytes between index entries
 DEFAULT_INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # log.index.size.max.bytes: an index's size
 
@@ -24,4 +27,7 @@ __all__ = [
     "LONG_MIN",
     "MAX_OFFSET",
     "NO_TIMESTAMP",
+    "OFFSET_INDEX_ENTRY_SIZE",
+    "RECORD_BATCH_OVERHEAD",
+    "TIME_INDEX_ENTRY_SIZE",
 ]

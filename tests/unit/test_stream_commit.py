@@ -16,7 +16,8 @@ from seglake.errors import OffsetOrderError
 from seglake.lake import staging as staging_module
 from seglake.lake.catalog import Catalog
 from seglake.lake.recovery import recover_lake
-from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces, rebase
+from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces
+from seglake.storage.segment_join import rebase
 from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.writer import SegmentWriter
 from tests.lake_check import lake_records

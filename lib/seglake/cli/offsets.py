@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.format import INT32_MAX
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import INTERNAL_TOPICS
 
@@ -106,7 +107,7 @@ def _partition_filter(
             if one is not None:
                 low, high = int(one), int(one) + 1
             else:
-                low, high = int(lo or 0), int(hi) if hi is not None else 2**31 - 1
+                low, high = int(lo or 0), int(hi) if hi is not None else INT32_MAX
             rules.append((regex, low, high))
         return lambda t, p: any(r.fullmatch(t) and lo <= p < hi for r, lo, hi in rules)
     regex = _topic_regex(topic if topic is not None else ".*")

@@ -30,15 +30,10 @@ from collections.abc import Iterator
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SegmentNotFoundError
-from seglake.lake.stream_segments import Source, joined_row, read_rebased
+from seglake.lake.stream_segments import Source, joined_row
 from seglake.location import Root
-from seglake.record.batch import scan_batches
-from seglake.storage.index_builder import IndexBuilder
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
-from seglake.storage.offset_index import OffsetIndex
-from seglake.storage.recovery_checks import codec_name
-from seglake.storage.time_index import TimeIndex
+from seglake.storage.naming import LOG_SUFFIX
+from seglake.storage.segment_join import append_parts
 from seglake.testing_hooks import crash_point
 
 __all__ = ["appends_in_place", "cut_uncommitted", "grow", "locked", "unchanged"]
@@ -98,72 +93,32 @@ def grow(
     interval: int,
 ) -> dict:
     """Append ``group[1:]`` to the newest segment ``group[0]`` (its catalog row ``tail``,
-    file open as ``fd``, locked); returns the grown segment's row (module docstring)."""
-    path = group[0].path
-    stem = path[: -len(LOG_SUFFIX)]
-    size = int(tail["size_bytes"])
-    os.ftruncate(fd, size)
-    builder = _resume(fs, stem, tail, interval)
-    records, max_ts, codecs = int(tail["record_count"]), int(tail["max_timestamp"]), set()
-    codecs.add(tail["codec"])
-    at = size
-    for s in group[1:]:
-        data, scan = read_rebased(fs, s)
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.pwrite(fd, view[done:], at + done)
-        builder.add_batches(
-            scan.position + at, scan.size, scan.last_offset + s.delta, scan.max_timestamp
-        )
-        records += int(scan.records_count.sum())
-        max_ts = max(max_ts, int(scan.max_timestamp.max()))
-        codecs.add(codec_name(scan))
-        at += len(data)
-    crash_point("stream.append")
-    oi, ti = builder.finish()
-    lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
-    lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
+    file open as ``fd``, locked); returns the grown segment's row (module docstring). The
+    bytes are storage/segment_join.py's :func:`append_parts`."""
+    same = tail.get("index_interval_bytes") == interval
+    n_oi, n_ti = tail.get("index_entries"), tail.get("time_index_entries")
+    joined = append_parts(
+        fs,
+        fd,
+        group[0].path[: -len(LOG_SUFFIX)],
+        group[1:],
+        base_offset=int(tail["base_offset"]),
+        size=int(tail["size_bytes"]),
+        next_offset=int(tail["next_offset"]),
+        entries=(n_oi, n_ti) if same and n_oi is not None and n_ti is not None else None,
+        interval=interval,
+        before_indexes=lambda: crash_point("stream.append"),
+    )
     return joined_row(
         key,
         group,
-        records=records,
-        max_timestamp=max_ts,
-        size=at,
-        indexes=(oi, ti),
-        codec=codecs.pop() if len(codecs) == 1 else "mixed",
+        records=int(tail["record_count"]) + joined.records,
+        max_timestamp=max(int(tail["max_timestamp"]), joined.max_timestamp),
+        size=joined.size,
+        indexes=joined.indexes,
+        codec=tail["codec"] if tail["codec"] == joined.codec else "mixed",
         interval=interval,
     )
-
-
-def _resume(fs: pafs.FileSystem, stem: str, tail: dict, interval: int) -> IndexBuilder:
-    """The index builder after the segment's last batch: continued from its index files
-    (their first ``index_entries``/``time_index_entries``: an attempt that never committed
-    may have written longer ones), or from a scan of the ``.log`` when they are missing or
-    were made with another interval."""
-    base, size = int(tail["base_offset"]), int(tail["size_bytes"])
-    n_oi, n_ti = tail.get("index_entries"), tail.get("time_index_entries")
-    if tail.get("index_interval_bytes") == interval and n_oi is not None and n_ti is not None:
-        try:
-            oi = OffsetIndex.from_bytes(lakefs.read_all(fs, stem + INDEX_SUFFIX)[: n_oi * 8], base)
-            ti = TimeIndex.from_bytes(
-                lakefs.read_all(fs, stem + TIME_INDEX_SUFFIX)[: n_ti * 12], base
-            )
-        except SegmentNotFoundError:
-            pass
-        else:
-            if len(oi) == n_oi and len(ti) == n_ti:
-                return IndexBuilder.resume(
-                    oi,
-                    ti,
-                    size_bytes=size,
-                    last_offset=int(tail["next_offset"]) - 1,
-                    index_interval_bytes=interval,
-                )
-    scan = scan_batches(lakefs.read_range(fs, stem + LOG_SUFFIX, 0, size))
-    builder = IndexBuilder(base, index_interval_bytes=interval)
-    builder.add_batches(scan.position, scan.size, scan.last_offset, scan.max_timestamp)
-    return builder
 
 
 def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict]) -> list[str]:

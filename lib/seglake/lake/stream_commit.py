@@ -9,7 +9,8 @@ the partitions' segments, one catalog commit idempotent per (query id, batch id)
              offsets are not the final ones (the 8-byte baseOffset of a RecordBatch v2 is
              outside its CRC, so this is what a broker does to a producer's batch), then
              grouped by the roll rules (``log.segment.bytes``, ``log.roll.ms``, int32
-             relative offsets; lake/stream_segments.py), the partition's newest segment
+             relative offsets; lake/stream_segments.py; the bytes storage/segment_join.py),
+             the partition's newest segment
              first while it is under ``log.segment.bytes``:
                newest segment, local lake: appended in place (lake/stream_append.py: lock,
                cut to the catalog size, append, indexes continued)
@@ -37,24 +38,14 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import ConfigError, OffsetOrderError, SeglakeError
+from seglake.errors import ConfigError, OffsetOrderError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import STAGING, publish_pending, stage_replaced
 from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
-from seglake.lake.stream_segments import (
-    Source,
-    first_batch_timestamp,
-    joined_row,
-    read_rebased,
-    rebase,
-    roll,
-    source,
-)
+from seglake.lake.stream_segments import Source, joined_row, roll, source
 from seglake.lake.topic_store import topic_configs
 from seglake.location import LakeLocation, Root
-from seglake.record.batch import scan_batches
-from seglake.storage.index_builder import rebuild_indexes
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -65,9 +56,10 @@ from seglake.storage.naming import (
     validate_name,
     validate_run_id,
 )
-from seglake.storage.recovery_checks import codec_name
+from seglake.storage.roll import size_full
+from seglake.storage.segment_join import first_batch_timestamp, write_joined
 
-__all__ = ["APPEND_MODES", "PIECE_COLUMNS", "BatchCommit", "Piece", "commit_pieces", "rebase"]
+__all__ = ["APPEND_MODES", "PIECE_COLUMNS", "BatchCommit", "Piece", "commit_pieces"]
 
 APPEND_MODES = ("true", "copy", "false")  # seglake.stream.append: in place where possible
 # what a piece's rows (and the newest segment's) must say of each segment
@@ -166,7 +158,7 @@ def commit_pieces(
     growable = {
         k: t
         for k, t in newest.items()
-        if append != "false" and t["size_bytes"] < config.for_topic(k[0]).segment_bytes
+        if append != "false" and not size_full(t["size_bytes"], config.for_topic(k[0]))
     }
     for t in growable.values():
         publish_pending(root, t["run_id"])  # its files, if still staged
@@ -229,7 +221,7 @@ def _write_all(
         if (
             tail is not None
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
-            and tail["size_bytes"] < cfg.segment_bytes
+            and not size_full(tail["size_bytes"], cfg)
         ):
             path = lakefs.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
@@ -310,7 +302,7 @@ def _write(fs, out_dir: str, key: tuple[str, int], group: list[Source], interval
     """One staged segment from its sources: a lone source at its final offsets is moved
     with its files; else the rebased bytes, indexes rebuilt over all of them by the index
     interval rule (Kafka's LogSegment.recover), its row from the batch headers and the
-    sources' rows (no record is decoded)."""
+    sources' rows (no record is decoded; storage/segment_join.py writes the bytes)."""
     pdir = partition_dir_name(*key)
     stem = lakefs.join(out_dir, pdir, segment_file_name(group[0].base))[: -len(LOG_SUFFIX)]
     fs.create_dir(lakefs.join(out_dir, pdir), recursive=True)
@@ -329,29 +321,14 @@ def _write(fs, out_dir: str, key: tuple[str, int], group: list[Source], interval
             "partition": key[1],
             "path": f"{pdir}/{stem.rsplit('/', 1)[1]}{LOG_SUFFIX}",
         }
-    parts = [read_rebased(fs, s) for s in group]
-    data = b"".join(d for d, _ in parts)
-    scan = scan_batches(data, verify_crc=False)  # each part's CRCs were checked
-    if (
-        scan.error
-        or scan.valid_bytes != len(data)
-        or int(scan.last_offset[-1]) + 1 != group[-1].next
-    ):
-        raise SeglakeError(
-            f"{stem}{LOG_SUFFIX}: joined segment does not read back whole: {scan.error}, "
-            f"{scan.valid_bytes} of {len(data)} bytes, expected offsets up to {group[-1].next - 1}"
-        )
-    oi, ti = rebuild_indexes(scan, group[0].base, interval)
-    lakefs.write_bytes(fs, stem + LOG_SUFFIX, data)
-    lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
-    lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
+    joined = write_joined(fs, stem, group, group[0].base, interval)
     return joined_row(
         key,
         group,
-        records=int(scan.records_count.sum()),
-        max_timestamp=int(scan.max_timestamp.max()),
-        size=len(data),
-        indexes=(oi, ti),
-        codec=codec_name(scan),
+        records=joined.records,
+        max_timestamp=joined.max_timestamp,
+        size=joined.size,
+        indexes=joined.indexes,
+        codec=joined.codec,
         interval=interval,
     )

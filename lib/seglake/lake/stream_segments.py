@@ -1,7 +1,8 @@
-"""The parts a streaming micro-batch's segments are joined from (no Spark): staged pieces
-and a partition's newest segment as :class:`Source`\\ s, their batches moved to their final
-offsets (:func:`rebase`), grouped into segments by Kafka's roll rules (:func:`roll`), and
-the catalog row of a joined segment (:func:`joined_row`).
+"""The plan of a streaming micro-batch's segments (no Spark, no segment bytes): staged
+pieces and a partition's newest segment as :class:`Source`\\ s with the delta that moves
+their batches to their final offsets, grouped into segments by Kafka's roll rules
+(:func:`roll`), and the catalog row of a joined segment (:func:`joined_row`). The bytes
+(rebase, join, append) are storage/segment_join.py's.
 
     Source   a segment file (staged piece or the newest segment), its catalog row's
              numbers, and ``delta``: what its batches' baseOffsets move by
@@ -15,30 +16,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from seglake import fs as lakefs
 from seglake.config import LogConfig
-from seglake.errors import SeglakeError
 from seglake.format import LONG_MAX
 from seglake.lake.rows import segment_row
-from seglake.record.batch import HEADER_SIZE, BatchHeader, BatchScan, scan_batches
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.offset_index import OffsetIndex
-from seglake.storage.roll import roll_time_limit
+from seglake.storage.roll import ActiveSegment, roll_reason
 from seglake.storage.tail_minima import TAIL_POINTS
 from seglake.storage.time_index import TimeIndex
 
-__all__ = [
-    "MAX_RELATIVE",
-    "Source",
-    "first_batch_timestamp",
-    "joined_row",
-    "read_rebased",
-    "rebase",
-    "roll",
-    "source",
-]
-
-MAX_RELATIVE = (1 << 31) - 1  # offsets in a segment's indexes are int32 from its base
+__all__ = ["Source", "joined_row", "roll", "source"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,75 +59,32 @@ def source(path: str, delta: int, r: dict) -> Source:
     )
 
 
-def rebase(buf: bytes, delta: int, scan: BatchScan | None = None) -> bytes:
-    """``buf`` (whole RecordBatches) with ``delta`` added to each batch's baseOffset.
-
-    RecordBatch v2: ``baseOffset int64 | batchLength int32 | ... | crc uint32 | attributes
-    ...``; the CRC-32C covers ``attributes`` to the end, so the offsets move without
-    re-encoding or a new CRC. ``scan``: ``buf``'s, if already made."""
-    if delta == 0 or not buf:
-        return buf
-    if scan is None:
-        scan = scan_batches(buf, verify_crc=False)
-    if scan.valid_bytes != len(buf):
-        raise SeglakeError(f"staged batches end in {len(buf) - scan.valid_bytes} bad bytes")
-    out = np.frombuffer(bytearray(buf), dtype=np.uint8)
-    pos = np.asarray(scan.position, dtype=np.int64)
-    bases = np.asarray(scan.base_offset, dtype=np.int64) + delta
-    out[(pos[:, None] + np.arange(8)).ravel()] = bases.astype(">i8").view(np.uint8)
-    return out.tobytes()
-
-
-def read_rebased(fs, s: Source) -> tuple[bytes, BatchScan]:
-    """A source's bytes at their final offsets and their scan (CRCs checked, offsets as
-    before rebasing: add ``s.delta``); :class:`SeglakeError` unless they read back whole."""
-    data = lakefs.read_range(fs, s.path, 0, s.size)
-    scan = scan_batches(data)
-    if scan.error or scan.valid_bytes != len(data) or not len(scan):
-        raise SeglakeError(
-            f"{s.path}: staged segment does not read back whole: {scan.error}, "
-            f"{scan.valid_bytes} of {len(data)} bytes"
-        )
-    if int(scan.last_offset[-1]) + s.delta + 1 != s.next:
-        raise SeglakeError(
-            f"{s.path}: staged segment ends at offset {int(scan.last_offset[-1]) + s.delta}, "
-            f"its row at {s.next - 1}"
-        )
-    return rebase(data, s.delta, scan), scan
-
-
-def first_batch_timestamp(fs, path: str) -> int:
-    """maxTimestamp of a segment's first batch (Kafka's rollingBasedTimestamp)."""
-    return BatchHeader.unpack_from(lakefs.read_range(fs, path, 0, HEADER_SIZE)).max_timestamp
-
-
 def roll(
     sources: list[Source], config: LogConfig, rolling: Callable[[Source], int]
 ) -> list[list[Source]]:
-    """Sources joined into segments by Kafka's roll rules (storage/roll.py) at source
-    granularity: a source starts a new segment when the joined bytes would pass
-    ``log.segment.bytes``, when its largest timestamp is more than ``log.roll.ms`` (less
-    the jitter) after the segment's first batch's (``rolling``, read only for a group's
-    first source), or when its offsets would not fit int32 relative offsets. A source
+    """Sources joined into segments by Kafka's roll rules (storage/roll.py's
+    :func:`roll_reason`, each source taken as one batch): a source starts a new segment
+    when the joined bytes would pass ``log.segment.bytes``, when its largest timestamp is
+    more than ``log.roll.ms`` (less the jitter) after the segment's first batch's
+    (``rolling``, read only for a group's first source), or when its offsets would not fit
+    int32 relative offsets. A source
     larger than ``log.segment.bytes`` is a segment of its own. Rolling at whole sources
     never joins what Kafka would have rolled (pieces are written by the same rules)."""
     groups: list[list[Source]] = []
-    size = 0
-    since = 0
+    segment = ActiveSegment(0)
     for s in sources:
-        g = groups[-1] if groups else None
-        if (
-            g is None
-            or size + s.size > config.segment_bytes
-            or s.next - 1 - g[0].base > MAX_RELATIVE
-            or s.max_timestamp - since > roll_time_limit(g[0].base, config)
+        if not groups or roll_reason(
+            segment,
+            batch_size=s.size,
+            batch_last_offset=s.next - 1,
+            batch_max_timestamp=s.max_timestamp,
+            config=config,
         ):
             groups.append([s])
-            size = s.size
-            since = rolling(s)
+            segment = ActiveSegment(s.base, s.size, rolling(s))
         else:
-            g.append(s)
-            size += s.size
+            groups[-1].append(s)
+            segment.size += s.size
     return groups
 
 

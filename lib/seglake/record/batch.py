@@ -36,12 +36,13 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import INT32_MAX, LOG_OVERHEAD
+from seglake.format import INT32_MAX, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from seglake.record import native
 from seglake.record.crc import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
+HEADER_SIZE = RECORD_BATCH_OVERHEAD  # 61
+assert HEADER.size == HEADER_SIZE
 LENGTH_OFFSET = 8
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
@@ -90,6 +91,18 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
     if sequence < decrement:
         return INT32_MAX - (decrement - sequence) + 1
     return sequence - decrement
+
+
+def move_base_offsets(
+    data: np.ndarray, positions: np.ndarray, base_offsets: np.ndarray, delta: int
+) -> None:
+    """Add ``delta`` to the baseOffset (bytes ``[0, 8)``, int64 big-endian) of the batches
+    at ``positions`` of ``data`` (writable uint8, e.g. a file's map), in place;
+    ``base_offsets``: theirs before. The CRC-32C covers ``attributes`` to the end, so the
+    batches move without re-encoding or a new CRC (Kafka's ``setLastOffset`` family)."""
+    at = (np.asarray(positions, np.int64)[:, None] + np.arange(8)).ravel()
+    moved = np.asarray(base_offsets, np.int64) + delta
+    data[at] = moved.astype(">i8").view(np.uint8)
 
 
 def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:

@@ -23,6 +23,8 @@ from typing import NamedTuple, cast
 import numpy as np
 import pyarrow as pa
 
+from seglake.format import RECORD_BATCH_OVERHEAD
+
 __all__ = [
     "ABI_VERSION",
     "MODULE",
@@ -125,11 +127,11 @@ def scan(
     ``(rows, position reached, stopped after stop_after)``; rows: the 13 header fields
     and the position of each batch, ``(k, 14)`` int64, in cache-sized runs."""
     chunks = [np.zeros((0, 14), np.int64)]
-    left = (end - pos) // 61 + 1 if max_batches is None else max_batches
+    left = (end - pos) // RECORD_BATCH_OVERHEAD + 1 if max_batches is None else max_batches
     state = np.zeros(2, np.int64)
     stopped = False
     while left > 0:
-        cap = min(left, (end - pos) // 61 + 1, 1 << 14)
+        cap = min(left, (end - pos) // RECORD_BATCH_OVERHEAD + 1, 1 << 14)
         rows = np.empty((cap, 14), np.int64)
         k = lib.sl_scan(
             address(data),

@@ -34,6 +34,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.location import Root
+from seglake.record.batch import move_base_offsets
 from seglake.record.header_scan import scan_headers
 from seglake.spark.arrow_input import Normalizer, Split, split_topics
 from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
@@ -152,7 +153,6 @@ def _patch(path: str, delta: int, span: int) -> None:
             raise SeglakeError(f"{path}: staged batches do not span its row's offsets")
         data = np.frombuffer(mm, dtype=np.uint8)
         try:
-            at = scan.position[:, None] + np.arange(8)
-            data[at] = (scan.base_offset + delta).astype(">i8").view(np.uint8).reshape(-1, 8)
+            move_base_offsets(data, scan.position, scan.base_offset, delta)
         finally:
             del data  # no export of the map may be left when it closes

@@ -89,11 +89,15 @@ class IndexBuilder:
             raise ConfigError(f"index.interval.bytes {self._interval}: expected >= 0")
         if offset_index is None:
             offset_index = OffsetIndex(
-                self._base, None if max_index_entries is None else max_index_entries * 8
+                self._base,
+                None if max_index_entries is None else max_index_entries * OffsetIndex.ENTRY_SIZE,
             )
         if time_index is None:
             time_index = TimeIndex(
-                self._base, None if max_time_index_entries is None else max_time_index_entries * 12
+                self._base,
+                None
+                if max_time_index_entries is None
+                else max_time_index_entries * TimeIndex.ENTRY_SIZE,
             )
         for idx in (offset_index, time_index):
             if idx.base_offset != self._base:
@@ -374,6 +378,6 @@ def prefix_indexes(
     if n_oi == len(oi) and n_ti == len(ti):
         return None
     return (
-        OffsetIndex.from_bytes(oi.to_bytes()[: n_oi * 8], oi.base_offset, path=oi.path),
-        TimeIndex.from_bytes(ti.to_bytes()[: n_ti * 12], ti.base_offset, path=ti.path),
+        OffsetIndex.from_bytes(oi.to_bytes()[: n_oi * oi.ENTRY_SIZE], oi.base_offset, path=oi.path),
+        TimeIndex.from_bytes(ti.to_bytes()[: n_ti * ti.ENTRY_SIZE], ti.base_offset, path=ti.path),
     )

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.config import LogConfig
 from seglake.location import Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
@@ -28,7 +29,7 @@ from seglake.storage.segment_files import Pin
 from seglake.storage.segment_ref import SegmentRef
 
 ENTRY_OVERHEAD = 512
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_BYTES = LogConfig().index_cache_bytes  # seglake.index.cache.bytes (config.py)
 
 __all__ = ["IndexCache", "get_cache", "segment_weight"]
 
@@ -37,9 +38,9 @@ def segment_weight(seg: LogSegment) -> int:
     """Bytes an opened segment holds in memory (its loaded indexes)."""
     w = ENTRY_OVERHEAD
     if seg._offset_index is not None:
-        w += len(seg._offset_index) * 8
+        w += len(seg._offset_index) * seg._offset_index.ENTRY_SIZE
     if seg._time_index is not None:
-        w += len(seg._time_index) * 12
+        w += len(seg._time_index) * seg._time_index.ENTRY_SIZE
     return w
 
 

@@ -45,7 +45,7 @@ from seglake.storage.writer import SegmentInfo
 
 __all__ = ["MergeSource", "group_segments", "merge_segments", "merged_tail"]
 
-OFFSET_ENTRY, TIME_ENTRY = 8, 12
+OFFSET_ENTRY, TIME_ENTRY = OffsetIndex.ENTRY_SIZE, TimeIndex.ENTRY_SIZE
 
 
 def group_segments(
@@ -67,6 +67,9 @@ def group_segments(
     by the following segment's base offset - 1, or ``first_uncleanable - 1`` for the
     last) minus the group's base offset fits the 4-byte relative offset (``<= 2**31-1``).
     """
+    # Not LogSegment.shouldRoll (storage/roll.py): Kafka's cleaner groups whole old
+    # segments by its own rule (Cleaner.groupSegmentsBySize: <= not >, index bytes
+    # summed, empty segments joined), so merges keep it as Kafka does.
     n = len(base_offsets)
     groups: list[tuple[int, int]] = []
     i = 0

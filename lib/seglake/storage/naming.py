@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from seglake.errors import InvalidNameError, InvalidTopicError
-from seglake.format import LONG_MAX
+from seglake.format import INT32_MAX, LONG_MAX
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -106,7 +106,7 @@ def validate_partition(partition: object) -> int:
                 raise TypeError
         except TypeError:
             raise InvalidTopicError(f"partition must be an integer, got {partition!r}") from None
-    if not 0 <= partition < 2**31:
+    if not 0 <= partition <= INT32_MAX:
         raise InvalidTopicError(f"partition {partition} is outside 0..2147483647")
     return partition
 

@@ -23,7 +23,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import INT32_MAX
+from seglake.format import INT32_MAX, OFFSET_INDEX_ENTRY_SIZE
 from seglake.storage.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
     IndexFullError,
@@ -62,7 +62,7 @@ class OffsetIndex(AbstractIndex):
     Entry (8 bytes, big-endian): ``relativeOffset:int32, position:int32``.
     """
 
-    ENTRY_SIZE = 8
+    ENTRY_SIZE = OFFSET_INDEX_ENTRY_SIZE
     DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
     NAME = "offset index"
 
@@ -81,7 +81,7 @@ class OffsetIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return cast(int, self._base + _REL.unpack_from(self._buf, slot * 8)[0])
+        return cast(int, self._base + _REL.unpack_from(self._buf, slot * self.ENTRY_SIZE)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.offsets
@@ -129,7 +129,7 @@ class OffsetIndex(AbstractIndex):
     def entry(self, i: int) -> OffsetPosition:
         """Entry ``i`` (0-based) as absolute ``(offset, position)``."""
         i = self._check_slot(i)
-        rel, pos = _OFFSET_ENTRY.unpack_from(self._buf, i * 8)
+        rel, pos = _OFFSET_ENTRY.unpack_from(self._buf, i * self.ENTRY_SIZE)
         return OffsetPosition(self._base + rel, pos)
 
     def __iter__(self) -> Iterator[OffsetPosition]:
@@ -146,7 +146,7 @@ class OffsetIndex(AbstractIndex):
         slot = self._floor_slot(int(target_offset))
         if slot < 0:
             return OffsetPosition(self._base, 0)
-        rel, pos = _OFFSET_ENTRY.unpack_from(self._buf, slot * 8)
+        rel, pos = _OFFSET_ENTRY.unpack_from(self._buf, slot * self.ENTRY_SIZE)
         return OffsetPosition(self._base + rel, pos)
 
     def lookup_many(self, targets: np.ndarray | list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +199,9 @@ class OffsetIndex(AbstractIndex):
                 f"position {position} outside 0..{INT32_MAX}", path=self._path
             )
         if self._n:
-            last_rel, last_pos = _OFFSET_ENTRY.unpack_from(self._buf, (self._n - 1) * 8)
+            last_rel, last_pos = _OFFSET_ENTRY.unpack_from(
+                self._buf, (self._n - 1) * self.ENTRY_SIZE
+            )
             if rel <= last_rel:
                 raise InvalidIndexAppendError(
                     f"attempt to append offset {offset} to slot {self._n}, no larger than the "
@@ -233,7 +235,9 @@ class OffsetIndex(AbstractIndex):
             )
         prev_rel, prev_pos = (-1, -1)
         if self._n:
-            prev_rel, prev_pos = _OFFSET_ENTRY.unpack_from(self._buf, (self._n - 1) * 8)
+            prev_rel, prev_pos = _OFFSET_ENTRY.unpack_from(
+                self._buf, (self._n - 1) * self.ENTRY_SIZE
+            )
         all_rel = np.concatenate(([prev_rel], rel))
         all_pos = np.concatenate(([prev_pos], pos))
         bad = np.flatnonzero((all_rel[1:] <= all_rel[:-1]) | (all_pos[1:] <= all_pos[:-1]))

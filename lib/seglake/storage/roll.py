@@ -66,6 +66,12 @@ def roll_reason(
     return None
 
 
+def size_full(size: int, config: LogConfig) -> bool:
+    """Whether the size rule rolls a segment of ``size`` bytes before any batch (every
+    batch has bytes): it cannot grow."""
+    return size >= config.segment_bytes
+
+
 def batches_before_roll(
     segment: ActiveSegment,
     sizes: np.ndarray,

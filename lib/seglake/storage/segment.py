@@ -28,7 +28,8 @@ Record reads:
                             records filtered to lo <= offset < end
     read(o, max_size):      whole batches from the one holding o, at most max_size bytes
     find_offset_by_timestamp(t):
-                            time index strict floor(t) -> offset -> position; one index
+                            time index bounds_many(t)'s first (one past the strict
+                            floor's offset, as every reader) -> position; one index
                             interval at a time to the first batch with maxTimestamp >= t;
                             its first record with ts >= t (offsets and timestamps only)
 """
@@ -361,8 +362,10 @@ class LogSegment:
         """First record (offset >= ``start_offset``) with timestamp >= ``timestamp``, or
         ``None``. Exact under non-monotonic CreateTime (strict time-index floor)."""
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
-        ts_entry, off_entry = self.time_index.lookup_strict(timestamp)
-        from_offset = max(int(off_entry) if ts_entry >= 0 else self.base_offset, lo)
+        # where the answer can start: TimeIndex.bounds_many's ``first`` (one past the
+        # strict floor entry's offset), the one rule every timestamp read uses
+        first_possible = int(self.time_index.bounds_many([timestamp])[0][0])
+        from_offset = max(first_possible, lo)
         pos = first = self.floor_position(from_offset)
         oi = self.offset_index
         while pos < self.size:

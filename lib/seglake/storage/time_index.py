@@ -25,9 +25,9 @@ Lookups (format doc section 6):
   it), so scanning from the offset index floor of the entry's offset finds the first
   batch with ``maxTimestamp >= target``. With ``<=``, an entry whose offset lies past the
   first batch reaching ``T`` starts the scan too late for ``target == T``.
-* :meth:`TimeIndex.bounds_many` is the rule every reader uses: the first record with
-  ``timestamp >= target`` lies after the strict floor's offset and at or before the next
-  entry's offset.
+* :meth:`TimeIndex.bounds_many` is the rule every reader uses (the scan planner and
+  ``LogSegment.find_offset_by_timestamp`` alike): the first record with ``timestamp >=
+  target`` lies after the strict floor's offset and at or before the next entry's offset.
 
 The file/preallocation/trim machinery is :class:`~seglake.storage.index_file.IndexFile`,
 the warm/cold search :class:`~seglake.storage.sorted_index.AbstractIndex`.
@@ -41,7 +41,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from seglake.format import NO_TIMESTAMP
+from seglake.format import NO_TIMESTAMP, TIME_INDEX_ENTRY_SIZE
 from seglake.storage.index_file import DEFAULT_MAX_INDEX_SIZE, InvalidIndexAppendError
 from seglake.storage.sorted_index import AbstractIndex
 
@@ -69,7 +69,7 @@ class TimeIndex(AbstractIndex):
     skip_full_check=True)``).
     """
 
-    ENTRY_SIZE = 12
+    ENTRY_SIZE = TIME_INDEX_ENTRY_SIZE
     DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
     NAME = "time index"
 
@@ -92,7 +92,7 @@ class TimeIndex(AbstractIndex):
 
     # ------------------------------------------------------------------ subclass contract
     def _key_at(self, slot: int) -> int:
-        return cast(int, _TS.unpack_from(self._buf, slot * 12)[0])
+        return cast(int, _TS.unpack_from(self._buf, slot * self.ENTRY_SIZE)[0])
 
     def _native_keys(self) -> np.ndarray:
         return self.timestamps
@@ -146,13 +146,13 @@ class TimeIndex(AbstractIndex):
         self._check_open()
         if self._n == 0:
             return TimestampOffset(NO_TIMESTAMP, self._base)
-        ts, rel = _TIME_ENTRY.unpack_from(self._buf, (self._n - 1) * 12)
+        ts, rel = _TIME_ENTRY.unpack_from(self._buf, (self._n - 1) * self.ENTRY_SIZE)
         return TimestampOffset(ts, self._base + rel)
 
     def entry(self, i: int) -> TimestampOffset:
         """Entry ``i`` (0-based) as ``(timestamp, absolute offset)``."""
         i = self._check_slot(i)
-        ts, rel = _TIME_ENTRY.unpack_from(self._buf, i * 12)
+        ts, rel = _TIME_ENTRY.unpack_from(self._buf, i * self.ENTRY_SIZE)
         return TimestampOffset(ts, self._base + rel)
 
     def __iter__(self) -> Iterator[TimestampOffset]:
@@ -163,7 +163,7 @@ class TimeIndex(AbstractIndex):
     def _answer(self, slot: int) -> TimestampOffset:
         if slot < 0:
             return TimestampOffset(NO_TIMESTAMP, self._base)
-        ts, rel = _TIME_ENTRY.unpack_from(self._buf, slot * 12)
+        ts, rel = _TIME_ENTRY.unpack_from(self._buf, slot * self.ENTRY_SIZE)
         return TimestampOffset(ts, self._base + rel)
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
@@ -239,7 +239,7 @@ class TimeIndex(AbstractIndex):
         n = self._n
         last_ts, last_offset = NO_TIMESTAMP, self._base
         if n:
-            last_ts, rel = _TIME_ENTRY.unpack_from(self._buf, (n - 1) * 12)
+            last_ts, rel = _TIME_ENTRY.unpack_from(self._buf, (n - 1) * self.ENTRY_SIZE)
             last_offset = self._base + rel
             if offset < last_offset:
                 raise InvalidIndexAppendError(
