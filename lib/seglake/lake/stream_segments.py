@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
@@ -52,11 +54,11 @@ class Source:
     size: int
     min_timestamp: int  # -1: no record
     max_timestamp: int
-    tail_minima: list[dict] | None  # offsets before rebasing
-    row: dict = dataclasses.field(compare=False, repr=False)  # its catalog (or piece) row
+    tail_minima: list[dict[str, Any]] | None  # offsets before rebasing
+    row: dict[str, Any] = dataclasses.field(compare=False, repr=False)  # its catalog (or piece) row
 
 
-def source(path: str, delta: int, r: dict) -> Source:
+def source(path: str, delta: int, r: dict[str, Any]) -> Source:
     """A :class:`Source` from a catalog (or piece) row ``r`` moved by ``delta``."""
     first = r["base_offset"] + delta
     return Source(
@@ -91,7 +93,7 @@ def rebase(buf: bytes, delta: int, scan: BatchScan | None = None) -> bytes:
     return out.tobytes()
 
 
-def read_rebased(fs, s: Source) -> tuple[bytes, BatchScan]:
+def read_rebased(fs: pafs.FileSystem, s: Source) -> tuple[bytes, BatchScan]:
     """A source's bytes at their final offsets and their scan (CRCs checked, offsets as
     before rebasing: add ``s.delta``); :class:`SeglakeError` unless they read back whole."""
     data = lakefs.read_range(fs, s.path, 0, s.size)
@@ -109,7 +111,7 @@ def read_rebased(fs, s: Source) -> tuple[bytes, BatchScan]:
     return rebase(data, s.delta, scan), scan
 
 
-def first_batch_timestamp(fs, path: str) -> int:
+def first_batch_timestamp(fs: pafs.FileSystem, path: str) -> int:
     """maxTimestamp of a segment's first batch (Kafka's rollingBasedTimestamp)."""
     return BatchHeader.unpack_from(lakefs.read_range(fs, path, 0, HEADER_SIZE)).max_timestamp
 
@@ -154,7 +156,7 @@ def joined_row(
     indexes: tuple[OffsetIndex, TimeIndex],
     codec: str,
     interval: int,
-) -> dict:
+) -> dict[str, Any]:
     """The catalog row of a segment joined from ``group`` (no record decoded)."""
     oi, ti = indexes
     mins = [s.min_timestamp for s in group if s.min_timestamp >= 0]
@@ -176,12 +178,12 @@ def joined_row(
     )
 
 
-def join_minima(group: list[Source]) -> list[dict] | None:
+def join_minima(group: list[Source]) -> list[dict[str, Any]] | None:
     """Tail minima of joined segments: each source's checkpoints (offsets rebased) lowered
     to the minimum of every later source, equal minima collapsed, thinned evenly to
     :data:`TAIL_POINTS` (dropping checkpoints is safe: a filter reads further); None if a
     source's are unknown."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     later = LONG_MAX
     for s in reversed(group):
         if s.tail_minima is None:
