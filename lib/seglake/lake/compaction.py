@@ -40,7 +40,7 @@ from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
 from seglake.location import LakeLocation, Root
-from seglake.storage.clean import CleanStats
+from seglake.storage.clean import CleanRound, CleanStats
 from seglake.storage.naming import validate_partition, validate_run_id
 
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
@@ -141,7 +141,7 @@ def _task(
 
 def _analyze(
     root: Root, now_ms: int, spec: tuple[list[dict[str, Any]], LogConfig]
-) -> tuple[Any, ...]:
+) -> tuple[dict[str, Any], CleanRound | None, int]:
     return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
 
 
