@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -141,7 +142,7 @@ def lake_table(seg: pa.Table) -> str:
     """Catalog rows summed per partition: segments, records, bytes, offsets, times."""
     from seglake.api.render import iso, size_text, text_table
 
-    parts: dict[tuple[str, int], list] = {}
+    parts: dict[tuple[str, int], list[Any]] = {}
     for r in seg.to_pylist():
         p = parts.setdefault(
             (r["topic"], r["partition"]), [0, 0, 0, r["base_offset"], 0, None, None]
@@ -192,7 +193,7 @@ def extract_table(records: pa.Table) -> str:
     return text_table([*headers, "first timestamp", "last timestamp"], rows)
 
 
-def read_json_lines(path: Path) -> list[dict]:
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines output directory (Spark's ``part-*.json`` files)."""
     return [
         json.loads(line)
@@ -202,7 +203,7 @@ def read_json_lines(path: Path) -> list[dict]:
     ]
 
 
-def lookup_table(answers: list[dict]) -> str:
+def lookup_table(answers: list[dict[str, Any]]) -> str:
     """Lookup answers as Spark's JSON writer writes them (key/value base64, null fields
     left out): what was asked, the status, the record found."""
     import base64
@@ -215,7 +216,7 @@ def lookup_table(answers: list[dict]) -> str:
         s = base64.b64decode(b64).decode("utf-8", "replace")
         return s if len(s) <= width else s[: width - 3] + "..."
 
-    def asked(a: dict) -> str:
+    def asked(a: dict[str, Any]) -> str:
         if a.get("query_offset") is not None:
             return f"offset {a['query_offset']:,}"
         return f"time {iso(a.get('query_timestamp'))}"

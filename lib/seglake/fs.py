@@ -537,7 +537,8 @@ def move(fs: pafs.FileSystem, src: str, dst: str) -> None:
 
 def exists(fs: pafs.FileSystem, path: str) -> bool:
     """Whether a file or directory exists at ``path``."""
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    found: bool = fs.get_file_info(path).type != pafs.FileType.NotFound
+    return found
 
 
 def file_size(fs: pafs.FileSystem, path: str) -> int:

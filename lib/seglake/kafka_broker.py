@@ -132,6 +132,7 @@ def metadata_brokers(host: str, port: int, timeout: float = 5.0) -> int:
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(struct.pack(">i", len(body)) + body)
         head = _recv_exactly(s, 16)
+    brokers: int
     _size, correlation, _throttle, brokers = struct.unpack(">iiii", head)
     if correlation != 1:
         raise OSError(f"unexpected correlation id {correlation}")

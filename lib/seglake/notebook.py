@@ -61,7 +61,7 @@ def execute(notebook: Path, lake: Path) -> Any:
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(notebook, as_version=4)
+    nb = nbformat.read(notebook, as_version=4)  # type: ignore[no-untyped-call]
     os.environ["SEGLAKE_LAKE"] = os.path.relpath(lake, notebook.parent)
     # the kernel is this interpreter: ipykernel's "python3" spec runs sys.executable
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         build_sample_lake(lake)
     notebook = Path(args.notebook).resolve()
     nb = execute(notebook, lake)
-    nbformat.write(nb, notebook)
+    nbformat.write(nb, notebook)  # type: ignore[no-untyped-call]
     print(f"executed {notebook} ({notebook.stat().st_size:,} bytes with outputs)")
     return 0
 

@@ -14,17 +14,18 @@ objects, and returns the :class:`matplotlib.figure.Figure` (save it with ``fig.s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seglake.api.render import size_text
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.cm import ColormapRegistry
     from matplotlib.figure import Figure
 
     from seglake.record.batch import BatchScan
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 _MAX_LABELS = 40  # segment labels drawn per figure; beyond that the bars speak alone
 
 
-def _mpl():
+def _mpl() -> tuple[Callable[..., Figure], ColormapRegistry, Any]:
     """``(new_figure, colormaps, dates)``. Figures are made without pyplot: no global
     figure registry, no backend switch; ``savefig`` renders with Agg, and a notebook shows
     the returned figure once."""
@@ -44,7 +45,7 @@ def _mpl():
     import matplotlib.dates as mdates
     from matplotlib.figure import Figure
 
-    def new_figure(**kw):
+    def new_figure(**kw: Any) -> Figure:
         return Figure(layout="constrained", **kw)
 
     _ipython_display_support(Figure)
@@ -73,7 +74,7 @@ def _ipython_display_support(figure_type: type) -> None:
         if f in formatters
     ):
         return
-    select_figure_formats(ip, {"png"})
+    select_figure_formats(ip, {"png"})  # type: ignore[no-untyped-call]
 
 
 def _dates(ms: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import run_id_arg
+from seglake.cli.jobargs import Parser, run_id_arg
 from seglake.config import parse_overrides
 from seglake.errors import SegmentNotFoundError
 from seglake.lake.catalog import Catalog
@@ -14,7 +14,7 @@ from seglake.lake.topic_config import resolve
 from seglake.lake.topic_store import alter_config, check_topic, overrides_for, stored_configs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     c = sub.add_parser(
         "config",
         help="show or change topic configs kept in the lake (cleanup.policy, segment.bytes...)",

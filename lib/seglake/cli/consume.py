@@ -32,7 +32,7 @@ import struct
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
@@ -40,6 +40,9 @@ from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
 from seglake.storage.log import PartitionLog
 from seglake.storage.txn_index import collect_aborted
+
+if TYPE_CHECKING:
+    from seglake.cli.jobargs import Parser
 
 __all__ = ["Formatter", "add_parser", "consume", "partition_logs", "record_dict", "run_consume"]
 
@@ -56,7 +59,7 @@ BOOL_PROPERTIES = (
 BYTE_PROPERTIES = ("key.separator", "line.separator", "headers.separator", "null.literal")
 
 
-def record_dict(r: dict) -> dict:
+def record_dict(r: dict[str, Any]) -> dict[str, Any]:
     """A record (internal schema) as JSON-able values: key, value and header values base64."""
 
     def b64(b: bytes | None) -> str | None:
@@ -135,7 +138,7 @@ def parse_kcat_format(fmt: str) -> list[bytes | str]:
     return parts
 
 
-def _kcat_field(token: str, topic: str, partition: int, r: dict) -> bytes:
+def _kcat_field(token: str, topic: str, partition: int, r: dict[str, Any]) -> bytes:
     """One token of a kcat format for the record ``r`` (internal schema)."""
     if token == "t":
         return topic.encode()
@@ -337,7 +340,7 @@ def consume(
     chunk_records: int = CHUNK_RECORDS,
 ) -> int:
     """Write the records of ``logs`` to ``out``; returns how many were written."""
-    n = 0
+    n: int = 0
     for log in logs:
         start = _start(log, offset, from_ms)
         end = log.log_end_offset
@@ -358,7 +361,7 @@ def consume(
     return n
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     c = sub.add_parser(
         "consume",
         help="print a topic's records like kafka-console-consumer (a lake or a partition dir)",

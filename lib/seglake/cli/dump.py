@@ -188,7 +188,7 @@ def _timestamp_type(h: BatchHeader) -> str:
     return "LogAppendTime" if h.is_log_append_time else "CreateTime"
 
 
-def _control(r: dict) -> dict[str, Any] | None:
+def _control(r: dict[str, Any]) -> dict[str, Any] | None:
     try:
         c = parse_control_record(r["key"], r["value"])
     except Exception as exc:  # dump shows what it can

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seglake.errors import ConfigError
+
+if TYPE_CHECKING:
+    from seglake.cli.jobargs import Parser
 
 __all__ = ["add_parser", "history_table", "run_history"]
 
 HEADERS = ["version", "committed (UTC)", "operation", "run id", "segments +", "segments -", "input"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     h = sub.add_parser(
         "history", help="the catalog's versions: time, operation, run id, segments, input"
     )

@@ -7,10 +7,14 @@ import difflib
 import math
 import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from seglake.format import LONG_MAX
+
+if TYPE_CHECKING:
+    from seglake.config import LogConfig
+    from seglake.storage.retention import RetentionRules
 
 FORMATS = ("parquet", "json", "csv", "delta")
 
@@ -21,7 +25,9 @@ class Parser(argparse.ArgumentParser):
     sub-command, choice or option (the closest known one by ``difflib``). Sub-commands'
     parsers are of this class too."""
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
         self._seen = list(sys.argv[1:] if args is None else args)  # for the hint
         return super().parse_known_args(args, namespace)
 
@@ -253,7 +259,7 @@ def retention_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would go, change nothing")
 
 
-def retention_from_args(args: argparse.Namespace):
+def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, LogConfig]:
     """``(RetentionRules, LogConfig)`` of parsed retention arguments: exactly the rules
     given (``--retention-*``, ``--log-start-offset``, ``--conf log.retention.*=``); the
     broker defaults only with ``--broker-defaults``."""

@@ -10,6 +10,7 @@ import argparse
 import json
 import re
 import sys
+from typing import TYPE_CHECKING, Any
 
 from seglake.cli import history, offsets
 from seglake.cli.consume import add_parser as add_consume_parser
@@ -32,6 +33,9 @@ from seglake.errors import (
 from seglake.fs import refused
 from seglake.location import LakeLocation, Root
 from seglake.storage.index_builder import DEFAULT_INTERVAL
+
+if TYPE_CHECKING:
+    from seglake.storage.log import PartitionLog
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_dump(sub: argparse._SubParsersAction) -> None:
+def _add_dump(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake dump``: kafka-dump-log.sh's options."""
     d = sub.add_parser(
         "dump",
@@ -108,7 +112,7 @@ def _add_dump(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _add_offset_for_time(sub: argparse._SubParsersAction) -> None:
+def _add_offset_for_time(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake offset-for-time``: one partition directory, one timestamp."""
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"
@@ -122,7 +126,7 @@ def _add_offset_for_time(sub: argparse._SubParsersAction) -> None:
     _skip_corrupt(o)
 
 
-def _add_read(sub: argparse._SubParsersAction) -> None:
+def _add_read(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake read``: records of a partition directory from an offset."""
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")
@@ -132,7 +136,7 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
     _skip_corrupt(r)
 
 
-def _add_cleanup(sub: argparse._SubParsersAction) -> None:
+def _add_cleanup(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake cleanup``: staging of finished and abandoned runs."""
     c = sub.add_parser(
         "cleanup", help="finish committed runs' moves; delete files of runs that never committed"
@@ -149,7 +153,7 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--dry-run", action="store_true")
 
 
-def _add_recover(sub: argparse._SubParsersAction) -> None:
+def _add_recover(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake recover``: a partition directory or a lake."""
     rc = sub.add_parser(
         "recover",
@@ -177,7 +181,7 @@ def _add_recover(sub: argparse._SubParsersAction) -> None:
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
 
-def _add_register(sub: argparse._SubParsersAction) -> None:
+def _add_register(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake register``: a broker data directory into a lake."""
     rg = sub.add_parser(
         "register",
@@ -207,7 +211,7 @@ def _add_register(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _add_retention(sub: argparse._SubParsersAction) -> None:
+def _add_retention(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake retention``: Kafka's delete rules, given explicitly."""
     rt = sub.add_parser(
         "retention",
@@ -239,7 +243,7 @@ def _skip_corrupt(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _open_log(args: argparse.Namespace):
+def _open_log(args: argparse.Namespace) -> PartitionLog:
     import warnings
 
     if args.skip_corrupt:  # reported by _report_skipped, one line each
@@ -247,12 +251,12 @@ def _open_log(args: argparse.Namespace):
     return _open_partition(args.partition_dir, on_corrupt="skip" if args.skip_corrupt else "raise")
 
 
-def _report_skipped(log) -> None:
+def _report_skipped(log: PartitionLog) -> None:
     for path, b in log.skipped:
         print(f"seglake: warning: skipped a damaged batch: {b.describe(path)}", file=sys.stderr)
 
 
-def _record_json(r: dict) -> str:
+def _record_json(r: dict[str, Any]) -> str:
     return json.dumps(record_dict(r))
 
 
@@ -395,7 +399,7 @@ def _read(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_partition(path: str, *, on_corrupt: str = "raise"):
+def _open_partition(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
     """The partition directory's log (in a lake: its catalog's segments); an error if it
     holds no segment (``.log`` named by a 20-digit base offset): an empty answer would
     look like an empty partition."""

@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import INT32_MAX
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from seglake.cli.jobargs import Parser
 
 __all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
 
@@ -29,7 +33,7 @@ _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 Filter = Callable[[str, int], bool]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     o = sub.add_parser(
         "offsets",
         help="TOPIC:PARTITION:OFFSET of every partition for a time, like kafka-get-offsets.sh",

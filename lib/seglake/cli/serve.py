@@ -26,6 +26,7 @@ import argparse
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.kafka_broker import BrokerError, KafkaBroker, run_until_stopped
@@ -35,13 +36,16 @@ from seglake.lake.topic_store import overrides_for, stored_configs
 from seglake.location import LakeLocation
 from seglake.storage.naming import SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, segment_file_name
 
+if TYPE_CHECKING:
+    from seglake.cli.jobargs import Parser
+
 __all__ = ["add_parser", "prepare", "run"]
 
 # Kafka's defaults delete by time (7 days) and would empty a copy of older records
 KEEP_ALL = {"retention.ms": "-1", "retention.bytes": "-1"}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     s = sub.add_parser(
         "serve",
         help="serve a copy of a lake from a local Kafka broker until Ctrl-C",

@@ -22,6 +22,8 @@ without it): ``None``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
@@ -86,7 +88,7 @@ class _State:
                 continue
             self._record(name, data_)
 
-    def _record(self, name: str, data: dict) -> None:
+    def _record(self, name: str, data: dict[str, Any]) -> None:
         if name == "TopicRecord":
             self.names[data["topicId"]] = data["name"]
             self.configs.setdefault(data["name"], {})

@@ -19,6 +19,8 @@ driver and task sides, no Spark.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -50,7 +52,9 @@ def _overlapping(base: np.ndarray, nxt: np.ndarray, lo: int, hi: int) -> np.ndar
     return (base < hi) & (nxt > lo)
 
 
-def cleanable(rows: pa.Table, cfg: LogConfig, now_ms: int, lso: int | None = None) -> dict:
+def cleanable(
+    rows: pa.Table, cfg: LogConfig, now_ms: int, lso: int | None = None
+) -> dict[str, Any]:
     """The round's bounds and whether it is due (``lso``: known last stable offset)."""
     base = rows["base_offset"].to_numpy()
     nxt = rows["next_offset"].to_numpy()
@@ -81,7 +85,7 @@ def cleanable(rows: pa.Table, cfg: LogConfig, now_ms: int, lso: int | None = Non
     }
 
 
-def _control_kinds(data: bytes, scan, path: str) -> np.ndarray:
+def _control_kinds(data: bytes, scan: BatchScan, path: str) -> np.ndarray:
     kinds = np.full(len(scan), OTHER, dtype=np.int64)
     ctrl = np.flatnonzero(scan.is_control)
     kinds[ctrl[scan.records_count[ctrl] == 0]] = EMPTY
@@ -97,8 +101,8 @@ def _control_kinds(data: bytes, scan, path: str) -> np.ndarray:
 
 
 def analyze_partition(
-    root: Root, rows: list[dict], *, cfg: LogConfig, now_ms: int
-) -> tuple[dict, CleanRound | None, int]:
+    root: Root, rows: list[dict[str, Any]], *, cfg: LogConfig, now_ms: int
+) -> tuple[dict[str, Any], CleanRound | None, int]:
     """Task: read the whole partition once; the round's bounds and, if it is due, what
     every group task needs (:class:`CleanRound`). Also returns the bytes read."""
     sources = open_sources(root, rows)
@@ -182,8 +186,13 @@ def _offset_map(
 
 
 def clean_group(
-    root: Root, run_id: str, rows: list[dict], rnd: CleanRound, *, index_interval_bytes: int
-) -> tuple[dict, CleanStats]:
+    root: Root,
+    run_id: str,
+    rows: list[dict[str, Any]],
+    rnd: CleanRound,
+    *,
+    index_interval_bytes: int,
+) -> tuple[dict[str, Any], CleanStats]:
     """Task: clean one group into the run's staging; its catalog row and the stats."""
     fs, _ = lakefs.resolve(root)
     topic, partition = rows[0]["topic"], rows[0]["partition"]

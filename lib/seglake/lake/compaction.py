@@ -40,7 +40,7 @@ from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
 from seglake.lake.topic_store import topic_configs
 from seglake.location import LakeLocation, Root
-from seglake.storage.clean import CleanStats
+from seglake.storage.clean import CleanRound, CleanStats
 from seglake.storage.naming import validate_partition, validate_run_id
 
 __all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
@@ -129,7 +129,9 @@ class CompactResult:
         return "\n".join(lines)
 
 
-def _task(root: Root, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None]:
+def _task(
+    root: Root, run_id: str, spec: tuple[Any, ...]
+) -> tuple[dict[str, Any], CleanStats | None]:
     """One segment group: ``("merge", rows, interval)`` or ``("clean", rows, interval,
     round)``."""
     if spec[0] == "merge":
@@ -137,7 +139,9 @@ def _task(root: Root, run_id: str, spec: tuple) -> tuple[dict, CleanStats | None
     return clean_group(root, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
 
 
-def _analyze(root: Root, now_ms: int, spec: tuple[list[dict], LogConfig]) -> tuple:
+def _analyze(
+    root: Root, now_ms: int, spec: tuple[list[dict[str, Any]], LogConfig]
+) -> tuple[dict[str, Any], CleanRound | None, int]:
     return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
 
 
@@ -213,11 +217,11 @@ def run_compaction(
     )
 
 
-_Plans = list[tuple[PartitionSummary, list[tuple]]]  # per partition: its task specs
+_Plans = list[tuple[PartitionSummary, list[tuple[Any, ...]]]]  # per partition: its task specs
 _ToAnalyze = list[tuple[PartitionSummary, pa.Table, LogConfig]]
 
 
-def _publish_replaced_runs(root: LakeLocation, specs: list[tuple]) -> None:
+def _publish_replaced_runs(root: LakeLocation, specs: list[tuple[Any, ...]]) -> None:
     """The runs whose segments ``specs`` replace, published first where their files are
     still staged (the driver died before publishing, or is publishing now): else this
     run's publish would retire the wrong files under the same names and that run's late
@@ -314,8 +318,8 @@ def _summarize(plans: _Plans, outputs: list[Any], elapsed: float) -> None:
 
 def _run_tasks(
     root: Root,
-    fn: Callable[[tuple], Any],
-    specs: list[tuple],
+    fn: Callable[[tuple[Any, ...]], Any],
+    specs: list[tuple[Any, ...]],
     map_tasks: MapTasks,
     limit: int,
     parallelism: int,
@@ -343,7 +347,7 @@ def _run_tasks(
     return out
 
 
-def _run_each(fn: Callable[[tuple], Any], specs: list[tuple]) -> list[Any]:
+def _run_each(fn: Callable[[tuple[Any, ...]], Any], specs: list[tuple[Any, ...]]) -> list[Any]:
     """One task: ``fn`` of each of its specs, in turn."""
     return [fn(s) for s in specs]
 

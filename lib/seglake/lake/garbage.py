@@ -30,7 +30,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import cast
+from typing import Any, cast
 
 import pyarrow.fs as pafs
 
@@ -101,7 +101,7 @@ def retire(
     return path
 
 
-def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict]]:
+def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict[str, Any]]]:
     """Every manifest ``(path, document)``, each checked (:func:`_checked`); one gone
     meanwhile (another ``cleanup``) or not JSON (half-written) counts as empty."""
     out = []
@@ -117,7 +117,7 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict]]:
     return out
 
 
-def _checked(path: str, doc: object) -> dict:
+def _checked(path: str, doc: object) -> dict[str, Any]:
     """``doc`` if it is a manifest's shape (the module docstring): an object whose
     ``retired_at_ms`` is an integer and whose ``paths`` are lake paths
     (:func:`~seglake.fs.validate_relative`); else :class:`CorruptManifestError`."""
@@ -142,7 +142,7 @@ def _checked(path: str, doc: object) -> dict:
             f"{path}: damaged retired-files manifest: {why}; nothing was deleted "
             "(remove or fix the file, then rerun)"
         )
-    return cast(dict, doc)
+    return cast(dict[str, Any], doc)
 
 
 def _is_int(value: object) -> bool:

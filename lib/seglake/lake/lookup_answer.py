@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -84,7 +86,13 @@ class _Answers:
         self.tables.append(table)
         self.rows += table.num_rows
 
-    def request(self, cache: IndexCache, root: str, where: tuple, make) -> Request | None:
+    def request(
+        self,
+        cache: IndexCache,
+        root: str,
+        where: tuple[Any, ...],
+        make: Callable[..., Request],
+    ) -> Request | None:
         """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
         _, a, s, _ = where
         try:
@@ -100,7 +108,7 @@ class _Answers:
         if isinstance(exc, VersionSupersededError):
             raise exc
 
-    def fail(self, where: tuple, exc: Exception) -> None:
+    def fail(self, where: tuple[Any, ...], exc: Exception) -> None:
         """``read_error`` for the queries of ``where``; a damaged batch raises (unless
         skipped: the reads did not raise then)."""
         if isinstance(exc, CorruptRecordError):
@@ -113,7 +121,7 @@ class _Answers:
 
 def answer_queries(
     root: str,
-    parts: dict,
+    parts: dict[Any, dict[str, Any]],
     cache: IndexCache,
     q: pa.Table,
     *,
@@ -186,9 +194,11 @@ class _Requests:
     query picks (``None``: timestamps), where), and the queries of each segment by
     offset / by timestamp with their ``where`` (key, arrays, segment, log start)."""
 
-    reqs: list[tuple[Request, np.ndarray | None, tuple]] = dataclasses.field(default_factory=list)
-    by_off: list[tuple[np.ndarray, tuple]] = dataclasses.field(default_factory=list)
-    by_ts: list[tuple[np.ndarray, tuple]] = dataclasses.field(default_factory=list)
+    reqs: list[tuple[Request, np.ndarray | None, tuple[Any, ...]]] = dataclasses.field(
+        default_factory=list
+    )
+    by_off: list[tuple[np.ndarray, tuple[Any, ...]]] = dataclasses.field(default_factory=list)
+    by_ts: list[tuple[np.ndarray, tuple[Any, ...]]] = dataclasses.field(default_factory=list)
 
     def partition(
         self,
@@ -196,8 +206,8 @@ class _Requests:
         root: str,
         ans: _Answers,
         qs: _Queries,
-        k: tuple,
-        a: dict,
+        k: tuple[Any, ...],
+        a: dict[str, Any],
         idx: np.ndarray,
     ) -> None:
         """The requests of one partition's valid queries ``idx`` (arrays ``a``): offsets
@@ -278,7 +288,9 @@ def _pick_answers(
         ans.status[qi] = np.where(ans.row[qi] >= 0, "ok", "no_record_at_offset")
 
 
-def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple) -> None:
+def _scan_on(
+    cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple[Any, ...]
+) -> None:
     """Query ``i``'s answer, the record a fetch from offsetsForTimes(``t``) (offset >=
     ``lo``; ``where`` = (key, arrays, s, lo)) returns, by scanning from segment ``s`` on
     (rare: see scan_time; an offset query is ``t`` = :data:`ANY_TIME`)."""
@@ -301,7 +313,9 @@ def _scan_on(cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where:
     ans.status[i] = "no_record_at_offset" if asked == ANY_TIME else "no_record_for_timestamp"
 
 
-def _mark_skipped(ans: _Answers, reqs: list[tuple[Request, tuple]], target: np.ndarray) -> None:
+def _mark_skipped(
+    ans: _Answers, reqs: list[tuple[Request, tuple[Any, ...]]], target: np.ndarray
+) -> None:
     """``corrupt_batch`` (and no record) for offset queries whose offset lies in a batch
     their segment skipped."""
     for r, (_, _, _, qi) in reqs:

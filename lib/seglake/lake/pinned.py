@@ -138,7 +138,7 @@ def _partition_of(seg: SegmentFiles) -> tuple[str, int]:
 
 
 def superseded_error(
-    catalog,
+    catalog: Catalog,
     version: int,
     topic: str,
     partition: int,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute
@@ -98,7 +99,7 @@ def recover_partition_rows(
     interval: int = DEFAULT_INTERVAL,
     force: bool = False,
     kafka_truncate: bool = False,
-) -> tuple[PartitionRecovery, list[dict], list[tuple[str, int, int]]]:
+) -> tuple[PartitionRecovery, list[dict[str, Any]], list[tuple[str, int, int]]]:
     """Recover the catalogued segments of one partition (its catalog ``rows``).
 
     Returns the report, replacement rows for segments whose row no longer matches, and
@@ -144,8 +145,8 @@ def recover_partition_rows(
 
 
 def _row_changes(
-    report: PartitionRecovery, by_base: dict[int, dict], topic: str, part: int
-) -> tuple[list[dict], list[tuple[str, int, int]]]:
+    report: PartitionRecovery, by_base: dict[int, dict[str, Any]], topic: str, part: int
+) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]]]:
     """The catalog changes a partition's recovery makes: ``(replace, remove)``, the new row
     of each cataloged segment whose row changed, and the key of each one deleted (one
     left without batches is added to ``report.deleted_segments``)."""
@@ -168,7 +169,9 @@ def _row_changes(
     return replace, remove
 
 
-def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: str) -> list[dict]:
+def lost_offsets(
+    report: PartitionRecovery, rows: dict[int, dict[str, Any]], directory: str
+) -> list[dict[str, Any]]:
     """The offsets of the catalog ``rows`` ({base offset: row}) that the recovery in
     ``report`` made unreadable: dropped stretches, cut tails, files cut short (shorter
     than their row's ``size_bytes``, also at a batch boundary), deleted segments."""
@@ -218,7 +221,7 @@ def lost_offsets(report: PartitionRecovery, rows: dict[int, dict], directory: st
 def apply_recovery_fix(
     root: Root,
     partitions: list[PartitionRecovery],
-    replace: list[dict],
+    replace: list[dict[str, Any]],
     remove: list[tuple[str, int, int]],
     *,
     run_id: str | None = None,

@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -164,7 +165,7 @@ def register(
     staging = run_dir(base, STAGING, run_id)
     existed = lakefs.exists(fs, base)
     reports: dict[str, PartitionRecovery] = {}
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     names: set[str] = set()
     try:
         for entry, topic, part in _partition_dirs(sfs, src, wanted, skipped, include_internal):
@@ -288,7 +289,9 @@ def _partition_dirs(
     return found
 
 
-def _partition_rows(topic: str, part: int, name: str, rep: PartitionRecovery) -> list[dict]:
+def _partition_rows(
+    topic: str, part: int, name: str, rep: PartitionRecovery
+) -> list[dict[str, Any]]:
     """The catalog rows of a recovered partition directory ``name``: one per segment
     that kept batches."""
     return [
@@ -308,7 +311,9 @@ def _why_empty(rep: PartitionRecovery) -> str:
     )
 
 
-def _discard(catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, made_root: bool):
+def _discard(
+    catalog: Catalog, fs: pafs.FileSystem, base: str, run_id: str, *, made_root: bool
+) -> None:
     """A failed run's staged copies deleted unless its commit went through (then
     ``cleanup`` publishes them); ``_staging/`` and a root this run made go if empty."""
     staging = lakefs.join(base, STAGING)

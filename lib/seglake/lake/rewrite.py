@@ -15,6 +15,7 @@ publish           old files -> _retired/<old run>/ (pinned readers), new files i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,7 +37,7 @@ def plan_merge_groups(
     segment_index_bytes: int,
     first_uncleanable: int | None = None,
     min_len: int = 2,
-) -> list[list[dict]]:
+) -> list[list[dict[str, Any]]]:
     """Groups (of ``min_len`` segments or more) of one partition's rows, sorted by base
     offset, as :func:`~seglake.storage.merge.group_segments` forms them;
     ``first_uncleanable`` defaults to the log end offset."""
@@ -56,7 +57,7 @@ def plan_merge_groups(
     return [listed[a:b] for a, b in spans if b - a >= min_len]
 
 
-def open_sources(root: Root, rows: Sequence[dict]) -> list[MergeSource]:
+def open_sources(root: Root, rows: Sequence[dict[str, Any]]) -> list[MergeSource]:
     """The old segments of a group, each read where its row's version is."""
     fs, base = lakefs.resolve(root)
     out = []
@@ -81,8 +82,8 @@ def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
 
 
 def merge_group(
-    root: Root, run_id: str, rows: Sequence[dict], *, index_interval_bytes: int
-) -> dict:
+    root: Root, run_id: str, rows: Sequence[dict[str, Any]], *, index_interval_bytes: int
+) -> dict[str, Any]:
     """Executor task: merge one group into the run's staging; its catalog row."""
     fs, _ = lakefs.resolve(root)
     topic, partition = rows[0]["topic"], rows[0]["partition"]
@@ -96,7 +97,7 @@ def merge_group(
 
 
 def commit_rewrite(
-    root: Root, run_id: str, new_rows: Sequence[dict], old_rows: Sequence[dict]
+    root: Root, run_id: str, new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any]]
 ) -> CommitResult:
     """Replace ``old_rows`` by ``new_rows`` (each named by the first base offset of the
     old rows it replaces) in one commit, then publish; see the module docstring."""

@@ -131,7 +131,7 @@ def catalog_schema() -> pa.Schema:
     return schema_spec()[0]
 
 
-def rows_table(rows: list[dict]) -> pa.Table:
+def rows_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Catalog rows (without ``run_id``/``committed_at``) as a table of the catalog schema."""
     fields = [f for f in catalog_schema() if f.name not in _FILLED_COLUMNS]
     try:

@@ -144,7 +144,7 @@ def staged_run_committed(catalog: Catalog, name: str) -> bool:
     return catalog.run_committed(name)
 
 
-def check_staged(fs, staging: str, rows: pa.Table, run_id: str) -> None:
+def check_staged(fs: pafs.FileSystem, staging: str, rows: pa.Table, run_id: str) -> None:
     """Every file the rows name is still staged (``seglake cleanup --older-than 0`` or a
     person may have removed a running run's files): never commit rows without files."""
     have = {

@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -65,7 +66,7 @@ def locked(paths: list[str]) -> Iterator[dict[str, int]]:
             os.close(fd)  # releases the lock
 
 
-def unchanged(fds: dict[str, int], rows: dict, base: str) -> bool:
+def unchanged(fds: dict[str, int], rows: dict[tuple[str, int], dict[str, Any]], base: str) -> bool:
     """Whether each locked ``.log`` (``fds``) is still the file of its catalog row
     (``rows``, read before locking) at exactly its size: then no appender grew it since
     (an appender's bytes land before its commit) and nothing replaced it, so the rows
@@ -88,10 +89,10 @@ def grow(
     fs: pafs.FileSystem,
     fd: int,
     key: tuple[str, int],
-    tail: dict,
+    tail: dict[str, Any],
     group: list[Source],
     interval: int,
-) -> dict:
+) -> dict[str, Any]:
     """Append ``group[1:]`` to the newest segment ``group[0]`` (its catalog row ``tail``,
     file open as ``fd``, locked); returns the grown segment's row (module docstring). The
     bytes are storage/segment_join.py's :func:`append_parts`."""
@@ -121,7 +122,7 @@ def grow(
     )
 
 
-def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict]) -> list[str]:
+def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]]) -> list[str]:
     """Cut each catalogued ``.log`` of one partition (its catalog ``rows``) back to its
     row's ``size_bytes`` where an in-place append never committed (``recover`` does this
     first: it would otherwise find those batches whole and commit them, and the restarted

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.config import LogConfig
@@ -193,20 +195,20 @@ def commit_pieces(
 
 
 def _write_all(
-    fs,
+    fs: pafs.FileSystem,
     base: str,
     out_dir: str,
     pieces: Sequence[Piece],
     stages: list[str],
-    newest: dict[tuple[str, int], dict],
-    growable: dict[tuple[str, int], dict],
+    newest: dict[tuple[str, int], dict[str, Any]],
+    growable: dict[tuple[str, int], dict[str, Any]],
     fds: dict[str, int],
     config: LogConfig,
     assigned: bool,
 ) -> tuple[pa.Table, list[tuple[str, int, int]], list[tuple[str, int, int]]] | None:
     """Every partition's segments: rows, grown tails, tails grown in place (None: no
     record in the batch)."""
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     tails: list[tuple[str, int, int]] = []
     grown: list[tuple[str, int, int]] = []
 
@@ -243,14 +245,14 @@ def _already(catalog: Catalog, run_id: str) -> CommitResult:
     return CommitResult(False, True, catalog.version(), run_id)
 
 
-def _drop(fs, base: str, stages: list[str]) -> None:
+def _drop(fs: pafs.FileSystem, base: str, stages: list[str]) -> None:
     for s in stages:
         lakefs.delete_dir(fs, s, root=base)
 
 
-def _newest(current: pa.Table) -> dict[tuple[str, int], dict]:
+def _newest(current: pa.Table) -> dict[tuple[str, int], dict[str, Any]]:
     """Each partition's newest catalog row (of the rows ``current``)."""
-    out: dict[tuple[str, int], dict] = {}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     if current.num_rows == 0:
         return out
     have = set(current.schema.names)
@@ -266,11 +268,11 @@ def _plan(
     base: str,
     pieces: Sequence[Piece],
     stages: list[str],
-    newest: dict[tuple[str, int], dict],
+    newest: dict[tuple[str, int], dict[str, Any]],
     assigned: bool,
 ) -> dict[tuple[str, int], list[Source]]:
     """Per partition, the staged segments in log order with their final offsets."""
-    found: dict[tuple[str, int], list[tuple[int, int, dict]]] = {}
+    found: dict[tuple[str, int], list[tuple[int, int, dict[str, Any]]]] = {}
     for i, (piece, stage) in enumerate(zip(pieces, stages, strict=True)):
         for r in piece.rows.to_pylist():
             r["path"] = lakefs.join(stage, r["path"])
@@ -298,7 +300,9 @@ def _plan(
     return plan
 
 
-def _write(fs, out_dir: str, key: tuple[str, int], group: list[Source], interval: int) -> dict:
+def _write(
+    fs: pafs.FileSystem, out_dir: str, key: tuple[str, int], group: list[Source], interval: int
+) -> dict[str, Any]:
     """One staged segment from its sources: a lone source at its final offsets is moved
     with its files; else the rebased bytes, indexes rebuilt over all of them by the index
     interval rule (Kafka's LogSegment.recover), its row from the batch headers and the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,11 +40,11 @@ class Source:
     size: int
     min_timestamp: int  # -1: no record
     max_timestamp: int
-    tail_minima: list[dict] | None  # offsets before rebasing
-    row: dict = dataclasses.field(compare=False, repr=False)  # its catalog (or piece) row
+    tail_minima: list[dict[str, Any]] | None  # offsets before rebasing
+    row: dict[str, Any] = dataclasses.field(compare=False, repr=False)  # its catalog (or piece) row
 
 
-def source(path: str, delta: int, r: dict) -> Source:
+def source(path: str, delta: int, r: dict[str, Any]) -> Source:
     """A :class:`Source` from a catalog (or piece) row ``r`` moved by ``delta``."""
     first = r["base_offset"] + delta
     return Source(
@@ -98,7 +99,7 @@ def joined_row(
     indexes: tuple[OffsetIndex, TimeIndex],
     codec: str,
     interval: int,
-) -> dict:
+) -> dict[str, Any]:
     """The catalog row of a segment joined from ``group`` (no record decoded)."""
     oi, ti = indexes
     mins = [s.min_timestamp for s in group if s.min_timestamp >= 0]
@@ -120,12 +121,12 @@ def joined_row(
     )
 
 
-def join_minima(group: list[Source]) -> list[dict] | None:
+def join_minima(group: list[Source]) -> list[dict[str, Any]] | None:
     """Tail minima of joined segments: each source's checkpoints (offsets rebased) lowered
     to the minimum of every later source, equal minima collapsed, thinned evenly to
     :data:`TAIL_POINTS` (dropping checkpoints is safe: a filter reads further); None if a
     source's are unknown."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     later = LONG_MAX
     for s in reversed(group):
         if s.tail_minima is None:

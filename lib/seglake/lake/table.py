@@ -50,7 +50,7 @@ def delta_text(exc: BaseException) -> str:
     return _LOG_PATH.sub(r"\1", lines[0]) if lines else type(exc).__name__
 
 
-def log_commits(fs: Any, table: str) -> Iterator[tuple[str, list[dict]]]:
+def log_commits(fs: Any, table: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """The JSON commits of the Delta log of the table at ``table`` (a path on ``fs``):
     ``(path, actions)`` in version order. An empty commit file, a line that is not a JSON
     object, or a version missing between two commits, is a :class:`CatalogError` naming

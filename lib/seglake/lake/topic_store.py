@@ -88,7 +88,9 @@ def _stored(key: str, raw: str, where: str) -> dict[str, str]:
         raise damaged(f"holds {exc}") from None
 
 
-def stored_configs(catalog: Catalog, *, version: int | None = None) -> dict[str | None, dict]:
+def stored_configs(
+    catalog: Catalog, *, version: int | None = None
+) -> dict[str | None, dict[str, Any]]:
     """``{topic: overrides}`` (``None``: the lake-wide defaults) at ``version``; a stored
     property that is not what :func:`alter_config` writes is a :class:`CatalogError`."""
     if not catalog.exists():

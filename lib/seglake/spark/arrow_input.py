@@ -193,7 +193,7 @@ def _empty_rows(
         yield normalize(pa.RecordBatch.from_arrays([pa.nulls(k)], names=["_"]), path)
 
 
-def split_topics(split: Split, column: str | None) -> tuple[int, set, int]:
+def split_topics(split: Split, column: str | None) -> tuple[int, set[str], int]:
     """Rows of one task's split (footers), and the distinct values and nulls of its topic
     ``column`` (read as a dictionary: no string is decoded per row; ``None``: not read)."""
     rows, names, nulls = 0, set(), 0

@@ -18,7 +18,8 @@ Off with ``spark.seglake.ingest.direct=false`` in the Spark conf.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +28,9 @@ from pyspark.sql import DataFrame, SparkSession
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime, Normalizer, Split, read_split
 from seglake.spark.session import spark_schema
+
+if TYPE_CHECKING:
+    from seglake.config import LogConfig
 
 _PLAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "FileSourceScanExec"}
 CONF = "spark.seglake.ingest.direct"
@@ -69,7 +73,7 @@ def splits(df: DataFrame) -> list[Split] | None:
     return out if _arrow_types_ok(out, df) else None
 
 
-def _nodes(plan) -> list:
+def _nodes(plan: Any) -> list[Any]:
     """Every node of a physical plan (py4j objects)."""
     out, todo = [], [plan]
     while todo:
@@ -79,7 +83,7 @@ def _nodes(plan) -> list:
     return out
 
 
-def _seq(s) -> list:
+def _seq(s: Any) -> list[Any]:
     return [s.apply(i) for i in range(s.size())]
 
 
@@ -121,30 +125,34 @@ def _tasks(spark: SparkSession, n: int) -> DataFrame:
 
 def count(
     spark: SparkSession, split_list: list[Split], norm: Normalizer, num_partitions: int | None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The count pass over the needed columns only (none for keyless input with a topic:
     row counts from the footers)."""
     columns = norm.count_columns(num_partitions)
     counter = tasks.count_groups(num_partitions)
 
-    def run(batches):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         task = tasks.task_id()[0]
         yield from counter(read_split(split_list[task], columns, norm))
 
     out = _tasks(spark, len(split_list)).mapInArrow(run, spark_schema(tasks.COUNT_ROWS))
-    return out.toArrow().to_pylist()
+    counts: list[dict[str, Any]] = out.toArrow().to_pylist()
+    return counts
 
 
 def write(
-    spark: SparkSession, split_list: list[Split], norm: Normalizer, writer: Callable
+    spark: SparkSession,
+    split_list: list[Split],
+    norm: Normalizer,
+    writer: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
 ) -> DataFrame:
     """The no-shuffle write pass: ``writer`` (``ingest_tasks.local_writer``) over each
     task's split, every column read; its segment rows."""
     columns = list(norm.columns)
 
-    def run(batches):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         task = tasks.task_id()[0]
@@ -153,7 +161,7 @@ def write(
     return _tasks(spark, len(split_list)).mapInArrow(run, spark_schema(tasks.SEGMENT_ROWS))
 
 
-def normalizer(df: DataFrame, topic: str | None, append_ms: int, config) -> Normalizer:
+def normalizer(df: DataFrame, topic: str | None, append_ms: int, config: LogConfig) -> Normalizer:
     """The :class:`Normalizer` of ``df`` (validated by ``normalize`` already)."""
     default, flip = config.append_time(topic)
     if "timestamp" not in df.columns or (default and not flip):

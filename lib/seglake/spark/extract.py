@@ -33,7 +33,8 @@ pure functions the executors run (no Spark).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -46,17 +47,21 @@ from seglake.spark.extract_plan import BROADCAST_SPLITS, plan_extract
 from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 
+if TYPE_CHECKING:
+    from pyspark import Accumulator
+    from pyspark.sql import DataFrame, SparkSession
+
 __all__ = ["extract"]
 
 
 def extract(
-    spark,
+    spark: SparkSession,
     root: str,
     topic: str,
     *,
-    partitions=None,
-    start=None,
-    end=None,
+    partitions: Iterable[int] | str | None = None,
+    start: int | str | None = None,
+    end: int | str | None = None,
     start_offset: int | None = None,
     end_offset: int | None = None,
     mode: str = "offsets",
@@ -64,10 +69,10 @@ def extract(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     cache_bytes: int | None = None,
     plan: ScanPlan | None = None,
-    bytes_accumulator=None,
+    bytes_accumulator: Accumulator[int] | None = None,
     on_corrupt: str = "raise",
-    skipped_accumulator=None,
-):
+    skipped_accumulator: Accumulator[list[str]] | None = None,
+) -> DataFrame:
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
     Args:

@@ -319,7 +319,7 @@ def _recount(
     return counts
 
 
-def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> list[dict]:
+def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> list[dict[str, Any]]:
     """The count pass: one row per (input task, topic, partition) with its count and offset
     range. Reads only the columns it needs; Python only to partition by key."""
     cols = [
@@ -349,7 +349,8 @@ def _count(norm: DataFrame, num_partitions: int | None, has_offset: bool) -> lis
     counted = norm.select(*cols, *pinned).mapInArrow(
         tasks.count_groups(num_partitions), spark_schema(tasks.COUNT_ROWS)
     )
-    return counted.toArrow().to_pylist()
+    out: list[dict[str, Any]] = counted.toArrow().to_pylist()
+    return out
 
 
 def _local_rows(df: DataFrame) -> bool:

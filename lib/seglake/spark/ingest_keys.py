@@ -8,6 +8,7 @@ robin from ``task * 7919``: :class:`Partitioner`), rows grouped per (topic, part
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +68,8 @@ class Partitioner:
             if given is None or given.null_count:
                 n = b.num_rows if given is None else given.null_count
                 raise SeglakeError(f"{n} input rows have a null partition")
-            return given.to_numpy()
+            out: np.ndarray = given.to_numpy()
+            return out
         keys = b.column("key")
         parts = default_partition(keys, self.n, null_start=self.null_start)
         self.null_start += keys.null_count
@@ -86,7 +88,7 @@ def count_groups(num_partitions: int | None) -> Callable[[Batches], Batches]:
     def count(batches: Batches) -> list[pa.RecordBatch]:
         task = task_id()[0]
         part = Partitioner(num_partitions, task)
-        stats: dict[Key, list] = {}  # count, lowest and highest offset (or None)
+        stats: dict[Key, list[Any]] = {}  # count, lowest and highest offset (or None)
         for b in batches:
             offsets = None
             if "offset" in b.schema.names:

@@ -58,7 +58,11 @@ class IngestPlan:
 
 
 def plan_ingest(
-    counts: Iterable[Mapping], log_end: Mapping[Key, int], config: LogConfig, *, has_offset: bool
+    counts: Iterable[Mapping[str, Any]],
+    log_end: Mapping[Key, int],
+    config: LogConfig,
+    *,
+    has_offset: bool,
 ) -> IngestPlan:
     """Check the counted input against the catalog and plan the write (see module doc)."""
     per_task = sorted(counts, key=lambda r: (r["topic"] or "", r["partition"] or 0, r["task"]))
@@ -110,7 +114,7 @@ def plan_ingest(
     return IngestPlan(partitions, task_starts, _shuffle(per_task, config, has_offset))
 
 
-def _shuffle(per_task: list[Mapping], config: LogConfig, has_offset: bool) -> bool:
+def _shuffle(per_task: list[Mapping[str, Any]], config: LogConfig, has_offset: bool) -> bool:
     """Whether the write needs a shuffle (see ``seglake.ingest.shuffle``)."""
     if has_offset or config.ingest_order == "timestamp" or config.ingest_shuffle == "always":
         return True  # given offsets may come in any order; timestamp order needs a sort

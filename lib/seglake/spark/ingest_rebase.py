@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +76,7 @@ def one_pass(
     column = "topic" if norm.topic is None else None
     try:
         stats = [split_topics(s, column) for s in split_list]
-        names: set = set().union(*(t for _, t, _ in stats)) if column else {norm.topic}
+        names: set[Any] = set().union(*(t for _, t, _ in stats)) if column else {norm.topic}
         for t in names:
             partition_dir_name(t, num_partitions - 1)
     except Exception:  # odd types, invalid names: the two passes report them as before
@@ -94,7 +95,7 @@ def _task(path: str) -> int:
     return int(head.removeprefix(_PREFIX)) if head.startswith(_PREFIX) else 0
 
 
-def counts(rows: pa.Table) -> list[dict]:
+def counts(rows: pa.Table) -> list[dict[str, Any]]:
     """The count pass's rows (task, topic, partition, count) from one-pass segment rows."""
     out: dict[tuple[int, str, int], int] = {}
     cols = ("path", "topic", "partition", "record_count")

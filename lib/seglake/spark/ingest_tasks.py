@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -346,7 +347,7 @@ def segment_rows(
 ) -> pa.RecordBatch:
     """One SEGMENT_ROWS row per closed segment; ``path`` relative to the staging dir."""
     prefix = staging.rstrip("/") + "/"
-    cols: dict[str, list] = {f.name: [] for f in SEGMENT_ROWS}
+    cols: dict[str, list[Any]] = {f.name: [] for f in SEGMENT_ROWS}
     for topic, partition, i in infos:
         row = i.catalog_row(topic, partition, i.log_path.removeprefix(prefix))
         row["run_id"] = run_id

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -29,11 +29,17 @@ from seglake.spark.session import (
 )
 
 if TYPE_CHECKING:
+    import argparse
+
+    import pyarrow as pa
     import pyarrow.fs as pafs
     from deltalake.transaction import AddAction
+    from pyspark import Accumulator
+
+    from seglake.storage.recovery_report import PartitionRecovery
 
 
-def _print_skipped(acc) -> None:
+def _print_skipped(acc: Accumulator[list[str]] | None) -> None:
     """The damaged batches tasks skipped (``seglake.read.corrupt=skip``): count, each."""
     lines = sorted(set(acc.value)) if acc is not None else []
     if lines:
@@ -72,13 +78,13 @@ def _read_delta(spark: SparkSession, path: str) -> DataFrame:
     return reader.parquet(*files)
 
 
-def _config(args) -> LogConfig:
+def _config(args: argparse.Namespace) -> LogConfig:
     """The job's settings: ``--conf-file`` (broker level), then ``--conf``; those given by
     a topic-level name (``segment.bytes``) win over the lake's topic configs."""
     return LogConfig.load(args.conf_file, parse_overrides(args.conf))
 
 
-def run_ingest(spark: SparkSession, args) -> int:
+def run_ingest(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.spark.ingest import ingest
 
     fmt = jobargs.format_from_path(args.input, args.input_format, jobargs.FORMATS)
@@ -185,14 +191,14 @@ def _add_actions(fs: pafs.FileSystem, base: str, sub: str) -> list[AddAction]:
     return actions
 
 
-def _accumulator(spark: SparkSession):
+def _accumulator(spark: SparkSession) -> Accumulator[int] | None:
     try:
         return spark.sparkContext.accumulator(0)
     except Exception:  # e.g. Spark Connect: no accumulators
         return None
 
 
-def run_extract(spark: SparkSession, args) -> int:
+def run_extract(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.spark.extract import extract
     from seglake.spark.extract_plan import plan_extract
@@ -255,14 +261,15 @@ def status_table(counts: dict[str, int]) -> str:
     return text_table(["status", "queries"], rows)
 
 
-def run_lookup(spark: SparkSession, args) -> int:
+def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.spark.lookup import lookup
 
     config = _config(args)
     started = time.time()
     fmt = jobargs.format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
     queries = read_input(spark, args.queries, fmt)
-    accs = (_accumulator(spark), _accumulator(spark))
+    # both Accumulator[int], or a None (no accumulators): `None in accs`, which mypy cannot narrow
+    accs: tuple[Any, Any] = (_accumulator(spark), _accumulator(spark))
     skipped = list_accumulator(spark)
     out = lookup(
         spark,
@@ -287,16 +294,16 @@ def run_lookup(spark: SparkSession, args) -> int:
     return 0
 
 
-def _partition_groups(rows):
+def _partition_groups(rows: pa.Table) -> list[list[dict[str, Any]]]:
     """Catalog rows grouped per partition, as plain lists (picklable task inputs)."""
-    groups: dict[tuple[str, int], list[dict]] = {}
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows.to_pylist():
         r.pop("committed_at", None)
         groups.setdefault((r["topic"], r["partition"]), []).append(r)
     return [groups[k] for k in sorted(groups)]
 
 
-def run_recover(spark: SparkSession, args) -> int:
+def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import Catalog
     from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
@@ -314,7 +321,9 @@ def run_recover(spark: SparkSession, args) -> int:
     groups = _partition_groups(catalog.segments(args.topics))
     intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
 
-    def task(rows):
+    def task(
+        rows: list[dict[str, Any]],
+    ) -> tuple[PartitionRecovery, list[dict[str, Any]], list[tuple[str, int, int]]]:
         import pyarrow as pa
 
         from seglake.lake.catalog import catalog_schema
@@ -352,7 +361,7 @@ def run_recover(spark: SparkSession, args) -> int:
     return 0
 
 
-def run_retention(spark: SparkSession, args) -> int:
+def run_retention(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.lake.retention import apply_retention
 
     rules, config = jobargs.retention_from_args(args)
@@ -369,7 +378,7 @@ def run_retention(spark: SparkSession, args) -> int:
     return 0
 
 
-def run_compact(spark: SparkSession, args) -> int:
+def run_compact(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.spark.compact_job import compact
 
     result = compact(
@@ -388,7 +397,13 @@ def run_compact(spark: SparkSession, args) -> int:
     return 0
 
 
-RUNNERS: dict[str, tuple[Callable, Callable[[SparkSession, object], int]]] = {
+RUNNERS: dict[
+    str,
+    tuple[
+        Callable[[], argparse.ArgumentParser],
+        Callable[[SparkSession, argparse.Namespace], int],
+    ],
+] = {
     "ingest": (jobargs.ingest_parser, run_ingest),
     "extract": (jobargs.extract_parser, run_extract),
     "lookup": (jobargs.lookup_parser, run_lookup),

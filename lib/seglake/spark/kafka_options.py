@@ -66,7 +66,8 @@ class KafkaOption:
 
     def use(self, place: str) -> str | None:
         """Its use in ``place`` (one of :data:`PLACES`)."""
-        return getattr(self, place.replace(" ", "_"))
+        use: str | None = getattr(self, place.replace(" ", "_"))
+        return use
 
 
 def _source(name: str, use: str, what: str, stream: str | None = None) -> KafkaOption:

@@ -63,6 +63,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -76,10 +77,16 @@ from seglake.spark.lookup_queries import normalize_queries
 from seglake.storage.index_cache import get_cache
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
 
+if TYPE_CHECKING:
+    from pyspark import Accumulator, Broadcast
+    from pyspark.sql import DataFrame, SparkSession
+
+    Parts = Broadcast[dict[Any, dict[str, Any]]]  # the broadcast of partition_arrays
+
 DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
 TASK_QUERIES = 25_000  # queries per task when the plan's statistics count them
 _KEEP_BROADCASTS = 4  # catalog versions whose broadcast a driver keeps
-_BROADCASTS: dict[tuple, object] = {}  # (application, catalog, version) -> broadcast
+_BROADCASTS: dict[tuple[str, str, int], Parts] = {}  # (application, catalog, version) -> broadcast
 _BROADCASTS_LOCK = threading.Lock()
 _QUERY_BYTES = 8  # a query's least size in a plan's statistics (parquet: about 7 bytes)
 _KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
@@ -96,18 +103,18 @@ __all__ = [
 
 
 def lookup(
-    spark,
+    spark: SparkSession,
     root: str,
-    queries_df,
+    queries_df: Any,
     *,
     version: int | None = None,
     cache_bytes: int | None = None,
     num_tasks: int | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    io_accumulators: tuple | None = None,
+    io_accumulators: tuple[Accumulator[int], Accumulator[int]] | None = None,
     on_corrupt: str = "raise",
-    skipped_accumulator=None,
-):
+    skipped_accumulator: Accumulator[list[str]] | None = None,
+) -> DataFrame:
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
     Args:
@@ -167,13 +174,13 @@ def lookup(
 
 def _answers(
     root: str,
-    bc,
+    bc: Parts,
     version: int,
     cache_bytes: int,
     chunk_rows: int,
-    accs: tuple,
+    accs: tuple[Accumulator[int] | None, Accumulator[int] | None],
     on_corrupt: str,
-    skipped_accumulator,
+    skipped_accumulator: Accumulator[list[str]] | None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """What a task runs (mapInArrow): its queries, ``chunk_rows`` at a time, answered by
     :func:`answer_queries` against the broadcast ``bc`` (the bytes and files read counted
@@ -211,7 +218,7 @@ def _answers(
     return answer
 
 
-def _segment_keys(bc) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _segment_keys(bc: Parts) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``num_tasks`` pass (mapInArrow): each query keyed by its segment (``_seg``,
     :func:`segment_for` in the broadcast ``bc``), so that a repartition puts a segment's
     queries together."""
@@ -232,7 +239,7 @@ def _segment_keys(bc) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Record
     return key
 
 
-def _broadcast(spark, catalog: Catalog, version: int):
+def _broadcast(spark: SparkSession, catalog: Catalog, version: int) -> Parts:
     """The broadcast of :func:`partition_arrays` of ``catalog``'s snapshot at ``version``,
     made once per Spark context (a version's rows never change; the last few are kept)."""
     key = (spark.sparkContext.applicationId, catalog.uri, version)
@@ -248,7 +255,7 @@ def _broadcast(spark, catalog: Catalog, version: int):
     return bc
 
 
-def _few_tasks(df) -> int | None:
+def _few_tasks(df: DataFrame) -> int | None:
     """Tasks for the queries of ``df`` by its plan's statistics (rows, or bytes at
     :data:`_QUERY_BYTES` a query): one per :data:`TASK_QUERIES`; ``None`` when the
     statistics are unknown or large (the queries then stay where they are)."""

@@ -9,18 +9,25 @@ timestamp or string before 1970 is no time (null: ``invalid_query``), never a se
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
 
-def _string_millis(texts):
+
+def _string_millis(texts: Iterable[str | None]) -> pd.Series:
     """pandas Series of strings -> nullable int64 ms (:func:`to_millis`, -1/-2/-3 kept);
     a string that is no time -> null, so its query is ``invalid_query``."""
     import pandas as pd
 
     from seglake.api.times import to_millis
 
-    def one(text):
+    def one(text: str | None) -> int | None:
         try:
             return None if text is None else to_millis(text, allow_special=True)
         except ValueError:
@@ -29,7 +36,7 @@ def _string_millis(texts):
     return pd.Series([one(t) for t in texts], dtype="Int64")
 
 
-def normalize_queries(df):
+def normalize_queries(df: DataFrame) -> DataFrame:
     """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampNTZType, TimestampType

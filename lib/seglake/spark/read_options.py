@@ -126,7 +126,7 @@ def _millis(name: str, value: Any) -> int:
     return ms
 
 
-def _json(name: str, value: str, example: str) -> dict:
+def _json(name: str, value: str, example: str) -> dict[str, Any]:
     try:
         parsed = json.loads(value)
     except ValueError as exc:

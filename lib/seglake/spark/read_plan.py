@@ -45,7 +45,7 @@ def _intersect(a: Range, b: Range) -> Range:
     return max(a[0], b[0]), min(a[1], b[1])
 
 
-def _both(current: frozenset | None, new: frozenset) -> frozenset:
+def _both(current: frozenset[Any] | None, new: frozenset[Any]) -> frozenset[Any]:
     return new if current is None else current & new
 
 

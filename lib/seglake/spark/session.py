@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -18,6 +19,10 @@ from pyspark.sql import SparkSession
 from seglake import errors
 from seglake.errors import SeglakeError
 from seglake.fs import refused
+
+if TYPE_CHECKING:
+    from pyspark import Accumulator
+    from pyspark.sql.types import StructType
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # `make jars` fetches Spark's Kafka connector and delta-spark here (jars/spark/pom.xml)
@@ -168,23 +173,23 @@ def get_session(
     return spark
 
 
-def spark_schema(schema: pa.Schema):
+def spark_schema(schema: pa.Schema) -> StructType:
     """The Spark ``StructType`` of an Arrow schema (no DDL for the JVM to parse)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
 
 
-def list_accumulator(spark: SparkSession):
+def list_accumulator(spark: SparkSession) -> Accumulator[list[str]] | None:
     """A Spark accumulator of lines (tasks ``add`` lists; the driver reads ``value``),
     or ``None`` where accumulators are not available (e.g. Spark Connect)."""
     from pyspark.accumulators import AccumulatorParam
 
-    class _Lines(AccumulatorParam):
-        def zero(self, value: list) -> list:
+    class _Lines(AccumulatorParam[list[str]]):
+        def zero(self, value: list[str]) -> list[str]:
             return []
 
-        def addInPlace(self, a: list, b: list) -> list:
+        def addInPlace(self, a: list[str], b: list[str]) -> list[str]:
             a.extend(b)
             return a
 

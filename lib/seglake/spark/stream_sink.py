@@ -58,7 +58,8 @@ from seglake.location import LakeLocation, Root
 from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
-from seglake.spark.ingest import IngestResult, ingest, partition_count
+from seglake.spark.ingest import ingest, partition_count
+from seglake.spark.ingest_result import IngestResult
 from seglake.spark.kafka_options import (
     STREAM_SINK,
     check_options,
@@ -284,7 +285,7 @@ def commit_run(
 
 
 @dataclasses.dataclass(frozen=True)
-class _FromLogEnd(Mapping):
+class _FromLogEnd(Mapping[tuple[int, str, int], int]):
     """Task starts for the ingest's local writer: every (task, topic, partition) from the
     partition's log end offset (the commit rebases a task's records that follow another
     task's of the same partition)."""
@@ -370,7 +371,7 @@ def _write_given(
 ) -> Iterator[pa.RecordBatch]:
     """Given offsets: this task's records of each partition sorted by offset and written
     as they are (the Kafka source gives each task one partition's range, in order)."""
-    groups: dict[tasks.Key, list[pa.RecordBatch]] = {}
+    groups: dict[tuple[str, int], list[pa.RecordBatch]] = {}
     for b in batches:
         if b.column("offset").null_count or b.column("partition").null_count:
             raise SeglakeError("input rows with an offset need a partition and no null offset")
