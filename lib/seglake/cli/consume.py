@@ -394,7 +394,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     offset = args.offset if args.offset is not None else "earliest"
     if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():

@@ -36,8 +36,8 @@ def _int(value: Any) -> int | None:
 def history_table(catalog: Any, entries: Sequence[Any]) -> str:
     """:class:`~seglake.lake.table.HistoryEntry` rows (newest first) of ``catalog`` as an
     aligned table."""
-    from seglake.api.render import text_table
     from seglake.lake.runs import recorded_input
+    from seglake.render import text_table
 
     rows = []
     for h in entries:

@@ -353,7 +353,7 @@ def _dump(args: argparse.Namespace) -> int:
 
 def _offset_for_time(args: argparse.Namespace) -> int:
     """``seglake offset-for-time``: Kafka's ``offsetsForTimes`` on a partition directory."""
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     ts = to_millis(args.timestamp, allow_special=True)
     log = _open_log(args)

@@ -7,7 +7,7 @@ answer (no record at or after the time) is left out, as Kafka leaves out its
 name (``,`` meaning ``|``), ``--partitions`` a comma list of ids, or ``--topic-partitions``
 rules ``REGEX[:N | :N-M | :N- | :-M]`` (M exclusive). ``--time``: ``-1``/``latest`` (the
 log end offset), ``-2``/``earliest`` (the log start offset), ``-3``/``max-timestamp``, or
-a time (epoch ms or ISO-8601, the rule of :func:`seglake.api.times.to_millis`): the first
+a time (epoch ms or ISO-8601, the rule of :func:`seglake.times.to_millis`): the first
 offset whose timestamp is >= it (``offsetsForTimes``).
 """
 
@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def parse_time(text: str) -> int:
     """``--time``: Kafka's names and -1/-2/-3, else a time: ``to_millis``'s rule (its
     ``NAMED_TIMES`` hold GetOffsetShell's ``max-timestamp`` too)."""
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     return to_millis(text, allow_special=True)
 

@@ -2,15 +2,15 @@
 and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms).
 
 ``timestamp`` may be epoch ms (-1/-2/-3: Kafka's sentinels), a Spark timestamp (floored
-to ms, :data:`seglake.api.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
-:func:`seglake.api.times.to_millis`, the rule extract and the notebook API use); a Spark
+to ms, :data:`seglake.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
+:func:`seglake.times.to_millis`, the rule extract and the notebook API use); a Spark
 timestamp or string before 1970 is no time (null: ``invalid_query``), never a sentinel.
 """
 
 from __future__ import annotations
 
-from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
+from seglake.times import SPARK_MILLIS
 
 
 def _string_millis(texts):
@@ -18,7 +18,7 @@ def _string_millis(texts):
     a string that is no time -> null, so its query is ``invalid_query``."""
     import pandas as pd
 
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     def one(text):
         try:
