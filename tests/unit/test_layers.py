@@ -209,6 +209,14 @@ def test_only_the_package_entry_imports_the_notebook_api() -> None:
     assert {m: i for m, i in wrong.items() if i} == {}
 
 
+def test_no_command_imports_the_cli_entry() -> None:
+    """``cli/main.py`` is the parser and the command table only: the commands (one module
+    each) import what they share from ``cli/targets.py`` and ``cli/jobargs.py``, never
+    from main (it once held those helpers: main -> consume -> main, a circle)."""
+    wrong = sorted(m for m in MODULES if "seglake.cli.main" in USES[m] and m != "seglake.cli.main")
+    assert wrong == []
+
+
 def test_pyspark_only_in_spark() -> None:
     """Below ``spark/`` nothing imports pyspark at module level (see test_no_pyspark.py for
     the run-time check)."""

@@ -9,9 +9,10 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError
 
-__all__ = ["add_parser", "history_table", "run_history"]
+__all__ = ["add_parser", "history_table", "run"]
 
 HEADERS = ["version", "committed (UTC)", "operation", "run id", "segments +", "segments -", "input"]
 
@@ -56,8 +57,7 @@ def history_table(catalog: Any, entries: Sequence[Any]) -> str:
     return text_table(HEADERS, rows, right={0, 4, 5})
 
 
-def run_history(args: argparse.Namespace) -> int:
-    from seglake.cli.main import check_lake
+def run(args: argparse.Namespace) -> int:
     from seglake.lake.catalog import Catalog
 
     if args.limit is not None and args.limit < 1:

@@ -17,11 +17,12 @@ import argparse
 import re
 from collections.abc import Callable, Iterable
 
+from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import INTERNAL_TOPICS
 
-__all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
+__all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run"]
 
 # GetOffsetShell's TOPIC_PARTITION_PATTERN: topic regex, then a partition, a range or none
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
@@ -126,7 +127,6 @@ def get_offsets(root: Root, timestamp: int, allowed: Filter) -> list[tuple[str, 
     """``(topic, partition, offset)`` of every partition of the lake ``allowed`` selects,
     by ``PartitionLog.offsets_for_times``; partitions without an answer left out."""
     root = LakeLocation.of(root)  # parsed once
-    from seglake.cli.main import check_lake
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition
 
@@ -154,7 +154,7 @@ def format_offsets(found: Iterable[tuple[str, int, int]]) -> str:
     return "".join(f"{t}:{p}:{o}\n" for t, p, o in found)
 
 
-def run_offsets(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     import sys
 
     allowed = partition_filter(
