@@ -7,7 +7,7 @@ import argparse
 import json
 import re
 
-from seglake.cli.jobargs import non_negative
+from seglake.cli.jobargs import non_negative, target_argument
 from seglake.cli.targets import no_segments
 from seglake.errors import ConfigError, InvalidTopicError
 from seglake.location import LakeLocation
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "leftover .swap/.deleted/.cleaned files; for a lake "
         "(a directory with _catalog) also fix the catalog",
     )
-    rc.add_argument("target", metavar="PARTITION_DIR|LAKE")
+    target_argument(rc, "target", "PARTITION_DIR|LAKE")
     rc.add_argument("--dry-run", action="store_true", help="report, change nothing")
     rc.add_argument(
         "--force", action="store_true", help="rebuild valid indexes too (Kafka always rebuilds)"

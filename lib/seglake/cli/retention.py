@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import retention_arguments, retention_from_args
+from seglake.cli.jobargs import retention_arguments, retention_from_args, target_argument
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="delete segments by exactly the rules given (log.retention.ms/.bytes, log start "
         "offsets): catalog first, files once older than file.delete.delay.ms",
     )
-    rt.add_argument("root", metavar="LAKE")
+    target_argument(rt, "root")
     retention_arguments(rt)
     rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
     rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
