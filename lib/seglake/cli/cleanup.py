@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import seconds
+from seglake.cli.jobargs import Parser, seconds
 from seglake.cli.targets import check_lake
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake cleanup``: staging of finished and abandoned runs."""
     c = sub.add_parser(
         "cleanup", help="finish committed runs' moves; delete files of runs that never committed"

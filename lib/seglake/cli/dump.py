@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.cli.jobargs import non_negative
+from seglake.cli.jobargs import Parser, non_negative
 from seglake.errors import CorruptIndexError, CorruptRecordError
 from seglake.format import NO_TIMESTAMP
 from seglake.record.batch import (
@@ -663,7 +663,7 @@ def dump(
     return status
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake dump``: kafka-dump-log.sh's options."""
     d = sub.add_parser(
         "dump",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TypeAlias
 
 from seglake.cli import (
     cleanup,
@@ -33,8 +34,8 @@ from seglake.errors import SeglakeError, escaped
 from seglake.fs import refused
 from seglake.location import LakeLocation
 
-AddParser = Callable[[argparse._SubParsersAction], None]
-Run = Callable[[argparse.Namespace], int]
+AddParser: TypeAlias = "Callable[[argparse._SubParsersAction[Parser]], None]"
+Run: TypeAlias = Callable[[argparse.Namespace], int]
 
 # every command, in the order ``--help`` lists them: (its subparser, what runs it)
 COMMANDS: dict[str, tuple[AddParser, Run]] = {

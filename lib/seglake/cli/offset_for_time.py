@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from seglake.cli.jobargs import Parser
 from seglake.cli.targets import open_log, report_skipped, skip_corrupt
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake offset-for-time``: one partition directory, one timestamp."""
     o = sub.add_parser(
         "offset-for-time", help="Kafka's offsetsForTimes for one partition directory"

@@ -8,12 +8,12 @@ import json
 import sys
 
 from seglake.cli.consume import record_dict
-from seglake.cli.jobargs import non_negative
+from seglake.cli.jobargs import Parser, non_negative
 from seglake.cli.targets import open_log, report_skipped, skip_corrupt
 from seglake.errors import SegmentNotFoundError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake read``: records of a partition directory from an offset."""
     r = sub.add_parser("read", help="records of a partition directory from an offset")
     r.add_argument("partition_dir", metavar="PARTITION_DIR")

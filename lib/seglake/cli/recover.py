@@ -7,7 +7,7 @@ import argparse
 import json
 import re
 
-from seglake.cli.jobargs import non_negative, target_argument
+from seglake.cli.jobargs import Parser, non_negative, target_argument
 from seglake.cli.targets import no_segments
 from seglake.errors import ConfigError, InvalidTopicError
 from seglake.location import LakeLocation
@@ -16,7 +16,7 @@ from seglake.storage.index_builder import DEFAULT_INTERVAL
 _SEGMENT_FILE = re.compile(r"\d{20}\.")  # a segment's files, leftovers (.swap, .deleted) too
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake recover``: a partition directory or a lake."""
     rc = sub.add_parser(
         "recover",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import run_id_arg
+from seglake.cli.jobargs import Parser, run_id_arg
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake register``: a broker data directory into a lake."""
     rg = sub.add_parser(
         "register",

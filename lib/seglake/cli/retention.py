@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import retention_arguments, retention_from_args, target_argument
+from seglake.cli.jobargs import Parser, retention_arguments, retention_from_args, target_argument
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake retention``: Kafka's delete rules, given explicitly."""
     rt = sub.add_parser(
         "retention",

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from seglake.errors import SegmentNotFoundError
 from seglake.location import Root
+
+if TYPE_CHECKING:
+    from seglake.storage.log import PartitionLog
 
 
 def skip_corrupt(p: argparse.ArgumentParser) -> None:
@@ -24,7 +28,7 @@ def skip_corrupt(p: argparse.ArgumentParser) -> None:
     )
 
 
-def open_log(args: argparse.Namespace):
+def open_log(args: argparse.Namespace) -> PartitionLog:
     """``args.partition_dir``'s log, damaged batches skipped with ``--skip-corrupt``."""
     import warnings
 
@@ -33,13 +37,13 @@ def open_log(args: argparse.Namespace):
     return open_partition(args.partition_dir, on_corrupt="skip" if args.skip_corrupt else "raise")
 
 
-def report_skipped(log) -> None:
+def report_skipped(log: PartitionLog) -> None:
     """One stderr line per damaged batch a log skipped."""
     for path, b in log.skipped:
         print(f"seglake: warning: skipped a damaged batch: {b.describe(path)}", file=sys.stderr)
 
 
-def open_partition(path: str, *, on_corrupt: str = "raise"):
+def open_partition(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
     """The partition directory's log (in a lake: its catalog's segments); an error if it
     holds no segment (``.log`` named by a 20-digit base offset): an empty answer would
     look like an empty partition."""
