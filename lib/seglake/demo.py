@@ -140,7 +140,7 @@ def _summary(lake: Path, seconds: float) -> None:
 
 def lake_table(seg: pa.Table) -> str:
     """Catalog rows summed per partition: segments, records, bytes, offsets, times."""
-    from seglake.api.render import iso, size_text, text_table
+    from seglake.render import iso, size_text, text_table
 
     parts: dict[tuple[str, int], list[Any]] = {}
     for r in seg.to_pylist():
@@ -167,7 +167,7 @@ def lake_table(seg: pa.Table) -> str:
 
 def extract_table(records: pa.Table) -> str:
     """An extraction's records per partition: count, offsets and times."""
-    from seglake.api.render import text_table
+    from seglake.render import text_table
 
     df = records.select(["topic", "partition", "offset", "timestamp"]).to_pandas()
     g = df.groupby(["topic", "partition"]).agg(
@@ -208,7 +208,7 @@ def lookup_table(answers: list[dict[str, Any]]) -> str:
     left out): what was asked, the status, the record found."""
     import base64
 
-    from seglake.api.render import iso, text_table
+    from seglake.render import iso, text_table
 
     def text(b64: str | None, width: int = 24) -> str:
         if b64 is None:

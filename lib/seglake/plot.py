@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seglake.api.render import size_text
+from seglake.render import size_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -17,12 +17,12 @@ import pytest
 
 import seglake
 from seglake import fs as lakefs
-from seglake.api.render import iso
 from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.errors import FileSystemError, InputSchemaError, InvalidTopicError, NoSpaceError
 from seglake.lake.register import register
 from seglake.record.schema import MAX_TIMESTAMP_MS
+from seglake.render import iso
 from seglake.spark.ingest_plan import plan_ingest
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name

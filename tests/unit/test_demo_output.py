@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglake.api.render import text_table
 from seglake.demo import lake_table, lookup_table
+from seglake.render import text_table
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore.ipynb"
 REPR = re.compile(r"\[\(|\{'|\(\(")  # [( {' ((: a list of tuples, a dict, a tuple key

@@ -5,8 +5,9 @@ an import inside a function is how a cycle is broken, and those under ``if
 TYPE_CHECKING:`` never run). The layer rules count every import, inside functions too:
 a lazy import upwards is still a dependency upwards. Layers,
 bottom up: ``record -> storage -> lake -> api -> spark -> jobs``, ``cli`` beside (no Spark);
-``errors``, ``config``, ``format``, ``fs``, ``location`` and ``testing_hooks`` are shared by all
-of them.
+``errors``, ``config``, ``format``, ``fs``, ``location``, ``render`` and ``testing_hooks`` are
+shared by all of them; ``times`` (a user's time -> epoch ms, Kafka's sentinels from
+``storage/log.py``) lies above storage, below lake, api, cli and spark.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ SHARED = {
     "io_stats",
     "location",
     "properties",
+    "render",
     "testing_hooks",
 }
 ALLOWED = {
@@ -167,6 +169,7 @@ ALLOWED = {
     "record": {"", "record", "errors", "config", "format"},
     "storage": {"", "record", "storage", *SHARED},
     "lake": {"", "record", "storage", "lake", *SHARED},
+    "times": {"", "record", "storage", *SHARED},
 }
 FORBIDDEN = {"lake": {"api", "spark", "cli"}, "api": {"spark", "cli"}, "cli": {"spark"}}
 
@@ -189,6 +192,29 @@ def test_no_import_of_a_layer_beside_or_above(layer: str) -> None:
         if _layer(m) == layer
     }
     assert {m: i for m, i in wrong.items() if i} == {}
+
+
+# the notebook API is a leaf: only the package's ``seglake.open`` (``seglake/__init__.py``,
+# lazily) reaches into it; what the CLI, the jobs and ``plot.py`` share with it (times,
+# tables) lies below, in ``seglake/times.py`` and ``seglake/render.py`` (issue 33 item 3)
+API_IMPORTERS = {"seglake"}
+
+
+def test_only_the_package_entry_imports_the_notebook_api() -> None:
+    wrong = {
+        m: sorted(i for i in USES[m] if _layer(i) == "api")
+        for m in MODULES
+        if _layer(m) != "api" and m not in API_IMPORTERS
+    }
+    assert {m: i for m, i in wrong.items() if i} == {}
+
+
+def test_no_command_imports_the_cli_entry() -> None:
+    """``cli/main.py`` is the parser and the command table only: the commands (one module
+    each) import what they share from ``cli/targets.py`` and ``cli/jobargs.py``, never
+    from main (it once held those helpers: main -> consume -> main, a circle)."""
+    wrong = sorted(m for m in MODULES if "seglake.cli.main" in USES[m] and m != "seglake.cli.main")
+    assert wrong == []
 
 
 def test_pyspark_only_in_spark() -> None:

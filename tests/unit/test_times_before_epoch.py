@@ -18,12 +18,12 @@ import pyarrow as pa
 import pytest
 
 import seglake
-from seglake.api.times import micros_to_millis, to_millis
 from seglake.cli.main import main as cli_main
 from seglake.errors import ConfigError
 from seglake.spark.arrow_input import Normalizer
 from seglake.spark.lookup_queries import _string_millis
 from seglake.spark.stream_sink import internal_columns
+from seglake.times import micros_to_millis, to_millis
 from tests.unit.test_corrupt_reads import T0, N, lake, pristine  # noqa: F401
 
 UTC = dt.UTC

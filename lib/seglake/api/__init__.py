@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from seglake.api.lake import DEFAULT_CACHE_BYTES, Lake, open
 from seglake.api.partition import Partition
-from seglake.api.times import TimeLike, to_millis
 from seglake.storage.segment import TimestampOffset
+from seglake.times import TimeLike, to_millis
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",

@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.api.partition import LRU, Partition
-from seglake.api.render import html_table, iso, size_text
-from seglake.api.times import TimeLike, to_millis
+from seglake.api.show import html_table
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.snapshot import Snapshot
 from seglake.lake.time_travel import version_as_of
 from seglake.location import LakeLocation, Root
+from seglake.render import iso, size_text
 from seglake.storage.segment_window import check_on_corrupt
+from seglake.times import TimeLike, to_millis
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,8 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.api.render import As, html_table, iso, output, size_text
-from seglake.api.times import TimeLike, to_millis
+from seglake.api.show import As, html_table, output
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.rows import segment_refs
 from seglake.lake.scan import Scan
@@ -19,9 +18,11 @@ from seglake.lake.scan_read import SplitReads, read_tasks
 from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
+from seglake.render import iso, size_text
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
 from seglake.storage.stats import STAT_COLUMNS
+from seglake.times import TimeLike, to_millis
 
 if TYPE_CHECKING:
     import pandas as pd

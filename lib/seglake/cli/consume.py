@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
+from seglake.cli.targets import report_skipped, skip_corrupt
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
 from seglake.storage.log import PartitionLog
@@ -44,7 +45,7 @@ from seglake.storage.txn_index import collect_aborted
 if TYPE_CHECKING:
     from seglake.cli.jobargs import Parser
 
-__all__ = ["Formatter", "add_parser", "consume", "partition_logs", "record_dict", "run_consume"]
+__all__ = ["Formatter", "add_parser", "consume", "partition_logs", "record_dict", "run"]
 
 CHUNK_RECORDS = 1000
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
@@ -391,13 +392,11 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "%%t topic, %%p partition, %%o offset, %%T timestamp, %%k key, %%K key length, "
         "%%s value, %%S value length, %%h headers, \\n \\t (e.g. '%%t:%%p:%%o %%k\\n')",
     )
-    from seglake.cli.main import _skip_corrupt  # the flag of `seglake read`
-
-    _skip_corrupt(c)  # argument errors: one line, exit 2 (jobargs.Parser, the parent's class)
+    skip_corrupt(c)  # argument errors: one line, exit 2 (jobargs.Parser, the parent's class)
 
 
-def run_consume(args: argparse.Namespace) -> int:
-    from seglake.api.times import to_millis
+def run(args: argparse.Namespace) -> int:
+    from seglake.times import to_millis
 
     offset = args.offset if args.offset is not None else "earliest"
     if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():
@@ -439,9 +438,7 @@ def run_consume(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 0
-    from seglake.cli.main import _report_skipped
-
     for log in logs:
-        _report_skipped(log)
+        report_skipped(log)
     print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0

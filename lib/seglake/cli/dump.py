@@ -9,6 +9,7 @@ to stderr. ``--json`` prints one object per line: per batch for a ``.log`` (with
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import struct
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake.cli.jobargs import Parser, non_negative
 from seglake.errors import CorruptIndexError, CorruptRecordError
 from seglake.format import NO_TIMESTAMP
 from seglake.record.batch import (
@@ -659,3 +661,72 @@ def dump(
                 err=err,
             )
     return status
+
+
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``seglake dump``: kafka-dump-log.sh's options."""
+    d = sub.add_parser(
+        "dump",
+        help="print .log/.index/.timeindex/.txnindex/.snapshot files (as kafka-dump-log.sh)",
+    )
+    d.add_argument("files", nargs="*", metavar="FILE")
+    d.add_argument(
+        "--files",
+        dest="file_list",
+        action="append",
+        default=[],
+        metavar="FILE1,FILE2,...",
+        help="comma-separated files, as kafka-dump-log.sh takes them",
+    )
+    d.add_argument("--print-data-log", action="store_true", help="print keys and values")
+    d.add_argument("--deep-iteration", action="store_true", help="print every record")
+    d.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="check index files for sanity (Kafka's checks)",
+    )
+    d.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="check index entries against the .log beside them",
+    )
+    d.add_argument(
+        "--max-bytes",
+        type=non_negative,
+        default=None,
+        help="read at most this many bytes of each .log",
+    )
+    d.add_argument("--json", action="store_true", help="one JSON object per line")
+    for name, topic in (
+        ("offsets", "__consumer_offsets"),
+        ("transaction-log", "__transaction_state"),
+        ("cluster-metadata", "__cluster_metadata"),
+    ):
+        d.add_argument(
+            f"--{name}-decoder", dest="decoder", action="store_const", const=name,
+            help=f"decode {topic} records as Kafka does (implies --print-data-log)",
+        )  # fmt: skip
+    d.set_defaults(decoder="string")
+    d.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="print only the records' keys and payloads, not their offsets and sizes",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``seglake dump``: ``kafka-dump-log.sh`` over the files given."""
+    files = [*args.files, *(f for arg in args.file_list for f in arg.split(",") if f)]
+    if not files:
+        raise ValueError("dump: no file given (FILE... or --files a,b,c)")
+    return dump(
+        files,
+        deep=args.deep_iteration,
+        print_data=args.print_data_log,
+        as_json=args.json,
+        sanity=args.index_sanity_check,
+        verify_only=args.verify_index_only,
+        max_bytes=args.max_bytes,
+        decoder=args.decoder,
+        skip_metadata=args.skip_record_metadata,
+    )

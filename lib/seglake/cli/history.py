@@ -9,12 +9,13 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError
 
 if TYPE_CHECKING:
     from seglake.cli.jobargs import Parser
 
-__all__ = ["add_parser", "history_table", "run_history"]
+__all__ = ["add_parser", "history_table", "run"]
 
 HEADERS = ["version", "committed (UTC)", "operation", "run id", "segments +", "segments -", "input"]
 
@@ -39,8 +40,8 @@ def _int(value: Any) -> int | None:
 def history_table(catalog: Any, entries: Sequence[Any]) -> str:
     """:class:`~seglake.lake.table.HistoryEntry` rows (newest first) of ``catalog`` as an
     aligned table."""
-    from seglake.api.render import text_table
     from seglake.lake.runs import recorded_input
+    from seglake.render import text_table
 
     rows = []
     for h in entries:
@@ -59,8 +60,7 @@ def history_table(catalog: Any, entries: Sequence[Any]) -> str:
     return text_table(HEADERS, rows, right={0, 4, 5})
 
 
-def run_history(args: argparse.Namespace) -> int:
-    from seglake.cli.main import check_lake
+def run(args: argparse.Namespace) -> int:
     from seglake.lake.catalog import Catalog
 
     if args.limit is not None and args.limit < 1:

@@ -29,7 +29,21 @@ class Parser(argparse.ArgumentParser):
         self, args: Iterable[str] | None = None, namespace: Any = None
     ) -> tuple[Any, list[str]]:
         self._seen = list(sys.argv[1:] if args is None else args)  # for the hint
-        return super().parse_known_args(args, namespace)
+        ns, rest = super().parse_known_args(args, namespace)
+        either = getattr(ns, _EITHER, None)
+        if either is not None:  # target_argument's two forms: one value, once
+            dest, metavar = either
+            given = [v for v in (getattr(ns, _POSITIONAL), getattr(ns, _OPTION)) if v is not None]
+            for name in (_EITHER, _POSITIONAL, _OPTION):
+                delattr(ns, name)
+            if len(given) != 1:
+                self.error(
+                    f"the following arguments are required: {metavar} (or --root)"
+                    if not given
+                    else f"{metavar} given twice ({given[0]} and --root {given[1]}): give one"
+                )
+            setattr(ns, dest, given[0])
+        return ns, rest
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         if action.choices is not None and value not in action.choices:
@@ -69,6 +83,21 @@ class Parser(argparse.ArgumentParser):
         hint = "" if "did you mean" in message else self._unknown_option_hint()
         print(f"{self.prog}: error: {message}{hint} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+
+_EITHER, _POSITIONAL, _OPTION = "_target_dest", "_target", "_target_root"
+
+
+def target_argument(p: argparse.ArgumentParser, dest: str, metavar: str = "LAKE") -> None:
+    """What an operation of both the CLI and the jobs works on (``recover``,
+    ``retention``), taken in either form in both: positional, as ``seglake recover LAKE``,
+    or ``--root LAKE``, as ``./spark-submit.sh recover --root LAKE``; exactly one, in
+    ``args.<dest>`` (:class:`Parser` checks it)."""
+    p.add_argument(_POSITIONAL, nargs="?", default=None, metavar=metavar)
+    p.add_argument(
+        "--root", dest=_OPTION, default=None, metavar=metavar, help=f"the same as {metavar}"
+    )
+    p.set_defaults(**{_EITHER: (dest, metavar)})
 
 
 def non_negative(value: str) -> int:
@@ -211,7 +240,7 @@ def recover_parser() -> argparse.ArgumentParser:
         "Recover every catalogued partition (one task each: truncate corrupt "
         "tails, rebuild bad indexes); the driver fixes the catalog in one commit.",
     )
-    p.add_argument("--root", required=True)
+    target_argument(p, "root")
     p.add_argument("--topics", nargs="+", default=None)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--force", action="store_true", help="rebuild valid indexes too")
@@ -232,7 +261,7 @@ def retention_parser() -> argparse.ArgumentParser:
         "Delete segments by exactly the rules given: catalog first (one commit), "
         "then the files, once older than file.delete.delay.ms.",
     )
-    p.add_argument("--root", required=True)
+    target_argument(p, "root")
     p.add_argument("--topics", nargs="+", default=None)
     retention_arguments(p)
     p.add_argument("--run-id", type=run_id_arg, default=None)

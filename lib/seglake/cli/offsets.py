@@ -7,7 +7,7 @@ answer (no record at or after the time) is left out, as Kafka leaves out its
 name (``,`` meaning ``|``), ``--partitions`` a comma list of ids, or ``--topic-partitions``
 rules ``REGEX[:N | :N-M | :N- | :-M]`` (M exclusive). ``--time``: ``-1``/``latest`` (the
 log end offset), ``-2``/``earliest`` (the log start offset), ``-3``/``max-timestamp``, or
-a time (epoch ms or ISO-8601, the rule of :func:`seglake.api.times.to_millis`): the first
+a time (epoch ms or ISO-8601, the rule of :func:`seglake.times.to_millis`): the first
 offset whose timestamp is >= it (``offsetsForTimes``).
 """
 
@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import INT32_MAX
 from seglake.location import LakeLocation, Root
@@ -26,7 +27,7 @@ from seglake.storage.naming import INTERNAL_TOPICS
 if TYPE_CHECKING:
     from seglake.cli.jobargs import Parser
 
-__all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run_offsets"]
+__all__ = ["add_parser", "get_offsets", "parse_time", "partition_filter", "run"]
 
 # GetOffsetShell's TOPIC_PARTITION_PATTERN: topic regex, then a partition, a range or none
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
@@ -65,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 def parse_time(text: str) -> int:
     """``--time``: Kafka's names and -1/-2/-3, else a time: ``to_millis``'s rule (its
     ``NAMED_TIMES`` hold GetOffsetShell's ``max-timestamp`` too)."""
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     return to_millis(text, allow_special=True)
 
@@ -131,7 +132,6 @@ def get_offsets(root: Root, timestamp: int, allowed: Filter) -> list[tuple[str, 
     """``(topic, partition, offset)`` of every partition of the lake ``allowed`` selects,
     by ``PartitionLog.offsets_for_times``; partitions without an answer left out."""
     root = LakeLocation.of(root)  # parsed once
-    from seglake.cli.main import check_lake
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition
 
@@ -159,7 +159,7 @@ def format_offsets(found: Iterable[tuple[str, int, int]]) -> str:
     return "".join(f"{t}:{p}:{o}\n" for t, p, o in found)
 
 
-def run_offsets(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     import sys
 
     allowed = partition_filter(

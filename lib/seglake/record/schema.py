@@ -42,7 +42,7 @@ def micros_to_millis(us: _Micros) -> _Micros:
     so a Kafka record's timestamp, which the Kafka source hands over as ``ms * 1000`` µs,
     comes back exactly, and a time before 1970 stays negative (truncation toward zero
     would make -1500 µs -1 ms, Kafka's "latest"). The first ms at or after ``us`` (a
-    bound) is ``-micros_to_millis(-us)``. In Spark SQL: ``seglake.api.times.SPARK_MILLIS``."""
+    bound) is ``-micros_to_millis(-us)``. In Spark SQL: ``seglake.times.SPARK_MILLIS``."""
     return us // 1000
 
 

@@ -13,14 +13,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from seglake import fs as lakefs
-from seglake.api.render import iso
-from seglake.api.times import to_millis
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES
 from seglake.lake.scan import Scan, ScanPlan
 from seglake.lake.snapshot import Snapshot
+from seglake.render import iso
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
+from seglake.times import to_millis
 
 __all__ = ["BROADCAST_SPLITS", "DEFAULT_SPLIT_BYTES", "parse_time", "plan_extract"]
 
@@ -29,7 +29,7 @@ BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 
 def parse_time(value: str | int | None) -> int | None:
     """Epoch ms from epoch-ms digits or ISO-8601 (no zone = UTC), or -1/-2/-3 (latest,
-    earliest, max timestamp): :func:`seglake.api.times.to_millis`. ``None`` and ints
+    earliest, max timestamp): :func:`seglake.times.to_millis`. ``None`` and ints
     (already ms, also the data source's open-range sentinels) pass unchanged."""
     if value is None or isinstance(value, (int, np.integer)):
         return None if value is None else int(value)

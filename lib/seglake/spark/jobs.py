@@ -247,7 +247,7 @@ def run_extract(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def ranges_table(ranges: dict[tuple[str, int], tuple[int, int]]) -> str:
     """An extraction's ``[start, end)`` offsets per partition as an aligned table."""
-    from seglake.api.render import text_table
+    from seglake.render import text_table
 
     rows = [[t, p, lo, hi, hi - lo] for (t, p), (lo, hi) in sorted(ranges.items())]
     return text_table(["topic", "partition", "start offset", "end offset", "offsets"], rows)
@@ -255,7 +255,7 @@ def ranges_table(ranges: dict[tuple[str, int], tuple[int, int]]) -> str:
 
 def status_table(counts: dict[str, int]) -> str:
     """A lookup's answers per ``status`` as an aligned table (most common first)."""
-    from seglake.api.render import text_table
+    from seglake.render import text_table
 
     rows = [[s, n] for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     return text_table(["status", "queries"], rows)

@@ -2,8 +2,8 @@
 and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms).
 
 ``timestamp`` may be epoch ms (-1/-2/-3: Kafka's sentinels), a Spark timestamp (floored
-to ms, :data:`seglake.api.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
-:func:`seglake.api.times.to_millis`, the rule extract and the notebook API use); a Spark
+to ms, :data:`seglake.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
+:func:`seglake.times.to_millis`, the rule extract and the notebook API use); a Spark
 timestamp or string before 1970 is no time (null: ``invalid_query``), never a sentinel.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
+from seglake.times import SPARK_MILLIS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,7 @@ def _string_millis(texts: Iterable[str | None]) -> pd.Series:
     a string that is no time -> null, so its query is ``invalid_query``."""
     import pandas as pd
 
-    from seglake.api.times import to_millis
+    from seglake.times import to_millis
 
     def one(text: str | None) -> int | None:
         try:

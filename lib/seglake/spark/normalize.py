@@ -16,8 +16,8 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
-from seglake.api.times import SPARK_MILLIS
 from seglake.errors import InputSchemaError
+from seglake.times import SPARK_MILLIS
 
 _BINARYISH = (T.BinaryType, T.StringType)
 _INTS = (T.IntegerType, T.LongType, T.ShortType, T.ByteType)

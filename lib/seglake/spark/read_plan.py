@@ -23,7 +23,6 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from seglake.api.times import datetime_micros, micros_to_millis
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.scan import Scan, SegmentTask
@@ -36,6 +35,7 @@ from seglake.spark.read_options import (
 )
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.naming import internal_topic
+from seglake.times import datetime_micros, micros_to_millis
 
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
 

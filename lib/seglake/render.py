@@ -1,17 +1,16 @@
-"""How the notebook API shows things: ISO times, sizes, HTML tables, pandas or Arrow."""
+"""Values and tables as a person reads them: ISO times, sizes, aligned plain-text tables.
+
+Shared by the notebook API (``api/``), the CLI, the jobs' reports, the demo and
+:mod:`seglake.plot`; the notebook's own HTML and pandas/Arrow output is ``api/show.py``.
+"""
 
 from __future__ import annotations
 
-import html
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from seglake.errors import escaped
-
-As = Literal["pandas", "arrow"]
-_MAX_HTML_ROWS = 50
 
 
 def iso(ms: int | None) -> str:
@@ -28,33 +27,6 @@ def size_text(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
-
-
-def output(t: pa.Table, as_: As) -> Any:
-    if as_ == "arrow":
-        return t
-    if as_ == "pandas":
-        return t.to_pandas()
-    raise ValueError(f"as_={as_!r}: expected 'pandas' or 'arrow'")
-
-
-def html_table(headers: list[str], rows: list[list[Any]], *, right: set[int]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for r in rows[:_MAX_HTML_ROWS]:
-        cells = "".join(
-            f'<td style="text-align:{"right" if i in right else "left"}">{html.escape(str(v))}</td>'
-            for i, v in enumerate(r)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    if len(rows) > _MAX_HTML_ROWS:
-        body.append(
-            f'<tr><td colspan="{len(headers)}">... {len(rows) - _MAX_HTML_ROWS} more</td></tr>'
-        )
-    return (
-        f'<table class="seglake"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
-    )
 
 
 def cell_text(v: Any) -> str:

@@ -1,0 +1,37 @@
+"""``seglake retention``: Kafka's delete rules, given explicitly (the ``retention`` job's
+arguments, without Spark)."""
+
+from __future__ import annotations
+
+import argparse
+
+from seglake.cli.jobargs import Parser, retention_arguments, retention_from_args, target_argument
+
+
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``seglake retention``: Kafka's delete rules, given explicitly."""
+    rt = sub.add_parser(
+        "retention",
+        help="delete segments by exactly the rules given (log.retention.ms/.bytes, log start "
+        "offsets): catalog first, files once older than file.delete.delay.ms",
+    )
+    target_argument(rt, "root")
+    retention_arguments(rt)
+    rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
+    rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from seglake.lake.retention import apply_retention
+
+    rules, config = retention_from_args(args)
+    print(
+        apply_retention(
+            args.root,
+            rules,
+            now_ms=args.now_ms,
+            dry_run=args.dry_run,
+            delete_delay_ms=config.file_delete_delay_ms,
+        )
+    )
+    return 0
