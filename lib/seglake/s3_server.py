@@ -160,9 +160,7 @@ class WeedServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.dir,
-                # one volume per new collection (bucket), not 7: a first write to a bucket
-                # waits for its volumes to be created
-                env={**os.environ, "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"},
+                env=_weed_environment(),
             )
         self.port = self.ports["s3"]
         if self.log_path is not None:
@@ -260,6 +258,14 @@ class WeedServer:
         self.stop()
 
 
+def _weed_environment() -> dict[str, str]:
+    """weed's environment: no ``AWS_*`` variables (weed turns credentials found there into
+    an identity and then refuses anonymous requests), one volume per new collection (a
+    bucket is one; weed's default of 7 makes a first write to a bucket wait for them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return {**env, "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}
+
+
 def _request(port: int, method: str, path: str, timeout: float = 2.0) -> int:
     """The status of one anonymous request to ``127.0.0.1:port`` (the body is read)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -291,10 +297,15 @@ _CHUNK = 1 << 16
 IDLE_S = 30.0  # an upstream connection idle longer is not reused (weed closes at 120 s)
 
 
-def serve_proxy(port: int, upstream: int, log_path: str) -> None:
+def serve_proxy(
+    port: int, upstream: int, log_path: str, drop: frozenset[str] = frozenset()
+) -> None:
     """Serve ``127.0.0.1:port`` forever, forwarding each request to ``127.0.0.1:upstream``
-    and appending one JSON line per request to ``log_path`` before the answer's body."""
+    and appending one JSON line per request to ``log_path`` before the answer's body.
+    Request headers named in ``drop`` (lower case) are not forwarded: a store that ignores
+    them, e.g. ``if-none-match`` for one without put-if-absent (a fault for the tests)."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    skip = _HOP | drop
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive; answers ``Expect: 100-continue``
@@ -305,7 +316,7 @@ def serve_proxy(port: int, upstream: int, log_path: str) -> None:
             pass
 
         def _forward(self) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
             chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
             length = int(self.headers.get("Content-Length") or 0)
             if self.upstream_conn and time.monotonic() - self.upstream_used > IDLE_S:
@@ -411,8 +422,9 @@ def _stop_on_sigterm() -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m seglake.s3_server [DIR [PORT]]``: a weed server until SIGTERM or Ctrl-C."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--proxy"] and len(args) == 4:
-        serve_proxy(int(args[1]), int(args[2]), args[3])
+    if args[:1] == ["--proxy"] and len(args) in (4, 5):  # PORT UPSTREAM LOG [DROP,HEADERS]
+        drop = frozenset(h.lower() for h in args[4].split(",")) if len(args) == 5 else frozenset()
+        serve_proxy(int(args[1]), int(args[2]), args[3], drop)
         return 0
     if len(args) > 2 or any(a.startswith("-") for a in args):
         print(

@@ -77,6 +77,10 @@ def test_make_s3_serves_and_stops_on_sigterm(
             while time.monotonic() < deadline:
                 fs.read_all(filesystem, fs.join(root, "x"))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+        if proc.poll() is None:  # a failed test: SIGTERM (stops weed), SIGKILL after 30 s
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
