@@ -11,7 +11,7 @@ request lists the broker, and stops it by its PID: SIGTERM, a wait for the clean
 on the same directory keeps the data (a static controller quorum: the ports may change).
 
 No pyspark and no Kafka client here: readiness is one hand-made Metadata v4 request.
-``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C.
+``python -m seglake.kafka_broker DIR`` runs one until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from seglake.loopback import free_port, log_tail, run_in_foreground
 
 __all__ = [
     "BrokerError",
@@ -104,13 +106,6 @@ def missing_requirements() -> str | None:
 def kafka_classpath() -> str:
     """``.jars/kafka/*``: Kafka's broker, tools and log4j2."""
     return str(JARS / "*")
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def new_cluster_id() -> str:
@@ -302,12 +297,12 @@ class KafkaBroker:
         finally:
             self.start()
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of ``server.log``."""
-        if not self.server_log.exists():
-            return f"(no {self.server_log})"
-        text = self.server_log.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- {self.server_log} (last {len(text)} lines) ---\n" + "\n".join(text)
+        return log_tail(self.server_log, lines)
 
     def cleaner_checkpoint(self) -> dict[tuple[str, int], int]:
         """``cleaner-offset-checkpoint`` of the log directory: (topic, partition) -> offset
@@ -337,25 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
         return 2
     broker = KafkaBroker(args[0] if args else "kafka-data")
-    try:
-        broker.start()
-    except BrokerError as e:
-        print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
-        return 2
-    try:  # Ctrl-C from here on stops the broker, even while the lines are printed
-        print(f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
-        print(f"log: {broker.server_log}; Ctrl-C stops it")
-        sys.stdout.flush()
-        while broker.proc is not None and broker.proc.poll() is None:
-            time.sleep(1)
-        print("seglake kafka: error: the broker exited on its own", file=sys.stderr)
-        print(broker.log_tail(), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        clean = broker.stop()
-        print(f"stopped ({'clean shutdown' if clean else 'NOT a clean shutdown'})")
-        return 0 if clean else 1
+
+    def banner() -> list[str]:
+        return [
+            f"Kafka broker up: bootstrap {broker.bootstrap}, data in {broker.log_dir}",
+            f"log: {broker.server_log}; Ctrl-C or SIGTERM stops it",
+        ]
+
+    return run_in_foreground("kafka", broker, BrokerError, banner)
 
 
 if __name__ == "__main__":

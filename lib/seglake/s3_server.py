@@ -34,10 +34,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from urllib.parse import unquote, urlsplit
+
+from seglake.loopback import free_port, log_tail, run_in_foreground
 
 __all__ = ["S3ServerError", "WeedServer", "client_environment", "missing_requirements"]
 
@@ -61,13 +61,6 @@ def missing_requirements() -> str | None:
     if not (WEED.is_file() and os.access(WEED, os.X_OK)):
         return f"no SeaweedFS binary at {WEED} (run `make weed`: needs go)"
     return None
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
@@ -244,12 +237,12 @@ class WeedServer:
                 os.unlink(f"/tmp/seaweedfs-{service}-{port}.sock")
         return flushed or proc.returncode == 0
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of ``weed.log``."""
-        if not self.server_log.exists():
-            return f"(no {self.server_log})"
-        text = self.server_log.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- {self.server_log} (last {len(text)} lines) ---\n" + "\n".join(text)
+        return log_tail(self.server_log, lines)
 
     def __enter__(self) -> WeedServer:
         return self.start()
@@ -297,6 +290,12 @@ _CHUNK = 1 << 16
 IDLE_S = 30.0  # an upstream connection idle longer is not reused (weed closes at 120 s)
 
 
+class _NoDelayConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def serve_proxy(
     port: int, upstream: int, log_path: str, drop: frozenset[str] = frozenset()
 ) -> None:
@@ -309,6 +308,7 @@ def serve_proxy(
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive; answers ``Expect: 100-continue``
+        disable_nagle_algorithm = True  # else each small write waits for a delayed ACK (40 ms)
         upstream_conn: http.client.HTTPConnection | None = None
         upstream_used = 0.0  # monotonic time the kept-alive connection last answered
 
@@ -323,7 +323,7 @@ def serve_proxy(
                 self.upstream_conn.close()  # weed may be closing it: do not send a body on it
                 self.upstream_conn = None
             for attempt in (0, 1):  # a kept-alive upstream connection may have closed
-                conn = self.upstream_conn or http.client.HTTPConnection("127.0.0.1", upstream)
+                conn = self.upstream_conn or _NoDelayConnection("127.0.0.1", upstream)
                 self.upstream_conn = conn
                 try:
                     conn.putrequest(
@@ -406,19 +406,6 @@ def serve_proxy(
 # ------------------------------------------------------------------ make s3
 
 
-def _stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does) for the block."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m seglake.s3_server [DIR [PORT]]``: a weed server until SIGTERM or Ctrl-C."""
     args = sys.argv[1:] if argv is None else argv
@@ -436,33 +423,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seglake s3: error: PORT must be a TCP port number, not {port!r}", file=sys.stderr)
         return 2
     server = WeedServer(args[0] if args else "s3-data", port=int(port))
-    with contextlib.contextmanager(_stop_on_sigterm)():
-        try:
-            try:
-                server.start()
-            except S3ServerError as e:
-                print(f"seglake s3: error: {str(e).splitlines()[0]}", file=sys.stderr)
-                print(f"seglake s3: server log: {server.server_log}", file=sys.stderr)
-                return 2
-            server.create_bucket(BUCKET)
-            pid = server.proc.pid if server.proc else 0
-            print(f"SeaweedFS S3 up: endpoint 127.0.0.1:{server.port}, weed pid {pid}")
-            print(
-                f"data in {server.dir}; bucket {BUCKET!r} made: a lake root is s3://{BUCKET}/NAME"
-            )
-            print(f"log: {server.server_log}; Ctrl-C or SIGTERM stops it. A client needs:")
-            for key, value in client_environment(server.endpoint).items():
-                print(f"{key}={value}")
-            sys.stdout.flush()
-            while server.proc is not None and server.proc.poll() is None:
-                time.sleep(0.5)
-            print("seglake s3: error: weed exited on its own", file=sys.stderr)
-            print(server.log_tail(), file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            clean = server.stop()
-            print(f"stopped ({'clean shutdown' if clean else 'killed after a timeout'})")
-            return 0 if clean else 1
+
+    def banner() -> list[str]:
+        server.create_bucket(BUCKET)
+        pid = server.proc.pid if server.proc else 0
+        return [
+            f"SeaweedFS S3 up: endpoint 127.0.0.1:{server.port}, weed pid {pid}",
+            f"data in {server.dir}; bucket {BUCKET!r} made: a lake root is s3://{BUCKET}/NAME",
+            f"log: {server.server_log}; Ctrl-C or SIGTERM stops it. A client needs:",
+            *(f"{key}={value}" for key, value in client_environment(server.endpoint).items()),
+        ]
+
+    return run_in_foreground(
+        "s3", server, S3ServerError, banner, ("clean shutdown", "killed after a timeout")
+    )
 
 
 if __name__ == "__main__":
