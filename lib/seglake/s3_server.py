@@ -108,15 +108,26 @@ class WeedServer:
     def server_log(self) -> Path:
         return self.dir / "weed.log"
 
-    def _command(self) -> list[str]:
-        taken: set[int] = set()
+    def _choose_ports(self) -> None:
+        """weed's ports: those of the last start on this directory (``ports.json``; weed
+        keys its master state by address: other ports would start a new cluster that
+        refuses the old volumes), else free ones; the S3 port as asked."""
+        saved = self.dir / "ports.json"
+        self.ports = json.loads(saved.read_text()) if saved.exists() else {}
+        if self.client_port and self.log_path is None:
+            self.ports["s3"] = self.client_port
+        taken = set(self.ports.values())
         for name in SERVICES:
             for key in (name, f"{name}.grpc"):
-                port = self.client_port if key == "s3" and self.log_path is None else 0
-                while not port or port in taken:
+                while not self.ports.get(key):
                     port = free_port()
-                taken.add(port)
-                self.ports[key] = port
+                    if port not in taken:
+                        taken.add(port)
+                        self.ports[key] = port
+        saved.write_text(json.dumps(self.ports))
+
+    def _command(self) -> list[str]:
+        self._choose_ports()
         return [
             str(WEED),
             "server",
