@@ -8,7 +8,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: venv jars demo test lint bench fuzz clean kafka
+.PHONY: venv jars weed demo test lint bench fuzz clean kafka s3
 
 venv: $(STAMP) jars
 
@@ -30,6 +30,23 @@ $(JARS)/.fetched: jars/kafka/pom.xml jars/spark/pom.xml
 	  mvn -q -B -Dstyle.color=never -f jars/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	    -DincludeArtifactIds=$(SPARK_JARS) -DoutputDirectory=$(abspath $(JARS))/spark && \
 	  touch $@; \
+	fi
+
+# .bin/weed: SeaweedFS (Apache-2.0), the S3-compatible server of the object-storage tests,
+# benches and `make s3`, built from the pinned Go module version (go install refuses the
+# module for its replace directives, so it is built inside the module cache; ~10 CPU-minutes
+# cold, seconds from go's build cache). Without go the object-storage tests skip, saying why.
+WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+WEED := .bin/weed
+weed: $(WEED)
+
+$(WEED):
+	@if ! command -v go >/dev/null; then \
+	  echo "weed: no go here: the object-storage tests will skip"; \
+	else \
+	  GOFLAGS=-mod=mod go mod download github.com/seaweedfs/seaweedfs@$(WEED_VERSION) && \
+	  cd "$$(go env GOMODCACHE)/github.com/seaweedfs/seaweedfs@$(WEED_VERSION)" && \
+	  GOFLAGS=-mod=mod go build -trimpath -o $(abspath $(WEED)) ./weed; \
 	fi
 
 # native/: the optional C kernel of the record codec, installed into site-packages (a
@@ -57,7 +74,15 @@ KAFKA_DATA ?= kafka-data
 kafka: $(STAMP) jars
 	$(PY) -m seglake.kafka_broker $(KAFKA_DATA)
 
-test: lint jars
+# SeaweedFS's S3 on 127.0.0.1 over ./s3-data (S3_DIR=dir; S3_PORT=port, else a free one),
+# in the foreground: prints its endpoint and the AWS_... lines a client needs; Ctrl-C or
+# SIGTERM stops it (seglake/s3_server.py, as the tests).
+S3_DIR ?= s3-data
+S3_PORT ?=
+s3: $(STAMP) $(WEED)
+	$(PY) -m seglake.s3_server $(S3_DIR) $(S3_PORT)
+
+test: lint jars $(WEED)
 	$(PY) -m pytest -q tests
 
 # ruff (lint and format) on the whole tree, mypy on lib/seglake (config: pyproject.toml).
@@ -74,4 +99,4 @@ fuzz: $(STAMP)
 	SEGLAKE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/unit/test_fuzz.py tests/unit/test_fuzz_files.py
 
 clean:
-	rm -rf $(VENV) $(JARS) .pytest_cache .hypothesis demo-lake
+	rm -rf $(VENV) $(JARS) .bin .pytest_cache .hypothesis demo-lake

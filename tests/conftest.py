@@ -1,4 +1,4 @@
-"""Shared test helpers: the broker fixtures and their expected.json, a moto S3 server."""
+"""Shared test helpers: the broker fixtures and their expected.json, an S3 server."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from seglake.s3_server import missing_requirements
 from tests.s3_server import CREDENTIALS, S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +41,12 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto's S3 on loopback for the whole session (started on first use, stopped at the end)."""
-    pytest.importorskip("moto.server")
-    server = S3Server(tmp_path_factory.mktemp("s3") / "requests.jsonl")
+    """SeaweedFS's S3 on loopback for the whole session (started on first use, stopped at
+    the end); the tests that use it skip, saying why, where the ``weed`` binary is absent."""
+    why = missing_requirements()
+    if why:
+        pytest.skip(f"object-storage tests need SeaweedFS: {why}")
+    server = S3Server(tmp_path_factory.mktemp("s3"))
     server.start()
     try:
         yield server

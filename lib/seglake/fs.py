@@ -2,7 +2,7 @@
 
 A lake root is any URI pyarrow understands: a local path (made absolute), ``file://``,
 ``s3://bucket/prefix`` (``?endpoint_override=host:port&scheme=http`` or the
-``AWS_ENDPOINT_URL`` environment variable point it at MinIO or a moto server),
+``AWS_ENDPOINT_URL`` environment variable point it at MinIO or SeaweedFS (``make s3``)),
 ``gs://``, ``hdfs://``, parsed once into a :class:`~seglake.location.LakeLocation`;
 :func:`resolve` turns it into ``(filesystem, base path)``;
 every other function takes that filesystem and a path made with :func:`join` or

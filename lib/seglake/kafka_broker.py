@@ -32,6 +32,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from seglake.loopback import free_port, log_tail, run_in_foreground
+
 __all__ = [
     "BrokerError",
     "KafkaBroker",
@@ -106,13 +108,6 @@ def missing_requirements() -> str | None:
 def kafka_classpath() -> str:
     """``.jars/kafka/*``: Kafka's broker, tools and log4j2."""
     return str(JARS / "*")
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def new_cluster_id() -> str:
@@ -323,12 +318,12 @@ class KafkaBroker:
         finally:
             self.start()
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of ``server.log``."""
-        if not self.server_log.exists():
-            return f"(no {self.server_log})"
-        text = self.server_log.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- {self.server_log} (last {len(text)} lines) ---\n" + "\n".join(text)
+        return log_tail(self.server_log, lines)
 
     def cleaner_checkpoint(self) -> dict[tuple[str, int], int]:
         """``cleaner-offset-checkpoint`` of the log directory: (topic, partition) -> offset
@@ -344,6 +339,13 @@ class KafkaBroker:
                 out[(parts[0], int(parts[1]))] = int(parts[2])
         return out
 
+    def banner(self) -> list[str]:
+        """What a foreground run (``make kafka``, ``seglake serve``) prints once it is up."""
+        return [
+            f"Kafka broker up: bootstrap {self.bootstrap}, data in {self.log_dir}",
+            f"log: {self.server_log}; Ctrl-C or SIGTERM stops it",
+        ]
+
     def __enter__(self) -> KafkaBroker:
         return self.start()
 
@@ -351,48 +353,15 @@ class KafkaBroker:
         self.stop()
 
 
-def _interrupted(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-def run_until_stopped(broker: KafkaBroker, what: str = "Kafka broker") -> int:
-    """Start ``broker``, print where it is, run until Ctrl-C, SIGTERM or SIGHUP, then stop
-    it cleanly (0; 1 when the shutdown was not clean; 2 when it could not start or exited
-    on its own). The signals are handled from before the start: the JVM runs in a session
-    of its own and would outlive this process."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupted)
-    try:
-        try:
-            broker.start()
-        except BrokerError as e:
-            print(f"seglake kafka: error: {str(e).splitlines()[0]}", file=sys.stderr)
-            print(f"seglake kafka: broker log: {broker.server_log}", file=sys.stderr)
-            return 2
-        print(f"{what} up: bootstrap {broker.bootstrap}, data in {broker.log_dir}")
-        print(f"log: {broker.server_log}; Ctrl-C stops it")
-        sys.stdout.flush()
-        while broker.proc is not None and broker.proc.poll() is None:
-            time.sleep(1)
-        print("seglake kafka: error: the broker exited on its own", file=sys.stderr)
-        print(broker.log_tail(), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        for sig in (signal.SIGTERM, signal.SIGHUP):  # a second one (kill, timeout's
-            signal.signal(sig, signal.SIG_IGN)  # signal to its group) lets the stop end
-        clean = broker.stop()
-        print(f"stopped ({'clean shutdown' if clean else 'NOT a clean shutdown'})")
-        return 0 if clean else 1
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C or SIGTERM
+    """``python -m seglake.kafka_broker [DIR]``: a broker until Ctrl-C, SIGTERM or SIGHUP
     (``make kafka``)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and args[0].startswith("-")):
         print("usage: python -m seglake.kafka_broker [DATA_DIR]  (default ./kafka-data)")
         return 2
-    return run_until_stopped(KafkaBroker(args[0] if args else "kafka-data"))
+    broker = KafkaBroker(args[0] if args else "kafka-data")
+    return run_in_foreground("kafka", broker, BrokerError, broker.banner)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The lake on object storage: ingest, lookup and extraction against an ``s3://`` root on a
-moto server on loopback (tests/s3_server.py), all I/O through pyarrow.fs.
+SeaweedFS server on loopback (tests/s3_server.py), all I/O through pyarrow.fs.
 
 The same input is ingested into an S3 lake and a local lake with the same run id; the
 S3 lake must hold the same bytes, answer lookups and extractions the same, and its

@@ -228,12 +228,12 @@ def test_move_exists_listdir_size_delete(lake: tuple[pafs.FileSystem, str]) -> N
     assert fs.listdir(filesystem, root) == ["orders-0"]
 
 
-# ------------------------------------------------------------------ object storage (moto)
+# ------------------------------------------------------------------ object storage (SeaweedFS)
 
 
 @pytest.fixture(scope="module")
 def s3_root(s3_credentials: S3Server) -> str:
-    """An empty bucket on the session's moto S3 server (tests/s3_server.py); an ``s3://``
+    """An empty bucket on the session's SeaweedFS S3 server (tests/s3_server.py); an ``s3://``
     root in it."""
     s3_credentials.create_bucket("lake")
     return s3_credentials.root("lake", "root")

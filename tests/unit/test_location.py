@@ -1,6 +1,6 @@
 """LakeLocation: a lake root parsed once (filesystem, base path, storage options for
 pyarrow and deltalake), picklable for executors; ``seglake.open(root, storage_options=)``
-gives the options to the catalog and the segment files alike (a moto S3 server)."""
+gives the options to the catalog and the segment files alike (a SeaweedFS S3 server)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.s3_server import REGION, S3Server, gets
 from tests.unit import test_fs
 from tests.unit.test_compact_rules import keyed_lake
 
-s3_root = test_fs.s3_root  # the module-scoped moto S3 fixture
+s3_root = test_fs.s3_root  # the module-scoped S3 fixture (SeaweedFS)
 
 
 def test_a_local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seglake.errors import ConfigError, SegmentNotFoundError
-from seglake.kafka_broker import BrokerError, KafkaBroker, run_until_stopped
+from seglake.kafka_broker import BrokerError, KafkaBroker
 from seglake.lake.catalog import Catalog
 from seglake.lake.snapshot import Snapshot
 from seglake.lake.topic_store import overrides_for, stored_configs
 from seglake.location import LakeLocation
+from seglake.loopback import run_in_foreground
 from seglake.storage.naming import SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, segment_file_name
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         except BrokerError as exc:  # a config Kafka refuses, a broker that did not start
             raise ConfigError(f"serve {root}: {str(exc).splitlines()[0]}") from None
         print(f"serving a copy of {root} at catalog version {version} (the lake is not written)")
-        return run_until_stopped(broker, "Kafka broker")
+        return run_in_foreground("serve", broker, BrokerError, broker.banner)
     finally:
         if temporary:
             shutil.rmtree(data, ignore_errors=True)
