@@ -162,7 +162,8 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
     assert max(len(t.value) for t in tasks) > 1  # some task has several groups
     rows = pa.Table.from_batches(got).to_pandas()
     opened = seglake.open(root)
-    assert len(rows) >= 100
+    # the fixtures' user topics hold 21 records (a read leaves internal topics out)
+    assert len(rows) >= (100 if which == "generated" else 21)
     for (topic, partition), g in rows.groupby(["topic", "partition"]):
         p = opened.partition(topic, partition)
         n = p.log_end_offset - p.log_start_offset
