@@ -9,22 +9,21 @@ timestamp or string before 1970 is no time (null: ``invalid_query``), never a se
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import pandas as pd  # at run time: Spark reads the pandas UDF's type hints
 
 from seglake.errors import InputSchemaError
 from seglake.times import SPARK_MILLIS
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame
 
 
-def _string_millis(texts: Iterable[str | None]) -> pd.Series:
+def _string_millis(texts: pd.Series) -> pd.Series:
     """pandas Series of strings -> nullable int64 ms (:func:`to_millis`, -1/-2/-3 kept);
-    a string that is no time -> null, so its query is ``invalid_query``."""
-    import pandas as pd
-
+    a string that is no time -> null, so its query is ``invalid_query``. A pandas UDF:
+    Spark takes its kind (Series -> Series) from these hints, so they must be pandas'."""
     from seglake.times import to_millis
 
     def one(text: str | None) -> int | None:
