@@ -244,7 +244,7 @@ def test_memory_stays_bounded(big: Path) -> None:
     sink = _Count()
     tracemalloc.start()
     try:
-        n = consume(logs, sink, SeglakeFormatter(), chunk_records=500)
+        n = consume(str(big), logs, sink, SeglakeFormatter(), chunk_records=500)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
