@@ -298,12 +298,12 @@ def records(
 ) -> Iterator[pa.Table]:
     """Records with ``start <= offset < end`` in chunks of at most ``chunk_records``
     (control records left out; with ``read_committed`` also aborted transactions'): the
-    read planned and read as every read is (:func:`~seglake.lake.scan_read.read_log`;
+    read planned and read as every read is (:func:`~seglake.lake.scan_read.log_records`;
     ``expect``: about that many are wanted)."""
-    from seglake.lake.scan_read import read_log
+    from seglake.lake.scan_read import log_records
 
     isolation = "read_committed" if read_committed else "read_uncommitted"
-    for t in read_log(root, log, start, end, isolation_level=isolation, expect=expect):
+    for t in log_records(root, log, start, end, isolation_level=isolation, expect=expect):
         for at in range(0, t.num_rows, chunk_records):
             yield t.slice(at, chunk_records)
 

@@ -56,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _records(root: str, log: PartitionLog, offset: int, n: int) -> Iterator[dict[str, Any]]:
     """The first ``n`` records from ``offset`` on, read as every read is
-    (:func:`~seglake.lake.scan_read.read_log`: planned and read a task at a time)."""
-    from seglake.lake.scan_read import read_log
+    (:func:`~seglake.lake.scan_read.log_records`: planned and read a task at a time)."""
+    from seglake.lake.scan_read import log_records
 
     if n <= 0:
         return
-    for t in read_log(root, log, offset, log.log_end_offset, expect=n):
+    for t in log_records(root, log, offset, log.log_end_offset, expect=n):
         for r in t.slice(0, n).to_pylist():
             yield r
             n -= 1

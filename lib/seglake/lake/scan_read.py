@@ -154,10 +154,10 @@ def read_tasks(
     ).empty_table()
 
 
-LOG_SPLIT_BYTES = 1 << 20  # log bytes of one table of read_log
+LOG_SPLIT_BYTES = 1 << 20  # log bytes of one table of log_records
 
 
-def read_log(
+def log_records(
     root: Root,
     log: PartitionLog,
     lo: int,
