@@ -104,3 +104,28 @@ def test_one_point_query_segment_choice() -> None:
     assert where == {"lake/lookup_plan.py"}
     users = set(_calls({"segment_for"}))
     assert {"lake/lookup_answer.py", "spark/lookup.py"} <= users, users
+
+
+# Records read from a segment outside the plan, above storage/: the notebook's decoded
+# chunk cache (``Partition.read``: one index interval a chunk, kept in the lake's LRU) and
+# the pictures (every timestamp of a segment). Known, listed so that no other appears.
+DIRECT_READERS = {"api/partition.py", "api/lake.py", "plot.py"}
+
+
+def test_no_other_record_read_bypasses_the_plan() -> None:
+    """Above record/ and storage/, records are read from segments (``read_records``,
+    ``window``, a log's ``read`` / ``read_range``) only by ``lake/scan_read.py`` (every
+    planned read) and the known :data:`DIRECT_READERS`."""
+    where = set()
+    for name, tree in SOURCES.items():
+        if name.startswith(("record/", "storage/")):
+            continue
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                continue
+            attr, recv = n.func.attr, _receiver(n).lower()
+            if attr in ("read_records", "window") or (
+                attr in ("read", "read_range") and "log" in recv
+            ):
+                where.add(name)
+    assert where <= {"lake/scan_read.py", *DIRECT_READERS}, where
