@@ -126,12 +126,14 @@ class Snapshot:
 
 def log_rows(log: PartitionLog) -> pa.Table:
     """The rows a :class:`~seglake.lake.scan.Scan` plans a log's read on, from what the log
-    knows without reading its segments: each segment's path, size and base offset; as
-    its next offset the next segment's base offset (the last one's: the log end offset;
-    an upper bound where compaction left a gap); its timestamps unknown (smallest and
-    largest int64: a time filter prunes none of its segments, no tail minima)."""
+    knows without reading its segments: each segment's path, size and base offset; its
+    next offset a committed segment's row's, else the next segment's base offset (the
+    last one's: the log end offset; an upper bound where compaction left a gap); its
+    timestamps unknown (smallest and largest int64: a time filter prunes none of its
+    segments, no tail minima)."""
     segs = log.segments
-    nexts = [*(s.base_offset for s in segs[1:]), log.log_end_offset][: len(segs)]
+    bounds = [*(s.base_offset for s in segs[1:]), log.log_end_offset][: len(segs)]
+    nexts = [s.next_offset if s.committed else b for s, b in zip(segs, bounds, strict=True)]
     n = len(segs)
     return pa.table(
         {
