@@ -191,7 +191,7 @@ class Scan:
     ) -> Iterator[tuple[list[SegmentTask], int]]:
         """The tasks of one partition's offsets ``[lo, hi)`` (inside its log), a segment
         at a time: ``(tasks, bytes past the end time)``."""
-        log, meta = self.snapshot.log(tp), self.snapshot.rows[tp].to_pylist()
+        log, meta = self.snapshot.log(tp), self.snapshot.meta(tp)
         (lo, hi), filtering = offsets, not self.seek_times
         ts_lo, ts_hi = self.times if filtering else ALL
         chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)

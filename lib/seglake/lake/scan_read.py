@@ -265,7 +265,13 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
     size = seg.size
     extend = extend and end < size
     w = seg.window(start, end + HEADER_SIZE if extend else end)
-    if w.scan.valid_bytes < min(end, size) - start:
+    # a file cut short ends the window's batches where it ends (the segment raised, or
+    # with on_corrupt="skip" reported the lost offsets)
+    cut_short = len(w.data) < min(end, size) - start
+    if not cut_short and w.scan.valid_bytes < min(end, size) - start:
+        # a damaged log raises naming the batch and its file position when scanned
+        # from its start (as a read from an index position checks); else the index lies
+        seg.window(0, size)
         raise CorruptIndexError(
             f"split [{start}, {end}) does not hold whole batches: {w.scan.error}", path=seg.log_path
         )
