@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import html
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pyarrow.compute as pc
 from seglake.api.show import As, html_table, output
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.rows import segment_refs
-from seglake.lake.scan import Scan, SegmentTask
+from seglake.lake.scan import ALL, Range, Scan, SegmentTask
 from seglake.lake.scan_read import SplitReads, read_tasks
 from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
@@ -174,6 +175,13 @@ class Partition:
             cache.put(key, t)
         return t
 
+    def _records(self, offsets: Range = ALL) -> Iterator[pa.Table]:
+        """Records (internal columns, no headers) of ``offsets`` of this partition, one
+        planned task at a time (at most a split of log each): the pictures' reads."""
+        how = SplitReads(headers=False, records=True)
+        for task in Scan(self._snapshot, offsets=offsets).tasks():
+            yield self._read_tasks([task], how)
+
     def _read_tasks(self, tasks: list[SegmentTask], how: SplitReads) -> pa.Table:
         """``tasks`` (planned on :attr:`_snapshot`) read with this partition's segments."""
         return read_tasks(lambda t: self._by_base[t.base_offset], tasks, how)
@@ -270,4 +278,8 @@ class Partition:
         """Index entries of one segment (default: the first); see :mod:`seglake.plot`."""
         from seglake import plot
 
-        return plot.plot_index(f"{self.topic}-{self.partition}", self.log, segment_base_offset)
+        name = f"{self.topic}-{self.partition}"
+        seg = plot.segment_of(name, self.log, segment_base_offset)
+        parts = list(self._records((seg.base_offset, seg.next_offset)))
+        recs = pa.concat_tables(parts) if parts else empty_records(headers=False)
+        return plot.plot_index(name, seg, recs)
