@@ -314,12 +314,21 @@ def _check_range(path: str, start: int, length: int) -> None:
 
 
 def read_ranges_into(
-    fs: pafs.FileSystem, path: str, ranges: list[tuple[int, int]], out: memoryview
+    fs: pafs.FileSystem,
+    path: str,
+    ranges: list[tuple[int, int]],
+    out: memoryview,
+    *,
+    handle: pa.NativeFile | None = None,
+    opened: int | None = None,
 ) -> list[int]:
     """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order),
-    the file opened once; returns the bytes each read got (fewer if the file ends).
+    the file opened once (or read through ``handle``, :func:`open_ranged` of ``path``,
+    kept open by the caller; ``opened``: file opens to count, default 1, 0 with it); returns
+    the bytes each read got (fewer if the file ends).
     Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short).
-    A local file is read with ``preadv`` (one system call a range, no seek)."""
+    A local file is read with ``preadv`` (one system call a range, no seek); on an
+    object store ranges near each other are one ranged GET (:func:`coalesce`)."""
     if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got, at = [], 0
@@ -334,7 +343,8 @@ def read_ranges_into(
         reads = len(spans)
         got = [0] * len(ranges)
         places = [0, *itertools.accumulate(n for _, n in ranges)]
-        with _missing_as_not_found(path), fs.open_input_file(path) as f:
+        with _missing_as_not_found(path), contextlib.ExitStack() as stack:
+            f = handle or stack.enter_context(fs.open_input_file(path))
             for begin, end, members in spans:
                 f.seek(begin)
                 if len(members) == 1:  # straight into ``out``
@@ -348,7 +358,9 @@ def read_ranges_into(
                     have = max(0, min(length, n - (start - begin)))
                     out[places[i] : places[i] + have] = span[start - begin : start - begin + have]
                     got[i] = have
-    IO_STATS.record(sum(got), reads=reads)
+    if opened is None:
+        opened = 0 if handle else 1
+    IO_STATS.record(sum(got), reads=reads, opened=opened)
     return got
 
 
