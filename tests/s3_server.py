@@ -9,6 +9,7 @@ status, length), so a test can tell a ranged GET from a whole-object GET.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from seglake.s3_server import REGION, WeedServer
+from seglake.s3_server import REGION, WeedServer, count_requests
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "test",
@@ -111,26 +112,7 @@ def gets(requests: Iterable[Request], suffix: str) -> Iterator[Request]:
     return (r for r in requests if r.method == "GET" and r.path.endswith(suffix))
 
 
-KINDS = ("GET", "ranged GET", "PUT", "LIST", "HEAD", "DELETE", "POST")
-
-
-def kind(request: Request) -> str:
-    """What one request is, for counting: a ``LIST`` is a GET of a bucket with a
-    ``list-type``/``prefix``/``delimiter`` query (or of the bucket itself), a
-    ``ranged GET`` one with a ``Range`` header; otherwise the method."""
-    if request.method == "GET":
-        query = request.query or ""
-        if "list-type" in query or "prefix=" in query or "delimiter" in query:
-            return "LIST"
-        if request.path.strip("/").count("/") == 0:
-            return "LIST"  # a bucket's listing (v1, no query)
-        return "ranged GET" if request.range else "GET"
-    return request.method
-
-
 def counts(requests: Iterable[Request]) -> dict[str, int]:
-    """Requests per :func:`kind` (every kind of :data:`KINDS`, zero when absent)."""
-    out = dict.fromkeys(KINDS, 0)
-    for r in requests:
-        out[kind(r)] = out.get(kind(r), 0) + 1
-    return out
+    """Requests per kind (:func:`seglake.s3_server.request_kind`: GET, ranged GET, PUT,
+    LIST, HEAD, DELETE, POST; zero when absent)."""
+    return count_requests(dataclasses.asdict(r) for r in requests)
