@@ -81,7 +81,6 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
-                fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
                 try:
                     lakefs.move(fs, src, dst)
                 except SegmentNotFoundError:  # another cleanup retired it meanwhile
@@ -120,7 +119,6 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
         src, dst = pair
         if not lakefs.exists(fs, src):
             return 0
-        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         try:
             lakefs.move(fs, src, dst)
         except SegmentNotFoundError:  # another cleanup published it meanwhile

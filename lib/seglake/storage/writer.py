@@ -283,7 +283,7 @@ class SegmentWriter:
     def _open_segment(self, base_offset: int) -> _Open:
         if not self._dir_made:
             with lakefs.writing(self.directory):
-                self.fs.create_dir(self.directory, recursive=True)
+                lakefs.make_dirs(self.fs, self.directory)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
         with self._writing(log_path):
