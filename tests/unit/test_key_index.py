@@ -1,0 +1,148 @@
+"""The key index's bytes: XXH64 of Arrow key columns (kernel and numpy against each other,
+libxxhash and known vectors), the split-block bloom filter (no false negatives, its
+measured false-positive rate, folding), and the ``.keyindex`` file (round trip, every
+damage detected, candidates by hash)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from unittest.mock import patch
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seglake.errors import CorruptIndexError
+from seglake.record import key_hash, native
+from seglake.storage.key_filter import (
+    BROADCAST_BYTES,
+    MAX_BYTES,
+    KeyFilter,
+    filter_bytes,
+)
+from seglake.storage.key_index import HEADER_SIZE, KeyIndex, KeyIndexBuilder, read_filter
+
+LIB = native.kernel()
+needs_kernel = pytest.mark.skipif(LIB is None, reason="seglake_native is not built (make venv)")
+HYPO = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# XXH64, seed 0 (xxHash's own test values; the first three are in its sanity checks)
+VECTORS = {
+    b"": 0xEF46DB3751D8E999,
+    b"a": 0xD24EC4F1A98C6E5B,
+    b"abc": 0x44BC2CF5AD770999,
+    b"0123456789abcdef0123456789abcdef!": 0x8AFFF4DAAC4E677E,
+}
+
+
+def _libxxhash():
+    name = ctypes.util.find_library("xxhash")
+    if name is None:
+        return None
+    lib = ctypes.CDLL(name)
+    lib.XXH64.restype = ctypes.c_uint64
+    lib.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+    return lib
+
+
+XXHASH = _libxxhash()
+
+
+def numpy_hashes(keys: pa.Array) -> np.ndarray:
+    with patch.object(native, "kernel", lambda: None):
+        return key_hash.key_hashes(keys)[0]
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary(), pa.string()])
+def test_known_vectors_both_paths(kind) -> None:
+    values = list(VECTORS)
+    keys = pa.array([v.decode() for v in values] if kind == pa.string() else values, kind)
+    want = np.array(list(VECTORS.values()), np.uint64)
+    assert (numpy_hashes(keys) == want).all()
+    assert (key_hash.key_hashes(keys)[0] == want).all()
+
+
+@needs_kernel
+@HYPO
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=140)), max_size=60),
+    st.integers(0, 5),
+    st.booleans(),
+)
+def test_kernel_equals_numpy_and_libxxhash(values, cut, large) -> None:
+    keys = pa.array(values, pa.large_binary() if large else pa.binary())[cut:]  # sliced too
+    fast, valid = key_hash.key_hashes(keys)
+    slow = numpy_hashes(keys)
+    assert fast.dtype == np.uint64 and (fast == slow).all()
+    assert list(valid) == [v is not None for v in values[cut:]]
+    if XXHASH is not None:
+        ref = [XXHASH.XXH64(v or b"", len(v or b""), 0) for v in values[cut:]]
+        assert fast.tolist() == ref
+
+
+def random_hashes(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+
+
+@pytest.mark.parametrize("n", [1, 1_000, 50_000])
+def test_filter_meets_its_target(n) -> None:
+    present = random_hashes(n, 1)
+    f = KeyFilter.build(present, filter_bytes(n))
+    assert f.may_contain(present).all()  # never a false negative
+    fpr = f.may_contain(random_hashes(200_000, 2)).mean()
+    assert fpr <= 0.015, fpr  # 1 % target (sizes round up to a power of two blocks)
+
+
+def test_filter_folds_to_a_broadcast_share() -> None:
+    present = random_hashes(100_000, 3)
+    f = KeyFilter.build(present, filter_bytes(100_000))
+    assert f.nbytes == MAX_BYTES
+    share = BROADCAST_BYTES // 10_000  # 10,000 segments' filters in the budget
+    small = f.folded(share)
+    assert small.nbytes <= share and small.nbytes == 4096
+    assert small.may_contain(present).all()
+    # folding is exact: the small filter is the one built at that size
+    assert small.to_bytes() == KeyFilter.build(present, 4096).to_bytes()
+
+
+def test_filter_size_cap() -> None:
+    assert filter_bytes(0) == 32
+    assert filter_bytes(10**9) == MAX_BYTES
+    assert filter_bytes(10**9, max_bytes=6000) == 4096
+
+
+def sample_index() -> KeyIndex:
+    b = KeyIndexBuilder(1000)
+    b.add(pa.array([b"a", None, b"b", b"a"], pa.binary()), np.array([1000, 1001, 1002, 1005]))
+    return b.finish(1006)
+
+
+def test_round_trip_and_candidates() -> None:
+    idx = sample_index()
+    data = idx.to_bytes()
+    assert len(data) == HEADER_SIZE + idx.filter.nbytes + 12 * 3
+    back = KeyIndex.from_bytes(data, 1000)
+    assert back.entries == 3 and back.next_offset == 1006
+    h = key_hash.key_hashes(pa.array([b"a", b"zz", b"b"], pa.binary()))[0]
+    which, offsets = back.candidates(h)
+    assert which.tolist() == [0, 0, 2] and offsets.tolist() == [1000, 1005, 1002]
+    assert read_filter(data[: HEADER_SIZE + idx.filter.nbytes], 1000).may_contain(h[[0, 2]]).all()
+
+
+def test_every_damage_is_detected() -> None:
+    data = sample_index().to_bytes()
+    for i in range(len(data)):
+        if 44 <= i < 48:  # reserved
+            continue
+        bad = bytearray(data)
+        bad[i] ^= 0x40
+        with pytest.raises(CorruptIndexError, match="keyindex"):
+            KeyIndex.from_bytes(bytes(bad), 1000, path="x.keyindex")
+    for cut in (0, 10, len(data) - 1):
+        with pytest.raises(CorruptIndexError):
+            KeyIndex.from_bytes(data[:cut], 1000)
+    with pytest.raises(CorruptIndexError, match=r"base offset 1000 \(expected 7\)"):
+        KeyIndex.from_bytes(data, 7)
