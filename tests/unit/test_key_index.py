@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
@@ -24,6 +25,7 @@ from seglake.storage.key_filter import (
     filter_bytes,
 )
 from seglake.storage.key_index import HEADER_SIZE, KeyIndex, KeyIndexBuilder, read_filter
+from tests.key_index_check import check_partition_dir
 
 LIB = native.kernel()
 needs_kernel = pytest.mark.skipif(LIB is None, reason="seglake_native is not built (make venv)")
@@ -146,3 +148,112 @@ def test_every_damage_is_detected() -> None:
             KeyIndex.from_bytes(data[:cut], 1000)
     with pytest.raises(CorruptIndexError, match=r"base offset 1000 \(expected 7\)"):
         KeyIndex.from_bytes(data, 7)
+
+
+# ------------------------------------------------------------------ writer and lookup
+def write_segments(tmp_path, keys: list[bytes | None], segment_bytes: int = 1 << 30) -> str:
+    import pyarrow.fs as pafs
+
+    from seglake.config import LogConfig
+    from seglake.storage.writer import SegmentWriter
+
+    n = len(keys)
+    table = pa.table(
+        {
+            "offset": pa.array(np.arange(n) * 2 + 5, pa.int64()),  # gaps, as after compaction
+            "timestamp": pa.array(np.arange(n) + 1_700_000_000_000, pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+        }
+    )
+    d = tmp_path / "t-0"
+    cfg = LogConfig(segment_bytes=segment_bytes, batch_size=300)
+    w = SegmentWriter(pafs.LocalFileSystem(), str(d), config=cfg, min_offset=0)
+    for part in (table.slice(0, n // 3), table.slice(n // 3)):
+        w.append(part)
+    w.close()
+    return str(d)
+
+
+def test_writer_writes_the_key_index(tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    keys = [None if r < 0.1 else b"k%d" % (r * 50) for r in rng.random(600)]
+    d = write_segments(tmp_path, keys, segment_bytes=4096)
+    assert check_partition_dir(d) > 2  # rolled: one .keyindex per segment
+
+
+def open_segments(d: str):
+    import pyarrow.fs as pafs
+
+    from seglake.storage.segment import LogSegment
+
+    return [LogSegment(pafs.LocalFileSystem(), str(p)) for p in sorted(Path(d).glob("*.log"))]
+
+
+def brute_force(segs, query) -> list[tuple[int, bytes]]:
+    wanted = {q for q in query if q is not None}
+    out = []
+    for s in segs:
+        t = s.read_records()
+        for o, k in zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), strict=True):
+            if k is not None and k in wanted:
+                out.append((o, k))
+    return out
+
+
+def found(segs, query) -> tuple[list[tuple[int, bytes]], list[str]]:
+    from seglake.storage.key_lookup import find_keys
+
+    rows, statuses = [], []
+    for s in segs:
+        m = find_keys(s, query)
+        statuses.append(m.status)
+        rows += zip(
+            m.records.column("offset").to_pylist(), m.records.column("key").to_pylist(), strict=True
+        )
+        for q, k in zip(
+            m.records.column("query").to_pylist(), m.records.column("key").to_pylist(), strict=True
+        ):
+            assert query[q] == k
+    return rows, statuses
+
+
+key_values = st.one_of(st.none(), st.binary(max_size=3), st.sampled_from([b"dup", b"x" * 40]))
+
+
+@HYPO
+@given(
+    st.lists(key_values, min_size=1, max_size=120), st.lists(key_values, max_size=8), st.booleans()
+)
+def test_lookup_equals_brute_force(tmp_path_factory, keys, query, collide) -> None:
+    from seglake.storage import key_index
+
+    tmp = tmp_path_factory.mktemp("kl")
+    real = key_index.hash_keys
+
+    def few_hashes(k):  # the test hook: 4 hash values, every key collides
+        h, v = real(k)
+        return h & np.uint64(3), v
+
+    with patch.object(key_index, "hash_keys", few_hashes if collide else real):
+        d = write_segments(tmp, keys, segment_bytes=1024)
+        segs = open_segments(d)
+        rows, statuses = found(segs, query + keys[:2])
+    assert sorted(rows) == sorted(brute_force(segs, query + keys[:2]))
+    assert set(statuses) == {"index"}
+
+
+def test_missing_or_damaged_index_is_scanned_and_says_so(tmp_path) -> None:
+    keys = [b"a", b"b", None, b"a"] * 50
+    d = write_segments(tmp_path, keys)
+    (log,) = sorted(Path(d).glob("*.log"))
+    ki = log.with_suffix(".keyindex")
+    data = ki.read_bytes()
+    want = brute_force(open_segments(d), [b"a"])
+    ki.write_bytes(data[:-3])  # damaged
+    rows, (status,) = found(open_segments(d), [b"a"])
+    assert sorted(rows) == sorted(want)
+    assert status.startswith("scanned: ") and "00000000000000000005.keyindex" in status
+    ki.unlink()  # missing
+    rows, (status,) = found(open_segments(d), [b"a"])
+    assert sorted(rows) == sorted(want) and status.endswith("keyindex: missing")

@@ -53,6 +53,7 @@ __all__ = [
     "HEADER_SIZE",
     "KeyIndex",
     "KeyIndexBuilder",
+    "hash_keys",
     "key_index_of_log",
     "read_filter",
 ]
@@ -62,6 +63,12 @@ VERSION = 1
 HEADER_SIZE = 48
 _HEAD = struct.Struct("<4sHHqqIIII")  # through filter_crc and exact_crc: 40 bytes
 _U32_MAX = 2**32 - 1
+
+
+def hash_keys(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The index's hash of each key and which are non-null (:func:`key_hashes`): the one
+    call building and lookup make (tests replace it to force collisions)."""
+    return key_hashes(keys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +222,7 @@ class KeyIndexBuilder:
 
     def add(self, keys: pa.Array | pa.ChunkedArray, offsets: np.ndarray) -> None:
         """Records with ``keys`` at absolute ``offsets`` (nulls skipped)."""
-        hashes, valid = key_hashes(keys)
+        hashes, valid = hash_keys(keys)
         off = np.asarray(offsets, np.int64)
         if not valid.all():
             hashes, off = hashes[valid], off[valid]
