@@ -216,9 +216,14 @@ class KeyIndexBuilder:
     def resume(cls, index: KeyIndex) -> KeyIndexBuilder:
         """Continue a closed segment's index (a segment grown in place)."""
         self = cls(index.base_offset)
+        self.add_index(index)
+        return self
+
+    def add_index(self, index: KeyIndex) -> None:
+        """The entries of another segment's index (its absolute offsets, ascending past
+        the ones added so far): segments merged."""
         self._hashes.append(index.hashes)
         self._offsets.append(index.offsets.astype(np.int64) + index.base_offset)
-        return self
 
     def add(self, keys: pa.Array | pa.ChunkedArray, offsets: np.ndarray) -> None:
         """Records with ``keys`` at absolute ``offsets`` (nulls skipped)."""
