@@ -25,7 +25,7 @@ from seglake.storage.key_filter import (
     filter_bytes,
 )
 from seglake.storage.key_index import HEADER_SIZE, KeyIndex, KeyIndexBuilder, read_filter
-from tests.key_index_check import check_partition_dir
+from tests.key_index_check import check_key_index, check_partition_dir
 
 LIB = native.kernel()
 needs_kernel = pytest.mark.skipif(LIB is None, reason="seglake_native is not built (make venv)")
@@ -257,3 +257,26 @@ def test_missing_or_damaged_index_is_scanned_and_says_so(tmp_path) -> None:
     ki.unlink()  # missing
     rows, (status,) = found(open_segments(d), [b"a"])
     assert sorted(rows) == sorted(want) and status.endswith("keyindex: missing")
+
+
+def test_a_rebased_staged_segment_keeps_a_right_key_index(tmp_path) -> None:
+    """ingest's second pass moves a task's staged segments by a delta (spark/
+    ingest_rebase.py): the .keyindex moves with them, its header rebased."""
+    import pyarrow.fs as pafs
+
+    from seglake.spark.ingest_rebase import _patch
+    from seglake.storage.key_index import move_key_index
+
+    d = write_segments(tmp_path, [b"a", None, b"b"] * 40)
+    (log,) = sorted(Path(d).glob("*.log"))
+    delta = 1_000_000
+    span = int(KeyIndex.from_bytes(log.with_suffix(".keyindex").read_bytes(), 5).next_offset) - 5
+    _patch(str(log), delta, span)
+    moved = log.with_name(f"{5 + delta:020d}.log")
+    log.rename(moved)
+    fs = pafs.LocalFileSystem()
+    move_key_index(
+        fs, str(log.with_suffix(".keyindex")), str(moved.with_suffix(".keyindex")), delta
+    )
+    assert not log.with_suffix(".keyindex").exists()
+    assert check_key_index(moved).entries == 80

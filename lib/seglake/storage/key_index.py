@@ -41,7 +41,9 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
+from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError
 from seglake.record.batch import BatchScan
 from seglake.record.crc import crc32c
@@ -55,6 +57,7 @@ __all__ = [
     "KeyIndexBuilder",
     "hash_keys",
     "key_index_of_log",
+    "move_key_index",
     "read_filter",
 ]
 
@@ -242,6 +245,30 @@ class KeyIndexBuilder:
         hashes = np.concatenate(self._hashes) if self._hashes else np.zeros(0, np.uint64)
         offsets = np.concatenate(self._offsets) if self._offsets else np.zeros(0, np.int64)
         return KeyIndex.build(self.base_offset, next_offset, hashes, offsets)
+
+
+def move_key_index(fs: pafs.FileSystem, src: str, dst: str, delta: int = 0) -> None:
+    """A staged segment's ``.keyindex`` (if it has one) moved with its segment, whose
+    batches moved by ``delta`` offsets: its entries are relative, so only the header's
+    base and next offsets change (the file is read, rebased and written; a damaged one is
+    dropped: readers scan, recovery rebuilds)."""
+    if not lakefs.exists(fs, src):
+        return
+    if delta:
+        data = lakefs.read_all(fs, src)
+        base = struct.unpack_from("<q", data, 8)[0] if len(data) >= HEADER_SIZE else 0
+        try:
+            idx = KeyIndex.from_bytes(data, base, path=src)
+        except CorruptIndexError:
+            lakefs.delete_file(fs, src, root=src.rsplit("/", 1)[0])
+            return
+        moved = dataclasses.replace(
+            idx, base_offset=idx.base_offset + delta, next_offset=idx.next_offset + delta
+        )
+        lakefs.write_bytes(fs, dst, moved.to_bytes())
+        lakefs.delete_file(fs, src, root=src.rsplit("/", 1)[0])
+    else:
+        lakefs.move(fs, src, dst)
 
 
 def key_index_of_log(
