@@ -80,14 +80,20 @@ class KeyFilter:
 
     @classmethod
     def build(cls, hashes: np.ndarray, nbytes: int) -> KeyFilter:
-        """The filter of ``nbytes`` (a multiple of 32) holding ``hashes``."""
+        """The filter of ``nbytes`` (a multiple of 32) holding ``hashes``: each hash's
+        eight bits set in one array of bits (bit ``j`` of word ``i`` of block ``b`` at
+        ``256 b + 32 i + j``), packed little-endian into the words."""
         blocks = nbytes // BLOCK_BYTES
-        words = np.zeros((blocks, 8), np.uint32)
+        bits = np.zeros(blocks * 256, bool)
         if len(hashes):
-            block, masks = _bits(hashes, blocks)
+            h = np.asarray(hashes, np.uint64)
+            at = (((h >> np.uint64(32)) * np.uint64(blocks)) >> np.uint64(32)).astype(np.int64)
+            at *= 256
+            x = h.astype(np.uint32)  # the low 32 bits
             for i in range(8):
-                np.bitwise_or.at(words[:, i], block, masks[:, i])
-        return cls(words)
+                bits[at + (32 * i + ((x * SALT[i]) >> np.uint32(27)))] = True
+        words = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32)
+        return cls(words.reshape(blocks, 8))
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> KeyFilter:

@@ -105,8 +105,10 @@ class KeyIndex:
         h = np.asarray(hashes, np.uint64)
         order = np.argsort(h, kind="stable")
         h, rel32 = h[order], rel.astype(np.uint32)[order]
-        distinct = int(np.count_nonzero(h[1:] != h[:-1])) + 1 if len(h) else 0
-        filt = KeyFilter.build(h, filter_bytes(distinct, fpp, max_filter_bytes))
+        first = np.ones(len(h), bool)
+        first[1:] = h[1:] != h[:-1]
+        unique = h[first]
+        filt = KeyFilter.build(unique, filter_bytes(len(unique), fpp, max_filter_bytes))
         return cls(int(base_offset), int(next_offset), filt, h, rel32)
 
     @property
