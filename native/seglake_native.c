@@ -18,7 +18,8 @@
  * frames decoded by a bounds-checked LZ4 block decoder; any other block, and any frame it
  * does not take, is left to the caller's Python decompressor).
  * Hash: sl_xxh64 (XXH64, seed 0, of each value of an Arrow binary column: the key index's
- * hash, storage/key_index.py).
+ * hash, storage/key_index.py); sl_sort_pairs (the key index's hashes sorted, stable, with
+ * their offsets) and sl_sbbf (its split-block bloom filter, storage/key_filter.py).
  */
 #ifdef SEGLAKE_PYTHON_MODULE /* built by setup.py: also an (empty) importable module */
 #define PY_SSIZE_T_CLEAN
@@ -31,7 +32,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 8
+#define ABI_VERSION 9
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -1052,5 +1053,44 @@ void sl_xxh64(i64 n, const void *off, i64 wide, const u8 *data, u64 *out) {
     } else {
         const i32 *o = (const i32 *)off;
         for (i64 i = 0; i < n; i++) out[i] = xxh64(data + o[i], (i64)o[i + 1] - o[i]);
+    }
+}
+
+/* The n (hash, offset) pairs sorted by hash, stable (equal hashes keep their order: the
+ * offsets ascending): LSD radix sort, eight passes of 8 bits through the scratch arrays
+ * h2, v2 (n each); the result is back in h, v. The numpy twin: argsort(kind="stable"). */
+void sl_sort_pairs(i64 n, u64 *h, uint32_t *v, u64 *h2, uint32_t *v2) {
+    i64 count[8][256]; /* on the stack: callers may run in threads */
+    memset(count, 0, sizeof count);
+    for (i64 i = 0; i < n; i++)
+        for (int p = 0; p < 8; p++) count[p][(h[i] >> (8 * p)) & 255]++;
+    for (int p = 0; p < 8; p++) {
+        i64 at = 0;
+        for (int d = 0; d < 256; d++) {
+            i64 c = count[p][d];
+            count[p][d] = at;
+            at += c;
+        }
+        for (i64 i = 0; i < n; i++) {
+            i64 to = count[p][(h[i] >> (8 * p)) & 255]++;
+            h2[to] = h[i];
+            v2[to] = v[i];
+        }
+        u64 *th = h; h = h2; h2 = th;
+        uint32_t *tv = v; v = v2; v2 = tv;
+    }
+}
+
+/* Parquet's split-block bloom filter (BloomFilter.md): each of the n hashes sets one bit
+ * in each of the 8 words of block ((h >> 32) * blocks) >> 32: bit (lo32(h) * SALT[k]) >> 27
+ * of word k. words: blocks * 8 uint32, zeroed by the caller. */
+void sl_sbbf(i64 n, const u64 *h, i64 blocks, uint32_t *words) {
+    static const uint32_t salt[8] = {0x47b6137bU, 0x44974d91U, 0x8824ad5bU, 0xa2b7289dU,
+                                     0x705495c7U, 0x2df1424bU, 0x9efc4947U, 0x5c6bfb31U};
+    for (i64 i = 0; i < n; i++) {
+        u64 b = ((h[i] >> 32) * (u64)blocks) >> 32;
+        uint32_t x = (uint32_t)h[i];
+        uint32_t *w = words + 8 * b;
+        for (int k = 0; k < 8; k++) w[k] |= 1U << ((x * salt[k]) >> 27);
     }
 }

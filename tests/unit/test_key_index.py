@@ -280,3 +280,21 @@ def test_a_rebased_staged_segment_keeps_a_right_key_index(tmp_path) -> None:
     )
     assert not log.with_suffix(".keyindex").exists()
     assert check_key_index(moved).entries == 80
+
+
+@needs_kernel
+@HYPO
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=300),
+    st.integers(0, 3),
+    st.sampled_from([32, 64, 4096]),
+)
+def test_kernel_sort_and_filter_equal_numpy(values, dups, nbytes) -> None:
+    """sl_sort_pairs (stable radix sort) and sl_sbbf give numpy's bytes."""
+    h = np.array(values * (1 + dups), np.uint64)  # equal hashes: offsets keep their order
+    offsets = np.arange(len(h)) * 3 + 100
+    fast = KeyIndex.build(100, 100 + 3 * len(h) + 1, h, offsets, max_filter_bytes=nbytes)
+    with patch.object(native, "kernel", lambda: None):
+        slow = KeyIndex.build(100, 100 + 3 * len(h) + 1, h, offsets, max_filter_bytes=nbytes)
+    assert fast.to_bytes() == slow.to_bytes()
+    assert fast.hashes.tolist() == sorted(h.tolist())

@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from seglake.record import native
+
 __all__ = [
     "BROADCAST_BYTES",
     "MAX_BYTES",
@@ -84,6 +86,13 @@ class KeyFilter:
         eight bits set in one array of bits (bit ``j`` of word ``i`` of block ``b`` at
         ``256 b + 32 i + j``), packed little-endian into the words."""
         blocks = nbytes // BLOCK_BYTES
+        lib = native.kernel()
+        if lib is not None:  # sl_sbbf: the same bits in one C loop
+            out = np.zeros((blocks, 8), np.uint32)
+            h = np.ascontiguousarray(hashes, np.uint64)
+            if len(h):
+                lib.sl_sbbf(len(h), native.address(h), blocks, native.address(out))
+            return cls(out)
         bits = np.zeros(blocks * 256, bool)
         if len(hashes):
             h = np.asarray(hashes, np.uint64)

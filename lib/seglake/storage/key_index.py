@@ -45,6 +45,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError
+from seglake.record import native
 from seglake.record.batch import BatchScan
 from seglake.record.crc import crc32c
 from seglake.record.key_hash import key_hashes
@@ -102,9 +103,7 @@ class KeyIndex:
         rel = np.asarray(offsets, np.int64) - int(base_offset)
         if len(rel) and (rel.min() < 0 or rel.max() > _U32_MAX):
             raise ValueError(f"offsets {rel.min()}..{rel.max()} do not fit the segment")
-        h = np.asarray(hashes, np.uint64)
-        order = np.argsort(h, kind="stable")
-        h, rel32 = h[order], rel.astype(np.uint32)[order]
+        h, rel32 = _sorted_pairs(np.asarray(hashes, np.uint64), rel.astype(np.uint32))
         first = np.ones(len(h), bool)
         first[1:] = h[1:] != h[:-1]
         unique = h[first]
@@ -168,6 +167,19 @@ class KeyIndex:
         starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
         slots = starts + np.arange(int(counts.sum()), dtype=np.int64)
         return which, self.offsets[slots].astype(np.int64) + self.base_offset
+
+
+def _sorted_pairs(h: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(h, rel)`` sorted by ``h``, stable (equal hashes keep their offsets' order): the
+    kernel's radix sort (``sl_sort_pairs``), else numpy's stable argsort."""
+    lib = native.kernel()
+    if lib is None or not len(h):
+        order = np.argsort(h, kind="stable")
+        return h[order], rel[order]
+    h, rel = h.copy(), np.ascontiguousarray(rel, np.uint32).copy()
+    h2, rel2 = np.empty_like(h), np.empty_like(rel)
+    lib.sl_sort_pairs(len(h), *(native.address(a) for a in (h, rel, h2, rel2)))
+    return h, rel
 
 
 def read_filter(head: bytes, base_offset: int, *, path: str | None = None) -> KeyFilter:
