@@ -24,7 +24,13 @@ from seglake.storage.key_filter import (
     KeyFilter,
     filter_bytes,
 )
-from seglake.storage.key_index import HEADER_SIZE, KeyIndex, KeyIndexBuilder, read_filter
+from seglake.storage.key_index import (
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    KeyIndex,
+    KeyIndexBuilder,
+    read_filter,
+)
 from tests.key_index_check import check_key_index, check_partition_dir
 
 LIB = native.kernel()
@@ -125,7 +131,7 @@ def sample_index() -> KeyIndex:
 def test_round_trip_and_candidates() -> None:
     idx = sample_index()
     data = idx.to_bytes()
-    assert len(data) == HEADER_SIZE + idx.filter.nbytes + 12 * 3
+    assert len(data) == HEADER_SIZE + idx.filter.nbytes + ENTRY_SIZE * 3
     back = KeyIndex.from_bytes(data, 1000)
     assert back.entries == 3 and back.next_offset == 1006
     h = key_hash.key_hashes(pa.array([b"a", b"zz", b"b"], pa.binary()))[0]

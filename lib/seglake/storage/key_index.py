@@ -53,6 +53,7 @@ from seglake.record.reader import decode_batches
 from seglake.storage.key_filter import MAX_BYTES, TARGET_FPP, KeyFilter, filter_bytes
 
 __all__ = [
+    "ENTRY_SIZE",
     "HEADER_SIZE",
     "KeyIndex",
     "KeyIndexBuilder",
@@ -65,6 +66,8 @@ __all__ = [
 MAGIC = b"SLKI"
 VERSION = 1
 HEADER_SIZE = 48
+HASH_SIZE = 8  # an entry: its uint64 hash, then (in the offsets column) its uint32 offset
+ENTRY_SIZE = HASH_SIZE + 4  # 12 bytes a record
 _HEAD = struct.Struct("<4sHHqqIIII")  # through filter_crc and exact_crc: 40 bytes
 _U32_MAX = 2**32 - 1
 
@@ -136,7 +139,7 @@ class KeyIndex:
         entries, fbytes, filt = _header_and_filter(data, base_offset, path)
         exact_crc, next_offset = _HEAD.unpack_from(data)[8], _HEAD.unpack_from(data)[4]
         start = HEADER_SIZE + fbytes
-        end = start + 12 * entries
+        end = start + ENTRY_SIZE * entries
         if len(data) != end:
             raise CorruptIndexError(
                 f".keyindex is {len(data)} bytes, its header says {end} ({entries} entries)",
@@ -145,7 +148,7 @@ class KeyIndex:
         if crc32c(memoryview(data)[start:end]) != exact_crc:
             raise CorruptIndexError(".keyindex exact level fails its CRC", path=path)
         hashes = np.frombuffer(data, "<u8", entries, start).astype(np.uint64)
-        offsets = np.frombuffer(data, "<u4", entries, start + 8 * entries).astype(np.uint32)
+        offsets = np.frombuffer(data, "<u4", entries, start + HASH_SIZE * entries).astype(np.uint32)
         if entries > 1 and np.any(hashes[1:] < hashes[:-1]):
             raise CorruptIndexError(".keyindex hashes are not in order", path=path)
         if entries and int(offsets.max()) >= next_offset - base_offset:
