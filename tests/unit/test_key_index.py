@@ -304,3 +304,23 @@ def test_kernel_sort_and_filter_equal_numpy(values, dups, nbytes) -> None:
         slow = KeyIndex.build(100, 100 + 3 * len(h) + 1, h, offsets, max_filter_bytes=nbytes)
     assert fast.to_bytes() == slow.to_bytes()
     assert fast.hashes.tolist() == sorted(h.tolist())
+
+
+def test_recover_writes_a_missing_damaged_or_truncated_key_index(tmp_path) -> None:
+    from seglake.storage.recovery import recover_partition
+
+    rng = np.random.default_rng(9)
+    d = write_segments(tmp_path, [b"k%d" % k for k in rng.integers(0, 30, 400)], 2048)
+    logs = sorted(Path(d).glob("*.log"))
+    assert len(logs) >= 3
+    logs[0].with_suffix(".keyindex").unlink()
+    ki = logs[1].with_suffix(".keyindex")
+    ki.write_bytes(ki.read_bytes()[:60])
+    last = logs[-1].read_bytes()
+    logs[-1].write_bytes(last[: len(last) - 7])  # a torn tail: the last batch cut
+    rep = recover_partition(d)
+    why = [s.key_index for s in rep.segments]
+    assert why[0] == "missing" and why[1] == "damaged or stale" and why[-1] == "log truncated"
+    assert set(why[2:-1]) == {None}  # right ones kept
+    assert check_partition_dir(d) == len(logs)
+    assert [s.key_index for s in recover_partition(d).segments] == [None] * len(logs)
