@@ -324,3 +324,16 @@ def test_recover_writes_a_missing_damaged_or_truncated_key_index(tmp_path) -> No
     assert set(why[2:-1]) == {None}  # right ones kept
     assert check_partition_dir(d) == len(logs)
     assert [s.key_index for s in recover_partition(d).segments] == [None] * len(logs)
+
+
+def test_a_key_the_filter_rules_out_reads_only_the_head(tmp_path) -> None:
+    from seglake.storage.key_lookup import find_keys
+
+    d = write_segments(tmp_path, [b"key-%d" % i for i in range(15_000)])
+    (seg,) = open_segments(d)
+    assert Path(seg.stem + ".keyindex").stat().st_size > 150_000  # exact level past the head
+    with patch.object(seg.files, "index_file", side_effect=AssertionError("read whole")):
+        m = find_keys(seg, [b"absent"])
+    assert m.status == "index" and m.records.num_rows == 0
+    m = find_keys(seg, [b"key-7", b"absent"])  # a hit reads the exact level
+    assert m.records.column("offset").to_pylist() == [5 + 2 * 7]

@@ -27,8 +27,10 @@ Records with a null key and control records are not indexed. Little-endian throu
     48+F+8n  4*n  offsets          uint32, relative to base_offset (as ``.index``),
                                    ascending among equal hashes
 
-So a record costs 12 bytes of exact level, and the filter about 1.2 bytes per distinct
-key at the 1 % target (capped: :data:`~seglake.storage.key_filter.MAX_BYTES`). A file that
+So a record costs 12 bytes of exact level, and the filter 1.3 to 2 bytes per distinct key
+at the 1 % target (a power of two blocks; capped: :data:`~seglake.storage.key_filter.
+MAX_BYTES`; measured: 1,000 keys 2 KiB 0.12 % false positives, 10,000 16 KiB 0.34 %,
+100,000 128 KiB 1.03 %). A file that
 is short, has another magic, version or base offset, a CRC that does not match, hashes out
 of order or an offset outside the segment raises :class:`CorruptIndexError` (one line
 naming the file); readers then scan the segment and say so.
@@ -58,6 +60,7 @@ __all__ = [
     "KeyIndex",
     "KeyIndexBuilder",
     "hash_keys",
+    "head_next_offset",
     "key_index_of_log",
     "move_key_index",
     "read_filter",
@@ -191,9 +194,9 @@ def read_filter(head: bytes, base_offset: int, *, path: str | None = None) -> Ke
     return _header_and_filter(head, base_offset, path)[2]
 
 
-def filter_size(head: bytes) -> int:
-    """``filter_bytes`` of a file from its first :data:`HEADER_SIZE` bytes (unchecked)."""
-    return int(_HEAD.unpack_from(head)[6]) if len(head) >= HEADER_SIZE else 0
+def head_next_offset(head: bytes) -> int:
+    """``next_offset`` of a file whose header :func:`read_filter` checked."""
+    return int(_HEAD.unpack_from(head)[4])
 
 
 def _header_and_filter(

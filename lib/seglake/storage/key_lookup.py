@@ -23,9 +23,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglake.errors import CorruptRecordError
+from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
 from seglake.storage import key_index
-from seglake.storage.key_index import KeyIndex, key_index_of_log
+from seglake.storage.key_filter import MAX_BYTES
+from seglake.storage.key_index import (
+    HEADER_SIZE,
+    KeyIndex,
+    head_next_offset,
+    key_index_of_log,
+    read_filter,
+)
 from seglake.storage.naming import KEY_INDEX_SUFFIX
 from seglake.storage.segment import LogSegment
 
@@ -51,12 +58,14 @@ class KeyMatches:
         return self.status != INDEXED
 
 
-def load_key_index(seg: LogSegment) -> tuple[KeyIndex | None, str]:
-    """The segment's usable ``.keyindex`` and ``""``, or ``None`` and why not (missing,
-    damaged, or covering fewer offsets than the segment)."""
+def load_key_index(seg: LogSegment, data: bytes | None = None) -> tuple[KeyIndex | None, str]:
+    """The segment's usable ``.keyindex`` (its bytes ``data`` if read already) and ``""``,
+    or ``None`` and why not (missing, damaged, or covering fewer offsets than the
+    segment)."""
     path = seg.stem + KEY_INDEX_SUFFIX
     try:
-        data = seg.files.index_file(KEY_INDEX_SUFFIX)
+        if data is None:
+            data = seg.files.index_file(KEY_INDEX_SUFFIX)
         if data is None:
             return None, f"{path}: missing"
         idx = KeyIndex.from_bytes(data, seg.base_offset, path=path)
@@ -87,14 +96,26 @@ def segment_key_index(seg: LogSegment) -> KeyIndex:
 
 
 def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMatches:
-    """Every record of ``seg`` whose key equals one of ``keys`` (bytes; str is UTF-8)."""
+    """Every record of ``seg`` whose key equals one of ``keys`` (bytes; str is UTF-8).
+
+    One read of the file's first ``48 + MAX_BYTES`` bytes (its header and filter, all of
+    a small file); when the filter rules every key out, nothing more is read."""
     query = _query_array(keys)
-    idx, why = load_key_index(seg)
+    hashes, valid = key_index.hash_keys(query)
+    asked = np.flatnonzero(valid)
+    whole = None
+    try:
+        head, length = seg.files.read_index(KEY_INDEX_SUFFIX, HEADER_SIZE + MAX_BYTES)
+        filt = read_filter(head, seg.base_offset, path=seg.stem + KEY_INDEX_SUFFIX)
+        if head_next_offset(head) >= seg.next_offset and not filt.may_contain(hashes[asked]).any():
+            return KeyMatches(_matching(_empty(seg), query), INDEXED)
+        whole = head if len(head) == length else None  # else the exact level is past it
+    except (SegmentNotFoundError, CorruptIndexError):
+        pass  # load_key_index says what is wrong
+    idx, why = load_key_index(seg, whole)
     if idx is None:
         table = seg.read_records(end_offset=seg.next_offset)
         return KeyMatches(_matching(table, query), f"scanned: {why}")
-    hashes, valid = key_index.hash_keys(query)
-    asked = np.flatnonzero(valid)
     maybe = asked[idx.filter.may_contain(hashes[asked])]
     _, offsets = idx.candidates(hashes[maybe])
     offsets = np.unique(offsets[offsets < seg.next_offset])
