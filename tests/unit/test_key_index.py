@@ -337,3 +337,26 @@ def test_a_key_the_filter_rules_out_reads_only_the_head(tmp_path) -> None:
     assert m.status == "index" and m.records.num_rows == 0
     m = find_keys(seg, [b"key-7", b"absent"])  # a hit reads the exact level
     assert m.records.column("offset").to_pylist() == [5 + 2 * 7]
+
+
+def test_dump_of_a_partition_listing_is_unchanged(tmp_path) -> None:
+    """`seglake dump dir/*`: the .log/.index/.timeindex output as without a .keyindex;
+    the .keyindex gets Kafka's DumpLogSegments lines for a file it does not know."""
+    import io
+
+    from seglake.cli.dump import dump
+
+    d = write_segments(tmp_path, [b"a", None, b"b"] * 40, 2048)
+    files = sorted(str(p) for p in Path(d).iterdir())
+    keyindexes = [f for f in files if f.endswith(".keyindex")]
+    outs = []
+    for listing in (files, [f for f in files if f not in keyindexes]):
+        out, err = io.StringIO(), io.StringIO()
+        assert dump(listing, deep=True, print_data=True, out=out, err=err) == 0
+        outs.append((out.getvalue(), err.getvalue()))
+    (with_out, with_err), (without_out, without_err) = outs
+    ignored = [f"Ignoring unknown file {f}" for f in keyindexes]
+    assert sorted(with_err.splitlines()) == sorted(without_err.splitlines() + ignored)
+    for f in keyindexes:
+        with_out = with_out.replace(f"Dumping {f}\n", "")
+    assert with_out == without_out
