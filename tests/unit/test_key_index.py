@@ -360,3 +360,23 @@ def test_dump_of_a_partition_listing_is_unchanged(tmp_path) -> None:
     for f in keyindexes:
         with_out = with_out.replace(f"Dumping {f}\n", "")
     assert with_out == without_out
+
+
+def test_records_that_do_not_decode_get_no_key_index(tmp_path) -> None:
+    """A CRC-valid batch whose records are bad (hostile bytes): recover keeps the segment
+    as before (a Kafka segment need not decode), writes no .keyindex and says why."""
+    from seglake.record.crc import crc32c
+    from seglake.storage.recovery import recover_partition
+
+    d = write_segments(tmp_path, [b"a", b"b"] * 10)
+    (log,) = sorted(Path(d).glob("*.log"))
+    data = bytearray(log.read_bytes())
+    data[61] = 0x31  # the first record's length varint: -25
+    data[17:21] = crc32c(bytes(data[21 : 12 + int.from_bytes(data[8:12], "big")])).to_bytes(
+        4, "big"
+    )
+    log.write_bytes(bytes(data))
+    rep = recover_partition(d)
+    (seg,) = rep.segments
+    assert seg.key_index.startswith("not built: ") and "length -25" in seg.key_index
+    assert not log.with_suffix(".keyindex").exists() and not rep.changed

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptIndexError
+from seglake.errors import CorruptIndexError, CorruptRecordError
 from seglake.record import native
 from seglake.record.batch import BatchScan
 from seglake.record.crc import crc32c
@@ -62,6 +62,7 @@ __all__ = [
     "hash_keys",
     "head_next_offset",
     "key_index_of_log",
+    "key_index_or_why",
     "move_key_index",
     "read_filter",
 ]
@@ -306,3 +307,20 @@ def key_index_of_log(
     if len(scan):
         builder.add_records(decode_batches(buf, scan, path=path, headers=False))
     return builder.finish(next_offset)
+
+
+def key_index_or_why(
+    buf: bytes | memoryview,
+    scan: BatchScan,
+    base_offset: int,
+    next_offset: int,
+    *,
+    path: str | None = None,
+) -> tuple[KeyIndex | None, str]:
+    """:func:`key_index_of_log`, or ``None`` and why when its records do not decode
+    (CRC-valid batches of bad records: the segment gets no ``.keyindex``, its readers
+    scan it and meet the same error as any read)."""
+    try:
+        return key_index_of_log(buf, scan, base_offset, next_offset, path=path), ""
+    except CorruptRecordError as exc:
+        return None, f"not built: {exc}"

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import CorruptIndexError, SeglakeError, SegmentNotFoundError
+from seglake.errors import CorruptIndexError, CorruptRecordError, SeglakeError, SegmentNotFoundError
 from seglake.record.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -36,7 +36,7 @@ from seglake.record.batch import (
 )
 from seglake.record.reader import decode_batches
 from seglake.storage.index_builder import IndexBuilder, rebuild_indexes
-from seglake.storage.key_index import KeyIndex, KeyIndexBuilder, key_index_of_log
+from seglake.storage.key_index import KeyIndex, KeyIndexBuilder, key_index_or_why
 from seglake.storage.naming import INDEX_SUFFIX, KEY_INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.recovery_checks import codec_name
@@ -130,11 +130,12 @@ def write_joined(
             f"{scan.valid_bytes} of {len(data)} bytes, expected offsets up to {parts[-1].next - 1}"
         )
     oi, ti = rebuild_indexes(scan, base_offset, interval)
-    keys = key_index_of_log(data, scan, base_offset, last + 1, path=stem + LOG_SUFFIX)
+    keys, _ = key_index_or_why(data, scan, base_offset, last + 1, path=stem + LOG_SUFFIX)
     lakefs.write_bytes(fs, stem + LOG_SUFFIX, data)
     lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
     lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
-    lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.to_bytes())
+    if keys is not None:  # else records that do not decode: readers scan, and say so
+        lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.to_bytes())
     return Joined(
         len(data),
         int(scan.records_count.sum()),
@@ -179,8 +180,12 @@ def append_parts(
         builder.add_batches(
             scan.position + at, scan.size, scan.last_offset + p.delta, scan.max_timestamp
         )
-        recs = decode_batches(data, scan, path=p.path, headers=False)  # the scan's offsets
-        keys.add(recs.column("key"), recs.column("offset").to_numpy() + p.delta)
+        if keys is not None:
+            try:
+                recs = decode_batches(data, scan, path=p.path, headers=False)  # scan's offsets
+                keys.add(recs.column("key"), recs.column("offset").to_numpy() + p.delta)
+            except CorruptRecordError:
+                keys = None
         records += int(scan.records_count.sum())
         max_ts = max(max_ts, int(scan.max_timestamp.max()))
         codecs.add(codec_name(scan))
@@ -190,23 +195,29 @@ def append_parts(
     lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
     lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
     nxt = parts[-1].next if parts else next_offset
-    lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.finish(nxt).to_bytes())
+    if keys is not None:
+        lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.finish(nxt).to_bytes())
+    elif lakefs.exists(fs, stem + KEY_INDEX_SUFFIX):  # records that do not decode
+        lakefs.delete_file(fs, stem + KEY_INDEX_SUFFIX, root=stem.rsplit("/", 1)[0])
     return Joined(at, records, max_ts, codecs.pop() if len(codecs) == 1 else "mixed", (oi, ti))
 
 
 def _resume_keys(
     fs: pafs.FileSystem, stem: str, base: int, size: int, next_offset: int
-) -> KeyIndexBuilder:
+) -> KeyIndexBuilder | None:
     """The key index builder after the segment's first ``size`` bytes: its ``.keyindex``
     entries below ``next_offset`` (an attempt that never committed may have added more),
-    or the keys of those bytes when the file is missing, damaged or covers less."""
+    or the keys of those bytes when the file is missing, damaged or covers less (``None``
+    when they do not decode)."""
     try:
         idx = KeyIndex.from_bytes(lakefs.read_all(fs, stem + KEY_INDEX_SUFFIX), base)
     except (SegmentNotFoundError, CorruptIndexError):
         idx = None
     if idx is None or idx.next_offset < next_offset:
         data = lakefs.read_range(fs, stem + LOG_SUFFIX, 0, size)
-        idx = key_index_of_log(data, scan_batches(data), base, next_offset)
+        idx, _ = key_index_or_why(data, scan_batches(data), base, next_offset)
+        if idx is None:
+            return None
     keep = idx.offsets.astype(np.int64) + base < next_offset
     return KeyIndexBuilder.resume(
         dataclasses.replace(idx, hashes=idx.hashes[keep], offsets=idx.offsets[keep])

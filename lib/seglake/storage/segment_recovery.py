@@ -21,7 +21,7 @@ from seglake.errors import CorruptRecordError, SegmentNotFoundError
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
 from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
-from seglake.storage.key_index import key_index_of_log
+from seglake.storage.key_index import key_index_or_why
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     KEY_INDEX_SUFFIX,
@@ -106,7 +106,8 @@ def recover_segment(
     txn = _TxnIndex.recover(
         fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
-    keys = key_index_of_log(buf, scan, base, next_offset, path=log_path).to_bytes()
+    idx, not_built = key_index_or_why(buf, scan, base, next_offset, path=log_path)
+    keys = None if idx is None else idx.to_bytes()
     rebuilt = {**indexes.rebuilt, **txn.rebuilt}
     min_ts, tail = segment_timestamps(buf, scan, log_path)
     report = SegmentRecovery(
@@ -129,13 +130,15 @@ def recover_segment(
         dry_run=dry_run,
         dropped=dropped,
         index_interval_bytes=interval,
-        key_index=_key_index_change(fs, stem, keys, error),
+        key_index=not_built or _key_index_change(fs, stem, keys or b"", error),
     )
     if not dry_run:
         where = log_path.rsplit("/", 1)[0] if root is None else root
         _write_back(fs, where, log_path, length, buf, dropped, indexes, txn, rebuilt)
-        if report.key_index is not None:
+        if keys is not None and report.key_index is not None:
             lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys)
+        elif keys is None and lakefs.exists(fs, stem + KEY_INDEX_SUFFIX):
+            lakefs.delete_file(fs, stem + KEY_INDEX_SUFFIX, root=where)  # not the log's
         if report.changed:
             log.warning("recovered %s", report)
     return report
