@@ -38,15 +38,14 @@ from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     RETIRED_DIR,
+    SEGMENT_SUFFIXES,
     STAGING_DIR,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     run_dir,
     validate_run_id,
 )
 from seglake.testing_hooks import crash_point
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 STAGING = STAGING_DIR
 REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
