@@ -15,7 +15,8 @@ Records with a null key and control records are not indexed. Little-endian throu
          4     2  version          1
          6     2  flags            0
          8     8  base_offset      int64: the segment's (its file name's)
-        16     8  next_offset      int64: one past the last offset the index covers
+        16     8  next_offset      uint64: one past the last offset the index covers
+                                   (2^63 after a segment ending at Long.MAX_VALUE)
         24     4  entries          uint32: indexed records (non-null keys)
         28     4  filter_bytes     uint32: a multiple of 32 (a power of two blocks)
         32     4  filter_crc       crc32c of the filter
@@ -72,7 +73,7 @@ VERSION = 1
 HEADER_SIZE = 48
 HASH_SIZE = 8  # an entry: its uint64 hash, then (in the offsets column) its uint32 offset
 ENTRY_SIZE = HASH_SIZE + 4  # 12 bytes a record
-_HEAD = struct.Struct("<4sHHqqIIII")  # through filter_crc and exact_crc: 40 bytes
+_HEAD = struct.Struct("<4sHHqQIIII")  # through filter_crc and exact_crc: 40 bytes
 _U32_MAX = 2**32 - 1
 
 
