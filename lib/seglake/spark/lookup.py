@@ -53,7 +53,8 @@ marker (its time search counts markers), the record after the marker), plus
                              never for a damaged batch
 
 :func:`answer_queries` (:mod:`seglake.lake.lookup_answer`) is what the executors run;
-it needs no Spark (tests count its bytes in the driver process). The segment reads are
+it needs no Spark (tests count its bytes in the driver process; ``Lake.lookup`` answers
+in one process by it: :mod:`seglake.lake.lookup_local`). The segment reads are
 :mod:`seglake.storage.point_reads` (:func:`read_offsets`, :func:`resolve_timestamps`,
 re-exported here).
 """
