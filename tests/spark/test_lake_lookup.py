@@ -36,6 +36,7 @@ def test_in_process_lookup_equals_the_spark_job(spark, tmp_path) -> None:
     times = np.concatenate([rng.integers(lo - 100, hi + 100, n), [-1, -2, -3, -4, 0, hi + 1]])
     topics = rng.choice([TOPIC, TOPIC, TOPIC, "nope"], len(offsets) + len(times))
     parts = rng.choice([0, 0, 0, 1], len(topics))
+    topics[-6:], parts[-6:] = TOPIC, 0  # the sentinels and edges asked where the log is
     nulls = [None] * len(times)
     queries = pa.table(
         {

@@ -194,3 +194,35 @@ def test_lookup_follows_the_lake_version(tmp_path: Path) -> None:
     after = lk.refresh().lookup(q)
     assert (after["status"] == "ok").all() and (want["status"] == "ok").all()
     assert not after["offset"].equals(want["offset"])  # compaction removed some
+
+
+def test_cli_lookup_answers_as_lake_lookup(lake, capsys, tmp_path: Path) -> None:
+    """``seglake lookup``: --offset/--time (an ISO time holds ':') or a queries file, one
+    JSON answer per query in order, as ``Lake.lookup`` answers; a bad query is one line."""
+    import json
+
+    from seglake.cli.main import main
+
+    lk, truth = lake
+    t0 = int(truth.e_ts[len(truth.e_ts) // 3])
+    iso = dt.datetime.fromtimestamp(t0 / 1000, dt.UTC).isoformat()
+    o = int(truth.d_off[5])
+    argv = ["lookup", lk.root, "--json", "--offset", f"{TOPIC}:0:{o}", "--offset", f"{TOPIC}:7:0"]
+    assert main([*argv, "--time", f"{TOPIC}:0:{iso}", "--time", f"{TOPIC}:0:latest"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(g["status"], g.get("offset")) for g in got] == [
+        truth.answer(o, None),
+        ("unknown_partition", None),
+        truth.answer(None, t0),
+        ("log_end_offset", truth.log_end),
+    ]
+    queries = tmp_path / "q.csv"
+    queries.write_text(f"topic,partition,offset\n{TOPIC},0,{o}\n{TOPIC},0,{truth.log_end}\n")
+    assert main(["lookup", lk.root, "--json", "--queries", str(queries)]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [g["status"] for g in got] == ["ok", "offset_out_of_range"]
+    with pytest.raises(SystemExit) as exc:
+        main(["lookup", lk.root, "--offset", "c0:5"])
+    assert exc.value.code == 2
+    assert "expected TOPIC:PARTITION:OFFSET" in capsys.readouterr().err
+    assert main(["lookup", lk.root, "--queries", str(tmp_path / "none.csv")]) == 2
