@@ -221,8 +221,9 @@ def test_cli_lookup_answers_as_lake_lookup(lake, capsys, tmp_path: Path) -> None
     assert main(["lookup", lk.root, "--json", "--queries", str(queries)]) == 0
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [g["status"] for g in got] == ["ok", "offset_out_of_range"]
-    with pytest.raises(SystemExit) as exc:
-        main(["lookup", lk.root, "--offset", "c0:5"])
-    assert exc.value.code == 2
+    for bad in ("c0:5", "c:0:five"):
+        with pytest.raises(SystemExit) as exc:
+            main(["lookup", lk.root, "--offset", bad])
+        assert exc.value.code == 2
     assert "expected TOPIC:PARTITION:OFFSET" in capsys.readouterr().err
     assert main(["lookup", lk.root, "--queries", str(tmp_path / "none.csv")]) == 2

@@ -25,7 +25,8 @@ def _query(kind: str) -> Any:
 
     def parse(text: str) -> tuple[str, int, str]:
         parts = text.split(":", 2)
-        if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
+        ints = parts[1:] if kind == "offset" else parts[1:2]
+        if len(parts) != 3 or not all(x.lstrip("-").isdigit() for x in ints):
             raise argparse.ArgumentTypeError(f"{text!r}: expected TOPIC:PARTITION:{kind.upper()}")
         return parts[0], int(parts[1]), parts[2]
 
