@@ -1,7 +1,8 @@
 """``Lake.lookup`` (in process) answers exactly what the Spark ``lookup`` job answers on
 the same queries: a lake with several segments, transactions and compaction gaps;
 random offsets and timestamps, out of range, before the first and after the last,
-Kafka's sentinels, unknown topics and partitions, and timestamps given as strings."""
+Kafka's sentinels, unknown topics and partitions, and timestamps given as strings and
+as datetimes."""
 
 from __future__ import annotations
 
@@ -55,8 +56,16 @@ def test_in_process_lookup_equals_the_spark_job(spark, tmp_path) -> None:
             "timestamp": texts,
         }
     )
+    us = [int(t) * 1000 + 999 for t in times[:40]] + [-1500, -1000, 0]  # floored; < 1970
+    as_datetimes = pa.table(
+        {
+            "topic": [TOPIC] * len(us),
+            "partition": pa.array([0] * len(us), pa.int32()),
+            "timestamp": pa.array(us, pa.timestamp("us", tz="UTC")),
+        }
+    )
     lake = seglake.open(str(root))
-    for q in (queries, as_strings):
+    for q in (queries, as_strings, as_datetimes):
         mine = lake.lookup(q)
         job = lookup(spark, str(root), q).toArrow()
         assert _rows(mine) == _rows(job)
