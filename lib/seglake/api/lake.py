@@ -249,6 +249,43 @@ class Lake:
         )
         return f"<div>{head}{table}</div>"
 
+    # -- point lookups ----------------------------------------------------------------
+    def lookup(self, queries: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Table:
+        """Answer point queries in this process, as the Spark ``lookup`` job answers them
+        (same rules and code: :mod:`seglake.lake.lookup_local`), at this lake's version.
+
+        ``queries``: a pandas DataFrame or Arrow table with ``topic``, ``partition`` and
+        ``offset`` and/or ``timestamp`` (epoch ms, -1 latest, -2 earliest, -3 max
+        timestamp; a datetime; or a string: epoch ms or ISO-8601), one of them per row.
+        Returns one row per query, in order (pandas for pandas, Arrow for Arrow): the
+        job's columns (``key``, ``value``, ``topic``, ``partition``, ``offset``,
+        ``timestamp``, ``timestampType``, ``headers``, ``query_offset``,
+        ``query_timestamp``, ``status``) and statuses (``ok``, ``offset_out_of_range``,
+        ``no_record_at_offset``, ``no_record_for_timestamp``, ``log_end_offset``,
+        ``unknown_partition``, ``invalid_query``, ...: see :mod:`seglake.spark.lookup`).
+
+        Raises:
+            InputSchemaError: a query column missing.
+        """
+        from seglake.config import LogConfig
+        from seglake.lake.lookup_local import lookup_local
+        from seglake.lake.lookup_plan import partition_arrays
+        from seglake.storage.index_cache import get_cache
+
+        cached = getattr(self, "_lookup_parts", None)  # the job's broadcast, per version
+        if cached is None or cached[0] != self.version:
+            snapshot = Snapshot(self.location, self.version, self._by_key)
+            cached = self._lookup_parts = (self.version, partition_arrays(snapshot))
+        out = lookup_local(
+            self.location,
+            cached[1],
+            queries,
+            version=self.version,
+            cache=get_cache(LogConfig().index_cache_bytes),
+            on_corrupt=self.on_corrupt,
+        )
+        return out if isinstance(queries, pa.Table) else out.to_pandas()
+
     # -- pictures ---------------------------------------------------------------------
     def plot_segments(self, topic: str) -> Figure:
         """Segments of every partition of ``topic`` on a time axis; see :mod:`seglake.plot`."""
