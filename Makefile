@@ -82,8 +82,10 @@ S3_PORT ?=
 s3: $(STAMP) $(WEED)
 	$(PY) -m seglake.s3_server $(S3_DIR) $(S3_PORT)
 
+# Two pytest workers: the Spark tests on one (one local[2] session, the brokers), the
+# Spark-free tests spread over both (tests/conftest.py groups them).
 test: lint jars $(WEED)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 # ruff (lint and format) on the whole tree, mypy on lib/seglake (config: pyproject.toml).
 lint: $(STAMP)

@@ -179,10 +179,10 @@ def test_register_copies_nothing_of_a_failed_run_into_place(tmp_path) -> None:
         _lake_with_a_segment(root)
         shutil.copytree(FIXTURES / "sensor-data-0", tmp_path / "broker" / "sensor-data-0")
         version = Catalog(str(root)).version()
-        # room for the copies (two non-empty files: a 4 KiB page each), not for the
-        # catalog commit's parquet file
+        # room for the copies (three non-empty files: the .log, its index and .keyindex, a
+        # 4 KiB page each), not for the catalog commit's parquet file
         filler = fill(disk)
-        os.truncate(filler, os.path.getsize(filler) - 2 * 4096)
+        os.truncate(filler, os.path.getsize(filler) - 3 * 4096)
         proc = seglake("register", "--root", str(root), str(tmp_path / "broker"))
         line = one_error_line(proc)
         assert f"{root}/_catalog" in line and "(ENOSPC)" in line, line

@@ -168,7 +168,7 @@ ALLOWED = {
     **{shared: {"", *SHARED} for shared in SHARED},
     "record": {"", "record", "errors", "config", "format"},
     "storage": {"", "record", "storage", *SHARED},
-    "lake": {"", "record", "storage", "lake", *SHARED},
+    "lake": {"", "record", "storage", "lake", "times", *SHARED},
     "times": {"", "record", "storage", *SHARED},
 }
 FORBIDDEN = {"lake": {"api", "spark", "cli"}, "api": {"spark", "cli"}, "cli": {"spark"}}

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.api.partition import LRU, Partition
-from seglake.api.show import html_table
+from seglake.api.show import As, html_table, output
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
 from seglake.lake.snapshot import Snapshot
@@ -154,6 +154,31 @@ class Lake:
             p = self._partitions[key] = Partition(self, topic, key[1], rows)
         return p
 
+    def find(
+        self,
+        topic: str,
+        key: bytes | str | Sequence[bytes | str | None],
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        *,
+        as_: As = "pandas",
+    ) -> Any:
+        """Every record of ``topic`` whose key is ``key`` (or one of a list of keys), with
+        ``start <= timestamp < end`` when given: the data source's columns (``key``,
+        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset.
+        Without Spark: each partition's :meth:`Partition.find`, through the segments' key
+        indexes."""
+        keys = [key] if isinstance(key, bytes | str) else list(key)
+        parts = [
+            self.partition(topic, p).find(keys, start, end, as_="arrow")
+            for p in self.partitions(topic)
+        ]
+        if not parts:
+            raise SegmentNotFoundError(
+                f"{self.root}: no segments of topic {topic!r} in catalog version {self.version}"
+            )
+        return output(pa.concat_tables(parts), as_)
+
     def describe(self) -> pd.DataFrame:
         """Per topic-partition: segments, offsets, records, bytes, time range, index entries."""
         import pandas as pd
@@ -223,6 +248,43 @@ class Lake:
             right={1, 2, 3, 4, 5, 6, 9},
         )
         return f"<div>{head}{table}</div>"
+
+    # -- point lookups ----------------------------------------------------------------
+    def lookup(self, queries: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Table:
+        """Answer point queries in this process, as the Spark ``lookup`` job answers them
+        (same rules and code: :mod:`seglake.lake.lookup_local`), at this lake's version.
+
+        ``queries``: a pandas DataFrame or Arrow table with ``topic``, ``partition`` and
+        ``offset`` and/or ``timestamp`` (epoch ms, -1 latest, -2 earliest, -3 max
+        timestamp; a datetime; or a string: epoch ms or ISO-8601), one of them per row.
+        Returns one row per query, in order (pandas for pandas, Arrow for Arrow): the
+        job's columns (``key``, ``value``, ``topic``, ``partition``, ``offset``,
+        ``timestamp``, ``timestampType``, ``headers``, ``query_offset``,
+        ``query_timestamp``, ``status``) and statuses (``ok``, ``offset_out_of_range``,
+        ``no_record_at_offset``, ``no_record_for_timestamp``, ``log_end_offset``,
+        ``unknown_partition``, ``invalid_query``, ...: see :mod:`seglake.spark.lookup`).
+
+        Raises:
+            InputSchemaError: a query column missing.
+        """
+        from seglake.config import LogConfig
+        from seglake.lake.lookup_local import lookup_local
+        from seglake.lake.lookup_plan import partition_arrays
+        from seglake.storage.index_cache import get_cache
+
+        cached = getattr(self, "_lookup_parts", None)  # the job's broadcast, per version
+        if cached is None or cached[0] != self.version:
+            snapshot = Snapshot(self.location, self.version, self._by_key)
+            cached = self._lookup_parts = (self.version, partition_arrays(snapshot))
+        out = lookup_local(
+            self.location,
+            cached[1],
+            queries,
+            version=self.version,
+            cache=get_cache(LogConfig().index_cache_bytes),
+            on_corrupt=self.on_corrupt,
+        )
+        return out if isinstance(queries, pa.Table) else out.to_pandas()
 
     # -- pictures ---------------------------------------------------------------------
     def plot_segments(self, topic: str) -> Figure:

@@ -37,12 +37,7 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
 from seglake.location import LakeLocation, Root
-from seglake.storage.naming import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-)
+from seglake.storage.naming import LOG_SUFFIX, SEGMENT_SUFFIXES
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
@@ -55,7 +50,7 @@ __all__ = [
 ]
 
 RETIRED = "_retired"
-_COMPANIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_COMPANIONS = SEGMENT_SUFFIXES
 
 
 def _expand(rel_paths: Iterable[str]) -> list[str]:

@@ -265,10 +265,10 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
     size = seg.size
     extend = extend and end < size
     w = seg.window(start, end + HEADER_SIZE if extend else end)
-    # a file cut short ends the window's batches where it ends (the segment raised, or
-    # with on_corrupt="skip" reported the lost offsets)
-    cut_short = len(w.data) < min(end, size) - start
-    if not cut_short and w.scan.valid_bytes < min(end, size) - start:
+    whole = min(end, size, start + len(w.data)) - start  # a file cut short: its end
+    if seg.on_corrupt == "skip":  # a file cut short ends at its noted cut (skip mode)
+        whole = min([whole, *(at - start for at in seg.skipped if start <= at < start + whole)])
+    if w.scan.valid_bytes < whole:
         # a damaged log raises naming the batch and its file position when scanned
         # from its start (as a read from an index position checks); else the index lies
         seg.window(0, size)

@@ -38,15 +38,14 @@ from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     RETIRED_DIR,
+    SEGMENT_SUFFIXES,
     STAGING_DIR,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     run_dir,
     validate_run_id,
 )
 from seglake.testing_hooks import crash_point
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 STAGING = STAGING_DIR
 REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
@@ -81,7 +80,6 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
-                fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
                 try:
                     lakefs.move(fs, src, dst)
                 except SegmentNotFoundError:  # another cleanup retired it meanwhile
@@ -120,7 +118,6 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
         src, dst = pair
         if not lakefs.exists(fs, src):
             return 0
-        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         try:
             lakefs.move(fs, src, dst)
         except SegmentNotFoundError:  # another cleanup published it meanwhile

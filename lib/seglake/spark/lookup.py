@@ -53,7 +53,8 @@ marker (its time search counts markers), the record after the marker), plus
                              never for a damaged batch
 
 :func:`answer_queries` (:mod:`seglake.lake.lookup_answer`) is what the executors run;
-it needs no Spark (tests count its bytes in the driver process). The segment reads are
+it needs no Spark (tests count its bytes in the driver process; ``Lake.lookup`` answers
+in one process by it: :mod:`seglake.lake.lookup_local`). The segment reads are
 :mod:`seglake.storage.point_reads` (:func:`read_offsets`, :func:`resolve_timestamps`,
 re-exported here).
 """
@@ -71,6 +72,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
 from seglake.lake.lookup_answer import LOOKUP_SCHEMA, QUERY_SCHEMA, answer_queries
+from seglake.lake.lookup_local import CHUNK_ROWS
 from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
 from seglake.lake.snapshot import Snapshot
 from seglake.spark.lookup_queries import normalize_queries
@@ -83,7 +85,7 @@ if TYPE_CHECKING:
 
     Parts = Broadcast[dict[Any, dict[str, Any]]]  # the broadcast of partition_arrays
 
-DEFAULT_CHUNK_ROWS = 200_000  # queries answered together (one decode) by a task
+DEFAULT_CHUNK_ROWS = CHUNK_ROWS  # queries answered together (one decode) by a task
 TASK_QUERIES = 25_000  # queries per task when the plan's statistics count them
 _KEEP_BROADCASTS = 4  # catalog versions whose broadcast a driver keeps
 _BROADCASTS: dict[tuple[str, str, int], Parts] = {}  # (application, catalog, version) -> broadcast

@@ -1,5 +1,7 @@
 """The lookup job's queries: any DataFrame with ``topic``, ``partition`` and ``offset``
-and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms).
+and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms), by the
+rules of :mod:`seglake.lake.lookup_queries` (the columns, the string times), which the
+in-process lookup (``Lake.lookup``) applies to Arrow rows.
 
 ``timestamp`` may be epoch ms (-1/-2/-3: Kafka's sentinels), a Spark timestamp (floored
 to ms, :data:`seglake.times.SPARK_MILLIS`), or strings (epoch ms or ISO-8601, through
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd  # at run time: Spark reads the pandas UDF's type hints
 
-from seglake.errors import InputSchemaError
+from seglake.lake.lookup_queries import check_query_columns
 from seglake.times import SPARK_MILLIS
 
 if TYPE_CHECKING:
@@ -21,18 +23,12 @@ if TYPE_CHECKING:
 
 
 def _string_millis(texts: pd.Series) -> pd.Series:
-    """pandas Series of strings -> nullable int64 ms (:func:`to_millis`, -1/-2/-3 kept);
-    a string that is no time -> null, so its query is ``invalid_query``. A pandas UDF:
-    Spark takes its kind (Series -> Series) from these hints, so they must be pandas'."""
-    from seglake.times import to_millis
+    """pandas Series of strings -> nullable int64 ms (:func:`string_millis`); a string
+    that is no time -> null, so its query is ``invalid_query``. A pandas UDF: Spark takes
+    its kind (Series -> Series) from these hints, so they must be pandas'."""
+    from seglake.lake.lookup_queries import string_millis
 
-    def one(text: str | None) -> int | None:
-        try:
-            return None if text is None else to_millis(text, allow_special=True)
-        except ValueError:
-            return None
-
-    return pd.Series([one(t) for t in texts], dtype="Int64")
+    return pd.Series([string_millis(t) for t in texts], dtype="Int64")
 
 
 def normalize_queries(df: DataFrame) -> DataFrame:
@@ -41,13 +37,7 @@ def normalize_queries(df: DataFrame) -> DataFrame:
     from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
 
     cols = set(df.columns)
-    missing = [c for c in ("topic", "partition") if c not in cols]
-    if missing or not cols & {"offset", "timestamp"}:
-        raise InputSchemaError(
-            f"queries: no {' or '.join(repr(c) for c in missing) or 'offset or timestamp'} "
-            f"column (given: {sorted(cols)}{'; an empty file?' if not cols else ''}); "
-            "expected topic, partition and offset and/or timestamp"
-        )
+    check_query_columns(cols)
     # one select of SQL expressions: one call into the JVM (the columns' casts one by
     # one cost a call each)
     off = "CAST(`offset` AS BIGINT)" if "offset" in cols else "CAST(NULL AS BIGINT)"

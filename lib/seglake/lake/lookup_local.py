@@ -1,0 +1,51 @@
+"""Point lookups in one process (``Lake.lookup``, ``seglake lookup``): the lookup job's
+answers without Spark, by the same code its executors run: the queries made
+:data:`~seglake.lake.lookup_answer.QUERY_SCHEMA` rows by
+:func:`~seglake.lake.lookup_queries.query_table` (the job's rules,
+:mod:`seglake.lake.lookup_queries`), a snapshot's
+:func:`~seglake.lake.lookup_plan.partition_arrays` (what the job broadcasts) and
+:func:`~seglake.lake.lookup_answer.answer_queries`, ``chunk_rows`` queries at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from seglake.lake.lookup_answer import LOOKUP_SCHEMA, answer_queries
+from seglake.lake.lookup_queries import query_table
+from seglake.location import Root
+from seglake.storage.index_cache import IndexCache
+
+__all__ = ["CHUNK_ROWS", "lookup_local"]
+
+CHUNK_ROWS = 200_000  # queries answered together (one decode): the job's default chunk
+
+
+def lookup_local(
+    root: Root,
+    parts: dict[Any, dict[str, Any]],
+    queries: Any,
+    *,
+    version: int,
+    cache: IndexCache,
+    on_corrupt: str = "raise",
+    chunk_rows: int = CHUNK_ROWS,
+) -> pa.Table:
+    """One :data:`LOOKUP_SCHEMA` row per query of ``queries`` (pandas or Arrow, the
+    lookup job's query columns), in order, against ``parts`` (``partition_arrays`` of
+    catalog ``version``'s snapshot)."""
+    q = query_table(queries)
+    out = [
+        answer_queries(
+            root,
+            parts,
+            cache,
+            q.slice(lo, chunk_rows),
+            on_corrupt=on_corrupt,
+            version=version,
+        )
+        for lo in range(0, q.num_rows, chunk_rows)
+    ]
+    return pa.concat_tables(out) if out else LOOKUP_SCHEMA.empty_table()

@@ -1,0 +1,80 @@
+"""``Lake.lookup`` (in process) answers exactly what the Spark ``lookup`` job answers on
+the same queries: a lake with several segments, transactions and compaction gaps;
+random offsets and timestamps, out of range, before the first and after the last,
+Kafka's sentinels, unknown topics and partitions, and timestamps given as strings and
+as datetimes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import seglake
+from seglake.lake.lookup_answer import LOOKUP_SCHEMA
+from seglake.spark.lookup import lookup
+from tests.unit.test_lake_lookup import TOPIC, Truth, compacted_txn_lake
+
+pytestmark = pytest.mark.spark
+
+
+def _rows(t: pa.Table) -> list[tuple[str, ...]]:
+    """Rows as comparable tuples, sorted (the job keeps no order across tasks)."""
+    t = pa.Table.from_arrays(t.select(LOOKUP_SCHEMA.names).columns, schema=LOOKUP_SCHEMA)
+    return sorted(tuple(repr(v) for v in r.values()) for r in t.to_pylist())
+
+
+def test_in_process_lookup_equals_the_spark_job(spark, tmp_path) -> None:
+    root = tmp_path / "lake"
+    compacted_txn_lake(root)
+    truth = Truth(str(root))
+    rng = np.random.default_rng(7)
+    lo, hi = int(truth.e_ts.min()), int(truth.e_ts.max())
+    n = 400
+    offsets = rng.integers(truth.log_start - 3, truth.log_end + 3, n)
+    times = np.concatenate([rng.integers(lo - 100, hi + 100, n), [-1, -2, -3, -4, 0, hi + 1]])
+    topics = rng.choice([TOPIC, TOPIC, TOPIC, "nope"], len(offsets) + len(times))
+    parts = rng.choice([0, 0, 0, 1], len(topics))
+    topics[-6:], parts[-6:] = TOPIC, 0  # the sentinels and edges asked where the log is
+    nulls = [None] * len(times)
+    queries = pa.table(
+        {
+            "topic": topics,
+            "partition": pa.array(parts, pa.int32()),
+            "offset": pa.array([*offsets.tolist(), *nulls], pa.int64()),
+            "timestamp": pa.array([*[None] * len(offsets), *times.tolist()], pa.int64()),
+        }
+    )
+    texts = [dt.datetime.fromtimestamp(int(t) / 1000, dt.UTC).isoformat() for t in times[:50]]
+    texts += [str(int(t)) for t in times[50:80]] + ["latest", "earliest", "max", "no time"]
+    as_strings = pa.table(
+        {
+            "topic": [TOPIC] * len(texts),
+            "partition": pa.array([0] * len(texts), pa.int32()),
+            "timestamp": texts,
+        }
+    )
+    us = [int(t) * 1000 + 999 for t in times[:40]] + [-1500, -1000, 0]  # floored; < 1970
+    as_datetimes = pa.table(
+        {
+            "topic": [TOPIC] * len(us),
+            "partition": pa.array([0] * len(us), pa.int32()),
+            "timestamp": pa.array(us, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    lake = seglake.open(str(root))
+    for q in (queries, as_strings, as_datetimes):
+        mine = lake.lookup(q)
+        job = lookup(spark, str(root), q).toArrow()
+        assert _rows(mine) == _rows(job)
+    statuses = set(lake.lookup(queries).column("status").to_pylist())
+    assert statuses >= {
+        "ok",
+        "offset_out_of_range",
+        "unknown_partition",
+        "no_record_for_timestamp",
+        "log_end_offset",
+        "invalid_query",
+    }

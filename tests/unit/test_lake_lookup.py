@@ -1,0 +1,231 @@
+"""``Lake.lookup``: the lookup job's answers in process, checked against a brute-force
+answer from the decoded records of a lake with several segments, transactions (markers,
+aborts) and compaction gaps; and the job's query rules (columns, string and datetime
+timestamps, unknown topic/partition) from their one home, :mod:`seglake.lake.lookup_queries`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import seglake
+from seglake.errors import InputSchemaError
+from seglake.lake.catalog import Catalog
+from seglake.lake.compaction import run_compaction
+from seglake.lake.lookup_answer import LOOKUP_SCHEMA
+from seglake.record.reader import read_log
+from tests.unit.test_compact_rules import COMPACT, NOW, txn_lake
+
+TOPIC = "c"
+
+
+def compacted_txn_lake(root: Path) -> None:
+    """Topic ``c``-0: a transactional log (commits, aborts, markers) in several
+    segments, compacted (keys' older records and aborted ones removed: offset gaps)."""
+    txn_lake(root, seed=3, codec=3)
+    assert run_compaction(
+        str(root), conf={**COMPACT, "segment.bytes": "3000"}, now_ms=NOW
+    ).committed
+
+
+class Truth:
+    """The lake's records decoded whole: data records and every record (markers too)."""
+
+    def __init__(self, root: str) -> None:
+        rows = Catalog(root).segments(TOPIC, [0]).to_pylist()
+        every, data = [], []
+        for r in rows:
+            buf = (Path(root) / r["path"]).read_bytes()
+            every.append(read_log(buf, skip_control=False)[0].select(["offset", "timestamp"]))
+            data.append(read_log(buf)[0].select(["offset", "timestamp", "key", "value"]))
+        self.segments = len(rows)
+        self.log_start, self.log_end = rows[0]["base_offset"], rows[-1]["next_offset"]
+        e = pa.concat_tables(every)
+        self.e_off, self.e_ts = e.column("offset").to_numpy(), e.column("timestamp").to_numpy()
+        self.data = pa.concat_tables(data)
+        self.d_off = self.data.column("offset").to_numpy()
+
+    def at_or_after(self, off: int, none: str) -> tuple[str, int | None]:
+        """The data record a fetch from ``off`` returns first."""
+        nxt = self.d_off[self.d_off >= off]
+        return ("ok", int(nxt[0])) if len(nxt) else (none, None)
+
+    def answer(self, offset: int | None, ts: int | None) -> tuple[str, int | None]:
+        """(status, offset) by Kafka's rules, record by record."""
+        if offset is not None:
+            if offset < 0:
+                return ("invalid_query", None)
+            if not self.log_start <= offset < self.log_end:
+                return ("offset_out_of_range", None)
+            return self.at_or_after(offset, "no_record_at_offset")
+        assert ts is not None
+        if ts == -1:
+            return ("log_end_offset", self.log_end)
+        if ts == -2:
+            return self.at_or_after(self.log_start, "no_record_at_offset")
+        if ts < -3:
+            return ("invalid_query", None)
+        t = int(self.e_ts.max()) if ts == -3 else ts
+        hit = self.e_off[self.e_ts >= t]  # offsetsForTimes counts markers: then the next
+        return self.at_or_after(int(hit[0]), "x") if len(hit) else ("no_record_for_timestamp", None)
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lookup") / "lake"
+    compacted_txn_lake(root)
+    truth = Truth(str(root))
+    assert truth.segments >= 3
+    assert len(truth.d_off) < truth.log_end - truth.log_start  # gaps
+    assert len(truth.e_off) > len(truth.d_off)  # markers
+    return seglake.open(str(root)), truth
+
+
+def _check(lake, truth: Truth, offsets: list[int], times: list[int]) -> None:
+    q = pd.DataFrame(
+        {
+            "topic": TOPIC,
+            "partition": 0,
+            "offset": pd.array([*offsets, *[None] * len(times)], "Int64"),
+            "timestamp": pd.array([*[None] * len(offsets), *times], "Int64"),
+        }
+    )
+    out = lake.lookup(q)
+    assert list(out.columns) == LOOKUP_SCHEMA.names and len(out) == len(q)
+    got = [
+        (s, None if pd.isna(o) else int(o))
+        for s, o in zip(out["status"], out["offset"], strict=True)
+    ]
+    want = [truth.answer(o, None) for o in offsets] + [truth.answer(None, t) for t in times]
+    wrong = [(i, g, w) for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
+    assert wrong == []
+    keys = dict(zip(truth.d_off.tolist(), truth.data.column("key").to_pylist(), strict=True))
+    ok = out[out["status"] == "ok"]
+    assert [keys[int(o)] for o in ok["offset"]] == ok["key"].tolist()
+
+
+def test_every_offset_and_time_equals_brute_force(lake) -> None:
+    lk, truth = lake
+    # (every other offset, every fifth record's time: the gaps and markers send many
+    # queries to answer_queries' per-query scan, ~30 ms each)
+    offsets = list(range(truth.log_start - 2, truth.log_end + 3, 2))
+    ts = {int(t) + d for t in truth.e_ts[::5] for d in (-1, 0, 1)}
+    times = sorted(ts | {0, int(truth.e_ts.min()) - 100, int(truth.e_ts.max()) + 5, -1, -2, -3})
+    _check(lk, truth, offsets, times)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_random_queries_equal_brute_force(lake, data) -> None:
+    lk, truth = lake
+    lo, hi = int(truth.e_ts.min()), int(truth.e_ts.max())
+    offsets = data.draw(st.lists(st.integers(truth.log_start - 5, truth.log_end + 5), max_size=30))
+    times = data.draw(
+        st.lists(
+            st.one_of(st.integers(lo - 50, hi + 50), st.sampled_from([-1, -2, -3, -4])), max_size=30
+        )
+    )
+    _check(lk, truth, offsets, times)
+
+
+def test_query_rules_as_the_job_takes_them(lake) -> None:
+    """Unknown topic/partition, a null partition, neither/both kinds, ISO strings,
+    sentinel names, datetimes (floored to ms) and Arrow in, Arrow out."""
+    lk, truth = lake
+    t0 = int(truth.e_ts[len(truth.e_ts) // 2])
+    iso = dt.datetime.fromtimestamp(t0 / 1000, dt.UTC).isoformat()
+    q = pa.table(
+        {
+            "topic": [TOPIC, "nope", TOPIC, TOPIC, TOPIC, TOPIC, TOPIC, TOPIC, TOPIC],
+            "partition": pa.array([1, 0, None, 0, 0, 0, 0, 0, 0], pa.int64()),
+            "offset": pa.array([0, 0, 0, None, 5, None, None, None, None], pa.int64()),
+            "timestamp": [None, None, None, None, "1", iso, "latest", "not a time", str(t0)],
+        }
+    )
+    out = lk.lookup(q)
+    assert isinstance(out, pa.Table) and out.schema == LOOKUP_SCHEMA
+    assert out.column("status").to_pylist() == [
+        "unknown_partition",
+        "unknown_partition",
+        "unknown_partition",
+        "invalid_query",
+        "invalid_query",
+        *[truth.answer(None, t0)[0], "log_end_offset", "invalid_query", truth.answer(None, t0)[0]],
+    ]
+    assert out.column("query_timestamp").to_pylist()[5:] == [t0, -1, None, t0]
+    stamps = pd.DataFrame(
+        {
+            "topic": TOPIC,
+            "partition": [0, 0],
+            "timestamp": pd.to_datetime([t0 * 1000 + 999, -1000], unit="us", utc=True),
+        }
+    )
+    got = lk.lookup(stamps)
+    assert got["query_timestamp"].tolist()[0] == t0  # floored to ms
+    assert got["status"].tolist()[1] == "invalid_query"  # before 1970: no time
+
+
+def test_a_missing_column_is_one_line(lake) -> None:
+    lk, _ = lake
+    with pytest.raises(
+        InputSchemaError, match=r"no 'partition' column \(given: \['offset', 'topic'\]\)"
+    ):
+        lk.lookup(pd.DataFrame({"topic": ["c"], "offset": [1]}))
+    with pytest.raises(InputSchemaError, match="no offset or timestamp column"):
+        lk.lookup(pd.DataFrame({"topic": ["c"], "partition": [0]}))
+
+
+def test_lookup_follows_the_lake_version(tmp_path: Path) -> None:
+    """After a compaction, ``refresh()`` moves the answers to the new version."""
+    root = tmp_path / "lake"
+    txn_lake(root, seed=5, codec=0)
+    lk = seglake.open(str(root))
+    q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 40)})
+    want = lk.lookup(q)
+    assert run_compaction(str(root), conf=COMPACT, now_ms=NOW).committed
+    after = lk.refresh().lookup(q)
+    assert (after["status"] == "ok").all() and (want["status"] == "ok").all()
+    assert not after["offset"].equals(want["offset"])  # compaction removed some
+
+
+def test_cli_lookup_answers_as_lake_lookup(lake, capsys, tmp_path: Path) -> None:
+    """``seglake lookup``: --offset/--time (an ISO time holds ':') or a queries file, one
+    JSON answer per query in order, as ``Lake.lookup`` answers; a bad query is one line."""
+    import json
+
+    from seglake.cli.main import main
+
+    lk, truth = lake
+    t0 = int(truth.e_ts[len(truth.e_ts) // 3])
+    iso = dt.datetime.fromtimestamp(t0 / 1000, dt.UTC).isoformat()
+    o = int(truth.d_off[5])
+    argv = ["lookup", lk.root, "--json", "--offset", f"{TOPIC}:0:{o}", "--offset", f"{TOPIC}:7:0"]
+    assert main([*argv, "--time", f"{TOPIC}:0:{iso}", "--time", f"{TOPIC}:0:latest"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(g["status"], g.get("offset")) for g in got] == [
+        truth.answer(o, None),
+        ("unknown_partition", None),
+        truth.answer(None, t0),
+        ("log_end_offset", truth.log_end),
+    ]
+    queries = tmp_path / "q.csv"
+    queries.write_text(f"topic,partition,offset\n{TOPIC},0,{o}\n{TOPIC},0,{truth.log_end}\n")
+    assert main(["lookup", lk.root, "--json", "--queries", str(queries)]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [g["status"] for g in got] == ["ok", "offset_out_of_range"]
+    for bad in ("c0:5", "c:0:five"):
+        with pytest.raises(SystemExit) as exc:
+            main(["lookup", lk.root, "--offset", bad])
+        assert exc.value.code == 2
+    assert "expected TOPIC:PARTITION:OFFSET" in capsys.readouterr().err
+    assert main(["lookup", lk.root, "--queries", str(tmp_path / "none.csv")]) == 2
