@@ -54,7 +54,7 @@ class InvalidTopicError(InvalidNameError):
 
 class OutsideLakeError(SeglakeError):
     """A delete refused: its target (symlinked directories followed) is not strictly
-    under the lake root, or is the catalog (:func:`seglake.fs.check_delete`)."""
+    under the lake root, or is the catalog (:func:`seglake.lake_paths.check_delete`)."""
 
 
 class InputSchemaError(SeglakeError, ValueError):

@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 import seglake
 import tests.unit.test_fuzz as fuzz
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.cli.dump import dump
 from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError, SeglakeError
@@ -340,8 +341,8 @@ def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
     root = tmp_path_factory.mktemp("lake")
     (root / "t-0").mkdir()
     (root / "t-0" / f"{0:020d}.log").write_bytes(b"x")
-    (root / garbage.RETIRED).mkdir()
-    (root / garbage.RETIRED / f"{3:020d}-000000000000.json").write_bytes(data)
+    (root / lake_paths.RETIRED_DIR).mkdir()
+    (root / lake_paths.RETIRED_DIR / f"{3:020d}-000000000000.json").write_bytes(data)
     outcome(garbage.retired_paths, str(root))
     outcome(garbage.collect, str(root), older_than_ms=0, dry_run=True, in_use=set())
 

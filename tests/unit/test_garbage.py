@@ -15,9 +15,10 @@ import seglake
 from seglake.cli.main import main
 from seglake.errors import SegmentNotFoundError, VersionSupersededError
 from seglake.lake.catalog import Catalog
-from seglake.lake.garbage import RETIRED, collect, retire
+from seglake.lake.garbage import collect, retire
 from seglake.lake.retention import apply_retention
 from seglake.lake.staging import cleanup
+from seglake.lake_paths import RETIRED_DIR
 from seglake.storage.retention import RetentionRules
 from tests.unit.test_recovery import N, logs, make_lake, pristine  # noqa: F401
 
@@ -88,7 +89,7 @@ def test_collect_keeps_young_and_reused_files(tmp_path: Path) -> None:
     assert got.deleted == [] and (root / "t-0" / "00000000000000000000.log").exists()
     got = collect(str(root), older_than_ms=0, in_use=set())
     assert got.deleted == ["t-0/00000000000000000007.log"]
-    assert not list((root / RETIRED).iterdir())
+    assert not list((root / RETIRED_DIR).iterdir())
 
 
 def _catalog_data_files(root: Path) -> list[Path]:

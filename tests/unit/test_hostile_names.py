@@ -1,6 +1,6 @@
 """Hostile names and paths (issue 29, items 1 and 4): every name that becomes a path
 follows one rule (``storage/naming.validate_name``) and every delete goes through one
-guard (``fs.check_delete``). Each test keeps sentinel directories beside and above the
+guard (``lake_paths.check_delete``). Each test keeps sentinel directories beside and above the
 lake and checks that they, and the lake's committed files, are intact afterwards.
 
 On the old main: the run-id tests fail (``register --run-id ../../../x`` exited 0 and
@@ -25,15 +25,17 @@ import pyarrow.fs as pafs
 import pytest
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.cli.jobargs import PARSERS, check_before_spark, precheck
 from seglake.cli.main import main
 from seglake.errors import InvalidNameError, InvalidTopicError, OutsideLakeError
 from seglake.lake.catalog import Catalog
-from seglake.lake.garbage import RETIRED, collect, retire
+from seglake.lake.garbage import collect, retire
 from seglake.lake.register import register
 from seglake.lake.retention import apply_retention
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import cleanup, discard_staging, publish_pending
+from seglake.lake_paths import RETIRED_DIR
 from seglake.storage.naming import row_copies, run_dir, validate_name, validate_run_id
 from seglake.storage.recovery import recover_segment
 from seglake.storage.retention import RetentionRules
@@ -251,7 +253,7 @@ def test_check_delete_refuses_what_is_not_strictly_inside(lake: Path) -> None:
         lakefs.join(base, "_staging", "r1"),
     ]
     for path in ok:
-        assert lakefs.check_delete(fs, base, path) == path
+        assert lake_paths.check_delete(fs, base, path) == path
     refused = {
         lakefs.join(base, "evil-0", "00000000000000000000.log"): "not inside the lake root",
         base: "the lake root itself",
@@ -266,15 +268,15 @@ def test_check_delete_refuses_what_is_not_strictly_inside(lake: Path) -> None:
             lakefs.delete_file(fs, path, root=base)
         with pytest.raises(OutsideLakeError):
             lakefs.delete_dir(fs, path, root=base)
-    lakefs.check_delete(fs, base, lakefs.join(base, "_catalog", "x.parquet"), catalog=True)
-    lakefs.check_delete(fs, base, base, root_itself=True)
+    lake_paths.check_delete(fs, base, lakefs.join(base, "_catalog", "x.parquet"), catalog=True)
+    lake_paths.check_delete(fs, base, base, root_itself=True)
     _sentinels(lake)[-1].read_bytes()
 
 
 def test_check_delete_on_an_object_store() -> None:
     fs = pafs._MockFileSystem()
     base = "bucket/lake"
-    assert lakefs.check_delete(fs, base, "bucket/lake/t-0/0.log") == "bucket/lake/t-0/0.log"
+    assert lake_paths.check_delete(fs, base, "bucket/lake/t-0/0.log") == "bucket/lake/t-0/0.log"
     for key in (
         "bucket/lake",
         "bucket/lake/../other/0.log",
@@ -286,12 +288,12 @@ def test_check_delete_on_an_object_store() -> None:
         "bucket/lake/_catalog/_delta_log/0.json",
     ):
         with pytest.raises(OutsideLakeError):
-            lakefs.check_delete(fs, base, key)
+            lake_paths.check_delete(fs, base, key)
 
 
 def _retired_manifest(root: Path, doc: object, name: str = "00000000000000000009-aa.json"):
-    (root / RETIRED).mkdir(exist_ok=True)
-    path = root / RETIRED / name
+    (root / RETIRED_DIR).mkdir(exist_ok=True)
+    path = root / RETIRED_DIR / name
     path.write_text(json.dumps(doc))
     return path
 
@@ -370,7 +372,7 @@ def test_catalog_rows_that_leave_the_lake_are_refused(lake: Path) -> None:
     row.pop("committed_at")
     for path in ("/etc/passwd", "../x/00000000000000000000.log", "t-0/%2e%2e/x.log"):
         with pytest.raises(InvalidTopicError, match="unsafe lake path"):
-            lakefs.safe_join(str(lake), path)
+            lake_paths.safe_join(str(lake), path)
         bad = rows_table([{**row, "path": path, "base_offset": 10**9, "next_offset": 10**9 + 1}])
         with pytest.raises(Exception, match=r"unsafe lake path|is not"):
             cat.commit(bad, "r-bad")
@@ -484,7 +486,7 @@ def test_two_cleanups_at_once_are_idempotent(lake: Path, pristine: Path) -> None
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()
-    kept = {k: v for k, v in before.items() if not k.startswith(("_staging/", "g-0/", RETIRED))}
+    kept = {k: v for k, v in before.items() if not k.startswith(("_staging/", "g-0/", RETIRED_DIR))}
     _intact(lake, {**kept, **published}, version)
     assert not list((lake / "g-0").iterdir())
     assert not (lake / "_staging").exists() or not list((lake / "_staging").iterdir())

@@ -258,9 +258,9 @@ def partition_logs(
     in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition_dir
+    from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)

@@ -46,9 +46,9 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.recovery import recover_lake
     from seglake.lake.staging import lake_of
+    from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 

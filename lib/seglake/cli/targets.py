@@ -74,10 +74,9 @@ def check_lake(root: Root, *, staging: bool = False) -> None:
     """A lake's commands only on a lake: a path with a catalog (``staging``: or a staging
     directory, for ``cleanup``)."""
     from seglake import fs as lakefs
-    from seglake.lake.staging import STAGING
-    from seglake.lake.table import CATALOG_DIR
+    from seglake.lake_paths import CATALOG_DIR, STAGING_DIR
 
     fs, base = lakefs.resolve(root)
-    dirs = (CATALOG_DIR, STAGING) if staging else (CATALOG_DIR,)
+    dirs = (CATALOG_DIR, STAGING_DIR) if staging else (CATALOG_DIR,)
     if not any(lakefs.exists(fs, lakefs.join(base, d)) for d in dirs):
         raise SegmentNotFoundError(f"{root}: not a lake (no {'/ or '.join(dirs)}/ in it)")

@@ -35,7 +35,9 @@ from typing import Any, cast
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
+from seglake.lake_paths import RETIRED_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -46,7 +48,6 @@ from seglake.storage.naming import (
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
-    "RETIRED",
     "Collected",
     "catalog_orphans",
     "collect",
@@ -54,14 +55,13 @@ __all__ = [
     "retired_paths",
 ]
 
-RETIRED = "_retired"
 _COMPANIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def _expand(rel_paths: Iterable[str]) -> list[str]:
     out: list[str] = []
     for p in rel_paths:
-        p = lakefs.validate_relative(p)
+        p = lake_paths.validate_relative(p)
         if p.endswith(LOG_SUFFIX):
             out += [p[: -len(LOG_SUFFIX)] + s for s in _COMPANIONS]
         else:
@@ -83,7 +83,7 @@ def retire(
     :func:`collect` runs past the delay. Returns the manifest path (``None``: no paths)."""
     fs, base = lakefs.resolve(root)
     paths = _expand(rel_paths)
-    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in paths]) if paths else []
+    infos = fs.get_file_info([lake_paths.safe_join(base, p) for p in paths]) if paths else []
     paths = [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]
     if not paths:
         return None
@@ -95,8 +95,8 @@ def retire(
         "paths": paths,
     }
     name = f"{int(version):020d}-{uuid.uuid4().hex[:12]}.json"
-    path = lakefs.join(base, RETIRED, name)
-    fs.create_dir(lakefs.join(base, RETIRED), recursive=True)
+    path = lakefs.join(base, RETIRED_DIR, name)
+    fs.create_dir(lakefs.join(base, RETIRED_DIR), recursive=True)
     lakefs.write_bytes(fs, path, json.dumps(manifest).encode())
     return path
 
@@ -105,10 +105,10 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict[str, Any]
     """Every manifest ``(path, document)``, each checked (:func:`_checked`); one gone
     meanwhile (another ``cleanup``) or not JSON (half-written) counts as empty."""
     out = []
-    for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED), missing_ok=True)):
+    for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED_DIR), missing_ok=True)):
         if not name.endswith(".json"):
             continue
-        path = lakefs.join(base, RETIRED, name)
+        path = lakefs.join(base, RETIRED_DIR, name)
         try:
             doc = json.loads(lakefs.read_all(fs, path))
         except (SegmentNotFoundError, ValueError):  # half-written by a crash: unusable
@@ -120,7 +120,7 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict[str, Any]
 def _checked(path: str, doc: object) -> dict[str, Any]:
     """``doc`` if it is a manifest's shape (the module docstring): an object whose
     ``retired_at_ms`` is an integer and whose ``paths`` are lake paths
-    (:func:`~seglake.fs.validate_relative`); else :class:`CorruptManifestError`."""
+    (:func:`~seglake.lake_paths.validate_relative`); else :class:`CorruptManifestError`."""
     why = None
     if not isinstance(doc, dict):
         why = f"is a JSON {type(doc).__name__}, not an object"
@@ -133,7 +133,7 @@ def _checked(path: str, doc: object) -> dict[str, Any]:
     else:
         for p in doc["paths"]:
             try:
-                lakefs.validate_relative(p)
+                lake_paths.validate_relative(p)
             except InvalidTopicError as exc:
                 why = f"paths: {exc}"
                 break
@@ -201,7 +201,7 @@ def collect(
         in_use = set(catalog.segments().column("path").to_pylist()) if catalog.exists() else set()
     used = set(_expand(in_use))
     wanted = sorted({p for _, m in due for p in m["paths"]})
-    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in wanted]) if wanted else []
+    infos = fs.get_file_info([lake_paths.safe_join(base, p) for p in wanted]) if wanted else []
     retired_at = {p: m["retired_at_ms"] for _, m in due for p in m["paths"]}
     doomed = []
     for rel, info in zip(wanted, infos, strict=True):
@@ -217,10 +217,10 @@ def collect(
         return report
 
     for rel in doomed:  # every target checked before the first delete: all or nothing
-        lakefs.check_delete(fs, base, lakefs.safe_join(base, rel))
+        lake_paths.check_delete(fs, base, lake_paths.safe_join(base, rel))
 
     def delete(rel: str) -> None:
-        lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
+        lakefs.delete_file(fs, lake_paths.safe_join(base, rel), root=base)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(delete, doomed))
@@ -265,7 +265,7 @@ def catalog_orphans(
     """Delete (or list) the parquet files under ``<root>/_catalog/`` that the Delta log
     does not name and that are older than ``older_than_ms`` (at least
     :data:`CATALOG_ORPHAN_MIN_AGE_MS`). Returns their paths relative to the table."""
-    from seglake.lake.table import CATALOG_DIR
+    from seglake.lake_paths import CATALOG_DIR
 
     fs, base = lakefs.resolve(root)
     table = lakefs.join(base, CATALOG_DIR)

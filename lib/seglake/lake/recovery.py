@@ -31,14 +31,16 @@ import pyarrow.compute
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
+from seglake.lake.staging import publish_pending, staged_run_committed
 from seglake.lake.stream_append import cut_uncommitted
 from seglake.lake.topic_store import topic_configs
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
@@ -113,7 +115,7 @@ def recover_partition_rows(
     if not current:
         raise SeglakeError("recover_partition_rows: no rows")
     topic, part = current[0]["topic"], int(current[0]["partition"])
-    directory = lakefs.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
+    directory = lake_paths.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
     by_base = {int(r["base_offset"]): r for r in current}
     if not dry_run:  # bytes a stream batch appended in place and never committed
         cut_uncommitted(fs, root, current)
@@ -286,7 +288,7 @@ def recover_lake(
     catalog.require()
     fs, base = lakefs.resolve(root)
     if not dry_run:
-        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
+        for run in lakefs.listdir(fs, lakefs.join(base, STAGING_DIR), missing_ok=True):
             if staged_run_committed(catalog, run):
                 publish_pending(root, run)
     rows = catalog.segments(list(topics) if topics is not None else None)

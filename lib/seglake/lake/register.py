@@ -49,8 +49,9 @@ from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.broker_configs import broker_topic_configs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.staging import publish_pending
 from seglake.lake.topic_store import adopt_configs
+from seglake.lake_paths import CATALOG_DIR, STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     LOG_SUFFIX,
@@ -162,7 +163,7 @@ def register(
         present = {topic for _, topic, _ in dirs}
         report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
         return _with_configs(report, catalog, meta, present, set())
-    staging = run_dir(base, STAGING, run_id)
+    staging = run_dir(base, STAGING_DIR, run_id)
     existed = lakefs.exists(fs, base)
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict[str, Any]] = []
@@ -271,7 +272,7 @@ def _partition_dirs(
         name = entry.base_name
         if entry.type != pafs.FileType.Directory:
             continue
-        if name in ("_catalog", STAGING) or name.startswith("."):
+        if name in (CATALOG_DIR, STAGING_DIR) or name.startswith("."):
             skipped[name] = "a lake's or a hidden directory"
             continue
         try:
@@ -316,11 +317,11 @@ def _discard(
 ) -> None:
     """A failed run's staged copies deleted unless its commit went through (then
     ``cleanup`` publishes them); ``_staging/`` and a root this run made go if empty."""
-    staging = lakefs.join(base, STAGING)
+    staging = lakefs.join(base, STAGING_DIR)
     with contextlib.suppress(Exception):  # the run's own error is the one to report
         if catalog.run_committed(run_id):
             return
-        lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
+        lakefs.delete_dir(fs, run_dir(base, STAGING_DIR, run_id), root=base)
         if not lakefs.listdir(fs, staging, missing_ok=True):
             lakefs.delete_dir(fs, staging, root=base)
         if made_root and not lakefs.listdir(fs, base, missing_ok=True):

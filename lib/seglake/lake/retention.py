@@ -17,6 +17,7 @@ import uuid
 import pyarrow as pa
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
@@ -95,13 +96,13 @@ def finish_interrupted_deletes(
     orphans: list[str] = []
     for (t, p), start in sorted(starts.items()):
         d = partition_dir_name(t, p)
-        for name in lakefs.listdir(fs, lakefs.safe_join(base, d), missing_ok=True):
+        for name in lakefs.listdir(fs, lake_paths.safe_join(base, d), missing_ok=True):
             rel = f"{d}/{name}"
             parsed = parse_segment_file_name(name)
             if name.endswith(".deleted"):
                 found.append(rel)
                 if not dry_run:
-                    lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
+                    lakefs.delete_file(fs, lake_paths.safe_join(base, rel), root=base)
             elif parsed is not None and parsed[0] < start and rel not in known:
                 found.append(rel)
                 orphans.append(rel)

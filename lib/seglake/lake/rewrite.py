@@ -22,7 +22,8 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
-from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
+from seglake.lake.staging import discard_staging, publish_pending, stage_replaced
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name, run_dir
@@ -78,7 +79,7 @@ def open_sources(root: Root, rows: Sequence[dict[str, Any]]) -> list[MergeSource
 
 def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
     _, base = lakefs.resolve(root)
-    return lakefs.join(run_dir(base, STAGING, run_id), partition_dir_name(topic, partition))
+    return lakefs.join(run_dir(base, STAGING_DIR, run_id), partition_dir_name(topic, partition))
 
 
 def merge_group(

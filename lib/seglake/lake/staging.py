@@ -27,18 +27,18 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.errors import InvalidNameError, SeglakeError, SegmentNotFoundError
-from seglake.lake.catalog import CATALOG_DIR, Catalog
+from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire, retired_paths
 from seglake.lake.rows import segment_refs
 from seglake.lake.snapshot import Snapshot
+from seglake.lake_paths import CATALOG_DIR, RETIRED_DIR, STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    RETIRED_DIR,
-    STAGING_DIR,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     run_dir,
@@ -47,7 +47,6 @@ from seglake.storage.naming import (
 from seglake.testing_hooks import crash_point
 
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-STAGING = STAGING_DIR
 REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
 
@@ -55,7 +54,7 @@ RETIRED_DONE = "_retired.done"
 def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
     """Record, in the run's staging directory, the catalog rows it replaces or removes."""
     fs, base = lakefs.resolve(root)
-    staging = run_dir(base, STAGING, run_id)
+    staging = run_dir(base, STAGING_DIR, run_id)
     fs.create_dir(staging, recursive=True)
     doc = {"rows": [[r["path"], r["run_id"]] for r in rows.select(["path", "run_id"]).to_pylist()]}
     lakefs.write_bytes(fs, lakefs.join(staging, REPLACES), json.dumps(doc).encode())
@@ -64,7 +63,7 @@ def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
 def discard_staging(root: Root, run_id: str) -> None:
     """Delete the staged files of a run that did not commit."""
     fs, base = lakefs.resolve(root)
-    lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
+    lakefs.delete_dir(fs, run_dir(base, STAGING_DIR, run_id), root=base)
 
 
 def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
@@ -77,7 +76,7 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
         stem = path[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
             rel = f"{RETIRED_DIR}/{validate_run_id(old_run)}/{stem}{suffix}"
-            src, dst = lakefs.safe_join(base, stem + suffix), lakefs.safe_join(base, rel)
+            src, dst = lake_paths.safe_join(base, stem + suffix), lake_paths.safe_join(base, rel)
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
@@ -101,7 +100,7 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
     """
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
-    staging = run_dir(base, STAGING, run_id)
+    staging = run_dir(base, STAGING_DIR, run_id)
     if not lakefs.exists(fs, staging):
         return 0
     _retire_replaced(root, fs, base, staging, run_id)
@@ -113,7 +112,7 @@ def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> in
         stem = rel[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
             moves.append(
-                (lakefs.join(staging, stem + suffix), lakefs.safe_join(base, stem + suffix))
+                (lakefs.join(staging, stem + suffix), lake_paths.safe_join(base, stem + suffix))
             )
 
     def move(pair: tuple[str, str]) -> int:
@@ -208,7 +207,7 @@ def cleanup(
     """
     root = LakeLocation.of(root)  # parsed once
     fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, STAGING)
+    staging = lakefs.join(base, STAGING_DIR)
     retired_paths(root)  # a damaged manifest stops the cleanup before anything changes
     catalog = Catalog(root)
     report = CleanupReport([], [], [])

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.lake.stream_segments import Source, joined_row
 from seglake.location import Root
 from seglake.storage.naming import LOG_SUFFIX
@@ -72,7 +73,7 @@ def unchanged(fds: dict[str, int], rows: dict[tuple[str, int], dict[str, Any]], 
     (an appender's bytes land before its commit) and nothing replaced it, so the rows
     read before locking are current."""
     for r in rows.values():
-        path = lakefs.safe_join(base, r["path"])
+        path = lake_paths.safe_join(base, r["path"])
         fd = fds.get(path)
         if fd is None:
             return False
@@ -133,7 +134,7 @@ def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]])
     _, base = lakefs.resolve(root)
     longer = {}
     for r in rows:
-        path = lakefs.safe_join(base, r["path"])
+        path = lake_paths.safe_join(base, r["path"])
         try:
             if os.path.getsize(path) > r["size_bytes"]:
                 longer[path] = r["base_offset"]
@@ -145,7 +146,7 @@ def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]])
 
     with locked(list(longer)) as fds:
         now = Catalog(root).segments(rows[0]["topic"], rows[0]["partition"]).to_pylist()
-        size = {lakefs.safe_join(base, r["path"]): r["size_bytes"] for r in now}
+        size = {lake_paths.safe_join(base, r["path"]): r["size_bytes"] for r in now}
         cut = [p for p, fd in fds.items() if p in size and os.fstat(fd).st_size > size[p]]
         for p in cut:
             os.ftruncate(fds[p], size[p])

@@ -39,14 +39,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, OffsetOrderError
 from seglake.lake.catalog import Catalog, CommitResult
 from seglake.lake.rows import rows_table
-from seglake.lake.staging import STAGING, publish_pending, stage_replaced
+from seglake.lake.staging import publish_pending, stage_replaced
 from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
 from seglake.lake.stream_segments import Source, joined_row, roll, source
 from seglake.lake.topic_store import topic_configs
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -144,7 +146,7 @@ def commit_pieces(
     if append not in APPEND_MODES:
         raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
     fs, base = lakefs.resolve(root)
-    stages = [run_dir(base, STAGING, p.stage) for p in pieces]
+    stages = [run_dir(base, STAGING_DIR, p.stage) for p in pieces]
     catalog = Catalog(root)
     empty = BatchCommit(run_id, None, rows_table([]), [])
     committed, current = catalog.committed_or_segments(run_id)  # one catalog read
@@ -153,7 +155,7 @@ def commit_pieces(
         publish_pending(root, run_id)
         _drop(fs, base, stages)
         return dataclasses.replace(empty, result=_already(catalog, run_id))
-    out_dir = run_dir(base, STAGING, run_id)
+    out_dir = run_dir(base, STAGING_DIR, run_id)
     lakefs.delete_dir(fs, out_dir, root=base)  # an earlier attempt of this batch
     newest = _newest(current)
     in_place = append == "true" and appends_in_place(fs)
@@ -164,7 +166,7 @@ def commit_pieces(
     }
     for t in growable.values():
         publish_pending(root, t["run_id"])  # its files, if still staged
-    paths = [lakefs.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
+    paths = [lake_paths.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
     with locked(paths) as fds:
         if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
             newest = _newest(
@@ -225,7 +227,7 @@ def _write_all(
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
             and not size_full(tail["size_bytes"], cfg)
         ):
-            path = lakefs.safe_join(base, tail["path"])
+            path = lake_paths.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
         groups = roll(sources, cfg, rolling)
         if path and tail is not None and len(groups[0]) > 1:  # the newest segment grows

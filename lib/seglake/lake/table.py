@@ -24,10 +24,10 @@ from seglake import fs as lakefs
 from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
+from seglake.lake_paths import CATALOG_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import validate_partition, validate_run_id, validate_topic
 
-CATALOG_DIR = lakefs.CATALOG_DIR
 APP_ID_PREFIX = "seglake:"
 
 

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError
-from seglake.lake.table import CATALOG_DIR
+from seglake.lake_paths import CATALOG_DIR
 from seglake.location import Root
 
 __all__ = ["commit_times", "version_as_of"]

@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from seglake import fs as lakefs
 from seglake.errors import ConfigError
 from seglake.lake.runs import new_run_id
-from seglake.lake.staging import STAGING
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import Root
 from seglake.spark.kafka_options import BATCH_SINK
 from seglake.spark.sink_columns import check_sink_schema, sink_batch
@@ -110,7 +110,9 @@ def discard_pieces(root: Root, run_id: str) -> int:
     also those no commit message names); the number removed."""
     fs, base = lakefs.resolve(root)
     prefix = f"{run_id}.task-"
-    found = fs.get_file_info(pafs.FileSelector(lakefs.join(base, STAGING), allow_not_found=True))
+    found = fs.get_file_info(
+        pafs.FileSelector(lakefs.join(base, STAGING_DIR), allow_not_found=True)
+    )
     gone = [
         i.path
         for i in found

@@ -44,6 +44,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.lake.topic_store import topic_configs
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
@@ -60,7 +61,7 @@ from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.spark.session import seglake_errors, spark_schema
-from seglake.storage.naming import STAGING_DIR, run_dir, validate_run_id, validate_topic
+from seglake.storage.naming import run_dir, validate_run_id, validate_topic
 
 log = logging.getLogger("seglake.ingest")
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import Root
 from seglake.record.batch import move_base_offsets
 from seglake.record.header_scan import scan_headers
@@ -42,7 +43,6 @@ from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    STAGING_DIR,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
     run_dir,

@@ -28,6 +28,7 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import Root
 from seglake.spark.ingest_keys import (
     COUNT_ROWS,
@@ -41,7 +42,7 @@ from seglake.spark.ingest_keys import (
 )
 from seglake.spark.ingest_plan import PartitionPlan
 from seglake.spark.task_memory import in_task_pool
-from seglake.storage.naming import STAGING_DIR, partition_dir_name, run_dir
+from seglake.storage.naming import partition_dir_name, run_dir
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 from seglake.testing_hooks import crash_point

@@ -307,7 +307,8 @@ def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
     from seglake.lake.catalog import Catalog
     from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
-    from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
+    from seglake.lake.staging import publish_pending, staged_run_committed
+    from seglake.lake_paths import STAGING_DIR
 
     root, config = args.root, _config(args)
     dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
@@ -315,7 +316,7 @@ def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
     catalog.require()
     if not dry_run:
         fs, base = lakefs.resolve(root)
-        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
+        for run in lakefs.listdir(fs, lakefs.join(base, STAGING_DIR), missing_ok=True):
             if staged_run_committed(catalog, run):
                 publish_pending(root, run)
     groups = _partition_groups(catalog.segments(args.topics))

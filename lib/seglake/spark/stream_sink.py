@@ -54,6 +54,7 @@ from seglake.lake.stream_commit import (
     stream_run_id,
 )
 from seglake.lake.topic_store import topic_configs
+from seglake.lake_paths import STAGING_DIR
 from seglake.location import LakeLocation, Root
 from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
@@ -68,7 +69,7 @@ from seglake.spark.kafka_options import (
 )
 from seglake.spark.normalize import check_types
 from seglake.spark.worker_errors import one_line_errors
-from seglake.storage.naming import STAGING_DIR, run_dir, validate_name, validate_topic
+from seglake.storage.naming import run_dir, validate_name, validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
 FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
