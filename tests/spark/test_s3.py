@@ -18,6 +18,7 @@ import seglake
 from seglake import fs as lakefs
 from seglake import lake_paths
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.staging import cleanup
 from seglake.lake_paths import STAGING_DIR
 from seglake.sample import generate
@@ -200,7 +201,7 @@ def test_failed_run_on_s3_leaves_nothing_after_cleanup(spark, spark_s3, messages
             fail_after_records=200,
         )
     assert lake_records(root).empty
-    cleanup(root)
+    cleanup(LakeHandle.open(root))
     s3fs, base = lakefs.resolve(root)
     infos = s3fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
     assert [

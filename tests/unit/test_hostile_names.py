@@ -31,6 +31,7 @@ from seglake.cli.main import main
 from seglake.errors import InvalidNameError, InvalidTopicError, OutsideLakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.lake.retention import apply_retention
 from seglake.lake.rows import rows_table, segment_row
@@ -134,12 +135,12 @@ def test_lake_functions_refuse_a_bad_run_id(
     broker = _broker(tmp_path, pristine, "u")
     before, version = _files(lake), Catalog(str(lake)).version()
     calls = [
-        lambda: register(str(lake), str(broker), run_id=bad),
+        lambda: register(LakeHandle.open(str(lake)), str(broker), run_id=bad),
         lambda: apply_retention(
-            str(lake), RetentionRules(log_start_offsets={("t", 0): 0}), run_id=bad
+            LakeHandle.open(str(lake)), RetentionRules(log_start_offsets={("t", 0): 0}), run_id=bad
         ),
-        lambda: publish_pending(str(lake), bad),
-        lambda: discard_staging(str(lake), bad),
+        lambda: publish_pending(LakeHandle.open(str(lake)), bad),
+        lambda: discard_staging(LakeHandle.open(str(lake)), bad),
         lambda: Catalog(str(lake)).run_committed(bad),
         lambda: run_dir(str(lake), "_staging", bad),
     ]
@@ -147,7 +148,7 @@ def test_lake_functions_refuse_a_bad_run_id(
         calls.append(lambda: row_copies(str(lake), "t-0/00000000000000000000.log", bad))
     from seglake.lake.compaction import run_compaction
 
-    calls.append(lambda: run_compaction(str(lake), run_id=bad))
+    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), run_id=bad))
     for call in calls:
         with pytest.raises(InvalidNameError, match="run id"):
             call()
@@ -231,7 +232,7 @@ def test_illegal_topic_names_are_refused_everywhere(lake: Path, capsys) -> None:
         with pytest.raises(InvalidTopicError):
             check_before_spark("extract", args)
         with pytest.raises(InvalidTopicError):
-            register(str(lake), str(lake.parent / "x"), topics=[bad])
+            register(LakeHandle.open(str(lake)), str(lake.parent / "x"), topics=[bad])
         with pytest.raises(InvalidTopicError):
             Catalog(str(lake)).segments(bad)
     assert main(["config", str(lake), "--topic", "../etc", "--set", "retention.ms=1"]) == 2
@@ -330,7 +331,7 @@ def test_symlinked_segment_files_delete_the_link_only(lake: Path, tmp_path: Path
     shutil.move(segs[0], outside)
     segs[0].symlink_to(outside)
     rules = RetentionRules(log_start_offsets={("t", 0): int(segs[1].stem)})
-    apply_retention(str(lake), rules, delete_delay_ms=0)
+    apply_retention(LakeHandle.open(str(lake)), rules, delete_delay_ms=0)
     assert not segs[0].is_symlink() and outside.exists()
     assert logs(lake / "t-0") == segs[1:]
 
@@ -356,7 +357,7 @@ def test_register_survives_a_symlink_loop(lake: Path, pristine: Path, tmp_path: 
     (broker / "loop-0").symlink_to(broker, target_is_directory=True)
     (broker / "u-0" / "self").symlink_to(broker / "u-0", target_is_directory=True)
     (broker / "w-0").symlink_to(broker / "w-0")  # a dangling loop
-    rep = register(str(lake), str(broker), topics=["u"])
+    rep = register(LakeHandle.open(str(lake)), str(broker), topics=["u"])
     assert rep.rows > 0
     for s in _sentinels(lake):
         assert s.exists()
@@ -427,7 +428,9 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_and_changes_nothing(
     """Old main: ``AttributeError`` / ``TypeError`` tracebacks (or, for ``..``, a
     refusal after other files were already deleted)."""
     segs = logs(lake / "t-0")
-    retire(str(lake), [f"t-0/{segs[0].name}"], version=1, now_ms=1)  # due: would go
+    retire(
+        LakeHandle.open(str(lake)), [f"t-0/{segs[0].name}"], version=1, now_ms=1
+    )  # due: would go
     (lake / "_staging" / "old-run").mkdir(parents=True)
     (lake / "_staging" / "old-run" / "f").write_bytes(b"uncommitted")
     os.utime(lake / "_staging" / "old-run" / "f", (0, 0))
@@ -464,7 +467,7 @@ def _garbage(lake: Path, pristine: Path, n: int = 40) -> None:  # noqa: F811
         d.mkdir(exist_ok=True)
         (d / f"{i:020d}.log").write_bytes(b"x")
         os.utime(d / f"{i:020d}.log", (0, 0))  # older than its retirement
-        retire(str(lake), [f"g-0/{i:020d}.log"], version=1, now_ms=1)
+        retire(LakeHandle.open(str(lake)), [f"g-0/{i:020d}.log"], version=1, now_ms=1)
         run = lake / "_staging" / f"dead-{i}" / "t-0"
         run.mkdir(parents=True)
         (run / "00000000000000000000.log").write_bytes(b"y")
@@ -498,7 +501,7 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path, pristine: Path) -
     def run(start: threading.Barrier, errors: list[BaseException]) -> None:
         start.wait()
         try:
-            cleanup(str(lake), older_than_s=0)
+            cleanup(LakeHandle.open(str(lake)), older_than_s=0)
         except BaseException as exc:
             errors.append(exc)
 
@@ -515,4 +518,4 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path, pristine: Path) -
         assert not list((lake / "g-0").iterdir()) and not list((lake / "_staging").iterdir())
         for r in Catalog(str(lake)).segments().to_pylist():
             assert (lake / r["path"]).stat().st_size == r["size_bytes"]
-        assert collect(str(lake), older_than_ms=0).deleted == []
+        assert collect(LakeHandle.open(str(lake)), older_than_ms=0).deleted == []

@@ -258,15 +258,17 @@ def partition_logs(
     in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
+    from seglake.lake.handle import LakeHandle
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition_dir
     from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)
-    fs, path = lakefs.resolve(target)
+    lake = LakeHandle.open(target)  # a lake or a partition directory
+    fs, path = lake.fs, lake.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        snap = Snapshot.read(target, topic, on_corrupt=on_corrupt)
+        snap = Snapshot.read(lake, topic, on_corrupt=on_corrupt)
         parts = [p for _, p in snap.partitions]
         if not parts:
             raise SegmentNotFoundError(f"{target}: topic {topic!r} has no committed segments")

@@ -61,11 +61,10 @@ def history_table(catalog: Any, entries: Sequence[Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seglake.lake.catalog import Catalog
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit {args.limit}: expected 1 or more")
     check_lake(args.root)
-    catalog = Catalog(args.root)
+    catalog = args.root.catalog
     print(history_table(catalog, catalog.history(limit=args.limit)))
     return 0

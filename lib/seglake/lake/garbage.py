@@ -37,8 +37,8 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake import lake_paths
 from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
+from seglake.lake.handle import LakeHandle
 from seglake.lake_paths import RETIRED_DIR
-from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -70,7 +70,7 @@ def _expand(rel_paths: Iterable[str]) -> list[str]:
 
 
 def retire(
-    root: Root,
+    lake: LakeHandle,
     rel_paths: Iterable[str],
     *,
     version: int,
@@ -81,7 +81,7 @@ def retire(
     """Record that catalog ``version`` removed the files at ``rel_paths`` (relative to
     ``root``; a ``.log`` stands for all the segment's files). They stay readable until
     :func:`collect` runs past the delay. Returns the manifest path (``None``: no paths)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     paths = _expand(rel_paths)
     infos = fs.get_file_info([lake_paths.safe_join(base, p) for p in paths]) if paths else []
     paths = [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]
@@ -149,9 +149,9 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def retired_paths(root: Root) -> set[str]:
+def retired_paths(lake: LakeHandle) -> set[str]:
     """Every path some manifest retires (not collected yet)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     return {p for _, m in _manifests(fs, base) for p in m.get("paths", [])}
 
 
@@ -172,7 +172,7 @@ class Collected:
 
 
 def collect(
-    root: Root,
+    lake: LakeHandle,
     *,
     older_than_ms: int,
     dry_run: bool = False,
@@ -185,8 +185,7 @@ def collect(
     rows name; default: read from the catalog. Those, and files modified after their
     retirement, are kept (their manifest entry is dropped).
     """
-    root = LakeLocation.of(root)  # parsed once
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     now = int(time.time() * 1000) if now_ms is None else now_ms
     manifests = _manifests(fs, base)
     due = [(p, m) for p, m in manifests if now - m["retired_at_ms"] >= older_than_ms]
@@ -195,9 +194,7 @@ def collect(
     if not due:
         return report
     if in_use is None:
-        from seglake.lake.catalog import Catalog
-
-        catalog = Catalog(root)
+        catalog = lake.catalog
         in_use = set(catalog.segments().column("path").to_pylist()) if catalog.exists() else set()
     used = set(_expand(in_use))
     wanted = sorted({p for _, m in due for p in m["paths"]})
@@ -260,14 +257,14 @@ def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
 
 
 def catalog_orphans(
-    root: Root, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
+    lake: LakeHandle, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
 ) -> list[str]:
     """Delete (or list) the parquet files under ``<root>/_catalog/`` that the Delta log
     does not name and that are older than ``older_than_ms`` (at least
     :data:`CATALOG_ORPHAN_MIN_AGE_MS`). Returns their paths relative to the table."""
     from seglake.lake_paths import CATALOG_DIR
 
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     table = lakefs.join(base, CATALOG_DIR)
     if not lakefs.exists(fs, lakefs.join(table, _DELTA_LOG)):
         return []

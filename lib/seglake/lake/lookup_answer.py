@@ -20,6 +20,7 @@ from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededEr
 from seglake.format import NO_TIMESTAMP
 from seglake.lake.lookup_plan import EARLIEST, LATEST, MAX_TS, groups
 from seglake.lake.pinned import PinnedVersion
+from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log_segments import NONE, LogSegments
@@ -89,7 +90,7 @@ class _Answers:
     def request(
         self,
         cache: IndexCache,
-        root: str,
+        root: Root,
         where: tuple[Any, ...],
         make: Callable[..., Request],
     ) -> Request | None:
@@ -120,7 +121,7 @@ class _Answers:
 
 
 def answer_queries(
-    root: str,
+    root: Root,
     parts: dict[Any, dict[str, Any]],
     cache: IndexCache,
     q: pa.Table,
@@ -203,7 +204,7 @@ class _Requests:
     def partition(
         self,
         cache: IndexCache,
-        root: str,
+        root: Root,
         ans: _Answers,
         qs: _Queries,
         k: tuple[Any, ...],
@@ -289,7 +290,7 @@ def _pick_answers(
 
 
 def _scan_on(
-    cache: IndexCache, root: str, ans: _Answers, i: int, t: int, where: tuple[Any, ...]
+    cache: IndexCache, root: Root, ans: _Answers, i: int, t: int, where: tuple[Any, ...]
 ) -> None:
     """Query ``i``'s answer, the record a fetch from offsetsForTimes(``t``) (offset >=
     ``lo``; ``where`` = (key, arrays, s, lo)) returns, by scanning from segment ``s`` on
@@ -326,7 +327,7 @@ def _mark_skipped(
 
 def _open(
     cache: IndexCache,
-    root: str,
+    root: Root,
     a: dict[str, np.ndarray],
     s: int,
     on_corrupt: str = "raise",

@@ -43,13 +43,13 @@ from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, OffsetOrderError
 from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import publish_pending, stage_replaced
 from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
 from seglake.lake.stream_segments import Source, joined_row, roll, source
 from seglake.lake.topic_store import topic_configs
 from seglake.lake_paths import STAGING_DIR
-from seglake.location import LakeLocation, Root
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -119,7 +119,7 @@ def stream_run_id(query_id: str, batch_id: int) -> str:
 
 
 def commit_pieces(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     pieces: Sequence[Piece],
     *,
@@ -142,17 +142,16 @@ def commit_pieces(
             ``true`` in place where the files are local, else a staged copy; ``copy``
             always a staged copy; ``false`` never.
     """
-    root = LakeLocation.of(root)  # parsed once
     if append not in APPEND_MODES:
         raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     stages = [run_dir(base, STAGING_DIR, p.stage) for p in pieces]
-    catalog = Catalog(root)
+    catalog = lake.catalog
     empty = BatchCommit(run_id, None, rows_table([]), [])
     committed, current = catalog.committed_or_segments(run_id)  # one catalog read
     config = topic_configs(catalog, config)  # the driver's writer may not have planned
     if committed:
-        publish_pending(root, run_id)
+        publish_pending(lake, run_id)
         _drop(fs, base, stages)
         return dataclasses.replace(empty, result=_already(catalog, run_id))
     out_dir = run_dir(base, STAGING_DIR, run_id)
@@ -165,7 +164,7 @@ def commit_pieces(
         if append != "false" and not size_full(t["size_bytes"], config.for_topic(k[0]))
     }
     for t in growable.values():
-        publish_pending(root, t["run_id"])  # its files, if still staged
+        publish_pending(lake, t["run_id"])  # its files, if still staged
     paths = [lake_paths.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
     with locked(paths) as fds:
         if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
@@ -184,14 +183,14 @@ def commit_pieces(
             copied = [newest[(t, p)] for t, p, b in tails if (t, p, b) not in grown]
             if copied:  # publishing moves the old files to _retired/ (readers of older versions)
                 stage_replaced(
-                    root, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
+                    lake, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
                 )
             ends = {k: newest[k[:2]]["next_offset"] for k in tails}
             result = catalog.commit(table, run_id, contiguous=assigned, tails=tails, tail_ends=ends)
         except BaseException:
             lakefs.delete_dir(fs, out_dir, root=base)
             raise
-    publish_pending(root, run_id, table)
+    publish_pending(lake, run_id, table)
     _drop(fs, base, stages)
     return BatchCommit(run_id, result, table, tails, grown)
 

@@ -156,7 +156,7 @@ class CatalogTable:
             at = f" version {version}" if version is not None else ""
             why = delta_text(exc)
             if "Json error" in why:  # which commit: Delta does not say
-                fs, base = self.location.resolve()
+                fs, base = self.location.filesystem, self.location.base
                 for _ in log_commits(fs, lakefs.join(base, CATALOG_DIR)):
                     pass
             raise CatalogError(f"cannot open catalog {self.uri}{at}: {why}") from exc
