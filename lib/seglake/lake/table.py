@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from seglake import fs as lakefs
 from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
+from seglake.lake.commit_store import require_put_if_absent
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
 from seglake.lake_paths import CATALOG_DIR
 from seglake.location import LakeLocation, Root
@@ -184,10 +185,13 @@ class CatalogTable:
             )
 
     def create_if_missing(self) -> int:
-        """Create the empty catalog table unless it exists; return the table version."""
+        """Create the empty catalog table unless it exists; return the table version.
+        Refused (:class:`~seglake.errors.UnsafeCommitError`) on a store that, as
+        configured, gives commits no put-if-absent (``lake/commit_store.py``)."""
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
+        require_put_if_absent(self.location)  # every commit comes here first (_transact)
         if not self.exists():
             schema, partition_by = schema_spec()
             try:
