@@ -259,7 +259,7 @@ def apply_recovery_fix(
     return report
 
 
-def partition_groups(rows: pa.Table) -> list[list[dict[str, Any]]]:
+def _partition_groups(rows: pa.Table) -> list[list[dict[str, Any]]]:
     """Catalog rows grouped per partition, in (topic, partition) order, as plain lists
     without ``committed_at`` (picklable task inputs)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -325,7 +325,7 @@ def recover_lake(
         for run in lakefs.listdir(lake.fs, lake.staging_root, missing_ok=True):
             if staged_run_committed(catalog, run):
                 publish_pending(lake, run)
-    groups = partition_groups(catalog.segments(list(topics) if topics is not None else None))
+    groups = _partition_groups(catalog.segments(list(topics) if topics is not None else None))
     intervals = fallback_intervals(
         catalog,
         [g[0]["topic"] for g in groups],
