@@ -23,6 +23,10 @@ ENTRY_POINTS = {
     "lake/handle.py": "LakeHandle.open, the one parse of a lake root",
     "cli/main.py": "every lake command's root, opened once",
     "cli/jobargs.py": "a job's root and input paths, checked before Spark starts",
+    **{
+        f"cli/{name}.py": "run(args): cli/main's handle (itself), or a root given directly"
+        for name in ("cleanup", "configs", "history", "register", "retention", "serve")
+    },
     "cli/recover.py": "a user's path: a lake or a partition directory",
     "cli/consume.py": "a user's path: a lake or a partition directory",
     "cli/offsets.py": "get_offsets, called with the command's handle (or a root)",

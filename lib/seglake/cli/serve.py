@@ -118,7 +118,7 @@ def _swap_in(snap: Snapshot, tp: tuple[str, int], target: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    root: LakeHandle = args.root  # the command's, parsed once
+    root = LakeHandle.open(args.root)  # main's handle (itself), or a root given directly
     temporary = args.data is None
     data = Path(args.data or tempfile.mkdtemp(prefix="seglake-serve-")).resolve()
     try:

@@ -297,7 +297,7 @@ def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
 
     config = _config(args)
     report = recover_lake(
-        args.root,
+        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
         dry_run=args.dry_run,
         force=args.force,
         topics=args.topics,
@@ -316,7 +316,7 @@ def run_retention(spark: SparkSession, args: argparse.Namespace) -> int:
 
     rules, config = jobargs.retention_from_args(args)
     report = apply_retention(
-        args.root,
+        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
         rules,
         now_ms=args.now_ms,
         topics=args.topics,
