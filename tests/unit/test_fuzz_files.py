@@ -52,6 +52,7 @@ from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake import garbage
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import (
     catalog_schema,
     check_rows,
@@ -343,8 +344,10 @@ def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
     (root / "t-0" / f"{0:020d}.log").write_bytes(b"x")
     (root / lake_paths.RETIRED_DIR).mkdir()
     (root / lake_paths.RETIRED_DIR / f"{3:020d}-000000000000.json").write_bytes(data)
-    outcome(garbage.retired_paths, str(root))
-    outcome(garbage.collect, str(root), older_than_ms=0, dry_run=True, in_use=set())
+    outcome(garbage.retired_paths, LakeHandle.open(str(root)))
+    outcome(
+        garbage.collect, LakeHandle.open(str(root)), older_than_ms=0, dry_run=True, in_use=set()
+    )
 
 
 TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "60000", "segment.bytes": "4096"}
@@ -499,8 +502,8 @@ def test_lake_files(tmp_path_factory, suffix: str, codec: str, data: st.DataObje
     (root / "t-0" / f"{0:020d}{suffix}").write_bytes(fuzzed)
     for on_corrupt in ("raise", "skip"):
         read_lake(root, on_corrupt)
-    outcome(recover_lake, str(root), dry_run=True)
-    outcome(recover_lake, str(root), delete_delay_ms=0)
+    outcome(recover_lake, LakeHandle.open(str(root)), dry_run=True)
+    outcome(recover_lake, LakeHandle.open(str(root)), delete_delay_ms=0)
     read_lake(root, "raise")
 
 
@@ -600,7 +603,7 @@ def test_register_broker_dir(
     write_partition(broker / "t-0", {suffix: fuzzed}, codec)
     (broker / "meta.properties").write_bytes(data.draw(inputs(b"version=1\nnode.id=1\n")))
     root = broker.parent / (broker.name + "-lake")
-    if outcome(register, str(root), str(broker), run_id="fuzz") is None:
+    if outcome(register, LakeHandle.open(str(root)), str(broker), run_id="fuzz") is None:
         return
     lake = outcome(seglake.open, str(root))
     part = None if lake is None else outcome(lake.partition, "t", 0)
