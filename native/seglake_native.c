@@ -17,6 +17,9 @@
  * Decompress: sl_inflate (records blocks back to back: raw ones copied, Kafka's lz4
  * frames decoded by a bounds-checked LZ4 block decoder; any other block, and any frame it
  * does not take, is left to the caller's Python decompressor).
+ * Hash: sl_xxh64 (XXH64, seed 0, of each value of an Arrow binary column: the key index's
+ * hash, storage/key_index.py); sl_sort_pairs (the key index's hashes sorted, stable, with
+ * their offsets) and sl_sbbf (its split-block bloom filter, storage/key_filter.py).
  */
 #ifdef SEGLAKE_PYTHON_MODULE /* built by setup.py: also an (empty) importable module */
 #define PY_SSIZE_T_CLEAN
@@ -29,7 +32,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 7
+#define ABI_VERSION 9
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -995,4 +998,99 @@ i64 sl_decode(i64 nb, const i64 *in, i64 b, const i64 *out, const i64 *cap, i64 
     state[8] = c.hvn;
     state[9] = left;
     return b;
+}
+
+/* XXH64 (Yann Collet's xxHash, 64-bit, as its spec XXH64 defines it; little-endian reads)
+ * of data[off[i]:off[i+1]] for i < n, seed 0: an Arrow binary (int32 offsets, wide 0) or
+ * large_binary (int64, wide 1) column's values; a null's (empty) bytes hash like b"". The
+ * numpy twin is seglake.record.key_hash (tests compare them and known vectors). */
+#define XP1 0x9E3779B185EBCA87ULL
+#define XP2 0xC2B2AE3D27D4EB4FULL
+#define XP3 0x165667B19E3779F9ULL
+#define XP4 0x85EBCA77C2B2AE63ULL
+#define XP5 0x27D4EB2F165667C5ULL
+static inline u64 rotl64(u64 x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline u64 rd64(const u8 *p) { u64 v; memcpy(&v, p, 8); return v; }
+static inline uint32_t rd32(const u8 *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline u64 xround(u64 acc, u64 in) { return rotl64(acc + in * XP2, 31) * XP1; }
+static inline u64 xmerge(u64 h, u64 v) { return (h ^ xround(0, v)) * XP1 + XP4; }
+static u64 xxh64(const u8 *p, i64 len) {
+    const u8 *end = p + len;
+    u64 h;
+    if (len >= 32) {
+        u64 v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = 0 - XP1;
+        const u8 *lim = end - 32;
+        do {
+            v1 = xround(v1, rd64(p));
+            v2 = xround(v2, rd64(p + 8));
+            v3 = xround(v3, rd64(p + 16));
+            v4 = xround(v4, rd64(p + 24));
+            p += 32;
+        } while (p <= lim);
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xmerge(xmerge(xmerge(xmerge(h, v1), v2), v3), v4);
+    } else {
+        h = XP5;
+    }
+    h += (u64)len;
+    for (; p + 8 <= end; p += 8) h = rotl64(h ^ xround(0, rd64(p)), 27) * XP1 + XP4;
+    if (p + 4 <= end) {
+        h = rotl64(h ^ ((u64)rd32(p) * XP1), 23) * XP2 + XP3;
+        p += 4;
+    }
+    for (; p < end; p++) h = rotl64(h ^ (*p * XP5), 11) * XP1;
+    h ^= h >> 33;
+    h *= XP2;
+    h ^= h >> 29;
+    h *= XP3;
+    return h ^ (h >> 32);
+}
+
+void sl_xxh64(i64 n, const void *off, i64 wide, const u8 *data, u64 *out) {
+    if (wide) {
+        const i64 *o = (const i64 *)off;
+        for (i64 i = 0; i < n; i++) out[i] = xxh64(data + o[i], o[i + 1] - o[i]);
+    } else {
+        const i32 *o = (const i32 *)off;
+        for (i64 i = 0; i < n; i++) out[i] = xxh64(data + o[i], (i64)o[i + 1] - o[i]);
+    }
+}
+
+/* The n (hash, offset) pairs sorted by hash, stable (equal hashes keep their order: the
+ * offsets ascending): LSD radix sort, eight passes of 8 bits through the scratch arrays
+ * h2, v2 (n each); the result is back in h, v. The numpy twin: argsort(kind="stable"). */
+void sl_sort_pairs(i64 n, u64 *h, uint32_t *v, u64 *h2, uint32_t *v2) {
+    i64 count[8][256]; /* on the stack: callers may run in threads */
+    memset(count, 0, sizeof count);
+    for (i64 i = 0; i < n; i++)
+        for (int p = 0; p < 8; p++) count[p][(h[i] >> (8 * p)) & 255]++;
+    for (int p = 0; p < 8; p++) {
+        i64 at = 0;
+        for (int d = 0; d < 256; d++) {
+            i64 c = count[p][d];
+            count[p][d] = at;
+            at += c;
+        }
+        for (i64 i = 0; i < n; i++) {
+            i64 to = count[p][(h[i] >> (8 * p)) & 255]++;
+            h2[to] = h[i];
+            v2[to] = v[i];
+        }
+        u64 *th = h; h = h2; h2 = th;
+        uint32_t *tv = v; v = v2; v2 = tv;
+    }
+}
+
+/* Parquet's split-block bloom filter (BloomFilter.md): each of the n hashes sets one bit
+ * in each of the 8 words of block ((h >> 32) * blocks) >> 32: bit (lo32(h) * SALT[k]) >> 27
+ * of word k. words: blocks * 8 uint32, zeroed by the caller. */
+void sl_sbbf(i64 n, const u64 *h, i64 blocks, uint32_t *words) {
+    static const uint32_t salt[8] = {0x47b6137bU, 0x44974d91U, 0x8824ad5bU, 0xa2b7289dU,
+                                     0x705495c7U, 0x2df1424bU, 0x9efc4947U, 0x5c6bfb31U};
+    for (i64 i = 0; i < n; i++) {
+        u64 b = ((h[i] >> 32) * (u64)blocks) >> 32;
+        uint32_t x = (uint32_t)h[i];
+        uint32_t *w = words + 8 * b;
+        for (int k = 0; k < 8; k++) w[k] |= 1U << ((x * salt[k]) >> 27);
+    }
 }

@@ -9,6 +9,7 @@ status, length), so a test can tell a ranged GET from a whole-object GET.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from seglake.s3_server import REGION, WeedServer
+from seglake.s3_server import REGION, WeedServer, count_requests
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "test",
@@ -109,3 +110,9 @@ class S3Server:
 def gets(requests: Iterable[Request], suffix: str) -> Iterator[Request]:
     """The GETs of objects whose key ends with ``suffix``."""
     return (r for r in requests if r.method == "GET" and r.path.endswith(suffix))
+
+
+def counts(requests: Iterable[Request]) -> dict[str, int]:
+    """Requests per kind (:func:`seglake.s3_server.request_kind`: GET, ranged GET, PUT,
+    LIST, HEAD, DELETE, POST; zero when absent)."""
+    return count_requests(dataclasses.asdict(r) for r in requests)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import re
 import stat
@@ -47,17 +48,20 @@ from seglake.lake_paths import check_delete
 from seglake.location import LakeLocation, Root
 
 __all__ = [
+    "COALESCE_GAP_BYTES",
     "IO_STATS",
     "WINDOW_BYTES",
     "IOStats",
     "all_zeros",
     "check_regular",
+    "coalesce",
     "delete_dir",
     "delete_file",
     "exists",
     "file_size",
     "join",
     "listdir",
+    "make_dirs",
     "move",
     "native_stderr_held",
     "open_ranged",
@@ -76,6 +80,9 @@ __all__ = [
 # filesystems whose move() is an atomic rename (object stores copy, then delete)
 _ATOMIC_RENAME = frozenset({"local", "hdfs"})
 WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end found): each
+# ranged reads of one object an object store makes one GET across holes up to this size:
+# a request's round trip (tens of ms) costs more than reading 1 MiB on
+COALESCE_GAP_BYTES = 1 << 20
 
 
 def resolve(root: Root, *, endpoint_override: str | None = None) -> tuple[pafs.FileSystem, str]:
@@ -255,12 +262,21 @@ def _check_range(path: str, start: int, length: int) -> None:
 
 
 def read_ranges_into(
-    fs: pafs.FileSystem, path: str, ranges: list[tuple[int, int]], out: memoryview
+    fs: pafs.FileSystem,
+    path: str,
+    ranges: list[tuple[int, int]],
+    out: memoryview,
+    *,
+    handle: pa.NativeFile | None = None,
+    opened: int | None = None,
 ) -> list[int]:
     """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order),
-    the file opened once; returns the bytes each read got (fewer if the file ends).
+    the file opened once (or read through ``handle``, :func:`open_ranged` of ``path``,
+    kept open by the caller; ``opened``: file opens to count, default 1, 0 with it); returns
+    the bytes each read got (fewer if the file ends).
     Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short).
-    A local file is read with ``preadv`` (one system call a range, no seek)."""
+    A local file is read with ``preadv`` (one system call a range, no seek); on an
+    object store ranges near each other are one ranged GET (:func:`coalesce`)."""
     if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got, at = [], 0
@@ -269,14 +285,56 @@ def read_ranges_into(
             for start, length in ranges:
                 got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
                 at += length
+        reads = len(ranges)
     else:
-        with _missing_as_not_found(path), fs.open_input_file(path) as f:
-            for start, length in ranges:
-                f.seek(start)
-                got.append(f.readinto(out[at : at + length]) if length else 0)
-                at += length
-    IO_STATS.record(sum(got), reads=len(ranges))
+        spans = coalesce(ranges)
+        reads = len(spans)
+        got = [0] * len(ranges)
+        places = [0, *itertools.accumulate(n for _, n in ranges)]
+        with _missing_as_not_found(path), contextlib.ExitStack() as stack:
+            f = handle or stack.enter_context(fs.open_input_file(path))
+            for begin, end, members in spans:
+                f.seek(begin)
+                if len(members) == 1:  # straight into ``out``
+                    i = members[0]
+                    got[i] = f.readinto(out[places[i] : places[i] + ranges[i][1]])
+                    continue
+                span = bytearray(end - begin)  # at most WINDOW_BYTES
+                n = f.readinto(span)
+                for i in members:
+                    start, length = ranges[i]
+                    have = max(0, min(length, n - (start - begin)))
+                    out[places[i] : places[i] + have] = span[start - begin : start - begin + have]
+                    got[i] = have
+    if opened is None:
+        opened = 0 if handle else 1
+    IO_STATS.record(sum(got), reads=reads, opened=opened)
     return got
+
+
+def coalesce(
+    ranges: list[tuple[int, int]], gap: int | None = None, limit: int = WINDOW_BYTES
+) -> list[tuple[int, int, list[int]]]:
+    """``ranges`` (``(start, length)``) grouped into spans an object store reads with one
+    ranged GET each: ``(begin, end, [indexes into ranges])``, in file order. Ranges join
+    a span while the hole before them is at most ``gap`` (:data:`COALESCE_GAP_BYTES`:
+    reading a hole that size costs less than a request's round trip) and the span stays
+    within ``limit`` bytes (a read's memory bound); a range longer than ``limit`` is a
+    span of its own. Empty ranges are left out."""
+    gap = COALESCE_GAP_BYTES if gap is None else gap
+    spans: list[tuple[int, int, list[int]]] = []
+    for i in sorted(range(len(ranges)), key=lambda k: ranges[k][0]):
+        start, length = ranges[i]
+        if not length:
+            continue
+        end = start + length
+        if spans:
+            begin, last_end, members = spans[-1]
+            if start - last_end <= gap and max(end, last_end) - begin <= limit:
+                spans[-1] = (begin, max(end, last_end), [*members, i])
+                continue
+        spans.append((start, end, [i]))
+    return spans
 
 
 def _pread_into(fd: int, out: memoryview, start: int) -> int:
@@ -471,14 +529,22 @@ def write_bytes(fs: pafs.FileSystem, path: str, data: bytes | bytearray | memory
         raise
 
 
+def make_dirs(fs: pafs.FileSystem, path: str) -> None:
+    """Directory ``path`` and its parents, where the filesystem has directories (local,
+    HDFS). Nothing on an object store: a key needs no parent, and pyarrow's S3 would make
+    an empty marker object for each level, after a HEAD of the bucket (3 requests a call)."""
+    if renames_atomically(fs):
+        fs.create_dir(path, recursive=True)
+
+
 def move(fs: pafs.FileSystem, src: str, dst: str) -> None:
     """Move a file (a rename where the filesystem has one; copy + delete on object stores).
 
     Raises:
         SegmentNotFoundError: ``src`` does not exist.
     """
-    if renames_atomically(fs) and _parent(dst):
-        fs.create_dir(_parent(dst), recursive=True)
+    if _parent(dst):
+        make_dirs(fs, _parent(dst))
     with _missing_as_not_found(src):
         fs.move(src, dst)
 

@@ -287,12 +287,16 @@ def _build(root: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, str]
 
 
 def _bounded(fs: pafs.FileSystem) -> pafs.FileSystem:
-    """An S3 filesystem with :data:`S3_CONNECT_TIMEOUT_S` (unless it has one) and
-    :data:`S3_ATTEMPTS` attempts per request; others unchanged."""
+    """An S3 filesystem with :data:`S3_CONNECT_TIMEOUT_S` (unless it has one),
+    :data:`S3_ATTEMPTS` attempts per request and delayed opens of written files (a missing
+    bucket is then named at the close); others unchanged."""
     if not isinstance(fs, pafs.S3FileSystem):
         return fs
     rebuild, (kwargs,) = fs.__reduce__()  # every option the filesystem was made with
     if kwargs.get("connect_timeout", -1) < 0:
         kwargs["connect_timeout"] = float(S3_CONNECT_TIMEOUT_S)
     kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)
+    # a file written is one PUT when it ends before the first multipart part (10 MiB),
+    # not a multipart upload begun at its open (a POST, a PUT of the part, a POST)
+    kwargs["allow_delayed_open"] = True
     return rebuild(kwargs)

@@ -34,12 +34,22 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from seglake.loopback import free_port, log_tail, run_in_foreground
 
-__all__ = ["S3ServerError", "WeedServer", "client_environment", "missing_requirements"]
+__all__ = [
+    "REQUEST_KINDS",
+    "S3ServerError",
+    "WeedServer",
+    "client_environment",
+    "count_requests",
+    "missing_requirements",
+    "request_kind",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 WEED = Path(os.environ.get("SEGLAKE_WEED", REPO / ".bin" / "weed"))
@@ -412,6 +422,31 @@ def serve_proxy(
             pass  # a client or weed gone mid-request: the client sees its connection close
 
     Server(("127.0.0.1", port), Handler).serve_forever()
+
+
+REQUEST_KINDS = ("GET", "ranged GET", "PUT", "LIST", "HEAD", "DELETE", "POST")
+
+
+def request_kind(method: str, path: str, query: str | None, range_: str | None) -> str:
+    """What one request of the proxy's log is, for counting: a ``LIST`` is a GET of a
+    bucket (``/bucket``, with or without a ``list-type``/``prefix``/``delimiter`` query),
+    a ``ranged GET`` one with a ``Range`` header; otherwise the method."""
+    if method != "GET":
+        return method
+    q = query or ""
+    if "list-type" in q or "prefix=" in q or "delimiter" in q or path.strip("/").count("/") == 0:
+        return "LIST"
+    return "ranged GET" if range_ else "GET"
+
+
+def count_requests(entries: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Requests per :func:`request_kind` of the proxy log's ``entries`` (its JSON lines,
+    parsed): every kind of :data:`REQUEST_KINDS`, zero when absent."""
+    out = dict.fromkeys(REQUEST_KINDS, 0)
+    for e in entries:
+        k = request_kind(e["method"], e["path"], e.get("query"), e.get("range"))
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 # ------------------------------------------------------------------ make s3

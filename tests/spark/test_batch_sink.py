@@ -25,6 +25,7 @@ from seglake.sample import generate
 from seglake.spark import register
 from seglake.spark.batch_sink import OVERWRITE_REFUSED
 from seglake.testing_hooks import CRASH_AT, CRASH_ONCE
+from tests.key_index_check import check_partition_dir
 from tests.lake_check import lake_records, same_records_as_input
 from tests.process_group import run_group
 from tests.spark.test_ingest import partition_records
@@ -134,6 +135,8 @@ def test_written_records_decode_with_kafka_python_and_read_back(spark, tmp_path)
     )
     assert back == sorted((*r, 0) for r in got_all)  # CreateTime
     assert _staged(root) == []
+    for p in range(N_PARTITIONS):  # each segment with its .keyindex (the sink's writers)
+        assert check_partition_dir(Path(root) / f"orders-{p}")
 
 
 def test_timestamps_double_or_absent_and_a_topic_column(spark, tmp_path):

@@ -1,7 +1,9 @@
 """A real Spark standalone cluster (a master and one worker on 127.0.0.1, started from the
 venv's pyspark): ingest, extract and lookup through ./spark-submit.sh, with executors in
 JVMs and Python workers of their own (own working directory, seglake only from the zip
-spark-submit.sh ships), answers checked against a brute-force decode without Spark."""
+spark-submit.sh ships), answers checked against a brute-force decode without Spark; the
+lake on a local path and on object storage (SeaweedFS's S3 on loopback,
+tests/s3_server.py: executors see no local lake path)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from seglake.lake.handle import LakeHandle
 from seglake.lake.staging import open_partition
 from seglake.sample import START_MS, generate
 from tests.conftest import ROOT
+from tests.s3_server import CREDENTIALS
 
 pytestmark = pytest.mark.spark
 
@@ -124,8 +127,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
             _stop(proc)
 
 
-def submit(url: str, log: Path, job: str, *args: str) -> None:
-    """``./spark-submit.sh --master URL ... JOB ARGS``; fails with the job's output."""
+def submit(url: str, log: Path, *args: str) -> None:
+    """``./spark-submit.sh --master URL ... [SPARK OPTIONS] JOB ARGS``; fails with the
+    job's output."""
     cmd = [
         str(ROOT / "spark-submit.sh"),
         "--master", url,
@@ -135,8 +139,9 @@ def submit(url: str, log: Path, job: str, *args: str) -> None:
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.ui.showConsoleProgress=false",
         "--conf", "spark.sql.shuffle.partitions=2",
-        job, *args,
+        *args,
     ]  # fmt: skip
+    job = next(a for a in args if not a.startswith("--"))
     with log.open("wb") as out:
         try:
             res = subprocess.run(
@@ -161,15 +166,38 @@ def lake_records(root: str) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
+def launched(worker_log: Path) -> int:
+    """Executors the worker launched so far."""
+    return worker_log.read_text().count("Asked to launch executor")
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake_root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A lake root and the spark-submit options its jobs need: a local path, or an
+    ``s3://`` root on the SeaweedFS server (endpoint in the root's query; its dummy
+    credentials in this process's environment, so the driver's, and passed to the
+    executors as ``spark.executorEnv.*``: executors see no local lake path)."""
+    if request.param == "local":
+        yield str(tmp_path / "lake"), []
+        return
+    server = request.getfixturevalue("s3_credentials")
+    server.create_bucket("cluster")
+    yield (
+        server.root("cluster", "lake"),
+        [f"--conf=spark.executorEnv.{k}={v}" for k, v in CREDENTIALS.items()],
+    )
+
+
 def test_ingest_extract_lookup_on_a_standalone_cluster(
-    cluster: tuple[str, Path], tmp_path: Path
+    cluster: tuple[str, Path], lake_root: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     cluster, worker_log = cluster
+    root, opts = lake_root
+    before = launched(worker_log)
     messages = generate(3000, seed=11, rate_per_s=200.0)
     pq.write_table(messages, tmp_path / "messages.parquet")
-    root = str(tmp_path / "lake")
     submit(
-        cluster, tmp_path / "ingest.log", "ingest",
+        cluster, tmp_path / "ingest.log", *opts, "ingest",
         "--input", str(tmp_path / "messages.parquet"), "--root", root,
         "--num-partitions", "2", "--conf", "log.segment.bytes=65536",
     )  # fmt: skip
@@ -190,7 +218,7 @@ def test_ingest_extract_lookup_on_a_standalone_cluster(
     # extract (Kafka's semantics): offsetsForTimes(start) .. offsetsForTimes(end) per partition
     start, end = START_MS + 4_000, START_MS + 9_000
     submit(
-        cluster, tmp_path / "extract.log", "extract", "--root", root, "--topic", "orders",
+        cluster, tmp_path / "extract.log", *opts, "extract", "--root", root, "--topic", "orders",
         "--start", str(start), "--end", str(end), "--output", str(tmp_path / "extract"),
     )  # fmt: skip
     out = pq.read_table(tmp_path / "extract")
@@ -218,7 +246,7 @@ def test_ingest_extract_lookup_on_a_standalone_cluster(
         queries.append({"topic": topic, "partition": part, "timestamp": START_MS + 7_777})
     (tmp_path / "queries.json").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
     submit(
-        cluster, tmp_path / "lookup.log", "lookup", "--root", root,
+        cluster, tmp_path / "lookup.log", *opts, "lookup", "--root", root,
         "--queries", str(tmp_path / "queries.json"), "--output", str(tmp_path / "lookup"),
     )  # fmt: skip
     answers = pq.read_table(tmp_path / "lookup").to_pylist()
@@ -236,7 +264,7 @@ def test_ingest_extract_lookup_on_a_standalone_cluster(
         else:
             assert a["status"] == "offset_out_of_range", a
     # each job ran its tasks in an executor the worker launched (not in the driver)
-    assert worker_log.read_text().count("Asked to launch executor") == 3
+    assert launched(worker_log) - before == 3
 
 
 def test_delta_input_and_output_on_a_standalone_cluster(
@@ -245,8 +273,7 @@ def test_delta_input_and_output_on_a_standalone_cluster(
     """With delta-spark (``make jars``: spark-submit.sh adds ``--jars`` and Delta's session
     extension), ``--input-format delta`` and ``--output-format delta`` run Spark's Delta
     reader and writer on the cluster: a table with a deletion vector is read without its
-    deleted rows, and the output's commit is delta-spark's. (After the test above: it
-    counts the executors launched.)"""
+    deleted rows, and the output's commit is delta-spark's."""
     from deltalake import DeltaTable
 
     from seglake.spark.session import extra_jars

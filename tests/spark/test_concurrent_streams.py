@@ -6,6 +6,7 @@ pyspark instead (``session.worker_python``)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyspark
 import pytest
 
@@ -29,7 +30,8 @@ def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
 
 def test_four_streams_started_together_read_what_the_batch_source_reads(spark, tmp_path):
     root = str(tmp_path / "lake")
-    msgs = generate(1200, seed=31, topics=TOPICS)
+    # 120 records a topic: three micro-batches each at maxOffsetsPerTrigger 50
+    msgs = pa.concat_tables(generate(120, seed=31 + i, topics=(t,)) for i, t in enumerate(TOPICS))
     ingest(spark, spark.createDataFrame(msgs), root, num_partitions=2)
     queries = []
     for topic in TOPICS:

@@ -15,6 +15,7 @@ from seglake.lake.catalog import Catalog
 from seglake.sample import generate
 from seglake.spark import direct_ingest
 from seglake.spark.ingest import ingest
+from tests.key_index_check import check_key_index
 
 pytestmark = pytest.mark.spark
 CONF = {
@@ -122,7 +123,11 @@ def test_direct_path_writes_the_same_bytes_and_rows(spark, tmp_path, monkeypatch
     assert slow.records == fast.records == 13000
     a, b = _files(tmp_path / "df"), _files(tmp_path / "pa")
     assert len(a) > 6 * len(splits) and a.keys() == b.keys()
-    assert [k for k in a if a[k] != b[k]] == []
+    assert [k for k in a if a[k] != b[k]] == []  # .keyindex too: rebased pieces' headers
+    logs = [k for k in b if k.endswith(".log") and not k.startswith("_")]
+    assert len([k for k in b if k.endswith(".keyindex")]) == len(logs)
+    for k in logs:
+        check_key_index(tmp_path / "pa" / k)
     assert _rows(str(tmp_path / "df")) == _rows(str(tmp_path / "pa"))
 
 

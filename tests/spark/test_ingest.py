@@ -24,6 +24,7 @@ from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark.ingest import ingest
 from seglake.storage.index_builder import rebuild_indexes
+from tests.key_index_check import check_key_index
 
 pytestmark = pytest.mark.spark
 
@@ -102,6 +103,7 @@ def test_indexes_equal_a_rebuild_and_pass_sanity_checks(lake, capsys):
         assert Path(stem + ".index").read_bytes() == oi.to_bytes()
         assert Path(stem + ".timeindex").read_bytes() == ti.to_bytes()
         assert r["index_entries"] == len(oi) and r["time_index_entries"] == len(ti)
+        check_key_index(log_path)  # written by the ingest task's SegmentWriter
     files = glob.glob(os.path.join(root, "*", "*.index")) + glob.glob(
         os.path.join(root, "*", "*.timeindex")
     )

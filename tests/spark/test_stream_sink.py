@@ -25,6 +25,7 @@ from seglake.spark import ingest_batch
 from seglake.spark.ingest import ingest
 from seglake.spark.stream_sink import query_id
 from seglake.testing_hooks import CRASH_AT
+from tests.key_index_check import check_partition_dir
 from tests.lake_check import lake_records, same_records_as_input
 from tests.process_group import run_group
 
@@ -139,6 +140,8 @@ def test_ingest_batch_for_foreach_batch_is_idempotent_per_batch(spark, tmp_path)
     assert first.committed and first.run_id == stream_run_id("q1", 7)
     assert again.already_committed
     assert same_records_as_input(lake_records(root), msgs)
+    for d in Path(root).glob("*-[0-9]*"):  # each segment with its .keyindex
+        check_partition_dir(d)
 
 
 def test_the_log_end_offsets_are_read_when_the_writer_goes_to_the_tasks(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -362,3 +363,34 @@ def test_read_with_tiny_cache(root, truth):
         want = df[df["offset"] >= offset].head(k)["offset"].tolist()
         assert part.read(offset, k, as_="arrow").column("offset").to_pylist() == want
     assert len(lake._cache._items) <= 1
+
+
+def test_find_keys_equals_brute_force(lake, truth):
+    """lake.find(topic, key, start, end): every record of the keys (one or many, str or
+    bytes) through the key indexes, equal to a brute-force filter of the decoded logs."""
+    both = pd.concat([truth[("orders", p)].assign(partition=p) for p in (0, 1)], ignore_index=True)
+    ts = both["timestamp"].to_numpy()
+    lo, hi = int(np.percentile(ts, 20)), int(np.percentile(ts, 70))
+    for key, start, end in [
+        ("k3", None, None),
+        (b"k16", None, None),
+        ([b"k1", "k2", None, b"absent"], None, None),
+        (["k5", "k6"], lo, hi),
+        ("absent", None, None),
+    ]:
+        keys = [key] if isinstance(key, bytes | str) else key
+        wanted = {k.encode() if isinstance(k, str) else k for k in keys if k is not None}
+        want = both[both["key"].isin(wanted)]
+        if start is not None:
+            want = want[(want["timestamp"] >= start) & (want["timestamp"] < end)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # every segment answered by its key index
+            got = lake.find("orders", key, start, end)
+        assert list(zip(got["partition"], got["offset"], strict=True)) == list(
+            zip(want["partition"], want["offset"], strict=True)
+        ), key
+        assert got["value"].tolist() == want["value"].tolist()
+    t = lake.find("clicks", "k1", as_="arrow")
+    assert t.schema == KAFKA_SOURCE_SCHEMA and t.num_rows == len(
+        truth[("clicks", 0)].query("key == b'k1'")
+    )

@@ -22,6 +22,7 @@ from seglake.lake.rows import rows_table, segment_row
 from seglake.record.batch import DELETE_HORIZON_BIT, scan_batches
 from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import recover_segment
+from tests.key_index_check import check_partition_dir
 from tests.lake_check import lake_records
 from tests.txn_log import write_transactional_log
 
@@ -119,6 +120,7 @@ def test_first_round_matches_the_model(tmp_path: Path, seed: int, codec: int) ->
     for r in rows.to_pylist():
         scan = scan_batches((root / r["path"]).read_bytes())
         assert scan.error is None and scan.crc_valid.all()
+    assert check_partition_dir(root / "c-0") == rows.num_rows  # each with its .keyindex
     # a second round with nothing dirty changes nothing
     again = run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW)
     assert not again.committed and again.partitions[0].action == "skip"

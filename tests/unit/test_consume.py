@@ -244,7 +244,7 @@ def test_memory_stays_bounded(big: Path) -> None:
     sink = _Count()
     tracemalloc.start()
     try:
-        n = consume(logs, sink, SeglakeFormatter(), chunk_records=500)
+        n = consume(str(big), logs, sink, SeglakeFormatter(), chunk_records=500)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -299,3 +299,54 @@ def test_damaged_batch_is_an_error_or_skipped_and_named(tmp_path: Path, capsysbi
     lines = err.splitlines()
     assert len(lines) == 2 and "skipped a damaged batch" in lines[0] and str(log) in lines[0]
     assert lines[1] == f"Processed a total of {len(want)} messages"
+
+
+def _txn_partition(d: Path) -> None:
+    """Three segments of one partition with transactions of four producers, two
+    aborted across a segment boundary (producer 7: offsets 0..4, ABORT at 5)."""
+    TXN = 0x10
+
+    def b(values: list[bytes], base: int, pid: int = -1, txn: bool = False) -> bytes:
+        block = b"".join(raw_record(0, i, b"k", v) for i, v in enumerate(values))
+        return raw_batch(
+            block, len(values), base_offset=base, attributes=TXN if txn else 0, producer_id=pid
+        )
+
+    def c(kind: ControlType, base: int, pid: int) -> bytes:
+        return control_batch(kind, base_offset=base, producer_id=pid)
+
+    abort, commit = ControlType.ABORT, ControlType.COMMIT
+    segments = {
+        0: [b([b"a0", b"a1"], 0, 7, True), b([b"c2"], 2, 8, True), b([b"p3"], 3)],
+        5: [c(abort, 5, 7), b([b"c6"], 6, 8, True), c(commit, 7, 8), b([b"a8"], 8, 9, True)],
+        9: [b([b"a9"], 9, 9, True), c(abort, 10, 9), b([b"p11"], 11)],
+    }
+    segments[0].append(b([b"a4"], 4, 7, True))
+    segments[9] += [b([b"a12"], 12, 10, True), c(abort, 13, 10), b([b"p14"], 14)]
+    d.mkdir(parents=True)
+    for base, batches in segments.items():
+        (d / f"{base:020d}.log").write_bytes(b"".join(batches))
+    recover_partition(str(d))  # writes each segment's .txnindex
+
+
+def test_read_committed_across_segments_and_limits(tmp_path: Path, capsysbinary) -> None:
+    """Aborted transactions whose markers lie in a later segment than their records are
+    dropped under read_committed, from any start offset and with any limit (the read's
+    plan collects them from the segment holding the start on)."""
+    d = tmp_path / "tx-0"
+    _txn_partition(d)
+    every = b"a0 a1 c2 p3 a4 c6 a8 a9 p11 a12 p14".split()
+    committed = b"c2 p3 c6 p11 p14".split()
+    assert run_cli(capsysbinary, str(d), "--topic", "tx")[1] == b"\n".join(every) + b"\n"
+    rc_args = ["--topic", "tx", "--isolation-level", "read_committed"]
+    _, out, err = run_cli(capsysbinary, str(d), *rc_args)
+    assert out == b"\n".join(committed) + b"\n" and err.endswith(" 5 messages\n")
+    _, out, _ = run_cli(capsysbinary, str(d), *rc_args, "--partition", "0", "--offset", "4")
+    assert out == b"c6\np11\np14\n"
+    _, out, _ = run_cli(capsysbinary, str(d), *rc_args, "--max-messages", "3")
+    assert out == b"c2\np3\nc6\n"
+    _, out, _ = run_cli(capsysbinary, str(d), "--topic", "tx", "--max-messages", "6")
+    assert out == b"\n".join(every[:6]) + b"\n"
+    assert main(["read", str(d), "--offset", "4", "--max-records", "4"]) == 0
+    read = capsysbinary.readouterr().out.splitlines()
+    assert [line.split(b" ")[1] for line in read] == [b"4", b"6", b"8", b"9"]

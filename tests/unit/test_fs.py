@@ -312,3 +312,58 @@ def test_s3_reads_of_a_known_size_segment_head_each_file_once(
     heads = sorted(r.path.split("/root/", 1)[1] for r in got if r.method == "HEAD")
     assert heads == [f"_retired/r1/{path}", f"_staging/r1/{path}", path]
     assert all(r.range for r in got if r.method == "GET")  # no listing, no whole object
+
+
+# ------------------------------------------------------------------ coalesced ranged reads
+
+
+def test_coalesce_joins_ranges_across_small_holes_within_the_window() -> None:
+    ranges = [(5000, 10), (0, 100), (150, 50), (0, 0), (3_000_000, 8), (3_000_100, 4)]
+    assert fs.coalesce(ranges, gap=1000) == [
+        (0, 200, [1, 2]),
+        (5000, 5010, [0]),
+        (3_000_000, 3_000_104, [4, 5]),
+    ]
+    # the default gap (1 MiB) joins the first three; a span never passes the limit
+    assert fs.coalesce(ranges)[0] == (0, 5010, [1, 2, 0])
+    assert fs.coalesce([(0, 10), (20, 10), (40, 10)], gap=100, limit=30) == [
+        (0, 30, [0, 1]),
+        (40, 50, [2]),
+    ]
+    assert fs.coalesce([(0, 50), (60, 10)], gap=100, limit=30) == [(0, 50, [0]), (60, 70, [1])]
+
+
+def test_read_ranges_into_on_an_object_store_is_one_read_a_span() -> None:
+    """On a filesystem that is not the local one (pyarrow's mock: an object store's
+    code path) ranges near each other are one ranged read, each still landing in its
+    own place of ``out`` (in the order given), short where the file ends."""
+    store = pafs._MockFileSystem()
+    data = bytes(range(256)) * 64  # 16 KiB
+    with store.open_output_stream("f") as out:
+        out.write(data)
+    ranges = [(9000, 16), (10, 20), (16380, 100), (0, 0), (40, 5)]
+    buf = bytearray(sum(n for _, n in ranges))
+    fs.IO_STATS.reset()
+    got = fs.read_ranges_into(store, "f", ranges, memoryview(buf))
+    assert got == [16, 20, 4, 0, 5]
+    assert fs.IO_STATS.reads == 1  # 0 .. 16384: holes under 1 MiB
+    at = 0
+    for (start, length), n in zip(ranges, got, strict=True):
+        assert bytes(buf[at : at + n]) == data[start : start + n]
+        at += length
+
+
+def test_make_dirs_only_where_there_are_directories(tmp_path: Path) -> None:
+    """Local paths get their directories; an object store (pyarrow's mock here) gets no
+    marker objects (S3: a HEAD of the bucket and a PUT per level, for nothing)."""
+    fs.make_dirs(pafs.LocalFileSystem(), str(tmp_path / "a" / "b"))
+    assert (tmp_path / "a" / "b").is_dir()
+    store = pafs._MockFileSystem()
+    fs.make_dirs(store, "bucket/lake/t-0")
+    assert store.get_file_info(pafs.FileSelector("", recursive=True)) == []
+
+
+def test_s3_files_are_opened_for_writing_lazily() -> None:
+    """A small file written to S3 is one PUT, not a multipart upload begun at its open."""
+    s3, _ = fs.resolve("s3://bkt/lake?endpoint_override=127.0.0.1:9&scheme=http&region=x")
+    assert s3.__reduce__()[1][0]["allow_delayed_open"] is True

@@ -31,6 +31,7 @@ ENTRY_POINTS = {
     "cli/consume.py": "a user's path: a lake or a partition directory",
     "cli/offsets.py": "get_offsets, called with the command's handle (or a root)",
     "cli/dump.py": "a user's file paths (no lake)",
+    "cli/read.py": "a user's partition directory",
     "cli/targets.py": "a user's partition directory",
     "spark/jobs.py": "the job main: the root opened once; output paths",
     "spark/read_options.py": "the data source's and stream source's options",

@@ -33,10 +33,12 @@ from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
 from seglake.record.encode import encode_batches
 from seglake.storage.index_builder import rebuild_indexes
+from seglake.storage.key_index import key_index_of_log
 from seglake.storage.merge import MergeSource, group_segments, merge_segments, merged_tail
 from seglake.storage.naming import segment_file_name
 from seglake.storage.segment import LogSegment
 from seglake.storage.tail_minima import tail_minima
+from tests.key_index_check import check_key_index
 from tests.lake_check import lake_records
 from tests.unit.test_recovery import INTERVAL, make_lake, pristine  # noqa: F401
 
@@ -149,6 +151,7 @@ def test_every_copy_path_gives_a_rebuild(tmp_path_factory, per_seg, interval, co
             "offset": pa.array(np.cumsum(rng.integers(1, 4, n)), pa.int64()),
             "timestamp": pa.array(1_700_000_000_000 + rng.integers(0, 10**6, n), pa.int64()),
             "value": pa.array([b"v" * int(k) for k in rng.integers(0, 90, n)], pa.binary()),
+            "key": pa.array([None if k < 2 else b"k%d" % k for k in rng.integers(0, 9, n)]),
         }
     )
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -168,6 +171,9 @@ def test_every_copy_path_gives_a_rebuild(tmp_path_factory, per_seg, interval, co
         ts = scan.max_timestamp[sel]
         seg = LogSegment(fs, str(path), size=b - a)
         nxt = int(scan.last_offset[first + k - 1]) + 1
+        if len(sources) % 2:  # a source with its .keyindex (reused), one without (read)
+            idx = key_index_of_log(buf[a:b], scan_batches(buf[a:b]), seg.base_offset, nxt)
+            path.with_suffix(".keyindex").write_bytes(idx.to_bytes())
         sources.append(MergeSource(seg, nxt, k, int(ts.min()), int(ts.max()), None))
         first += k
     want_oi, want_ti = rebuild_indexes(scan_batches(buf), int(scan.base_offset[0]), interval)
@@ -182,6 +188,7 @@ def test_every_copy_path_gives_a_rebuild(tmp_path_factory, per_seg, interval, co
         assert Path(info.log_path).read_bytes() == buf
         assert Path(f"{stem}.index").read_bytes() == want_oi.to_bytes()
         assert Path(f"{stem}.timeindex").read_bytes() == want_ti.to_bytes()
+        check_key_index(info.log_path)
         infos[name] = dataclasses.replace(info, log_path="")
     assert infos["kernel"] == infos["pread"] == infos["stream"]
 

@@ -28,6 +28,7 @@ from seglake.storage.log import PartitionLog
 from seglake.storage.recovery import recover_partition, recover_segment
 from seglake.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import FIXTURES
+from tests.key_index_check import check_partition_dir
 from tests.unit.test_decode import control_batch, raw_batch, raw_record
 
 N = 400
@@ -196,8 +197,12 @@ def test_broker_indexes_kept_byte_for_byte(tmp_path: Path) -> None:
     d = tmp_path / "__consumer_offsets-0"
     shutil.copytree(FIXTURES / "__consumer_offsets-0", d)
     before = snapshot(d)
-    assert not recover_partition(str(d)).changed
-    assert snapshot(d) == before
+    rep = recover_partition(str(d))
+    assert not rep.changed and rep.segments[0].key_index == "missing"
+    after = snapshot(d)  # the broker's files byte for byte, a .keyindex beside them
+    assert {k: v for k, v in after.items() if not k.endswith(".keyindex")} == before
+    assert check_partition_dir(d) == 1
+    assert recover_partition(str(d)).segments[0].key_index is None  # kept, once right
     forced = recover_partition(str(d), force=True)
     assert forced.segments[0].rebuilt and forced.segments[0].truncated_bytes == 0
     assert (d / "00000000000000000000.log").read_bytes() == before["00000000000000000000.log"]

@@ -17,6 +17,7 @@ from seglake.lake.register import register
 from seglake.lake.staging import open_partition
 from tests.compat.test_fixture_lookups import brute, first_at_or_after, row_tuples
 from tests.conftest import FIXTURE_PARTITIONS, FIXTURES, load_expected
+from tests.key_index_check import check_key_index
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,7 @@ def test_rows_match_expected(lake: Path, partition: str) -> None:
             assert (lake / partition / f"{name}{suffix}").read_bytes() == (
                 FIXTURES / partition / f"{name}{suffix}"
             ).read_bytes()
+        check_key_index(lake / partition / f"{name}.log")  # built for the broker's segment
 
 
 @pytest.mark.parametrize("partition", FIXTURE_PARTITIONS)

@@ -127,7 +127,7 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
     assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
     assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
-        segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex")
+        segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex", ".keyindex")
     )
     log = open_partition(LakeHandle.open(str(root)), "t", 0)
     assert log.log_start_offset == int(segs[-1].stem) and log.log_end_offset == N

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from seglake import fs
-from seglake.s3_server import main, missing_requirements
+from seglake.s3_server import count_requests, main, missing_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +24,21 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dir", "port"]) == 2
     assert "PORT must be a TCP port number, not 'port'" in capsys.readouterr().err
     assert main(["--help"]) == 2 and "usage:" in capsys.readouterr().out
+
+
+def test_request_log_entries_are_counted_by_kind() -> None:
+    """The proxy log's lines as the request-count test and bench count them."""
+    entries = [
+        {"method": "GET", "path": "/b/k", "query": None, "range": None},
+        {"method": "GET", "path": "/b/k", "query": None, "range": "bytes=0-9"},
+        {"method": "GET", "path": "/b", "query": "list-type=2&prefix=a%2F", "range": None},
+        {"method": "GET", "path": "/b", "query": None, "range": None},
+        {"method": "HEAD", "path": "/b/k", "query": None, "range": None},
+        {"method": "POST", "path": "/b", "query": "delete", "range": None},
+    ]
+    assert count_requests(entries) == {
+        "GET": 1, "ranged GET": 1, "PUT": 0, "LIST": 2, "HEAD": 1, "DELETE": 0, "POST": 1,
+    }  # fmt: skip
 
 
 def test_make_s3_serves_and_stops_on_sigterm(

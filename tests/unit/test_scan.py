@@ -35,3 +35,18 @@ def test_scan_cut_by_offsets_reads_every_offset_once(tmp_path: Path, least, most
         assert len(groups) >= least
     if least is None and most is None:  # by bytes: the scan's tasks as they are
         assert sorted(t for g in groups for t in g) == sorted(tasks)
+
+
+def test_tasks_are_the_plan_a_segment_at_a_time(tmp_path: Path) -> None:
+    """``Scan.tasks()`` yields ``plan()``'s tasks, and a reader that stops after the
+    first opens no later segment's offset index (the CLI's early stops)."""
+    root = tmp_path / "lake"
+    keyed_lake(root)
+    snap = Snapshot.read(LakeHandle.open(str(root)), "c")
+    scan = Scan(snap, (120, 10**9), split_bytes=300)
+    assert list(scan.tasks()) == scan.plan()
+    fresh = Snapshot.read(LakeHandle.open(str(root)), "c", cache=IndexCache())
+    first = next(Scan(fresh, (120, 10**9), split_bytes=300).tasks())
+    log = fresh.log((first.topic, first.partition))
+    later = [s for s in log.segments if s.base_offset > first.base_offset]
+    assert later and all(s._offset_index is None for s in later)

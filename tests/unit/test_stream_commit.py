@@ -21,6 +21,7 @@ from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces
 from seglake.storage.segment_join import rebase
 from seglake.storage.stats import STAT_COLUMNS
 from seglake.storage.writer import SegmentWriter
+from tests.key_index_check import check_partition_dir
 from tests.lake_check import lake_records
 
 CONF = LogConfig.load(
@@ -122,6 +123,8 @@ def test_pieces_are_rebased_in_task_order_and_grow_the_newest_segment(tmp_path):
         FS, str(root / "t-0" / "00000000000000000000.log"), interval=256, dry_run=True
     )
     assert not rec.changed and rec.next_offset == 80
+    assert rec.key_index is None  # the joined and the grown segments' .keyindex are right
+    assert check_partition_dir(root / "t-0") == check_partition_dir(root / "t-1") == 1
     row = segs[segs.partition == 0].iloc[0]
     for c in STAT_COLUMNS:  # what the files say of it, tail minima aside (checked below)
         if c == "tail_min_timestamps":
@@ -168,7 +171,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {
         str(f.relative_to(root)): f.read_bytes()
         for f in sorted(root.glob("t-*/*"))
-        if f.suffix in (".log", ".index", ".timeindex")
+        if f.suffix in (".log", ".index", ".timeindex", ".keyindex")
     }
 
 
@@ -198,6 +201,9 @@ def test_in_place_append_equals_the_staged_copy_byte_for_byte(tmp_path):
     assert in_place, "some batches grew a segment in place"
     grown, copied = (_files(r) for r in roots.values())
     assert grown == copied
+    assert any(name.endswith(".keyindex") for name in grown)
+    for d in roots["true"].glob("t-*"):
+        check_partition_dir(d)
     cols = [c for c in Catalog(str(roots["copy"])).segments().schema.names if c != "committed_at"]
     assert (
         Catalog(str(roots["true"]))
@@ -317,7 +323,7 @@ def test_pieces_at_their_final_offsets_are_moved_as_rewritten_ones_would_be(tmp_
             r = _commit(root, f"stream-q-{i}", [piece], True, append="false")
             assert r.result.committed
     assert _files(lakes["moved"]) == _files(lakes["rebased"])
-    assert len(_files(lakes["moved"])) == 6  # two segments
+    assert len(_files(lakes["moved"])) == 8  # two segments (.keyindex equal too)
 
 
 def test_an_in_place_append_planned_on_rows_read_before_another_append_rereads_them(

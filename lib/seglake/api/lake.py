@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.api.partition import LRU, Partition
-from seglake.api.show import html_table
+from seglake.api.show import As, html_table, output
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
 from seglake.lake.handle import LakeHandle
 from seglake.lake.snapshot import Snapshot
@@ -150,6 +150,31 @@ class Lake:
                 )
             p = self._partitions[key] = Partition(self, topic, key[1], rows)
         return p
+
+    def find(
+        self,
+        topic: str,
+        key: bytes | str | Sequence[bytes | str | None],
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        *,
+        as_: As = "pandas",
+    ) -> Any:
+        """Every record of ``topic`` whose key is ``key`` (or one of a list of keys), with
+        ``start <= timestamp < end`` when given: the data source's columns (``key``,
+        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset.
+        Without Spark: each partition's :meth:`Partition.find`, through the segments' key
+        indexes."""
+        keys = [key] if isinstance(key, bytes | str) else list(key)
+        parts = [
+            self.partition(topic, p).find(keys, start, end, as_="arrow")
+            for p in self.partitions(topic)
+        ]
+        if not parts:
+            raise SegmentNotFoundError(
+                f"{self.root}: no segments of topic {topic!r} in catalog version {self.version}"
+            )
+        return output(pa.concat_tables(parts), as_)
 
     def describe(self) -> pd.DataFrame:
         """Per topic-partition: segments, offsets, records, bytes, time range, index entries."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.render import iso, size_text
+from seglake.storage.key_lookup import find_keys
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
 from seglake.storage.stats import STAT_COLUMNS
@@ -208,6 +211,49 @@ class Partition:
         segments = {s.base_offset: s for s in self.log.segments}
         recs = read_tasks(lambda t: segments[t.base_offset], tasks, SplitReads())
         return output(recs, as_)
+
+    def find(
+        self,
+        keys: Sequence[bytes | str | None],
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        *,
+        as_: As = "pandas",
+    ) -> Any:
+        """Every record whose key is one of ``keys`` (bytes; str as UTF-8), with
+        ``start <= timestamp < end`` when given, in offset order (Kafka source columns;
+        aborted transactional records included, as read_uncommitted reads them).
+
+        Each segment is asked through its ``.keyindex`` (:func:`~seglake.storage.
+        key_lookup.find_keys`: its filter, its sorted hashes, then the key bytes compared);
+        segments whose time range misses ``[start, end)`` are skipped. A segment without
+        a usable key index is scanned: one warning says which and why.
+        """
+        lo = None if start is None else to_millis(start)
+        hi = None if end is None else to_millis(end)
+        parts, scanned = [], []
+        for seg in self.log.segments:
+            if lo is not None and seg.max_timestamp < lo:
+                continue
+            m = find_keys(seg, list(keys))
+            if m.scanned:
+                scanned.append(m.status)
+            t = m.records.drop_columns(["query"])
+            ts = t.column("timestamp")
+            if lo is not None:
+                t = t.filter(pc.greater_equal(ts, lo))
+                ts = t.column("timestamp")
+            if hi is not None:
+                t = t.filter(pc.less(ts, hi))
+            parts.append(t)
+        if scanned:
+            warnings.warn(
+                f"{self.topic}-{self.partition}: {len(scanned)} segment(s) scanned without "
+                f"a key index, e.g. {scanned[0]}",
+                stacklevel=3,
+            )
+        recs = pa.concat_tables(parts) if parts else empty_records()
+        return output(to_kafka_source(recs, self.topic, self.partition), as_)
 
     def summary(self) -> dict[str, Any]:
         """One :meth:`Lake.describe` row."""

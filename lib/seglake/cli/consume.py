@@ -39,8 +39,8 @@ import pyarrow as pa
 from seglake.cli.targets import report_skipped, skip_corrupt
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
-from seglake.storage.log import PartitionLog
-from seglake.storage.txn_index import collect_aborted
+from seglake.location import LakeLocation, Root
+from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
 
 if TYPE_CHECKING:
     from seglake.cli.jobargs import Parser
@@ -288,49 +288,31 @@ def partition_logs(
     return [log]
 
 
-def _start(log: PartitionLog, offset: str, from_ms: int | None) -> int | None:
-    if from_ms is not None:
-        found = log.offsets_for_times(from_ms)
-        return None if found is None else found.offset
-    if offset == "earliest":
-        return log.log_start_offset
-    if offset == "latest":
-        return log.log_end_offset
-    return max(int(offset), log.log_start_offset)
-
-
 def records(
+    root: Root,
     log: PartitionLog,
     start: int,
     end: int,
     *,
     read_committed: bool = False,
     chunk_records: int = CHUNK_RECORDS,
+    expect: int | None = None,
 ) -> Iterator[pa.Table]:
     """Records with ``start <= offset < end`` in chunks of at most ``chunk_records``
-    (control records left out; with ``read_committed`` also aborted transactions')."""
-    pos = start
-    while pos < end:
-        t = log.read(pos, chunk_records)
-        if not t.num_rows:
-            return
-        off = t.column("offset").to_numpy()
-        keep = off < end
-        if read_committed:
-            first = log.segment_index_for_offset(pos) or 0
-            txns = collect_aborted(
-                (s.txn_index for s in log.segments[first:]), pos, int(off[-1]) + 1
-            )
-            tx = t.column("transactional").to_numpy(zero_copy_only=False)
-            keep &= ~(txns.aborted_mask(off, t.column("producer_id").to_numpy()) & tx)
-        if not keep.all():
-            t = t.filter(pa.array(keep))
-        if t.num_rows:
-            yield t
-        pos = int(off[-1]) + 1
+    (control records left out; with ``read_committed`` also aborted transactions'): the
+    read planned and read as every read is (:func:`~seglake.lake.scan_read.log_records`;
+    ``expect``: about that many are wanted)."""
+    from seglake.lake.scan_read import log_records
+
+    isolation = "read_committed" if read_committed else "read_uncommitted"
+    where = LakeLocation.of(root)  # a user's path: a lake or a partition directory
+    for t in log_records(where, log, start, end, isolation_level=isolation, expect=expect):
+        for at in range(0, t.num_rows, chunk_records):
+            yield t.slice(at, chunk_records)
 
 
 def consume(
+    root: Root,
     logs: list[PartitionLog],
     out: BinaryIO,
     formatter: Formatter,
@@ -342,19 +324,26 @@ def consume(
     read_committed: bool = False,
     chunk_records: int = CHUNK_RECORDS,
 ) -> int:
-    """Write the records of ``logs`` to ``out``; returns how many were written."""
+    """Write the records of ``logs`` (opened from ``root``: a lake or a partition
+    directory) to ``out``; returns how many were written. Each partition from ``offset``
+    (or ``from_ms``'s offset) to its end (or ``to_ms``'s): the bounds of Spark's Kafka
+    source (:func:`~seglake.lake.scan.offset_bound`)."""
+    from seglake.lake.scan import offset_bound
+
+    named = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
+    first = named[offset] if offset in named else int(offset)
     n: int = 0
     for log in logs:
-        start = _start(log, offset, from_ms)
-        end = log.log_end_offset
-        if to_ms is not None:
-            found = log.offsets_for_times(to_ms)
-            end = end if found is None else found.offset
-        if start is None or start >= end:
+        tp = (log.topic, log.partition)
+        start = offset_bound(log, tp, offset=first, timestamp=from_ms, within_log=False)
+        end = offset_bound(log, tp, offset=LATEST_TIMESTAMP, timestamp=to_ms)
+        if start >= end:
             continue
+        left = None if max_messages is None else max_messages - n
         for t in records(
-            log, start, end, read_committed=read_committed, chunk_records=chunk_records
-        ):
+            root, log, start, end, read_committed=read_committed, chunk_records=chunk_records,
+            expect=left,
+        ):  # fmt: skip
             if max_messages is not None and n + t.num_rows > max_messages:
                 t = t.slice(0, max_messages - n)
             out.write(formatter.format(log.topic, log.partition, t))
@@ -426,6 +415,7 @@ def run(args: argparse.Namespace) -> int:
     n = 0
     try:
         n = consume(
+            args.target,
             logs,
             out,
             formatter,

@@ -45,6 +45,7 @@ from seglake.storage.naming import (
     BOOTSTRAP_CHECKPOINT,
     CHECKPOINT_SUFFIX,
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -632,6 +633,11 @@ def dump(
     for path in files:
         name = path.rsplit("/", 1)[-1]
         suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
+        if suffix == KEY_INDEX_SUFFIX:  # seglake's own file beside a segment (`dump dir/*`):
+            if not as_json:  # Kafka's DumpLogSegments lines for a file it does not know
+                out.write(f"Dumping {path}\n")
+                err.write(f"Ignoring unknown file {path}\n")
+            continue
         if suffix not in DUMPED_SUFFIXES:
             raise ValueError(f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file")
         if not as_json:

@@ -133,10 +133,10 @@ def get_offsets(
     root: Root | LakeHandle, timestamp: int, allowed: Filter
 ) -> list[tuple[str, int, int]]:
     """``(topic, partition, offset)`` of every partition of the lake ``allowed`` selects,
-    by ``PartitionLog.offsets_for_times``; partitions without an answer left out."""
+    by ``PartitionLog.offsets_for_times`` of the snapshot's logs (those a
+    :class:`~seglake.lake.scan.Scan` seeks with); partitions without an answer left out."""
     lake = LakeHandle.open(root)  # parsed once (a handle: the command's)
     from seglake.lake.snapshot import Snapshot
-    from seglake.lake.staging import open_partition
 
     check_lake(lake)
     snapshot = Snapshot.read(lake)
@@ -151,7 +151,7 @@ def get_offsets(
         )
     out = []
     for t, p in chosen:
-        found = open_partition(lake, t, p, rows=snapshot.rows[(t, p)]).offsets_for_times(timestamp)
+        found = snapshot.log((t, p)).offsets_for_times(timestamp)
         if found is not None:
             out.append((t, p, found.offset))
     return out

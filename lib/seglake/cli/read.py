@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from seglake.cli.consume import record_dict
 from seglake.cli.jobargs import Parser, non_negative
 from seglake.cli.targets import open_log, report_skipped, skip_corrupt
 from seglake.errors import SegmentNotFoundError
+from seglake.location import LakeLocation
+
+if TYPE_CHECKING:
+    from seglake.storage.log import PartitionLog
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -36,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             f"{log.log_start_offset}",
             file=sys.stderr,
         )
-    for r in log.read(args.offset, args.max_records).to_pylist():
+    for r in _records(args.partition_dir, log, args.offset, args.max_records):
         if args.json:
             print(json.dumps(record_dict(r)))
         else:
@@ -47,6 +53,22 @@ def run(args: argparse.Namespace) -> int:
             )
     report_skipped(log)
     return 0
+
+
+def _records(root: str, log: PartitionLog, offset: int, n: int) -> Iterator[dict[str, Any]]:
+    """The first ``n`` records from ``offset`` on, read as every read is
+    (:func:`~seglake.lake.scan_read.log_records`: planned and read a task at a time)."""
+    from seglake.lake.scan_read import log_records
+
+    if n <= 0:
+        return
+    where = LakeLocation.of(root)  # the user's partition directory
+    for t in log_records(where, log, offset, log.log_end_offset, expect=n):
+        for r in t.slice(0, n).to_pylist():
+            yield r
+            n -= 1
+        if n <= 0:
+            return
 
 
 def _past_end(path: str, offset: int, start: int, end: int) -> None:

@@ -39,12 +39,7 @@ from seglake import lake_paths
 from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.handle import LakeHandle
 from seglake.lake_paths import RETIRED_DIR
-from seglake.storage.naming import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-)
+from seglake.storage.naming import LOG_SUFFIX, SEGMENT_SUFFIXES
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
@@ -55,7 +50,7 @@ __all__ = [
     "retired_paths",
 ]
 
-_COMPANIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_COMPANIONS = SEGMENT_SUFFIXES
 
 
 def _expand(rel_paths: Iterable[str]) -> list[str]:

@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from seglake.errors import CorruptRecordError, SeglakeError, VersionSupersededError
 from seglake.format import NO_TIMESTAMP
-from seglake.lake.lookup_plan import EARLIEST, LATEST, MAX_TS, groups
+from seglake.lake.lookup_plan import EARLIEST, LATEST, MAX_TS, groups, segment_for
 from seglake.lake.pinned import PinnedVersion
 from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, RECORD_SCHEMA, empty_records
 from seglake.storage.index_cache import IndexCache
-from seglake.storage.log_segments import NONE, LogSegments
+from seglake.storage.log_segments import NONE
 from seglake.storage.point_reads import (
     Gather,
     Request,
@@ -227,8 +227,7 @@ class _Requests:
             qs.has_off[o_q[out]], "offset_out_of_range", "no_record_at_offset"
         )
         o_q = o_q[~out]
-        segments: LogSegments = a["segments"]
-        for s, qi in _split_by(segments.floor_many(target[o_q]), o_q):
+        for s, qi in _split_by(segment_for(a, target[o_q]), o_q):
             uniq, which = np.unique(target[qi], return_inverse=True)
             req = ans.request(
                 cache, root, (k, a, s, qi), lambda seg, u=uniq: offset_request(seg, u)
@@ -238,9 +237,9 @@ class _Requests:
                 self.by_off.append((qi, (k, a, s, None)))
         # timestamps (-3: the largest one): the first segment whose running max reaches it
         t_q = ts_q[(ts[ts_q] >= 0) | (ts[ts_q] == MAX_TS)]
-        top = segments.largest()
-        target[t_q[ts[t_q] == MAX_TS]] = int(a["max_timestamp"][top])
-        s_of = np.where(ts[t_q] == MAX_TS, top, segments.for_time_many(target[t_q]))
+        s_of = segment_for(a, np.full(len(t_q), -1, np.int64), ts[t_q])
+        is_max = ts[t_q] == MAX_TS
+        target[t_q[is_max]] = a["max_timestamp"][s_of[is_max]]
         none = (s_of == NONE) | (target[t_q] < 0)
         ans.status[t_q[none]] = "no_record_for_timestamp"
         for s, qi in _split_by(s_of[~none], t_q[~none]):

@@ -55,13 +55,22 @@ def partition_arrays(snapshot: Snapshot) -> dict[TopicPartition, dict[str, np.nd
     return out
 
 
-def segment_for(a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Segment index of each query (-1: answered without a segment / no segment)."""
+def segment_for(
+    a: dict[str, np.ndarray], off: np.ndarray, ts: np.ndarray | None = None
+) -> np.ndarray:
+    """The one segment choice of a point query (the Spark side's grouping and the
+    answers alike): each query's segment index in the partition arrays ``a``, by
+    :class:`LogSegments` (-1: answered without a segment / no segment). An offset
+    (``off >= 0``): the floor segment; else a timestamp (``ts``; ``None``: offsets
+    only): the first segment whose largest timestamp reaches it, -2 (earliest) the
+    first, -3 (the largest timestamp) the segment holding it."""
     segments: LogSegments = a["segments"]  # type: ignore[assignment]
     seg = np.full(len(off), NONE, dtype=np.int64)
     is_off = off >= 0
     if is_off.any():
         seg[is_off] = segments.floor_many(off[is_off])
+    if ts is None:
+        return seg
     is_ts = ~is_off & (ts >= 0)
     if is_ts.any():
         seg[is_ts] = segments.for_time_many(ts[is_ts])

@@ -21,7 +21,7 @@ plan_files() -> FileScanTask``: a :class:`Scan` of a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from seglake.errors import ConfigError, DataLossError
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, offset_ranges
@@ -155,28 +155,42 @@ class Scan:
         """The tasks of the scan (one catalog read: the snapshot's)."""
         return self.planned().tasks
 
+    def tasks(self) -> Iterator[SegmentTask]:
+        """:meth:`plan`'s tasks one segment at a time, each segment's indexes read only
+        when its tasks are asked for: a reader that stops early (``consume
+        --max-messages``, ``read``) plans no further than it reads."""
+        for mine, _ in self._segments(self.ranges()):
+            yield from mine
+
     def planned(self) -> ScanPlan:
         """:meth:`plan` with the segments read, the bytes past the end time and each
         partition's range."""
         ranges = self.ranges()
+        tasks: list[SegmentTask] = []
+        nsegs = tail = 0
+        for mine, t in self._segments(ranges):
+            tasks += mine
+            nsegs, tail = nsegs + 1, tail + t
+        return ScanPlan(tasks, self.snapshot.version, nsegs, ranges, tail)
+
+    def _segments(
+        self, ranges: dict[TopicPartition, Range]
+    ) -> Iterator[tuple[list[SegmentTask], int]]:
+        """``(tasks, bytes past the end time)`` of each segment read, in
+        the order of the ranges' pieces (:func:`~seglake.lake.packing.offset_ranges`)."""
         pieces = offset_ranges(
             [(t, p, lo, hi) for (t, p), (lo, hi) in ranges.items()],
             min_partitions=self.min_partitions,
             max_records_per_partition=self.max_records_per_partition,
         )
-        tasks: list[SegmentTask] = []
-        nsegs = tail = 0
         for topic, p, lo, hi in pieces:
-            mine, n, t = self._partition_tasks((topic, p), (lo, hi))
-            tasks += mine
-            nsegs, tail = nsegs + n, tail + t
-        return ScanPlan(tasks, self.snapshot.version, nsegs, ranges, tail)
+            yield from self._partition_tasks((topic, p), (lo, hi))
 
     def _partition_tasks(
         self, tp: TopicPartition, offsets: Range
-    ) -> tuple[list[SegmentTask], int, int]:
-        """The tasks of one partition's offsets ``[lo, hi)`` (inside its log): ``(tasks,
-        segments read, bytes past the end time)``."""
+    ) -> Iterator[tuple[list[SegmentTask], int]]:
+        """The tasks of one partition's offsets ``[lo, hi)`` (inside its log), a segment
+        at a time: ``(tasks, bytes past the end time)``."""
         log, meta = self.snapshot.log(tp), self.snapshot.rows[tp].to_pylist()
         (lo, hi), filtering = offsets, not self.seek_times
         ts_lo, ts_hi = self.times if filtering else ALL
@@ -201,8 +215,6 @@ class Scan:
         aborted: Aborted = ()
         if self.isolation_level == "read_committed" and chosen:
             aborted = _aborted(log, chosen[0][0], lo, hi)
-        out: list[SegmentTask] = []
-        tail = 0
         for i, first, last in chosen:
             seg = log.segments[i]
             base = SegmentTask(
@@ -212,10 +224,9 @@ class Scan:
                 ts_lo, ts_hi, aborted, self.snapshot.version,
             )  # fmt: skip
             mine = _segment_tasks(seg, base, first, self.split_bytes)
-            if meta[i]["max_timestamp"] >= ts_hi:
-                tail += _tail_bytes(seg, ts_hi, mine)
-            out += mine
-        return out, len(chosen), tail
+            past_end = ts_hi < NO_TS_HI and meta[i]["max_timestamp"] >= ts_hi
+            tail = _tail_bytes(seg, ts_hi, mine) if past_end else 0
+            yield mine, tail
 
 
 def offset_bound(

@@ -7,6 +7,7 @@ aborted transactions filtered.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -14,14 +15,21 @@ import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
-from seglake.lake.scan import SegmentTask
-from seglake.location import Root
+from seglake.lake.scan import Scan, SegmentTask
+from seglake.lake.snapshot import Snapshot
+from seglake.location import LakeLocation, Root
 from seglake.record.batch import HEADER_SIZE
-from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source, without_headers
+from seglake.record.schema import (
+    KAFKA_SOURCE_SCHEMA,
+    empty_records,
+    to_kafka_source,
+    without_headers,
+)
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_window import Window
-from seglake.storage.txn_index import AbortedTxn, TransactionIndex
+from seglake.storage.txn_index import aborted_records
 from seglake.storage.window_records import (
     NO_TS_HI,
     NO_TS_LO,
@@ -45,6 +53,8 @@ class SplitReads:
     by_user: ``version`` is one the read asked for (``versionAsOf``), not the current
         one it was planned on (the error then says the lake changed under the read).
     headers: the ``headers`` column (else none, and none of their bytes copied).
+    records: the internal record columns (millisecond timestamps, producer ids; what
+        the CLI prints) instead of the Kafka source's.
     """
 
     isolation_level: str = "read_uncommitted"
@@ -53,6 +63,7 @@ class SplitReads:
     version: int | None = None
     by_user: bool = True
     headers: bool = True
+    records: bool = False
 
 
 def read_split(
@@ -131,13 +142,58 @@ def read_tasks(
     out, at = [], 0
     for split, n in zip(splits, rows.tolist(), strict=True):
         if n:
-            out.append(_split_records(table.slice(at, n), split, how.isolation_level))
+            kept = _split_records(table.slice(at, n), split, how.isolation_level)
+            out.append(kept if how.records else to_kafka_source(kept, split.topic, split.partition))
         at += n
     if out:
         return pa.concat_tables(out)
+    if how.records:
+        return empty_records(headers=how.headers)
     return (
         KAFKA_SOURCE_SCHEMA if how.headers else without_headers(KAFKA_SOURCE_SCHEMA)
     ).empty_table()
+
+
+LOG_SPLIT_BYTES = 1 << 20  # log bytes of one table of log_records
+
+
+def log_records(
+    root: LakeLocation,
+    log: PartitionLog,
+    lo: int,
+    hi: int,
+    *,
+    isolation_level: str = "read_uncommitted",
+    split_bytes: int = LOG_SPLIT_BYTES,
+    expect: int | None = None,
+) -> Iterator[pa.Table]:
+    """Records (internal schema) of a log a reader opened itself with ``lo <= offset <
+    hi``, read as every read is: a :class:`~seglake.lake.scan.Scan` of its snapshot
+    (:meth:`~seglake.lake.snapshot.Snapshot.of_partition_log`) planned a segment at a
+    time, each task read by :func:`read_tasks` with the log's own segments. One table
+    per task of at most about ``split_bytes`` of log (none empty): memory stays bounded,
+    and a reader that stops early plans and reads no further. ``expect``: the reader
+    wants about that many records (``consume --max-messages``, ``read``): the offsets
+    ``[lo, lo + expect)`` are planned first, alone (the batches holding them, not a
+    whole split), then the rest."""
+    lo = max(lo, log.log_start_offset)  # nothing below the log start is visible
+    cuts = [lo, min(hi, lo + expect), hi] if expect is not None else [lo, hi]
+    segments = {s.base_offset: s for s in log.segments}
+    how = SplitReads(isolation_level=isolation_level, records=True)
+    snapshot = Snapshot.of_partition_log(root, log)
+    for a, b in itertools.pairwise(cuts):
+        if a >= b:
+            continue
+        scan = Scan(
+            snapshot,
+            offsets={(log.topic, log.partition): (a, b)},
+            isolation_level=isolation_level,
+            split_bytes=split_bytes,
+        )
+        for task in scan.tasks():
+            t = read_tasks(lambda s: segments[s.base_offset], [task], how)
+            if t.num_rows:
+                yield t
 
 
 def _split_batches(
@@ -160,7 +216,7 @@ def _split_batches(
 
 
 def _split_records(t: pa.Table, split: SegmentTask, isolation_level: str) -> pa.Table:
-    """Decoded records of a split's batches -> the split's rows (Kafka source schema)."""
+    """Decoded records of a split's batches -> the split's rows (internal schema)."""
     lo, hi, ts_lo, ts_hi = split.lo, split.hi, split.ts_lo, split.ts_hi
     off = t.column("offset").to_numpy()
     mask = (off >= lo) & (off < hi)
@@ -168,13 +224,13 @@ def _split_records(t: pa.Table, split: SegmentTask, isolation_level: str) -> pa.
         ts = t.column("timestamp").to_numpy()
         mask &= (ts >= ts_lo) & (ts < ts_hi)
     if isolation_level == "read_committed" and split.aborted:
-        txn = TransactionIndex()
-        for p, f, last in sorted(split.aborted, key=lambda x: x[2]):
-            txn.append(AbortedTxn(p, f, last, last))
-        aborted = txn.aborted_mask(off, t.column("producer_id").to_numpy())
-        tx = t.column("transactional").to_numpy(zero_copy_only=False)
-        mask &= ~(aborted & tx)
-    return to_kafka_source(keep_rows(t, mask), split.topic, split.partition)
+        mask &= ~aborted_records(
+            split.aborted,
+            off,
+            t.column("producer_id").to_numpy(),
+            t.column("transactional").to_numpy(zero_copy_only=False),
+        )
+    return keep_rows(t, mask)
 
 
 def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:

@@ -12,13 +12,14 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pyarrow as pa
 
+from seglake.format import LONG_MAX, LONG_MIN
 from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import catalog_schema, segment_refs
 from seglake.location import LakeLocation
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 
-__all__ = ["Snapshot", "TopicPartition", "by_partition"]
+__all__ = ["Snapshot", "TopicPartition", "by_partition", "log_rows"]
 
 TopicPartition = tuple[str, int]
 
@@ -77,6 +78,13 @@ class Snapshot:
         (their segments) it holds: no catalog read, no segment opened again."""
         return cls(root, version, {tp: rows}, _logs={tp: log})
 
+    @classmethod
+    def of_partition_log(cls, root: LakeLocation, log: PartitionLog) -> Snapshot:
+        """A log a reader opened itself (a broker's partition directory, or one of a lake
+        opened through its catalog: ``seglake consume``, ``read``) as a snapshot of its
+        one partition (version -1), with the rows :func:`log_rows` gives it."""
+        return cls.of_log(root, -1, (log.topic, log.partition), log_rows(log), log)
+
     def select(self, partitions: Iterable[TopicPartition]) -> Snapshot:
         """These partitions only (the logs opened so far kept)."""
         keep = {tp: self.rows[tp] for tp in sorted(partitions) if tp in self.rows}
@@ -112,3 +120,29 @@ class Snapshot:
     def ends(self) -> dict[TopicPartition, int]:
         """Each partition's log end offset."""
         return {tp: self.log(tp).log_end_offset for tp in self.rows}
+
+
+def log_rows(log: PartitionLog) -> pa.Table:
+    """The rows a :class:`~seglake.lake.scan.Scan` plans a log's read on, from what the log
+    knows without reading its segments: each segment's path, size and base offset; its
+    next offset a committed segment's row's, else the next segment's base offset (the
+    last one's: the log end offset; an upper bound where compaction left a gap); its
+    timestamps unknown (smallest and largest int64: a time filter prunes none of its
+    segments, no tail minima)."""
+    segs = log.segments
+    bounds = [*(s.base_offset for s in segs[1:]), log.log_end_offset][: len(segs)]
+    nexts = [s.next_offset if s.committed else b for s, b in zip(segs, bounds, strict=True)]
+    n = len(segs)
+    return pa.table(
+        {
+            "path": pa.array([s.log_path for s in segs], pa.string()),
+            "size_bytes": pa.array([s.size for s in segs], pa.int64()),
+            "base_offset": pa.array([s.base_offset for s in segs], pa.int64()),
+            "next_offset": pa.array(nexts, pa.int64()),
+            "min_timestamp": pa.array([LONG_MIN] * n, pa.int64()),
+            "max_timestamp": pa.array([LONG_MAX] * n, pa.int64()),
+            "tail_min_timestamps": pa.nulls(n, pa.list_(pa.struct([("offset", pa.int64())]))),
+            "run_id": pa.nulls(n, pa.string()),
+            "index_interval_bytes": pa.nulls(n, pa.int64()),
+        }
+    )

@@ -38,13 +38,12 @@ from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     validate_run_id,
 )
 from seglake.testing_hooks import crash_point
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
 
@@ -77,7 +76,6 @@ def _retire_replaced(lake: LakeHandle, staging: str, run_id: str) -> int:
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
-                fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
                 try:
                     lakefs.move(fs, src, dst)
                 except SegmentNotFoundError:  # another cleanup retired it meanwhile
@@ -113,7 +111,6 @@ def publish_pending(lake: LakeHandle, run_id: str, rows: pa.Table | None = None)
         src, dst = pair
         if not lakefs.exists(fs, src):
             return 0
-        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         try:
             lakefs.move(fs, src, dst)
         except SegmentNotFoundError:  # another cleanup published it meanwhile

@@ -50,8 +50,10 @@ from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
 from seglake.lake.stream_segments import Source, joined_row, roll, source
 from seglake.lake.topic_store import topic_configs
 from seglake.lake_paths import STAGING_DIR
+from seglake.storage.key_index import move_key_index
 from seglake.storage.naming import (
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
@@ -319,6 +321,7 @@ def _write(
         s = group[0]  # a piece already at its final offsets: its files are the segment's
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             lakefs.move(fs, s.path[: -len(LOG_SUFFIX)] + suffix, stem + suffix)
+        move_key_index(fs, s.path[: -len(LOG_SUFFIX)] + KEY_INDEX_SUFFIX, stem + KEY_INDEX_SUFFIX)
         row = {c: s.row[c] for c in PIECE_COLUMNS if c not in ("path", "topic", "partition")}
         return {
             **row,

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 7  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 9  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -73,6 +73,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     # batches, inputs, first, outputs, capacities, state, scratch, its size, records room,
     # its size, max block, headers (record/decode_fused.py)
     "sl_decode": (_I, [_I, _P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I]),
+    # n, Arrow offsets, int64 offsets?, data, out (record/key_hash.py)
+    "sl_xxh64": (None, [_I, _P, _I, _P, _P]),
+    # n, hashes, offsets, their scratch twins (storage/key_index.py)
+    "sl_sort_pairs": (None, [_I, _P, _P, _P, _P]),
+    # n, hashes, blocks, words (storage/key_filter.py)
+    "sl_sbbf": (None, [_I, _P, _I, _P]),
 }
 _loaded: list[ctypes.CDLL | None] = []  # [the kernel or None] once looked for
 

@@ -40,8 +40,10 @@ from seglake.record.batch import move_base_offsets
 from seglake.record.header_scan import scan_headers
 from seglake.spark.arrow_input import Normalizer, Split, split_topics
 from seglake.spark.ingest_tasks import SEGMENT_ROWS, task_dir
+from seglake.storage.key_index import move_key_index
 from seglake.storage.naming import (
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
@@ -135,6 +137,7 @@ def rebase(
         dst = lakefs.join(staging, r["path"]).removesuffix(LOG_SUFFIX)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             lakefs.move(fs, src + suffix, dst + suffix)
+        move_key_index(fs, src + KEY_INDEX_SUFFIX, dst + KEY_INDEX_SUFFIX, delta)
         for point in r["tail_min_timestamps"] or ():
             point["offset"] += delta
         moved.add(task)

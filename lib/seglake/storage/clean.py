@@ -5,7 +5,8 @@ file order; the batches that stay are written back to back into ``<first base>.l
 copied byte for byte when every record stays and no delete horizon must be set,
 re-encoded (:mod:`seglake.record.rewrite`) otherwise, or reduced to an empty header.
 The ``.index``/``.timeindex`` are rebuilt by the index-interval rule over the result,
-the ``.txnindex`` holds the aborted transactions whose ABORT marker stays because some
+the ``.keyindex`` is built from the result's records (the record reader), the
+``.txnindex`` holds the aborted transactions whose ABORT marker stays because some
 of their batches do (``CleanedTransactionMetadata``), the tail minima come from the
 kept records.
 """
@@ -33,6 +34,7 @@ from seglake.storage.cleaner import (
     plan_batches,
 )
 from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.key_index import key_index_of_log
 from seglake.storage.merge import MergeSource, write_indexes
 from seglake.storage.naming import LOG_SUFFIX
 from seglake.storage.recovery_checks import codec_name, codecs_name
@@ -97,7 +99,8 @@ def clean_segments(
     fs.create_dir(directory, recursive=True)
     with fs.open_output_stream(stem + LOG_SUFFIX) as f:
         f.write(buf)
-    write_indexes(fs, stem, oi, ti, cleaned.txn.to_bytes())
+    keys = key_index_of_log(buf, result, base, sources[-1].next_offset, path=stem + LOG_SUFFIX)
+    write_indexes(fs, stem, oi, ti, cleaned.txn.to_bytes(), keys)
     low = np.concatenate(cleaned.minima) if cleaned.minima else np.zeros(0, np.int64)
     info = SegmentInfo(
         base_offset=base,

@@ -9,6 +9,8 @@ new positions. Only what depends on positions is made anew::
     <first base>.timeindex  (IndexBuilder, as LogSegment.recover rebuilds them)
     <first base>.txnindex   old .txnindex files concatenated (absolute offsets, markers
                             in log order, so lastOffset still increases)
+    <first base>.keyindex   the old key indexes' entries together (each old segment's
+                            file, or its keys read from its .log where it has none usable)
     tail minima             from the old rows' checkpoints (no record is read)
 
 Groups are formed as Kafka's ``Cleaner.groupSegmentsBySize`` forms them (see
@@ -28,9 +30,12 @@ from seglake.errors import CorruptRecordError
 from seglake.format import INT32_MAX, LONG_MAX
 from seglake.record.batch import BatchScan
 from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.key_index import KeyIndex, KeyIndexBuilder
+from seglake.storage.key_lookup import segment_key_index
 from seglake.storage.log_copy import LogOutput
 from seglake.storage.naming import (
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -151,17 +156,24 @@ def merge_segments(
     stem = f"{directory.rstrip('/')}/{segment_file_name(base)[: -len(LOG_SUFFIX)]}"
     fs.create_dir(directory, recursive=True)
     txn = bytearray()
+    keys: KeyIndexBuilder | None = KeyIndexBuilder(base)
     codecs = []
     with LogOutput(fs, stem + LOG_SUFFIX) as out:
         for src in sources:
             seg = src.segment
             scan = _append_from_file(out, builder, seg, base)
             txn += seg.files.index_file(TXN_INDEX_SUFFIX) or b""
+            if keys is not None:
+                try:
+                    keys.add_index(segment_key_index(seg))
+                except CorruptRecordError:  # records that do not decode: no .keyindex
+                    keys = None
             if len(scan):
                 codecs.append(codec_name(scan))
         position = out.size
     oi, ti = builder.finish()
-    write_indexes(fs, stem, oi, ti, bytes(txn))
+    nxt = sources[-1].next_offset
+    write_indexes(fs, stem, oi, ti, bytes(txn), None if keys is None else keys.finish(nxt))
     counted = [s for s in sources if s.record_count]
     return SegmentInfo(
         base_offset=base,
@@ -209,16 +221,22 @@ def _append_from_file(
 
 
 def write_indexes(
-    fs: pafs.FileSystem, stem: str, oi: OffsetIndex, ti: TimeIndex, txn: bytes
+    fs: pafs.FileSystem,
+    stem: str,
+    oi: OffsetIndex,
+    ti: TimeIndex,
+    txn: bytes,
+    keys: KeyIndex | None,
 ) -> None:
-    """A new segment's ``.index``, ``.timeindex`` and (with entries) ``.txnindex`` written
-    at ``stem``."""
+    """A new segment's ``.index``, ``.timeindex``, ``.keyindex`` (unless ``None``) and
+    (with entries) ``.txnindex`` written at ``stem``."""
     for suffix, payload in (
         (INDEX_SUFFIX, oi.to_bytes()),
         (TIME_INDEX_SUFFIX, ti.to_bytes()),
+        (KEY_INDEX_SUFFIX, b"" if keys is None else keys.to_bytes()),
         (TXN_INDEX_SUFFIX, txn),
     ):
-        if suffix == TXN_INDEX_SUFFIX and not payload:
+        if suffix in (TXN_INDEX_SUFFIX, KEY_INDEX_SUFFIX) and not payload:
             continue
         with fs.open_output_stream(stem + suffix) as f:
             f.write(payload)

@@ -3,6 +3,8 @@
     <topic>-<partition>/                       e.g. orders-3/
       00000000000000368769.log                 base offset, zero-padded to 20 digits
       00000000000000368769.index / .timeindex / .txnindex
+      00000000000000368769.keyindex            seglake's key index (storage/key_index.py);
+                                               a broker ignores the suffix
       *.deleted / *.cleaned / *.swap           mid-operation files: readers skip them
 
 Topic names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``.
@@ -26,11 +28,13 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
+KEY_INDEX_SUFFIX = ".keyindex"  # seglake's own (storage/key_index.py): part of its segment
 SNAPSHOT_SUFFIX = ".snapshot"  # a broker's producer state (storage/producer_snapshot.py)
 CHECKPOINT_SUFFIX = ".checkpoint"  # a KRaft snapshot: batches, as a .log
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 _CHECKPOINT_RE = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+# a segment's files: retired, published, deleted and copied together
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, KEY_INDEX_SUFFIX)
 PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
 MAX_NAME_LENGTH = MAX_TOPIC_LENGTH  # any name that becomes a path
@@ -43,7 +47,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log: no broker lists it
 
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-_SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
+_SEGMENT_RE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.keyindex)")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
 
 

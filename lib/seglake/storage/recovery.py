@@ -54,11 +54,9 @@ from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError
 from seglake.record.batch import scan_batches
 from seglake.storage.naming import (
-    INDEX_SUFFIX,
     LOG_SUFFIX,
     PENDING_SUFFIXES,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
+    SEGMENT_SUFFIXES,
     parse_segment_file_name,
 )
 from seglake.storage.recovery_report import PartitionRecovery, SegmentRecovery
@@ -74,7 +72,7 @@ __all__ = [
     "recover_segment",
 ]
 
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+INDEX_SUFFIXES = tuple(s for s in SEGMENT_SUFFIXES if s != LOG_SUFFIX)  # .keyindex too
 
 
 def _strip_pending(name: str) -> tuple[str, str] | None:

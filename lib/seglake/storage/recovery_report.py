@@ -26,6 +26,9 @@ class SegmentRecovery:
         min_timestamp / max_timestamp: of the kept records (-1 when empty).
         index_entries / time_index_entries / txn_index_entries: entries after recovery.
         rebuilt: ``{suffix: reason}`` of index files rewritten (or to be rewritten).
+        key_index: why the ``.keyindex`` was (or is to be) written (``None``: kept as it
+            is). seglake's own file: writing it is not a change of a Kafka segment
+            (:attr:`changed`), so a broker's intact directory stays "intact".
         codec: ``none``/``gzip``/... of the data batches, ``mixed`` if several.
         dry_run: nothing was written.
         dropped: damaged stretches left out of the rewritten ``.log`` (``skip_damaged``).
@@ -50,6 +53,7 @@ class SegmentRecovery:
     tail_min_timestamps: list[dict[str, Any]] | None = None  # seglake.storage.tail_minima
     dropped: list[DroppedBytes] = dataclasses.field(default_factory=list)
     index_interval_bytes: int | None = None  # log.index.interval.bytes of a rebuild
+    key_index: str | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -78,6 +82,8 @@ class SegmentRecovery:
             )
         for suffix, why in self.rebuilt.items():
             parts.append(f"{suffix} rebuilt ({why})")
+        if self.key_index is not None:
+            parts.append(f".keyindex written ({self.key_index})")
         if not self.changed:
             parts.append("intact")
         return "; ".join(parts)

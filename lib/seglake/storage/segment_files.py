@@ -225,15 +225,23 @@ class SegmentFiles:
         (which names a missing file). A local open costs nothing: one per read."""
         if lakefs.renames_atomically(self.fs):
             return lakefs.read_range(self.fs, self.log_path, start, length)
+        return self._through_handle(
+            lambda f, opened: lakefs.read_at(f, self.log_path, start, length, opened=opened)
+        )
+
+    def _through_handle(self, read: Callable[[pa.NativeFile, int], _T]) -> _T:
+        """``read(handle, files opened)`` through the kept handle of the ``.log`` in use
+        (object stores), opened if there is none; a kept handle whose object went away
+        since is dropped and the file opened anew (which names a missing file)."""
         kept = self._handle
         if kept is not None and kept[0] == self.log_path:
             try:
-                return lakefs.read_at(kept[1], self.log_path, start, length, opened=0)
+                return read(kept[1], 0)
             except OSError:  # the object was deleted or replaced since it was opened
                 self._handle = None
         f = lakefs.open_ranged(self.fs, self.log_path)
         self._handle = (self.log_path, f)
-        return lakefs.read_at(f, self.log_path, start, length)
+        return read(f, 1)
 
     def read_range(self, start: int, length: int) -> bytes:
         """``length`` bytes of the ``.log`` from ``start`` (fewer at its end)."""
@@ -241,8 +249,17 @@ class SegmentFiles:
 
     def read_ranges_into(self, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
         """:meth:`read_range` of each ``(start, length)`` into ``out``, back to back,
-        the ``.log`` opened once; returns the bytes each read got."""
-        return self._log_read(lambda p: lakefs.read_ranges_into(self.fs, p, ranges, out))
+        the ``.log`` opened once (on an object store: its kept handle, see :meth:`_ranged`);
+        returns the bytes each read got."""
+        if lakefs.renames_atomically(self.fs):
+            return self._log_read(lambda p: lakefs.read_ranges_into(self.fs, p, ranges, out))
+        return self._log_read(
+            lambda p: self._through_handle(
+                lambda f, opened: lakefs.read_ranges_into(
+                    self.fs, p, ranges, out, handle=f, opened=opened
+                )
+            )
+        )
 
     def read_file(self, suffix: str) -> bytes:
         """The whole file of the segment with ``suffix``."""

@@ -7,10 +7,12 @@ commits the rows; this module writes them, as Kafka's ``LogSegment`` owns its by
     rebase   each batch's baseOffset + delta (bytes ``[0, 8)``; the CRC does not cover
              them: :func:`seglake.record.batch.move_base_offsets`)
     join     the parts' rebased bytes back to back as a new segment, its indexes rebuilt
-             by the index interval rule (Kafka's ``LogSegment.recover``): :func:`write_joined`
+             by the index interval rule (Kafka's ``LogSegment.recover``), its ``.keyindex``
+             from the records' keys (the record reader): :func:`write_joined`
     append   the parts' rebased bytes at the end of an existing ``.log`` (open, locked by
              the caller), its indexes continued from its files (``IndexBuilder.resume``:
-             equal to a rebuild of the whole segment): :func:`append_parts`
+             equal to a rebuild of the whole segment; ``.keyindex``: its entries below the
+             segment's next offset, then the parts' keys): :func:`append_parts`
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
-from seglake.errors import SeglakeError, SegmentNotFoundError
+from seglake.errors import CorruptIndexError, CorruptRecordError, SeglakeError, SegmentNotFoundError
 from seglake.record.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -32,8 +34,10 @@ from seglake.record.batch import (
     move_base_offsets,
     scan_batches,
 )
+from seglake.record.reader import decode_batches
 from seglake.storage.index_builder import IndexBuilder, rebuild_indexes
-from seglake.storage.naming import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from seglake.storage.key_index import KeyIndex, KeyIndexBuilder, key_index_or_why
+from seglake.storage.naming import INDEX_SUFFIX, KEY_INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from seglake.storage.offset_index import OffsetIndex
 from seglake.storage.recovery_checks import codec_name
 from seglake.storage.time_index import TimeIndex
@@ -126,9 +130,12 @@ def write_joined(
             f"{scan.valid_bytes} of {len(data)} bytes, expected offsets up to {parts[-1].next - 1}"
         )
     oi, ti = rebuild_indexes(scan, base_offset, interval)
+    keys, _ = key_index_or_why(data, scan, base_offset, last + 1, path=stem + LOG_SUFFIX)
     lakefs.write_bytes(fs, stem + LOG_SUFFIX, data)
     lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
     lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
+    if keys is not None:  # else records that do not decode: readers scan, and say so
+        lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.to_bytes())
     return Joined(
         len(data),
         int(scan.records_count.sum()),
@@ -161,6 +168,7 @@ def append_parts(
     index files."""
     os.ftruncate(fd, size)
     builder = _resume(fs, stem, base_offset, size, next_offset, entries, interval)
+    keys = _resume_keys(fs, stem, base_offset, size, next_offset)
     records, max_ts, codecs = 0, -1, set()
     at = size
     for p in parts:
@@ -172,6 +180,12 @@ def append_parts(
         builder.add_batches(
             scan.position + at, scan.size, scan.last_offset + p.delta, scan.max_timestamp
         )
+        if keys is not None:
+            try:
+                recs = decode_batches(data, scan, path=p.path, headers=False)  # scan's offsets
+                keys.add(recs.column("key"), recs.column("offset").to_numpy() + p.delta)
+            except CorruptRecordError:
+                keys = None
         records += int(scan.records_count.sum())
         max_ts = max(max_ts, int(scan.max_timestamp.max()))
         codecs.add(codec_name(scan))
@@ -180,7 +194,34 @@ def append_parts(
     oi, ti = builder.finish()
     lakefs.write_bytes(fs, stem + INDEX_SUFFIX, oi.to_bytes())
     lakefs.write_bytes(fs, stem + TIME_INDEX_SUFFIX, ti.to_bytes())
+    nxt = parts[-1].next if parts else next_offset
+    if keys is not None:
+        lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys.finish(nxt).to_bytes())
+    elif lakefs.exists(fs, stem + KEY_INDEX_SUFFIX):  # records that do not decode
+        lakefs.delete_file(fs, stem + KEY_INDEX_SUFFIX, root=stem.rsplit("/", 1)[0])
     return Joined(at, records, max_ts, codecs.pop() if len(codecs) == 1 else "mixed", (oi, ti))
+
+
+def _resume_keys(
+    fs: pafs.FileSystem, stem: str, base: int, size: int, next_offset: int
+) -> KeyIndexBuilder | None:
+    """The key index builder after the segment's first ``size`` bytes: its ``.keyindex``
+    entries below ``next_offset`` (an attempt that never committed may have added more),
+    or the keys of those bytes when the file is missing, damaged or covers less (``None``
+    when they do not decode)."""
+    try:
+        idx = KeyIndex.from_bytes(lakefs.read_all(fs, stem + KEY_INDEX_SUFFIX), base)
+    except (SegmentNotFoundError, CorruptIndexError):
+        idx = None
+    if idx is None or idx.next_offset < next_offset:
+        data = lakefs.read_range(fs, stem + LOG_SUFFIX, 0, size)
+        idx, _ = key_index_or_why(data, scan_batches(data), base, next_offset)
+        if idx is None:
+            return None
+    keep = idx.offsets.astype(np.int64) + base < next_offset
+    return KeyIndexBuilder.resume(
+        dataclasses.replace(idx, hashes=idx.hashes[keep], offsets=idx.offsets[keep])
+    )
 
 
 def _resume(

@@ -5,6 +5,8 @@ forward and fit the segment (relative offsets are int32)
 first invalid batch at position P  ->  .log truncated to P
 .index / .timeindex                 ->  kept if valid for what remains, else rebuilt
 .txnindex                           ->  rebuilt from the ABORT markers
+.keyindex                           ->  kept if equal to one built from what remains
+                                        (the record reader's keys), else written
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from seglake.errors import CorruptRecordError, SegmentNotFoundError
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.storage.damaged_batches import DroppedBytes, drop_damaged
 from seglake.storage.index_builder import DEFAULT_INTERVAL, rebuild_indexes
+from seglake.storage.key_index import key_index_or_why
 from seglake.storage.naming import (
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -102,6 +106,8 @@ def recover_segment(
     txn = _TxnIndex.recover(
         fs, stem + TXN_INDEX_SUFFIX, buf, scan, base, producer_state, force, error, log_path
     )
+    idx, not_built = key_index_or_why(buf, scan, base, next_offset, path=log_path)
+    keys = None if idx is None else idx.to_bytes()
     rebuilt = {**indexes.rebuilt, **txn.rebuilt}
     min_ts, tail = segment_timestamps(buf, scan, log_path)
     report = SegmentRecovery(
@@ -124,10 +130,15 @@ def recover_segment(
         dry_run=dry_run,
         dropped=dropped,
         index_interval_bytes=interval,
+        key_index=not_built or _key_index_change(fs, stem, keys or b"", error),
     )
     if not dry_run:
         where = log_path.rsplit("/", 1)[0] if root is None else root
         _write_back(fs, where, log_path, length, buf, dropped, indexes, txn, rebuilt)
+        if keys is not None and report.key_index is not None:
+            lakefs.write_bytes(fs, stem + KEY_INDEX_SUFFIX, keys)
+        elif keys is None and lakefs.exists(fs, stem + KEY_INDEX_SUFFIX):
+            lakefs.delete_file(fs, stem + KEY_INDEX_SUFFIX, root=where)  # not the log's
         if report.changed:
             log.warning("recovered %s", report)
     return report
@@ -166,6 +177,15 @@ def _write_back(
             lakefs.write_bytes(fs, stem + TXN_INDEX_SUFFIX, txn.new.to_bytes())
         else:
             lakefs.delete_file(fs, stem + TXN_INDEX_SUFFIX, root=root)
+
+
+def _key_index_change(fs: pafs.FileSystem, stem: str, keys: bytes, error: str | None) -> str | None:
+    """Why the ``.keyindex`` must be written (it is not ``keys``, the index of the
+    valid log), or ``None``."""
+    old = read_optional(fs, stem + KEY_INDEX_SUFFIX)
+    if old is not None and bytes(old) == keys:
+        return None
+    return "missing" if old is None else ("log truncated" if error else "damaged or stale")
 
 
 def _rewritten(dropped: list[DroppedBytes]) -> bool:

@@ -12,10 +12,11 @@ Entry, 34 bytes, big-endian::
 Entries are appended in marker order, so ``lastOffset`` strictly increases. The file is
 not preallocated (Kafka appends through a file channel), so there are no trailing zeros.
 
-read_committed readers use :meth:`TransactionIndex.collect_aborted` (Kafka's
-``collectAbortedTxns``) to get the transactions overlapping a fetch, then drop the
-records of those producers within ``[firstOffset, lastOffset]``;
-:meth:`TransactionIndex.aborted_mask` does the dropping for whole columns at once.
+read_committed readers use :func:`collect_aborted` (Kafka's ``collectAbortedTxns``) to
+get the transactions overlapping a fetch, then drop the records of those producers within
+``[firstOffset, lastOffset]``: :func:`aborted_records`, the one home of that rule (every
+read_committed read drops its records through it; :meth:`TransactionIndex.aborted_mask`
+does the matching for whole columns at once).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ ENTRY_DTYPE = np.dtype(
 )
 _ENTRY = struct.Struct(">hqqqq")
 
-__all__ = ["AbortedTxn", "TransactionIndex", "TxnIndexSearchResult", "collect_aborted"]
+__all__ = [
+    "AbortedTxn",
+    "TransactionIndex",
+    "TxnIndexSearchResult",
+    "aborted_records",
+    "collect_aborted",
+]
 
 
 class AbortedTxn(NamedTuple):
@@ -358,3 +365,23 @@ def collect_aborted(
     for a in sorted(found, key=lambda a: a.last_offset):
         out.append(a)
     return out
+
+
+def aborted_records(
+    aborted: Iterable[tuple[int, int, int]],
+    offsets: np.ndarray,
+    producer_ids: np.ndarray,
+    transactional: np.ndarray,
+) -> np.ndarray:
+    """Kafka's read_committed rule over decoded records: ``mask[i]`` when record ``i``
+    (``offsets[i]``, ``producer_ids[i]``, its batch ``transactional[i]``) belongs to one of
+    the ``aborted`` transactions ``(producer id, first offset, last offset)`` (what
+    :func:`collect_aborted` found for the read). A non-transactional batch is never
+    dropped, whatever its producer id."""
+    txns = sorted(aborted, key=lambda a: a[2])
+    if not txns or not len(offsets):
+        return np.zeros(len(offsets), dtype=bool)
+    index = TransactionIndex()
+    for pid, first, last in txns:
+        index.append(AbortedTxn(pid, first, last, last))
+    return cast(np.ndarray, index.aborted_mask(offsets, producer_ids) & transactional)

@@ -1,13 +1,15 @@
-"""Streaming writer of one topic-partition's segments: ``.log``, ``.index`` and
-``.timeindex`` in one pass, on any ``pyarrow.fs`` filesystem.
+"""Streaming writer of one topic-partition's segments: ``.log``, ``.index``,
+``.timeindex`` and ``.keyindex`` in one pass, on any ``pyarrow.fs`` filesystem.
 
 This is the append path of seglake: the Spark ingest task and :class:`PartitionLog`
 both go through it, so the batching, roll and index rules live in one place.
 
     records (Arrow, offset-ordered)
       -> encode_batches (vectorised RecordBatch v2)
-      -> per batch: roll_reason? -> append bytes to <base>.log, IndexBuilder.add
+      -> per batch: roll_reason? -> append bytes to <base>.log, IndexBuilder.add,
+         its records' keys hashed (KeyIndexBuilder.add: the key column the writer holds)
       -> on roll/close: IndexBuilder.finish, write <base>.index / <base>.timeindex (trimmed)
+         and <base>.keyindex
 
 The last, possibly unfilled, batch of every ``append`` is held back and re-planned with
 the next records, so batches come out as full as one pass over all records would make
@@ -33,10 +35,12 @@ from seglake.errors import FileSystemError, InputSchemaError, OffsetOrderError
 from seglake.format import LONG_MAX
 from seglake.record.codecs import NAMES
 from seglake.record.encode import EncodedBatches, encode_batches
-from seglake.record.encode_input import check_timestamps, int64_column
+from seglake.record.encode_input import bytes_column, check_timestamps, int64_column
 from seglake.storage.index_builder import IndexBuilder
+from seglake.storage.key_index import KeyIndexBuilder
 from seglake.storage.naming import (
     INDEX_SUFFIX,
+    KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     segment_file_name,
@@ -75,6 +79,7 @@ class _Open:
     stream: pa.NativeFile
     log_path: str
     builder: IndexBuilder
+    keys: KeyIndexBuilder
     records: int = 0
     min_ts: int = LONG_MAX
     max_ts: int = np.iinfo(np.int64).min
@@ -109,7 +114,7 @@ class SegmentWriter:
         indexes: bool = True,
     ) -> None:
         self.fs = fs
-        self.indexes = indexes  # False: no .index/.timeindex files (index_interval_bytes None)
+        self.indexes = indexes  # False: no .index/.timeindex/.keyindex (index_interval_bytes None)
         self.directory = directory.rstrip("/")
         self.config = config
         self.tmp_suffix = tmp_suffix
@@ -197,10 +202,10 @@ class SegmentWriter:
             self._pending = _own_copy(table.slice(int(batches.record_start[n - 1])))
             n -= 1
         if n:
-            self._write_batches(batches, n)
+            self._write_batches(batches, n, table)
             self._next_offset = int(batches.last_offset[n - 1]) + 1
 
-    def _write_batches(self, b: EncodedBatches, n: int) -> None:
+    def _write_batches(self, b: EncodedBatches, n: int, table: pa.Table) -> None:
         """Batches ``[0, n)`` of ``b`` into segments: the roll rules asked before each run
         of batches that needs no roll, each run accounted in one step (indexes:
         ``IndexBuilder.add_batches``, Kafka's per-batch rule vectorised)."""
@@ -225,7 +230,7 @@ class SegmentWriter:
             run = batches_before_roll(
                 seg.state, b.size[i:n], b.last_offset[i:n], b.max_timestamp[i:n], self.config
             )
-            i += self._append_run(seg, b, i, i + run, data)
+            i += self._append_run(seg, b, i, i + run, data, table)
 
     def _check_sizes(self, b: EncodedBatches, n: int) -> None:
         """Kafka's ``max.message.bytes`` rule (``RecordTooLargeException``): no batch
@@ -240,9 +245,11 @@ class SegmentWriter:
                 "raise the topic's max.message.bytes or lower batch.size)"
             )
 
-    def _append_run(self, seg: _Open, b: EncodedBatches, i: int, j: int, data: memoryview) -> int:
-        """Batches ``[i, j)`` (or a prefix: an index became full) into the open segment;
-        how many went in."""
+    def _append_run(
+        self, seg: _Open, b: EncodedBatches, i: int, j: int, data: memoryview, table: pa.Table
+    ) -> int:
+        """Batches ``[i, j)`` (or a prefix: an index became full) of ``table``'s records
+        into the open segment; how many went in."""
         st = seg.state
         size = b.size[i:j]
         pos = st.size + np.concatenate(([0], np.cumsum(size[:-1])))
@@ -258,6 +265,11 @@ class SegmentWriter:
             seg.stream.write(data[lo:hi])
         st.size += hi - lo
         st.index_full = seg.builder.is_full
+        if self.indexes:
+            r0 = int(b.record_start[i])
+            r1 = r0 + int(b.records_count[run].sum())
+            rows = table.slice(r0, r1 - r0)
+            seg.keys.add(bytes_column(rows, "key", r1 - r0), int64_column(rows, "offset"))
         seg.records += int(b.records_count[run].sum())
         seg.min_ts = min(seg.min_ts, int(b.min_timestamp[run].min()))
         seg.max_ts = max(seg.max_ts, int(b.max_timestamp[run].max()))
@@ -283,7 +295,7 @@ class SegmentWriter:
     def _open_segment(self, base_offset: int) -> _Open:
         if not self._dir_made:
             with lakefs.writing(self.directory):
-                self.fs.create_dir(self.directory, recursive=True)
+                lakefs.make_dirs(self.fs, self.directory)
             self._dir_made = True
         log_path = self._path(base_offset, LOG_SUFFIX)
         with self._writing(log_path):
@@ -295,7 +307,12 @@ class SegmentWriter:
             max_time_index_entries=self.config.max_time_index_entries,
         )
         self._open = _Open(
-            ActiveSegment(base_offset), stream, log_path, builder, next_offset=base_offset
+            ActiveSegment(base_offset),
+            stream,
+            log_path,
+            builder,
+            KeyIndexBuilder(base_offset),
+            next_offset=base_offset,
         )
         return self._open
 
@@ -311,6 +328,7 @@ class SegmentWriter:
         if self.indexes:
             files[INDEX_SUFFIX] = seg.builder.offset_index.to_bytes()
             files[TIME_INDEX_SUFFIX] = seg.builder.time_index.to_bytes()
+            files[KEY_INDEX_SUFFIX] = seg.keys.finish(seg.next_offset).to_bytes()
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:

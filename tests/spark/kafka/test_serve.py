@@ -31,6 +31,7 @@ from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from tests.conftest import FIXTURES, ROOT
 from tests.kafka_client import _admin, consume_all, recs_from_arrow
+from tests.key_index_check import check_partition_dir
 
 pytestmark = pytest.mark.spark
 TOPICS = {"first": 1, "sensor-data": 1}
@@ -124,6 +125,13 @@ def test_serve_a_copy_then_register_its_configs(tmp_path: Path, capfd) -> None:
     assert proc.returncode == 0, err
     assert "stopped (clean shutdown)" in out
     assert _tree_digest(lake) == before  # the lake was only read
+    # the broker loaded, served and closed partition dirs holding the lake's .keyindex
+    # files (Kafka's LogLoader ignores a suffix it does not know) and left them as they were
+    for t in TOPICS:
+        served_keys = sorted((data / "logs" / f"{t}-0").glob("*.keyindex"))
+        assert served_keys, f"serve copied no .keyindex of {t}-0"
+        for f in served_keys:
+            assert f.read_bytes() == (lake / f"{t}-0" / f.name).read_bytes()
     # register of the broker's directory: the same configs per topic as it described
     copy = tmp_path / "copy"
     rep = register(
@@ -131,6 +139,8 @@ def test_serve_a_copy_then_register_its_configs(tmp_path: Path, capfd) -> None:
     )
     assert {t: rep.topics[t] for t in TOPICS} == described
     assert "__consumer_offsets" not in rep.topics
+    for t in TOPICS:  # register kept the broker directory's .keyindex files: they are right
+        check_partition_dir(copy / f"{t}-0")
     capfd.readouterr()
     for t, own in described.items():
         assert main(["config", str(copy), "--topic", t]) == 0

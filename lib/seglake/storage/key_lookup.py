@@ -1,0 +1,155 @@
+"""The records of given keys in one segment, through its ``.keyindex``
+(:mod:`seglake.storage.key_index`), and a segment's key index as a writer needs it.
+
+    keys -> hash_keys -> filter: no key may be present -> no read at all
+         -> exact level: candidate offsets (searchsorted over the sorted hashes)
+         -> the records at those offsets read (a few: one window each; many: the whole
+            segment once) -> kept where the KEY BYTES equal the query's
+
+A hash collision is a candidate whose bytes differ: dropped, never returned. A segment
+whose ``.keyindex`` is missing, damaged or covers fewer offsets than the segment is read
+whole and its keys compared: :attr:`KeyMatches.status` says ``"scanned: <why>"`` (one
+line naming the file), never a silent "no match". Null keys are not indexed: a null query
+matches nothing. Offsets at or past the segment's ``next_offset`` (a later version grew
+it in place) are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
+from seglake.storage import key_index
+from seglake.storage.key_filter import MAX_BYTES
+from seglake.storage.key_index import (
+    HEADER_SIZE,
+    KeyIndex,
+    head_next_offset,
+    key_index_of_log,
+    read_filter,
+)
+from seglake.storage.naming import KEY_INDEX_SUFFIX
+from seglake.storage.segment import LogSegment
+
+__all__ = ["INDEXED", "KeyMatches", "find_keys", "load_key_index", "segment_key_index"]
+
+INDEXED = "index"
+READ_WHOLE = 64  # more candidate offsets than this: one read of the whole segment
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyMatches:
+    """``records``: the matching records (the reader's record columns) in offset order,
+    with ``query`` (int32: the position of the key asked); ``status``: :data:`INDEXED`,
+    or ``"scanned: <why>"``; ``candidates``: offsets the exact level gave (collisions
+    included; 0 when scanned)."""
+
+    records: pa.Table
+    status: str
+    candidates: int = 0
+
+    @property
+    def scanned(self) -> bool:
+        return self.status != INDEXED
+
+
+def load_key_index(seg: LogSegment, data: bytes | None = None) -> tuple[KeyIndex | None, str]:
+    """The segment's usable ``.keyindex`` (its bytes ``data`` if read already) and ``""``,
+    or ``None`` and why not (missing, damaged, or covering fewer offsets than the
+    segment)."""
+    path = seg.stem + KEY_INDEX_SUFFIX
+    try:
+        if data is None:
+            data = seg.files.index_file(KEY_INDEX_SUFFIX)
+        if data is None:
+            return None, f"{path}: missing"
+        idx = KeyIndex.from_bytes(data, seg.base_offset, path=path)
+    except CorruptRecordError as exc:
+        return None, str(exc)
+    if idx.next_offset < seg.next_offset:
+        return None, (
+            f"{path}: covers offsets below {idx.next_offset}, the segment reaches "
+            f"{seg.next_offset - 1}"
+        )
+    return idx, ""
+
+
+def segment_key_index(seg: LogSegment) -> KeyIndex:
+    """The segment's key index: its file when usable, else built from its ``.log`` (a
+    broker's segment, an older lake's), cut to the segment's offsets."""
+    idx, _ = load_key_index(seg)
+    if idx is None:
+        return key_index_of_log(
+            seg.log_bytes(), seg.scan(), seg.base_offset, seg.next_offset, path=seg.log_path
+        )
+    keep = idx.offsets.astype(np.int64) + idx.base_offset < seg.next_offset
+    if keep.all():
+        return idx
+    return dataclasses.replace(
+        idx, next_offset=seg.next_offset, hashes=idx.hashes[keep], offsets=idx.offsets[keep]
+    )
+
+
+def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMatches:
+    """Every record of ``seg`` whose key equals one of ``keys`` (bytes; str is UTF-8).
+
+    One read of the file's first ``48 + MAX_BYTES`` bytes (its header and filter, all of
+    a small file); when the filter rules every key out, nothing more is read."""
+    query = _query_array(keys)
+    hashes, valid = key_index.hash_keys(query)
+    asked = np.flatnonzero(valid)
+    whole = None
+    try:
+        head, length = seg.files.read_index(KEY_INDEX_SUFFIX, HEADER_SIZE + MAX_BYTES)
+        filt = read_filter(head, seg.base_offset, path=seg.stem + KEY_INDEX_SUFFIX)
+        if head_next_offset(head) >= seg.next_offset and not filt.may_contain(hashes[asked]).any():
+            return KeyMatches(_matching(_empty(seg), query), INDEXED)
+        whole = head if len(head) == length else None  # else the exact level is past it
+    except (SegmentNotFoundError, CorruptIndexError):
+        pass  # load_key_index says what is wrong
+    idx, why = load_key_index(seg, whole)
+    if idx is None:
+        table = seg.read_records(end_offset=seg.next_offset)
+        return KeyMatches(_matching(table, query), f"scanned: {why}")
+    maybe = asked[idx.filter.may_contain(hashes[asked])]
+    _, offsets = idx.candidates(hashes[maybe])
+    offsets = np.unique(offsets[offsets < seg.next_offset])
+    if not len(offsets):
+        return KeyMatches(_matching(_empty(seg), query), INDEXED)
+    if len(offsets) > READ_WHOLE:
+        table = seg.read_records(int(offsets[0]), int(offsets[-1]) + 1)
+    else:
+        table = pa.concat_tables([seg.read_records(int(o), int(o) + 1) for o in offsets])
+    table = table.filter(pc.is_in(table.column("offset"), pa.array(offsets)))
+    return KeyMatches(_matching(table, query), INDEXED, len(offsets))
+
+
+def _query_array(keys: Sequence[bytes | None] | pa.Array) -> pa.Array:
+    if isinstance(keys, pa.Array):
+        arr = keys
+    else:
+        arr = pa.array([k.encode() if isinstance(k, str) else k for k in keys], pa.binary())
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.binary())
+    return arr.cast(pa.binary()) if pa.types.is_large_binary(arr.type) else arr
+
+
+def _empty(seg: LogSegment) -> pa.Table:
+    return seg.read_records(seg.base_offset, seg.base_offset)
+
+
+def _matching(table: pa.Table, query: pa.Array) -> pa.Table:
+    """The rows of ``table`` whose key bytes equal a non-null query key, each with the
+    position of (the first equal) query key."""
+    key = table.column("key").cast(pa.binary())
+    at = pc.index_in(key, value_set=query.drop_null())
+    hit = pc.is_valid(at)
+    positions = np.flatnonzero(query.is_valid().to_numpy(zero_copy_only=False))
+    picked = table.filter(hit)
+    which = positions[pc.filter(at, hit).to_numpy(zero_copy_only=False).astype(np.int64)]
+    return picked.append_column("query", pa.array(which.astype(np.int32), pa.int32()))
