@@ -26,6 +26,7 @@ import seglake
 import seglake.spark
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark import datasource
@@ -135,7 +136,7 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
         if not FIXTURES.exists():
             pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
         root = str(tmp_path / "lake")
-        register_broker(root, str(FIXTURES), run_id="fixtures")
+        register_broker(LakeHandle.open(root), str(FIXTURES), run_id="fixtures")
     opts = datasource.parse_options({"path": root, "subscribePattern": ".*"})
     reader = datasource.SeglakeReader(opts, parallelism=2)
     reader.group_bytes = 1  # every split its own group
@@ -514,7 +515,7 @@ def txn(tmp_path_factory) -> tuple[str, pd.DataFrame]:
     truth, aborted = write_transactional_log(tmp / "broker" / "txn-0", seed=3, codec=4)
     assert aborted
     root = str(tmp / "lake")
-    register(root, str(tmp / "broker"))
+    register(LakeHandle.open(root), str(tmp / "broker"))
     return root, truth.assign(topic="txn", partition=0)
 
 

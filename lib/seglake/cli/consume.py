@@ -39,7 +39,7 @@ import pyarrow as pa
 from seglake.cli.targets import report_skipped, skip_corrupt
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
 
 if TYPE_CHECKING:
@@ -258,15 +258,17 @@ def partition_logs(
     in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR
+    from seglake.lake.handle import LakeHandle
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition_dir
+    from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)
-    fs, path = lakefs.resolve(target)
+    lake = LakeHandle.open(target)  # a lake or a partition directory
+    fs, path = lake.fs, lake.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        snap = Snapshot.read(target, topic, on_corrupt=on_corrupt)
+        snap = Snapshot.read(lake, topic, on_corrupt=on_corrupt)
         parts = [p for _, p in snap.partitions]
         if not parts:
             raise SegmentNotFoundError(f"{target}: topic {topic!r} has no committed segments")
@@ -303,7 +305,8 @@ def records(
     from seglake.lake.scan_read import log_records
 
     isolation = "read_committed" if read_committed else "read_uncommitted"
-    for t in log_records(root, log, start, end, isolation_level=isolation, expect=expect):
+    where = LakeLocation.of(root)  # a user's path: a lake or a partition directory
+    for t in log_records(where, log, start, end, isolation_level=isolation, expect=expect):
         for at in range(0, t.num_rows, chunk_records):
             yield t.slice(at, chunk_records)
 

@@ -17,7 +17,7 @@ from seglake.errors import CorruptIndexError
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import (
     KAFKA_SOURCE_SCHEMA,
@@ -158,7 +158,7 @@ LOG_SPLIT_BYTES = 1 << 20  # log bytes of one table of log_records
 
 
 def log_records(
-    root: Root,
+    root: LakeLocation,
     log: PartitionLog,
     lo: int,
     hi: int,

@@ -134,7 +134,9 @@ class SeglakeReader(DataSourceReader):
         )
         cache = get_cache(self.cache_bytes)
         with lakefs.IO_STATS.counting(self.bytes_accumulator):  # versionAsOf: pinned
-            for t in iter_splits(cache, opts.root, splits, how, group_bytes=self.group_bytes):
+            for t in iter_splits(
+                cache, opts.root.location, splits, how, group_bytes=self.group_bytes
+            ):
                 yield from t.select(names).to_batches()
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)

@@ -24,7 +24,6 @@ from pyspark.sql.datasource import (
 )
 
 from seglake.errors import ConfigError
-from seglake.lake.catalog import Catalog
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
 from seglake.spark.read_options import (
@@ -149,7 +148,6 @@ def subscribed(
     opts: ReadOptions,
     *,
     version: int | None = None,
-    catalog: Catalog | None = None,
     cache: IndexCache | None = None,
     strict: bool = True,
 ) -> Snapshot:
@@ -161,7 +159,6 @@ def subscribed(
         opts.root,
         wanted,
         version=opts.version if version is None else version,
-        catalog=catalog,
         cache=cache,
         on_corrupt=opts.on_corrupt,
     )
@@ -182,7 +179,7 @@ def subscribed(
             )
         parts &= want
     elif strict and wanted and set(wanted) - present:
-        every = Snapshot.read(opts.root, version=version, catalog=catalog).partitions
+        every = Snapshot.read(opts.root, version=version).partitions
         known = [t for t, _ in every]
         raise ConfigError(
             f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
