@@ -26,6 +26,7 @@ from seglake.record.schema import (
     without_headers,
 )
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.key_lookup import find_keys
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_window import Window
@@ -55,6 +56,10 @@ class SplitReads:
     headers: the ``headers`` column (else none, and none of their bytes copied).
     records: the internal record columns (millisecond timestamps, producer ids; what
         the CLI prints) instead of the Kafka source's.
+    keys: only records with one of these keys (bytes compared exactly), each split's
+        segment read by key (:func:`~seglake.storage.key_lookup.find_keys`: its
+        ``.keyindex``, else scanned).
+    scanned: receives one line per segment read by key without a usable index.
     """
 
     isolation_level: str = "read_uncommitted"
@@ -64,6 +69,8 @@ class SplitReads:
     by_user: bool = True
     headers: bool = True
     records: bool = False
+    keys: tuple[bytes, ...] | None = None
+    scanned: list[str] | None = None
 
 
 def read_split(
@@ -122,6 +129,8 @@ def read_tasks(
     """:func:`read_splits` of the segments ``segment`` opens for each split (a reader
     that holds its partition's log: the notebook API); the segments' own ``on_corrupt``
     and pin apply, not ``how``'s."""
+    if how.keys is not None:
+        return _by_key(segment, splits, how)
     parts = [_split_batches(segment(s), s, how.skipped) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
@@ -142,9 +151,38 @@ def read_tasks(
     out, at = [], 0
     for split, n in zip(splits, rows.tolist(), strict=True):
         if n:
-            kept = _split_records(table.slice(at, n), split, how.isolation_level)
-            out.append(kept if how.records else to_kafka_source(kept, split.topic, split.partition))
+            out.append(_output(_split_records(table.slice(at, n), split, how), split, how))
         at += n
+    return _concat(out, how)
+
+
+def _by_key(
+    segment: Callable[[SegmentTask], LogSegment], splits: list[SegmentTask], how: SplitReads
+) -> pa.Table:
+    """:func:`read_tasks` of ``how.keys``: each segment's records of the keys found once
+    (:func:`find_keys`), then each split's offsets, times and transactions kept."""
+    found: dict[tuple[str, int, str], pa.Table] = {}
+    out = []
+    for s in splits:
+        at = (s.topic, s.partition, s.path)
+        if at not in found:
+            seg = segment(s)
+            m = find_keys(seg, how.keys or ())
+            if m.scanned and how.scanned is not None:
+                how.scanned.append(f"{seg.log_path}: {m.status}")
+            t = m.records.drop_columns(["query"])
+            found[at] = t if how.headers else t.drop_columns(["headers"])
+        kept = _split_records(found[at], s, how)
+        if kept.num_rows:
+            out.append(_output(kept, s, how))
+    return _concat(out, how)
+
+
+def _output(t: pa.Table, split: SegmentTask, how: SplitReads) -> pa.Table:
+    return t if how.records else to_kafka_source(t, split.topic, split.partition)
+
+
+def _concat(out: list[pa.Table], how: SplitReads) -> pa.Table:
     if out:
         return pa.concat_tables(out)
     if how.records:
@@ -215,8 +253,9 @@ def _split_batches(
     return w, keep, seg.log_path
 
 
-def _split_records(t: pa.Table, split: SegmentTask, isolation_level: str) -> pa.Table:
+def _split_records(t: pa.Table, split: SegmentTask, how: SplitReads) -> pa.Table:
     """Decoded records of a split's batches -> the split's rows (internal schema)."""
+    isolation_level = how.isolation_level
     lo, hi, ts_lo, ts_hi = split.lo, split.hi, split.ts_lo, split.ts_hi
     off = t.column("offset").to_numpy()
     mask = (off >= lo) & (off < hi)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.datasource import (
 
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.key_plan import key_candidates
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
 from seglake.spark.read_options import (
@@ -33,11 +35,13 @@ from seglake.spark.read_options import (
     ReadOptions,
     TopicPartition,
 )
-from seglake.storage.index_cache import IndexCache
+from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.naming import internal_topic
 from seglake.times import datetime_micros, micros_to_millis
 
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ filters
@@ -81,6 +85,20 @@ def _ceil_ms(us: int) -> int:
     return us if us in ALL else -micros_to_millis(-us)
 
 
+def _key_bytes(values: tuple[Any, ...]) -> frozenset[bytes] | None:
+    """The key bytes of string (UTF-8) or binary literals (a null equals no key), or
+    ``None`` for any other literal."""
+    out = set()
+    for v in values:
+        if isinstance(v, str):
+            out.add(v.encode())
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            out.add(bytes(v))
+        elif v is not None:
+            return None
+    return frozenset(out)
+
+
 _CONVERT = {"partition": _as_int, "offset": _as_int, "timestamp": _as_micros}
 _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
@@ -94,6 +112,7 @@ class Pushed:
     partition: Range = ALL
     offset: Range = ALL
     timestamp: Range = ALL
+    keys: frozenset[bytes] | None = None  # key = / key IN: these key bytes only
 
     def push(self, f: Filter) -> bool:
         """Take ``f`` in; ``True`` when the read will honour it exactly."""
@@ -101,6 +120,12 @@ class Pushed:
             return False
         col = f.attribute[0]
         values = tuple(f.value) if isinstance(f, In) else (f.value,)
+        if col == "key":  # exact: the key index's records, key bytes compared
+            keys = _key_bytes(values) if isinstance(f, (EqualTo, In)) else None
+            if keys is None:
+                return False
+            self.keys = _both(self.keys, keys)
+            return True
         if col == "topic":
             if not isinstance(f, (EqualTo, In)) or not all(isinstance(v, str) for v in values):
                 return False
@@ -133,6 +158,7 @@ class Pushed:
         return (
             self.topics == frozenset()
             or self.partitions == frozenset()
+            or self.keys == frozenset()
             or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp))
         )
 
@@ -252,4 +278,10 @@ def plan_read(
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: the scan prunes and seeks (a time filter)
             ranges[tp] = (lo, hi)
-    return dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    tasks = dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    if pushed.keys is None:
+        return tasks
+    cache = cache or get_cache()
+    keyed = key_candidates(opts.root, cache, tasks, pushed.keys, on_corrupt=opts.on_corrupt)
+    logger.info(keyed.line(len(pushed.keys)))
+    return keyed.tasks
