@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
+from seglake.lake.key_plan import per_segment
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
@@ -204,6 +206,7 @@ def log_records(
     isolation_level: str = "read_uncommitted",
     split_bytes: int = LOG_SPLIT_BYTES,
     expect: int | None = None,
+    keys: Sequence[bytes] | None = None,
 ) -> Iterator[pa.Table]:
     """Records (internal schema) of a log a reader opened itself with ``lo <= offset <
     hi``, read as every read is: a :class:`~seglake.lake.scan.Scan` of its snapshot
@@ -213,11 +216,17 @@ def log_records(
     and a reader that stops early plans and reads no further. ``expect``: the reader
     wants about that many records (``consume --max-messages``, ``read``): the offsets
     ``[lo, lo + expect)`` are planned first, alone (the batches holding them, not a
-    whole split), then the rest."""
+    whole split), then the rest. ``keys``: only records with one of these keys, a segment
+    at a time through its key index (:func:`find_keys`; a segment without a usable one is
+    scanned, and a warning says so)."""
     lo = max(lo, log.log_start_offset)  # nothing below the log start is visible
+    if keys is not None:
+        expect = None  # a key read reads a segment at a time
     cuts = [lo, min(hi, lo + expect), hi] if expect is not None else [lo, hi]
     segments = {s.base_offset: s for s in log.segments}
     how = SplitReads(isolation_level=isolation_level, records=True)
+    if keys is not None:
+        how.keys, how.scanned = tuple(keys), []
     snapshot = Snapshot.of_partition_log(root, log)
     for a, b in itertools.pairwise(cuts):
         if a >= b:
@@ -228,8 +237,13 @@ def log_records(
             isolation_level=isolation_level,
             split_bytes=split_bytes,
         )
-        for task in scan.tasks():
+        tasks = scan.tasks() if keys is None else per_segment(scan.tasks())
+        for task in tasks:
             t = read_tasks(lambda s: segments[s.base_offset], [task], how)
+            for line in how.scanned or ():
+                warnings.warn(f"key read without a key index: {line}", stacklevel=2)
+            if how.scanned:
+                how.scanned.clear()
             if t.num_rows:
                 yield t
 
