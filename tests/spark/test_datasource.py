@@ -413,9 +413,14 @@ def test_pushed_filters_are_ranges_and_say_what_is_exact():
         sds.EqualTo(("offset",), 1.5),
         sds.EqualTo(("timestampType",), 0),
         sds.EqualTo(("value",), b"x"),
+        sds.GreaterThan(("key",), "a"),
+        sds.EqualTo(("key",), 5),
     ):
         assert not q.push(f)
     assert not q.nothing()
+    assert q.push(sds.In(("key",), ("a", b"b", bytearray(b"c"), None)))  # exact: key bytes
+    assert q.push(sds.EqualTo(("key",), b"b")) and q.keys == {b"b"} and not q.nothing()
+    assert q.push(sds.EqualTo(("key",), "a")) and q.nothing()  # b and a: no record
 
 
 def test_filter_pushdown_results_are_exact(source):
