@@ -599,6 +599,13 @@ def test_pushed_key_filters_read_candidate_segments_and_equal_a_full_read(spark,
     last.write_bytes(b"\xff" * last.stat().st_size)
     c3 = pd.DataFrame({"offset": [o for o, k in enumerate(keys) if k == b"c3"]})
     assert records(source.df(str(clustered)).filter(c("key") == "c3"))[["offset"]].equals(c3)
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")  # the planner's line
+    try:
+        assert source.df(str(clustered)).filter(c("key") == "c3").count() == len(c3)
+        said = [r.msg for r in spark.tvf.python_worker_logs().collect()]
+    finally:
+        spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "false")
+    assert any("2 of 4 segment(s) skipped by their .keyindex filters" in m for m in said), said
     none = Pushed()
     assert none.push(sds.In(("key",), ("absent", None)))
     assert datasource.plan_read(opts, none) == []

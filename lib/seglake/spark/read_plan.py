@@ -42,6 +42,9 @@ from seglake.times import datetime_micros, micros_to_millis
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
 
 logger = logging.getLogger(__name__)
+# the key filters' line (plan_read) is INFO: silent on a console, kept by Spark's Python
+# worker logging (spark.sql.pyspark.worker.logging.enabled: spark.tvf.python_worker_logs())
+logger.setLevel(logging.INFO)
 
 
 # ------------------------------------------------------------------------------ filters
