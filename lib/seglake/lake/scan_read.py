@@ -172,6 +172,8 @@ def _by_key(
             m = find_keys(seg, how.keys or ())
             if m.scanned and how.scanned is not None:
                 how.scanned.append(f"{seg.log_path}: {m.status}")
+            if how.skipped is not None:  # damaged batches skipped (ignoreCorruptBatches)
+                how.skipped += [b.describe(seg.log_path) for _, b in sorted(seg.skipped.items())]
             t = m.records.drop_columns(["query"])
             found[at] = t if how.headers else t.drop_columns(["headers"])
         kept = _split_records(found[at], s, how)

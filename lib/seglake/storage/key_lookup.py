@@ -3,8 +3,8 @@
 
     keys -> hash_keys -> filter: no key may be present -> no read at all
          -> exact level: candidate offsets (searchsorted over the sorted hashes)
-         -> the records at those offsets read (a few: one window each; many: the whole
-            segment once) -> kept where the KEY BYTES equal the query's
+         -> the records at those offsets read (the point reads' engine: only the batches
+            holding them, decoded in one call) -> kept where the KEY BYTES equal the query's
 
 A hash collision is a candidate whose bytes differ: dropped, never returned. A segment
 whose ``.keyindex`` is missing, damaged or covers fewer offsets than the segment is read
@@ -34,6 +34,7 @@ from seglake.storage.key_index import (
     read_filter,
 )
 from seglake.storage.naming import KEY_INDEX_SUFFIX
+from seglake.storage.point_reads import read_offsets
 from seglake.storage.segment import LogSegment
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 INDEXED = "index"
-READ_WHOLE = 64  # more candidate offsets than this: one read of the whole segment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,11 +122,7 @@ def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMa
     offsets = np.unique(offsets[offsets < seg.next_offset])
     if not len(offsets):
         return KeyMatches(_matching(_empty(seg), query), INDEXED)
-    if len(offsets) > READ_WHOLE:
-        table = seg.read_records(int(offsets[0]), int(offsets[-1]) + 1)
-    else:
-        table = pa.concat_tables([seg.read_records(int(o), int(o) + 1) for o in offsets])
-    table = table.filter(pc.is_in(table.column("offset"), pa.array(offsets)))
+    table = read_offsets(seg, offsets)  # only the batches holding them, decoded at once
     return KeyMatches(_matching(table, query), INDEXED, len(offsets))
 
 
