@@ -25,7 +25,7 @@ ENTRY_POINTS = {
     "cli/jobargs.py": "a job's root and input paths, checked before Spark starts",
     **{
         f"cli/{name}.py": "run(args): cli/main's handle (itself), or a root given directly"
-        for name in ("cleanup", "configs", "history", "register", "retention", "serve")
+        for name in ("cleanup", "configs", "history", "index", "register", "retention", "serve")
     },
     "cli/recover.py": "a user's path: a lake or a partition directory",
     "cli/consume.py": "a user's path: a lake or a partition directory",

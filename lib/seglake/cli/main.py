@@ -1,5 +1,5 @@
 """The ``seglake`` command: dump, consume, offsets, history, offset-for-time, read, cleanup,
-recover, register, retention, config.
+recover, register, retention, config, serve, index.
 
 One module per command under ``cli/`` (``add_parser(sub)``, ``run(args) -> int``),
 dispatched from :data:`COMMANDS` as ``spark/jobs.py`` dispatches the jobs; what several
@@ -21,6 +21,7 @@ from seglake.cli import (
     consume,
     dump,
     history,
+    index,
     lookup,
     offset_for_time,
     offsets,
@@ -54,6 +55,7 @@ COMMANDS: dict[str, tuple[AddParser, Run]] = {
     "retention": (retention.add_parser, retention.run),
     "config": (configs.add_parser, configs.run),
     "serve": (serve.add_parser, serve.run),
+    "index": (index.add_parser, index.run),
 }
 
 

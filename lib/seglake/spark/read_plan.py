@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 
 from seglake.errors import ConfigError
+from seglake.lake.key_plan import key_candidates
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
 from seglake.spark.read_options import (
@@ -32,11 +34,16 @@ from seglake.spark.read_options import (
     ReadOptions,
     TopicPartition,
 )
-from seglake.storage.index_cache import IndexCache
+from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.naming import internal_topic
 from seglake.times import datetime_micros, micros_to_millis
 
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
+
+logger = logging.getLogger(__name__)
+# the key filters' line (plan_read) is INFO: silent on a console, kept by Spark's Python
+# worker logging (spark.sql.pyspark.worker.logging.enabled: spark.tvf.python_worker_logs())
+logger.setLevel(logging.INFO)
 
 
 # ------------------------------------------------------------------------------ filters
@@ -80,6 +87,20 @@ def _ceil_ms(us: int) -> int:
     return us if us in ALL else -micros_to_millis(-us)
 
 
+def _key_bytes(values: tuple[Any, ...]) -> frozenset[bytes] | None:
+    """The key bytes of string (UTF-8) or binary literals (a null equals no key), or
+    ``None`` for any other literal."""
+    out = set()
+    for v in values:
+        if isinstance(v, str):
+            out.add(v.encode())
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            out.add(bytes(v))
+        elif v is not None:
+            return None
+    return frozenset(out)
+
+
 _CONVERT = {"partition": _as_int, "offset": _as_int, "timestamp": _as_micros}
 _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
@@ -93,6 +114,7 @@ class Pushed:
     partition: Range = ALL
     offset: Range = ALL
     timestamp: Range = ALL
+    keys: frozenset[bytes] | None = None  # key = / key IN: these key bytes only
 
     def push(self, f: Filter) -> bool:
         """Take ``f`` in; ``True`` when the read will honour it exactly."""
@@ -100,6 +122,12 @@ class Pushed:
             return False
         col = f.attribute[0]
         values = tuple(f.value) if isinstance(f, In) else (f.value,)
+        if col == "key":  # exact: the key index's records, key bytes compared
+            keys = _key_bytes(values) if isinstance(f, (EqualTo, In)) else None
+            if keys is None:
+                return False
+            self.keys = _both(self.keys, keys)
+            return True
         if col == "topic":
             if not isinstance(f, (EqualTo, In)) or not all(isinstance(v, str) for v in values):
                 return False
@@ -132,6 +160,7 @@ class Pushed:
         return (
             self.topics == frozenset()
             or self.partitions == frozenset()
+            or self.keys == frozenset()
             or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp))
         )
 
@@ -249,4 +278,12 @@ def plan_read(
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: the scan prunes and seeks (a time filter)
             ranges[tp] = (lo, hi)
-    return dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    tasks = dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    if pushed.keys is None:
+        return tasks
+    cache = cache or get_cache()
+    keyed = key_candidates(
+        opts.root.location, cache, tasks, pushed.keys, on_corrupt=opts.on_corrupt
+    )
+    logger.info(keyed.line(len(pushed.keys)))
+    return keyed.tasks
