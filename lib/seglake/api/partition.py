@@ -75,7 +75,7 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.rows = rows
-        fs, base = lake.location.resolve()
+        fs, base = lake.handle.fs, lake.handle.base
         self.log = PartitionLog.from_refs(
             fs,
             base,
@@ -83,9 +83,7 @@ class Partition:
             on_corrupt=lake.on_corrupt,
             replaced=lake.replaced(topic, partition),
             # a file of this version gone or replaced since: one VersionSupersededError
-            pin=PinnedVersion(
-                lake.location, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
-            ),
+            pin=PinnedVersion(lake.handle, lake.version, rows={(topic, partition): rows}),
         )
         # every read is planned on this (one partition at the lake's version, this log)
         self._snapshot = Snapshot.of_log(
