@@ -306,6 +306,7 @@ def test_a_split_read_names_a_damaged_length_at_its_file_position(lake: Path) ->
     """A planned split starting at an offset-index position that meets a batch whose
     length is garbage raises naming the file and the batch's position in it (old main:
     a CorruptIndexError naming the position inside the split's bytes)."""
+    from seglake.lake.handle import LakeHandle
     from seglake.lake.scan import Scan
     from seglake.lake.scan_read import read_splits
     from seglake.lake.snapshot import Snapshot
@@ -314,7 +315,7 @@ def test_a_split_read_names_a_damaged_length_at_its_file_position(lake: Path) ->
     path, pos, _, _ = damage(lake, where="length")
     tasks = [
         t
-        for t in Scan(Snapshot.read(str(lake)), split_bytes=1).plan()
+        for t in Scan(Snapshot.read(LakeHandle.open(str(lake))), split_bytes=1).plan()
         if t.path.endswith(path.name) and t.start_pos <= pos < t.end_pos
     ]
     assert len(tasks) == 1 and 0 < tasks[0].start_pos < pos
