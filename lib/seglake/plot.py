@@ -3,12 +3,13 @@ figures are built without pyplot and render with Agg).
 
     plot_segments(topic, rows, v) per partition, one bar per segment from its smallest to
                                   its largest timestamp, labelled with offsets and size
-    plot_index(name, log, base)   a segment's offset index (offset vs byte position, with
+    plot_index(name, seg, recs)   a segment's offset index (offset vs byte position, with
                                   every batch start) and time index (running max timestamp
-                                  vs offset, over every record's timestamp)
+                                  vs offset, over every record's timestamp: ``recs``, read
+                                  by the caller through the plan)
     plot_rate(topic, ts, "1min")  messages per time bucket, per partition and in total
 
-Each takes data (catalog rows, a :class:`PartitionLog`, timestamps), not the notebook API's
+Each takes data (catalog rows, a segment and its records, timestamps), not the notebook API's
 objects, and returns the :class:`matplotlib.figure.Figure` (save it with ``fig.savefig``).
 """
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     import pandas as pd
+    import pyarrow as pa
     from matplotlib.axes import Axes
     from matplotlib.cm import ColormapRegistry
     from matplotlib.figure import Figure
@@ -137,18 +139,17 @@ def plot_segments(topic: str, segs: pd.DataFrame, version: int) -> Figure:
     return fig
 
 
-def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = None) -> Figure:
-    """A segment's sparse indexes against its batches and records.
+def plot_index(name: str, seg: LogSegment, recs: pa.Table) -> Figure:
+    """A segment's sparse indexes against its batches and its records ``recs`` (offset
+    and millisecond timestamp columns; see :func:`segment_of`).
 
     Left: offset index entries (offset vs byte position) over the start of every batch.
     Right: time index entries (running largest timestamp vs offset) over every record's
     timestamp, so out-of-order CreateTime shows as points below the staircase.
     """
     new_figure, _, _ = _mpl()
-    seg = _segment(name, log, segment_base_offset)
     oi, ti = seg.offset_index, seg.time_index
     scan = seg.scan()
-    recs = seg.read_records()
     offs = recs.column("offset").to_numpy()
     ts = recs.column("timestamp").to_numpy()
     z0, z1 = _zoom(ti.offsets, offs)
@@ -162,7 +163,7 @@ def plot_index(name: str, log: PartitionLog, segment_base_offset: int | None = N
     return fig
 
 
-def _segment(name: str, log: PartitionLog, base_offset: int | None) -> LogSegment:
+def segment_of(name: str, log: PartitionLog, base_offset: int | None) -> LogSegment:
     """The segment at ``base_offset`` of ``log`` (its first when None)."""
     if not log.segments:
         raise ValueError(f"{name} has no segments")

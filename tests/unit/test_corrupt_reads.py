@@ -300,3 +300,25 @@ def test_random_damage_never_silently_drops(pristine: Path, tmp_path_factory, da
     # header's offsets may be the forged ones: a range built from them can be billions long)
     assert missing <= damaged and set(whole) <= set(got), sorted(missing)[:10]
     assert not missing or s.skipped, "records left out without a report"
+
+
+def test_a_split_read_names_a_damaged_length_at_its_file_position(lake: Path) -> None:
+    """A planned split starting at an offset-index position that meets a batch whose
+    length is garbage raises naming the file and the batch's position in it (old main:
+    a CorruptIndexError naming the position inside the split's bytes)."""
+    from seglake.lake.handle import LakeHandle
+    from seglake.lake.scan import Scan
+    from seglake.lake.scan_read import read_splits
+    from seglake.lake.snapshot import Snapshot
+    from seglake.storage.index_cache import IndexCache
+
+    path, pos, _, _ = damage(lake, where="length")
+    tasks = [
+        t
+        for t in Scan(Snapshot.read(LakeHandle.open(str(lake))), split_bytes=1).plan()
+        if t.path.endswith(path.name) and t.start_pos <= pos < t.end_pos
+    ]
+    assert len(tasks) == 1 and 0 < tasks[0].start_pos < pos
+    with pytest.raises(CorruptRecordError) as exc:
+        read_splits(IndexCache(), str(lake), tasks)
+    expect_named(exc, path, pos)

@@ -198,3 +198,18 @@ def test_no_out_of_bounds_access_under_address_sanitizer(tmp_path) -> None:
     of every size: no access outside its buffers (ASan aborts)."""
     out = run_under_asan(tmp_path, ASAN_RUN, "11", "1500", str(ROOT))
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-3000:]
+
+
+@needs_kernel
+def test_a_few_batches_get_buffers_of_their_size() -> None:
+    """A point read's few batches (a notebook read of one index interval) are decoded into
+    a chunk sized for them: old main gave every call a chunk of 64k rows and 20 MiB of
+    buffers, which the returned table (and the notebook's LRU) held."""
+    t = table([(i, 1000 + i, b"k", b"v%d" % i, None) for i in range(10)])
+    buf = encode_batches(t, config=LogConfig(batch_size=5)).data
+    scan = scan_batches(buf)
+    before = pa.total_allocated_bytes()
+    out, rows = window_records.decode_windows([(Window(0, buf, scan), np.arange(len(scan)), "a")])
+    held = pa.total_allocated_bytes() - before
+    assert rows.tolist() == [10] and out.column("offset").to_pylist() == list(range(10))
+    assert held < 64 << 10, held

@@ -106,16 +106,11 @@ def test_one_point_query_segment_choice() -> None:
     assert {"lake/lookup_answer.py", "spark/lookup.py"} <= users, users
 
 
-# Records read from a segment outside the plan, above storage/: the notebook's decoded
-# chunk cache (``Partition.read``: one index interval a chunk, kept in the lake's LRU) and
-# the pictures (every timestamp of a segment). Known, listed so that no other appears.
-DIRECT_READERS = {"api/partition.py", "api/lake.py", "plot.py"}
-
-
 def test_no_other_record_read_bypasses_the_plan() -> None:
     """Above record/ and storage/, records are read from segments (``read_records``,
     ``window``, a log's ``read`` / ``read_range``) only by ``lake/scan_read.py`` (every
-    planned read) and the known :data:`DIRECT_READERS`."""
+    planned read): the notebook's ``Partition.read`` (its chunk cache holds planned
+    tasks' records), ``plot_rate`` and ``plot_index`` read through it too."""
     where = set()
     for name, tree in SOURCES.items():
         if name.startswith(("record/", "storage/")):
@@ -128,4 +123,18 @@ def test_no_other_record_read_bypasses_the_plan() -> None:
                 attr in ("read", "read_range") and "log" in recv
             ):
                 where.add(name)
-    assert where <= {"lake/scan_read.py", *DIRECT_READERS}, where
+    assert where <= {"lake/scan_read.py"}, where
+
+
+def test_the_notebook_reads_through_the_plan() -> None:
+    """``api/partition.py`` plans with ``Scan`` and reads with ``read_tasks``; it chooses
+    no segment itself (no ``segment_index_for_*``, no ``searchsorted`` over a segment's
+    index)."""
+    calls = _calls({"Scan", "read_tasks", "segment_index_for_offset", "searchsorted"})
+    mine = calls.get("api/partition.py", [])
+    assert any(c.startswith("Scan:") for c in mine) and any(
+        c.startswith("read_tasks:") for c in mine
+    ), mine
+    assert not [c for c in mine if c.startswith("segment_index_for_offset")], mine
+    own = ast.unparse(SOURCES["api/partition.py"])
+    assert "offset_index" not in own and "_chunk_bounds" not in own

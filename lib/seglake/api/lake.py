@@ -297,10 +297,9 @@ class Lake:
         self._topic_segments(topic)  # a topic without partitions is an error
         timestamps = {}
         for p in self.partitions(topic):
-            segments = self.partition(topic, p).log.segments
+            records = self.partition(topic, p)._records()  # every record, planned
             timestamps[p] = np.concatenate(
-                [s.read_records().column("timestamp").to_numpy() for s in segments]
-                or [np.array([], np.int64)]
+                [t.column("timestamp").to_numpy() for t in records] or [np.array([], np.int64)]
             )
         return plot.plot_rate(topic, timestamps, bucket, self.version)
 

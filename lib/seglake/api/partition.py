@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 from seglake.api.show import As, html_table, output
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.rows import segment_refs
-from seglake.lake.scan import Scan
+from seglake.lake.scan import ALL, Range, Scan, SegmentTask
 from seglake.lake.scan_read import SplitReads, read_tasks
 from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
@@ -84,8 +85,12 @@ class Partition:
             # a file of this version gone or replaced since: one VersionSupersededError
             pin=PinnedVersion(lake.handle, lake.version, rows={(topic, partition): rows}),
         )
+        # every read is planned on this (one partition at the lake's version, this log)
+        self._snapshot = Snapshot.of_log(
+            lake.location, lake.version, (topic, partition), rows, self.log
+        )
+        self._by_base = {s.base_offset: s for s in self.log.segments}
         self._min_ts = rows.column("min_timestamp").to_numpy()
-        self._bounds: dict[int, np.ndarray] = {}
         self._max_ts = rows.column("max_timestamp").to_numpy()
 
     def __repr__(self) -> str:
@@ -117,61 +122,69 @@ class Partition:
         """Up to ``max_records`` records from ``offset`` on (Kafka source columns).
 
         Offsets below the log start read from the log start; at or past the log end, none.
-        Records are decoded one index interval (chunk) at a time and the decoded chunks
-        kept in the lake's LRU cache, so a repeated lookup near an offset decodes nothing.
+        Planned as every read is: a :class:`~seglake.lake.scan.Scan` of the offsets
+        ``[offset, offset + max_records)`` (then windows twice as wide, where compaction
+        or control records left gaps) cut at every offset index position, so each task is
+        one index interval of the plan's segment. Each is read whole by
+        :func:`~seglake.lake.scan_read.read_tasks` and kept in the lake's LRU cache: a
+        repeated lookup near an offset decodes nothing.
         """
         if max_records < 0:
             raise ValueError(f"max_records {max_records} < 0")
-        log = self.log
-        offset = max(int(offset), self.log_start_offset)
-        i = log.segment_index_for_offset(offset) if max_records else None
-        parts, need = [], max_records
-        while i is not None and i < len(log.segments) and need > 0:
-            bounds = self._chunk_bounds(i)
-            j = int(np.searchsorted(bounds, offset, side="right")) - 1
-            while j < len(bounds) - 1 and need > 0:
-                t = self._chunk(i, bounds, j)
-                offs = t.column("offset").to_numpy()
-                k = int(np.searchsorted(offs, offset, side="left"))
-                if k < len(offs):
+        tp = (self.topic, self.partition)
+        want, leo = max(int(offset), self.log_start_offset), self.log_end_offset
+        lo, span, need = want, max(max_records, 1), max_records
+        parts, done = [], set()
+        while need > 0 and lo < leo:
+            hi = min(lo + span, leo)
+            for task in Scan(self._snapshot, offsets={tp: (lo, hi)}, split_bytes=1).tasks():
+                key = (*tp, task.base_offset, task.start_pos)
+                if need == 0:
+                    break
+                if key in done:  # read whole by the previous window
+                    continue
+                done.add(key)
+                t = self._interval(key, task)
+                k = int(np.searchsorted(t.column("offset").to_numpy(), want, side="left"))
+                if k < t.num_rows:
                     t = t.slice(k, need)
                     parts.append(t)
                     need -= t.num_rows
-                j += 1
-            i += 1
-            offset = 0
+                    want = int(t.column("offset")[-1].as_py()) + 1
+            lo, span = max(hi, want), 2 * span
         if not parts:
-            t = to_kafka_source(empty_records(), self.topic, self.partition)
+            t = to_kafka_source(empty_records(), *tp)
         elif len(parts) == 1:
             t = parts[0]
         else:
             t = pa.concat_tables(parts)
         return output(t, as_)
 
-    def _chunk_bounds(self, i: int) -> np.ndarray:
-        """Offsets splitting segment ``i`` into index intervals: segment base, each offset
-        index entry's offset + 1, the segment's next offset."""
-        b = self._bounds.get(i)
-        if b is None:
-            seg = self.log.segments[i]
-            inner = seg.offset_index.offsets + 1
-            inner = inner[(inner > seg.base_offset) & (inner < seg.next_offset)]
-            b = self._bounds[i] = np.unique(
-                np.concatenate([[seg.base_offset], inner, [seg.next_offset]]).astype(np.int64)
-            )
-        return b
-
-    def _chunk(self, i: int, bounds: np.ndarray, j: int) -> pa.Table:
-        """Decoded records (Kafka source columns) of chunk ``j`` of segment ``i``."""
-        seg = self.log.segments[i]
-        key = (self.topic, self.partition, seg.base_offset, j)
+    def _interval(self, key: tuple[str, int, int, int], task: SegmentTask) -> pa.Table:
+        """Every record (Kafka source columns) of ``task``'s bytes, one index interval
+        of its segment: the task read with its segment's offsets, from the lake's cache."""
         cache = self.lake._cache
         t = cache.get(key)
         if t is None:
-            recs = seg.read_records(int(bounds[j]), int(bounds[j + 1]))
-            t = to_kafka_source(recs, self.topic, self.partition)
+            whole = dataclasses.replace(
+                task, lo=task.base_offset, hi=task.next_offset, extend=False
+            )
+            t = self._read_tasks([whole], SplitReads())
+            # its own buffers (the decoder's are sized for more): the LRU counts them
+            t = t.take(np.arange(t.num_rows))
             cache.put(key, t)
         return t
+
+    def _records(self, offsets: Range = ALL) -> Iterator[pa.Table]:
+        """Records (internal columns, no headers) of ``offsets`` of this partition, one
+        planned task at a time (at most a split of log each): the pictures' reads."""
+        how = SplitReads(headers=False, records=True)
+        for task in Scan(self._snapshot, offsets=offsets).tasks():
+            yield self._read_tasks([task], how)
+
+    def _read_tasks(self, tasks: list[SegmentTask], how: SplitReads) -> pa.Table:
+        """``tasks`` (planned on :attr:`_snapshot`) read with this partition's segments."""
+        return read_tasks(lambda t: self._by_base[t.base_offset], tasks, how)
 
     def offsets_for_times(self, ts: TimeLike) -> TimestampOffset | None:
         """Kafka's offsetsForTimes for this partition.
@@ -206,11 +219,8 @@ class Partition:
         tp = (self.topic, self.partition)
         if hi == lo:
             return output(to_kafka_source(empty_records(), *tp), as_)
-        snapshot = Snapshot.of_log(self.lake.location, self.lake.version, tp, self.rows, self.log)
-        tasks = Scan(snapshot, times=(lo, hi)).plan()
-        segments = {s.base_offset: s for s in self.log.segments}
-        recs = read_tasks(lambda t: segments[t.base_offset], tasks, SplitReads())
-        return output(recs, as_)
+        tasks = Scan(self._snapshot, times=(lo, hi)).plan()
+        return output(self._read_tasks(tasks, SplitReads()), as_)
 
     def find(
         self,
@@ -311,4 +321,8 @@ class Partition:
         """Index entries of one segment (default: the first); see :mod:`seglake.plot`."""
         from seglake import plot
 
-        return plot.plot_index(f"{self.topic}-{self.partition}", self.log, segment_base_offset)
+        name = f"{self.topic}-{self.partition}"
+        seg = plot.segment_of(name, self.log, segment_base_offset)
+        parts = list(self._records((seg.base_offset, seg.next_offset)))
+        recs = pa.concat_tables(parts) if parts else empty_records(headers=False)
+        return plot.plot_index(name, seg, recs)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
+import numpy as np
+
 from seglake.errors import ConfigError, DataLossError
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, offset_ranges
 from seglake.lake.snapshot import Snapshot, TopicPartition
@@ -191,16 +193,18 @@ class Scan:
     ) -> Iterator[tuple[list[SegmentTask], int]]:
         """The tasks of one partition's offsets ``[lo, hi)`` (inside its log), a segment
         at a time: ``(tasks, bytes past the end time)``."""
-        log, meta = self.snapshot.log(tp), self.snapshot.rows[tp].to_pylist()
+        log, meta = self.snapshot.log(tp), self.snapshot.meta(tp)
         (lo, hi), filtering = offsets, not self.seek_times
         ts_lo, ts_hi = self.times if filtering else ALL
         chosen: list[tuple[int, int, int]] = []  # (segment, first, end offset)
-        for i, r in enumerate(meta):
-            if (
-                r["next_offset"] <= lo
-                or r["base_offset"] >= hi
-                or r["next_offset"] == r["base_offset"]
-            ):
+        # rows sorted by base offset, disjoint: from the floor of lo to the first at hi
+        # (a point read of a partition of thousands of segments looks at a few)
+        floor = int(np.searchsorted(log.base_offsets, lo, side="right")) - 1
+        for i in range(max(floor, 0), len(meta)):
+            r = meta[i]
+            if r["base_offset"] >= hi:
+                break
+            if r["next_offset"] <= lo or r["next_offset"] == r["base_offset"]:
                 continue
             if filtering and (r["max_timestamp"] < ts_lo or r["min_timestamp"] >= ts_hi):
                 continue

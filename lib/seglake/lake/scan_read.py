@@ -320,10 +320,13 @@ def _split_window(seg: LogSegment, start: int, end: int, hi: int, extend: bool) 
     size = seg.size
     extend = extend and end < size
     w = seg.window(start, end + HEADER_SIZE if extend else end)
-    whole = min(end, size) - start
+    whole = min(end, size, start + len(w.data)) - start  # a file cut short: its end
     if seg.on_corrupt == "skip":  # a file cut short ends at its noted cut (skip mode)
         whole = min([whole, *(at - start for at in seg.skipped if start <= at < start + whole)])
     if w.scan.valid_bytes < whole:
+        # a damaged log raises naming the batch and its file position when scanned
+        # from its start (as a read from an index position checks); else the index lies
+        seg.window(0, size)
         raise CorruptIndexError(
             f"split [{start}, {end}) does not hold whole batches: {w.scan.error}", path=seg.log_path
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +52,9 @@ class Snapshot:
     _logs: dict[TopicPartition, PartitionLog] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
+    _meta: dict[TopicPartition, list[dict[str, Any]]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def read(
@@ -89,7 +93,7 @@ class Snapshot:
         """These partitions only (the logs opened so far kept)."""
         keep = {tp: self.rows[tp] for tp in sorted(partitions) if tp in self.rows}
         logs = {tp: log for tp, log in self._logs.items() if tp in keep}
-        return dataclasses.replace(self, rows=keep, _logs=logs)
+        return dataclasses.replace(self, rows=keep, _logs=logs, _meta={})
 
     @property
     def table(self) -> pa.Table:
@@ -110,6 +114,14 @@ class Snapshot:
                 self.root, tp, segment_refs(self.rows[tp]), self.on_corrupt
             )
         return log
+
+    def meta(self, tp: TopicPartition) -> list[dict[str, Any]]:
+        """``tp``'s rows as dicts (converted once: a reader that plans many small reads
+        on one snapshot, the notebook's, pays it once)."""
+        rows = self._meta.get(tp)
+        if rows is None:
+            rows = self._meta[tp] = self.rows[tp].to_pylist()
+        return rows
 
     @property
     def starts(self) -> dict[TopicPartition, int]:

@@ -173,12 +173,13 @@ def decode_fused(
         return None
     rec_cap = int(min(counts.max(), MAX_RECORDS))  # a batch with more: the usual way
     recs = np.empty(rec_cap * _RECORD_INTS, np.int64)
-    scratch = native.pool_array(_SCRATCH)
+    # a frame's scratch (none needed by raw batches; grown when a frame may need more)
+    scratch = native.pool_array(_SCRATCH if (batches.inputs[0] != 0).any() else 64)
     ins = [batches.addr, batches.length, *batches.inputs]
     in_addr = np.array([native.address(a) for a in ins], np.int64)
     state = np.zeros(18, np.int64)
     state[9] = budget
-    cap = np.array([CHUNK_ROWS, *_FIRST_BYTES[:2], CHUNK_ROWS, *_FIRST_BYTES[2:]], np.int64)
+    cap = _first_cap(batches)
     if not headers:
         cap[3:] = 0
     chunk, tables, b, rows_done, bytes_done = None, [], 0, 0, np.zeros(6, np.int64)
@@ -212,6 +213,19 @@ def decode_fused(
         state[:9] = 0
         chunk = None
     return tables
+
+
+def _first_cap(batches: Batches) -> np.ndarray:
+    """The first chunk's capacity: :data:`CHUNK_ROWS` rows and :data:`_FIRST_BYTES`, or
+    less for fewer batches (a point read's few: no 20 MiB of buffers for 10 records):
+    their records, and the bytes of their blocks (raw) or 4x them (compressed; a chunk
+    that fills is followed by a larger one)."""
+    codec, counts = batches.inputs[0], batches.inputs[1]
+    raw = int(batches.length[codec == 0].sum())
+    bound = max(raw + 4 * int(batches.length[codec != 0].sum()), 1)
+    rows = min(CHUNK_ROWS, max(int(counts.sum()), 1))
+    return np.array([rows, *(min(b, bound) for b in _FIRST_BYTES[:2]), rows,
+                     *(min(b, bound) for b in _FIRST_BYTES[2:])], np.int64)  # fmt: skip
 
 
 def _next_cap(
