@@ -229,3 +229,26 @@ def test_cli_lookup_answers_as_lake_lookup(lake, capsys, tmp_path: Path) -> None
         assert exc.value.code == 2
     assert "expected TOPIC:PARTITION:OFFSET" in capsys.readouterr().err
     assert main(["lookup", lk.root, "--queries", str(tmp_path / "none.csv")]) == 2
+
+
+def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Path) -> None:
+    """The process's index cache holds segments of version 1; a compaction replaces them
+    under their names (the old files retired): a lookup still pinned to version 1 in the
+    same process answers as a fresh process does (no VersionSupersededError), and the
+    cache still serves the repeated lookup."""
+    from seglake.storage.index_cache import get_cache
+
+    root = tmp_path / "lake"
+    txn_lake(root, seed=5, codec=0)
+    lk = seglake.open(str(root))
+    q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 400, 7)})
+    want = lk.lookup(q)
+    names = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
+    assert run_compaction(str(root), conf=COMPACT, now_ms=NOW).committed
+    now = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
+    assert names & now  # a segment kept its name
+    hits = get_cache().stats()["hits"]
+    pd.testing.assert_frame_equal(lk.lookup(q), want)  # the cached segments, version 1
+    assert get_cache().stats()["hits"] > hits
+    get_cache().clear()  # as a fresh process reads version 1
+    pd.testing.assert_frame_equal(seglake.open(str(root), version=lk.version).lookup(q), want)
