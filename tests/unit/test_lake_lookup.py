@@ -115,11 +115,31 @@ def _check(lake, truth: Truth, offsets: list[int], times: list[int]) -> None:
 def test_every_offset_and_time_equals_brute_force(lake) -> None:
     lk, truth = lake
     # (every other offset, every fifth record's time: the gaps and markers send many
-    # queries to answer_queries' per-query scan, ~30 ms each)
+    # queries to answer_queries' scan, see the next test)
     offsets = list(range(truth.log_start - 2, truth.log_end + 3, 2))
     ts = {int(t) + d for t in truth.e_ts[::5] for d in (-1, 0, 1)}
     times = sorted(ts | {0, int(truth.e_ts.min()) - 100, int(truth.e_ts.max()) + 5, -1, -2, -3})
     _check(lk, truth, offsets, times)
+
+
+def test_the_queries_the_index_cannot_place_read_each_segment_once(lake, monkeypatch) -> None:
+    """Offsets compacted away or on markers, times the index cannot place: hundreds of
+    queries answered by a scan, all of a segment's from one read of it (not one
+    scan per query: ~10,000 reads here before), answers as brute force."""
+    from seglake.storage.segment import LogSegment
+
+    lk, truth = lake
+    reads: list[str] = []
+    window = LogSegment.window
+    monkeypatch.setattr(
+        LogSegment,
+        "window",
+        lambda seg, *a, **kw: reads.append(seg.log_path) or window(seg, *a, **kw),
+    )
+    offsets = list(range(truth.log_start, truth.log_end))
+    times = sorted({int(t) + d for t in truth.e_ts for d in (-1, 0, 1)})
+    _check(lk, truth, offsets, times)
+    assert len(reads) <= truth.segments
 
 
 @settings(
