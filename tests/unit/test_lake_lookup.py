@@ -142,6 +142,19 @@ def test_the_queries_the_index_cannot_place_read_each_segment_once(lake, monkeyp
     assert len(reads) <= truth.segments
 
 
+@pytest.mark.parametrize("chunk", [100, 700])
+def test_a_scan_read_in_chunks_answers_the_same(lake, monkeypatch, chunk: int) -> None:
+    """The scan reads ``SCAN_CHUNK`` bytes at a time (batches larger than it whole):
+    with chunks smaller than a batch, or a few batches, the same answers."""
+    from seglake.storage import point_reads
+
+    lk, truth = lake
+    monkeypatch.setattr(point_reads, "SCAN_CHUNK", chunk)
+    offsets = list(range(truth.log_start, truth.log_end, 3))
+    times = sorted({int(t) + d for t in truth.e_ts[::4] for d in (-1, 0, 1)})
+    _check(lk, truth, offsets, times)
+
+
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from seglake.errors import SeglakeError
 from seglake.format import NO_TIMESTAMP
+from seglake.record.batch import HEADER_SIZE, claimed_size
 from seglake.record.reader import record_times
 from seglake.record.schema import empty_records
 from seglake.storage.header_chains import locate as _locate
@@ -30,6 +31,7 @@ from seglake.storage.point_requests import (
     touching,
 )
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_window import Window
 
 __all__ = [
     "READ_GAP",
@@ -128,14 +130,18 @@ def _careful_timestamps(
     return out, after
 
 
+SCAN_CHUNK = 1 << 20  # bytes of a segment :func:`scan_times` reads at a time
+
+
 def scan_times(
     seg: LogSegment, targets: np.ndarray, lo: np.ndarray | int
 ) -> tuple[np.ndarray, pa.Table, np.ndarray]:
     """For each target, the record a fetch from ``seg``'s offsetsForTimes(target)
     (offset >= its ``lo``) returns, by a forward scan, for the targets the index and the
-    header chains cannot place: all of them from ONE read of ``seg`` (from the earliest
-    place an answer can start: the strict time index floor, or ``lo``'s offset index
-    floor). :data:`NO_TIMESTAMP` (every record) asks for the next record from ``lo``.
+    header chains cannot place: all of them together, read :data:`SCAN_CHUNK` bytes at
+    a time from the earliest place a pending answer can start (the strict time index
+    floor, or ``lo``'s offset index floor), each chunk once for every target in it.
+    :data:`NO_TIMESTAMP` (every record) asks for the next record from ``lo``.
 
     Returns ``(row, records, carry)``: ``row[i]`` the row of target ``i``'s answer in
     ``records`` (-1: none in ``seg``), ``carry[i]`` the target of the next segment's scan:
@@ -149,20 +155,48 @@ def scan_times(
     if not n:
         return row, empty_records(), carry
     _, pos = seg.floor_positions(np.maximum(seg.time_index.bounds_many(targets)[0], lo))
-    start = int(pos.min())
-    w = seg.window(start, seg.size)
-    if seg._bad_start(w, start):  # the index was rebuilt: start over
-        return scan_times(seg, targets, lo)
+    pending, tables, rows = np.ones(n, bool), [], 0
+    while pending.any():
+        start = int(pos[pending].min())
+        if start >= seg.size:
+            break
+        w = seg.window(start, start + SCAN_CHUNK)
+        if w.end == start:  # a batch larger than the chunk (or a torn tail): read it whole
+            head = seg.window(start, start + HEADER_SIZE, verify_crc=False).data
+            if len(head) == HEADER_SIZE:
+                w = seg.window(start, start + claimed_size(head))
+        if seg._bad_start(w, start):  # the index was rebuilt: start over
+            return scan_times(seg, targets, lo)
+        if w.end == start:
+            break  # a torn tail: nothing more
+        on = np.flatnonzero(pending & (pos < w.end))
+        got, table, carry[on] = _scan_window(seg, w, carry[on], lo[on])
+        hit = got >= 0
+        row[on[hit]] = got[hit] + rows
+        pending[on[hit]], pos[on] = False, w.end
+        tables.append(table)
+        rows += table.num_rows
+    return row, pa.concat_tables(tables) if tables else empty_records(), carry
+
+
+def _scan_window(
+    seg: LogSegment, w: Window, targets: np.ndarray, lo: np.ndarray
+) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    """:func:`scan_times` within the whole batches of one window ``w`` of ``seg``."""
+    n = len(targets)
+    row, carry = np.full(n, -1, dtype=np.int64), targets.copy()
     offs, ts = record_times(w.data, w.scan, skip_control=False, path=seg.log_path)
     m = len(offs)
+    if not m:
+        return row, empty_records(), carry
     batch = np.searchsorted(w.scan.last_offset, offs)  # each record's batch
-    is_data = ~w.scan.is_control[batch] if m else np.zeros(0, bool)
+    is_data = ~w.scan.is_control[batch]
     # first record at offset >= lo with timestamp >= target: where ``lo`` starts, else
     # the first reaching the target (running max), else (rare) searched on from ``lo``
     k = np.searchsorted(offs, lo)
     done = k >= m
     done[~done] = ts[k[~done]] >= targets[~done]
-    reach = np.searchsorted(np.maximum.accumulate(ts), targets) if m else np.zeros(n, np.int64)
+    reach = np.searchsorted(np.maximum.accumulate(ts), targets)
     later = ~done & (reach >= k)
     k[later] = reach[later]
     for i in np.flatnonzero(~done & ~later).tolist():
@@ -180,8 +214,7 @@ def scan_times(
     keep = np.zeros(len(w.scan), bool)
     keep[batch[answer[found]]] = True
     records = w.decode(keep, path=seg.log_path)
-    got = records.column("offset").to_numpy()
-    row[found] = np.searchsorted(got, offs[answer[found]])
+    row[found] = np.searchsorted(records.column("offset").to_numpy(), offs[answer[found]])
     return row, records, carry
 
 
