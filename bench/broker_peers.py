@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from seglake.lake.handle import LakeHandle
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
 import ingest as bi  # bench/ingest.py: the /proc samplers
@@ -200,7 +202,7 @@ def build(broker, work: Path, n: int, partitions: int) -> tuple[str, dict]:
     facts["producer"] = out.strip().splitlines()[-1]
     with broker.stopped():  # a clean shutdown: the broker's indexes trimmed, all flushed
         t0 = time.perf_counter()
-        register(str(lake), str(broker.log_dir), topics=[TOPIC])
+        register(LakeHandle.open(str(lake)), str(broker.log_dir), topics=[TOPIC])
         facts["register_s"] = time.perf_counter() - t0
     facts["built"] = (
         f"produced in {facts['produce_s']:.0f} s, registered in {facts['register_s']:.1f} s"

@@ -20,8 +20,8 @@ queries', per partition). Rows checked equal (count, sum of value lengths, of of
 The parquet reader is **pyarrow's dataset reader** (``pyarrow.dataset`` over
 ``S3FileSystem``, in the driver, threads on both cores), not Spark: Spark reads ``s3a://``
 through ``hadoop-aws``, whose release for Spark 4.2's Hadoop (3.5.0) depends on the AWS
-SDK v2 ``bundle`` jar (2.35.4), a single jar of over 500 MB (its recent releases; not
-downloaded to check), not fetched for a bench.
+SDK v2 ``bundle`` jar (2.35.4), a single jar of 686 MB (686,119,507 bytes: Maven
+Central's Content-Length, 2026-12-02), not fetched for a bench.
 The parquet side so pays no Spark job's fixed cost (0.1-0.2 s a query on this machine);
 seglake's Spark cases do, its ``range`` case does not.
 

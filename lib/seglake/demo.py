@@ -118,9 +118,10 @@ def _lookup(lake: Path, queries: Path, output: Path) -> None:
 
 def _summary(lake: Path, seconds: float) -> None:
     from seglake.cli.dump import dump
+    from seglake.lake.handle import LakeHandle
     from seglake.lake.snapshot import Snapshot
 
-    seg = Snapshot.read(str(lake)).table
+    seg = Snapshot.read(LakeHandle.open(str(lake))).table
     print("\n== the lake ==")
     print(lake_table(seg))
     extracted = pq.read_table(lake.parent / "extract")

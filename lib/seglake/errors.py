@@ -20,7 +20,8 @@ SeglakeError
 │   └── NoSpaceError         no space left on the device (or quota)
 └── CatalogError           the Delta catalog refused or lost a race
     ├── ConcurrentRunError another run committed to the same partitions first
-    └── RunReuseError      a committed run id reused for different input
+    ├── RunReuseError      a committed run id reused for different input
+    └── UnsafeCommitError  the store, as configured, gives no put-if-absent: no commit
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class InvalidTopicError(InvalidNameError):
 
 class OutsideLakeError(SeglakeError):
     """A delete refused: its target (symlinked directories followed) is not strictly
-    under the lake root, or is the catalog (:func:`seglake.fs.check_delete`)."""
+    under the lake root, or is the catalog (:func:`seglake.lake_paths.check_delete`)."""
 
 
 class InputSchemaError(SeglakeError, ValueError):
@@ -176,6 +177,12 @@ class ConcurrentRunError(CatalogError):
 
 class RunReuseError(CatalogError):
     """A run id that committed before is reused with different input (nothing written)."""
+
+
+class UnsafeCommitError(CatalogError):
+    """The lake's store, as configured, gives the catalog's commit no put-if-absent (a
+    concurrent commit could be overwritten, i.e. lost): refused before anything is written
+    (``lake/commit_store.py``)."""
 
 
 class DataLossError(SeglakeError):

@@ -6,13 +6,13 @@ A lake root is any URI pyarrow understands: a local path (made absolute), ``file
 ``gs://``, ``hdfs://``, parsed once into a :class:`~seglake.location.LakeLocation`;
 :func:`resolve` turns it into ``(filesystem, base path)``;
 every other function takes that filesystem and a path made with :func:`join` or
-:func:`safe_join`.
+:func:`seglake.lake_paths.safe_join`.
 
-Paths read from the catalog are untrusted: :func:`safe_join` refuses anything that could
-leave the root. Every delete goes through :func:`check_delete` (via :func:`delete_file`
-and :func:`delete_dir`, which take the lake root): the one home of "may this path be
-deleted". A missing file is reported as :class:`~seglake.errors.SegmentNotFoundError`
-naming the path; a fifo, device or socket is refused before it is opened
+Which paths may be touched is :mod:`seglake.lake_paths`'s: paths read from the catalog
+go through its ``safe_join``, and every delete here (:func:`delete_file`,
+:func:`delete_dir`, which take the lake root) through its ``check_delete``. A missing
+file is reported as :class:`~seglake.errors.SegmentNotFoundError` naming the path; a
+fifo, device or socket is refused before it is opened
 (:class:`~seglake.errors.NotRegularFileError`: :func:`check_regular`, which every
 opener here runs). A read never allocates more than the file holds from where it
 starts: a length from a catalog row or a header is cut to the file's size first.
@@ -39,13 +39,12 @@ import pyarrow.fs as pafs
 
 from seglake.errors import (
     FileSystemError,
-    InvalidTopicError,
     NoSpaceError,
     NotRegularFileError,
-    OutsideLakeError,
     SegmentNotFoundError,
 )
 from seglake.io_stats import IO_STATS, IOStats
+from seglake.lake_paths import check_delete
 from seglake.location import LakeLocation, Root
 
 __all__ = [
@@ -54,7 +53,6 @@ __all__ = [
     "WINDOW_BYTES",
     "IOStats",
     "all_zeros",
-    "check_delete",
     "check_regular",
     "coalesce",
     "delete_dir",
@@ -75,8 +73,6 @@ __all__ = [
     "refused",
     "renames_atomically",
     "resolve",
-    "safe_join",
-    "validate_relative",
     "write_bytes",
     "writing",
 ]
@@ -87,8 +83,6 @@ WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end fou
 # ranged reads of one object an object store makes one GET across holes up to this size:
 # a request's round trip (tens of ms) costs more than reading 1 MiB on
 COALESCE_GAP_BYTES = 1 << 20
-_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_UNSAFE_CHARS = re.compile(r"[\\:%?#~\x00-\x1f\x7f]")
 
 
 def resolve(root: Root, *, endpoint_override: str | None = None) -> tuple[pafs.FileSystem, str]:
@@ -116,52 +110,6 @@ def join(base: str, *parts: str) -> str:
         part = part.strip("/")
         if part:
             out = f"{out}/{part}" if out else part
-    return out
-
-
-def validate_relative(relative: str) -> str:
-    """Return ``relative`` if it is a plain relative path that stays below its root.
-
-    Refused: absolute paths, URIs and drive letters, ``.``/``..`` or empty components,
-    backslashes, and characters that URL decoding or a shell could turn into an escape
-    (``%``, ``?``, ``#``, ``~``, ``:``, control characters).
-
-    Raises:
-        InvalidTopicError: the path is unsafe (the message names it).
-    """
-    if not isinstance(relative, str):
-        raise InvalidTopicError(f"lake path must be a string, got {type(relative).__name__}")
-    reason = None
-    if not relative:
-        reason = "is empty"
-    elif relative.startswith("/"):
-        reason = "is absolute"
-    elif _SCHEME_RE.match(relative) or "://" in relative:
-        reason = "is a URI, not a path relative to the lake root"
-    elif m := _UNSAFE_CHARS.search(relative):
-        reason = f"contains {m.group()!r}"
-    else:
-        for part in relative.split("/"):
-            if part in ("", ".", ".."):
-                reason = f"has a {part or 'empty'!r} component"
-                break
-    if reason:
-        raise InvalidTopicError(f"unsafe lake path {relative!r}: {reason}")
-    return relative
-
-
-def safe_join(root: str, relative: str) -> str:
-    """``root/relative`` for a path read from the catalog, refusing anything that escapes.
-
-    Raises:
-        InvalidTopicError: ``relative`` is absolute, a URI, or contains ``..`` (see
-            :func:`validate_relative`).
-    """
-    validate_relative(relative)
-    out = join(root, relative)
-    base = root.rstrip("/")
-    if base and not out.startswith(base + "/"):  # belt and braces
-        raise InvalidTopicError(f"unsafe lake path {relative!r}: leaves {root!r}")
     return out
 
 
@@ -636,69 +584,6 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
     except NotADirectoryError:
         raise SegmentNotFoundError(f"{path}: is a file, not a directory") from None
     return sorted(info.base_name for info in infos)
-
-
-CATALOG_DIR = "_catalog"  # the lake's Delta table: <root>/_catalog
-
-
-def check_delete(
-    fs: pafs.FileSystem,
-    root: str,
-    path: str,
-    *,
-    catalog: bool = False,
-    root_itself: bool = False,
-) -> str:
-    """``path`` if it may be deleted in the lake (or partition directory) at ``root``:
-    the one guard every delete of seglake's goes through.
-
-    Refused, with one :class:`~seglake.errors.OutsideLakeError` line naming both: a
-    target whose real path is not strictly under ``root``'s, ``root`` itself (unless
-    ``root_itself``: an empty root a failed run made), and anything in
-    ``<root>/_catalog`` unless ``catalog``. On a local file system the
-    target is ``realpath(parent) + name``: a symlinked directory on the way is followed
-    (and refused if it leads out), a symlink as the target itself is not (deleting the
-    link is fine). On object stores the key must lie under the base prefix, with no
-    empty, ``.`` or ``..`` component.
-    """
-    rel = _relative_real(fs, root, path)
-    why = None
-    if rel is None:
-        why = "is not inside the lake root"
-    elif rel == "" and not root_itself:
-        why = "is the lake root itself"
-    elif rel.split("/", 1)[0] == CATALOG_DIR and not catalog:
-        why = "is in the lake's catalog"
-    if why:
-        raise OutsideLakeError(f"refused to delete {path}: {why} {root} (nothing deleted)")
-    return path
-
-
-def _relative_real(fs: pafs.FileSystem, root: str, path: str) -> str | None:
-    """``path`` relative to ``root`` after resolving (``""``: the root; ``None``:
-    outside it)."""
-    if is_local(fs):
-        base = os.path.realpath(root)
-        parent, name = os.path.split(path.rstrip("/") or "/")
-        if name in ("", ".", ".."):
-            target = os.path.realpath(path)
-        else:
-            target = os.path.join(os.path.realpath(parent or "."), name)
-        if target == base:
-            return ""
-        if not target.startswith(base.rstrip("/") + "/"):
-            return None
-        return target[len(base.rstrip("/")) + 1 :]
-    base, key = root.rstrip("/"), path.rstrip("/")
-    if key == base:
-        return ""
-    prefix = base + "/" if base else ""
-    if not key.startswith(prefix):
-        return None
-    rel = key[len(prefix) :]
-    if any(part in ("", ".", "..") for part in rel.split("/")):
-        return None
-    return rel
 
 
 def delete_file(

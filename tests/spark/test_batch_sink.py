@@ -19,7 +19,7 @@ from kafka.partitioner.default import murmur2 as kp_murmur2
 from pyspark.sql import types as T
 
 from seglake.lake.catalog import Catalog
-from seglake.lake.staging import STAGING
+from seglake.lake_paths import STAGING_DIR
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark import register
@@ -88,7 +88,7 @@ def _write(spark, rows, root: str, mode: str | None = "append", **options: str) 
 
 
 def _staged(root: str) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in Path(root, STAGING).rglob("*"))
+    return sorted(str(p.relative_to(root)) for p in Path(root, STAGING_DIR).rglob("*"))
 
 
 def test_written_records_decode_with_kafka_python_and_read_back(spark, tmp_path):

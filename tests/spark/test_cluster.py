@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.staging import open_partition
 from seglake.sample import START_MS, generate
 from tests.conftest import ROOT
@@ -160,7 +161,7 @@ def lake_records(root: str) -> dict[tuple[str, int], list[dict]]:
     for topic, part in sorted(
         set(zip(*(rows.column(c).to_pylist() for c in ("topic", "partition")), strict=True))
     ):
-        log = open_partition(root, topic, part)
+        log = open_partition(LakeHandle.open(root), topic, part)
         out[(topic, part)] = log.read_range(0, log.log_end_offset).to_pylist()
     return out
 
@@ -228,7 +229,7 @@ def test_ingest_extract_lookup_on_a_standalone_cluster(
     for (topic, part), rs in got.items():
         if topic != "orders":
             continue
-        log = open_partition(root, topic, part)
+        log = open_partition(LakeHandle.open(root), topic, part)
         lo, hi = log.offsets_for_times(start), log.offsets_for_times(end)
         lo = log.log_end_offset if lo is None else lo.offset
         hi = log.log_end_offset if hi is None else hi.offset
@@ -254,7 +255,9 @@ def test_ingest_extract_lookup_on_a_standalone_cluster(
         key = (a["topic"], a["partition"])
         by_offset = {r["offset"]: r for r in got[key]}
         if a["query_timestamp"] is not None:
-            found = open_partition(root, *key).offsets_for_times(a["query_timestamp"])
+            found = open_partition(LakeHandle.open(root), *key).offsets_for_times(
+                a["query_timestamp"]
+            )
             assert a["offset"] == found.offset and a["status"] == "ok", a
         elif a["query_offset"] in by_offset:
             assert a["status"] == "ok" and a["value"] == by_offset[a["query_offset"]]["value"]

@@ -33,7 +33,7 @@ import pytest
 from seglake.cli.main import main as seglake_cli
 from seglake.errors import ConcurrentRunError
 from seglake.lake.catalog import Catalog
-from seglake.lake.staging import STAGING
+from seglake.lake_paths import STAGING_DIR
 from seglake.sample import generate
 from seglake.spark import ingest as ingest_module
 from seglake.spark.extract import extract
@@ -169,12 +169,12 @@ def _ingest_run(spark, inputs: dict[str, Any], root: str) -> IngestResult:
 def _check_converges(spark, inputs: dict[str, Any], root: str) -> None:
     """``seglake cleanup``, then a rerun of the run id: everything exactly once."""
     assert seglake_cli(["cleanup", "--older-than", "0", root]) == 0
-    assert _files(root, STAGING) == []
+    assert _files(root, STAGING_DIR) == []
     rerun = _ingest_run(spark, inputs, root)
     again = _ingest_run(spark, inputs, root)
     assert again.already_committed and again.catalog_version == rerun.catalog_version
     assert same_records_as_input(lake_records(root), inputs["all"])
-    assert _garbage(root) == [] and _files(root, STAGING) == []
+    assert _garbage(root) == [] and _files(root, STAGING_DIR) == []
 
 
 @pytest.mark.parametrize("point", list(DRIVER_CRASHES))
@@ -184,7 +184,7 @@ def test_driver_killed(spark, inputs, tmp_path, point):
     version = Catalog(root).version()
     done = _run_driver(inputs, root, tmp_path, env={CRASH_AT: point}, kill="group")
     assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr[-3000:])
-    assert _files(root, f"{STAGING}/{RUN}"), "the run had staged files when it died"
+    assert _files(root, f"{STAGING_DIR}/{RUN}"), "the run had staged files when it died"
     after = lake_records(root)
     if DRIVER_CRASHES[point]:  # the whole run, read from staging where not moved yet
         assert Catalog(root).version() == version + 1
@@ -224,7 +224,7 @@ def test_killed_task_is_retried_and_the_run_commits_once(inputs, tmp_path):
     assert (tmp_path / "crashed-once").exists(), "the task never died"
     assert json.loads(done.stdout.strip().splitlines()[-1])["committed"]
     assert same_records_as_input(lake_records(root), inputs["all"])
-    assert _garbage(root) == [] and _files(root, STAGING) == []
+    assert _garbage(root) == [] and _files(root, STAGING_DIR) == []
 
 
 def test_concurrent_ingests_into_one_partition_one_commits(spark, inputs, tmp_path, monkeypatch):
@@ -261,7 +261,7 @@ def test_concurrent_ingests_into_one_partition_one_commits(spark, inputs, tmp_pa
     assert isinstance(lost[0], ConcurrentRunError) and results[won[0]].committed
     want = pa.concat_tables([inputs["before"], batches[won[0]]])
     assert same_records_as_input(lake_records(root), want)
-    assert _garbage(root) == [] and _files(root, STAGING) == []
+    assert _garbage(root) == [] and _files(root, STAGING_DIR) == []
 
 
 def _extract_all(spark, root: str) -> pd.DataFrame:

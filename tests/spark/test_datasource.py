@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import os
 import re
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ import seglake
 import seglake.spark
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark import datasource
@@ -135,7 +137,7 @@ def test_a_task_decodes_bounded_groups_with_the_same_rows(source, tmp_path, monk
         if not FIXTURES.exists():
             pytest.skip("no broker fixtures (SEGLAKE_FIXTURES)")
         root = str(tmp_path / "lake")
-        register_broker(root, str(FIXTURES), run_id="fixtures")
+        register_broker(LakeHandle.open(root), str(FIXTURES), run_id="fixtures")
     opts = datasource.parse_options({"path": root, "subscribePattern": ".*"})
     reader = datasource.SeglakeReader(opts, parallelism=2)
     reader.group_bytes = 1  # every split its own group
@@ -412,9 +414,14 @@ def test_pushed_filters_are_ranges_and_say_what_is_exact():
         sds.EqualTo(("offset",), 1.5),
         sds.EqualTo(("timestampType",), 0),
         sds.EqualTo(("value",), b"x"),
+        sds.GreaterThan(("key",), "a"),
+        sds.EqualTo(("key",), 5),
     ):
         assert not q.push(f)
     assert not q.nothing()
+    assert q.push(sds.In(("key",), ("a", b"b", bytearray(b"c"), None)))  # exact: key bytes
+    assert q.push(sds.EqualTo(("key",), b"b")) and q.keys == {b"b"} and not q.nothing()
+    assert q.push(sds.EqualTo(("key",), "a")) and q.nothing()  # b and a: no record
 
 
 def test_filter_pushdown_results_are_exact(source):
@@ -514,7 +521,7 @@ def txn(tmp_path_factory) -> tuple[str, pd.DataFrame]:
     truth, aborted = write_transactional_log(tmp / "broker" / "txn-0", seed=3, codec=4)
     assert aborted
     root = str(tmp / "lake")
-    register(root, str(tmp / "broker"))
+    register(LakeHandle.open(root), str(tmp / "broker"))
     return root, truth.assign(topic="txn", partition=0)
 
 
@@ -534,6 +541,75 @@ def test_isolation_levels_drop_aborted_transactions(spark, source, txn):
         assert sorted_arrow(source.df(root, isolationLevel=level, includeHeaders="true")).equals(
             sorted_arrow(job)
         )
+
+
+# ------------------------------------------------------------------------------ keys
+def test_pushed_key_filters_read_candidate_segments_and_equal_a_full_read(spark, txn, tmp_path):
+    """``key = ...`` / ``key IN (...)`` pushed: segments their ``.keyindex`` filters rule
+    out are not planned, the others read by key; rows equal a full read filtered by key
+    (string and binary literals, nulls, an absent key, read_committed, and a segment
+    whose ``.keyindex`` is gone: scanned)."""
+    from seglake.lake.key_plan import key_candidates
+    from seglake.storage.index_cache import IndexCache
+    from tests.unit.test_api import append
+    from tests.unit.test_api import records as api_records
+
+    clustered = tmp_path / "clustered"  # keys in runs of 40 records: filters prune
+    clustered.mkdir()
+    recs = api_records(0, 400, 1)
+    keys = [None if i % 9 == 0 else f"c{i // 40}".encode() for i in range(400)]
+    append(clustered, "c", 0, recs.set_column(2, "key", pa.array(keys, pa.binary())), "r1")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(txn[0], damaged)
+    gone = sorted(damaged.glob("txn-0/*.keyindex"))[1]
+    gone.unlink()
+    seglake.spark.register(spark)
+    source = Source(spark, "", pd.DataFrame(), None)
+    c = F.col
+    cases = [
+        (str(clustered), {}, c("key") == "c3", [b"c3"]),
+        (str(clustered), {}, c("key") == F.lit(b"c5"), [b"c5"]),
+        (str(clustered), {}, c("key").isin("c1", "c7", "absent"), [b"c1", b"c7"]),
+        (str(clustered), {}, c("key") == "absent", []),
+        (str(clustered), {}, c("key").isNull(), None),  # not pushed: Spark's
+        (txn[0], {"isolationLevel": "read_committed"}, c("key").isin("k1", "k2"), [b"k1", b"k2"]),
+        (txn[0], {}, (c("key") == "k3") & (c("offset") > 40), [b"k3"]),
+        (str(damaged), {"isolationLevel": "read_committed"}, c("key") == "k4", [b"k4"]),
+    ]
+    for root, options, cond, wanted in cases:
+        full = sorted_arrow(source.df(root, **options))
+        if wanted is None:
+            want = full.filter(pc.is_null(full["key"]))
+        else:
+            want = full.filter(pc.is_in(full["key"], pa.array(wanted, pa.binary())))
+            if "offset" in str(cond):
+                want = want.filter(pc.greater(want["offset"], 40))
+        got = sorted_arrow(source.df(root, **options).filter(cond))
+        assert got.equals(want), (root, cond)
+        assert wanted != [] or got.num_rows == 0
+    # the planner: segments the filter rules out are not planned (absent: none at all)
+    opts = datasource.parse_options({"path": str(clustered), "subscribe": "c"})
+    tasks = datasource.plan_read(opts)
+    one = Pushed()
+    assert one.push(sds.EqualTo(("key",), "c3"))
+    plan = key_candidates(opts.root, IndexCache(), tasks, one.keys or ())
+    assert (plan.segments, plan.skipped, len(plan.tasks)) == (4, 2, 2)  # c3: offsets 120..159
+    assert datasource.plan_read(opts, one) == plan.tasks
+    # a segment ruled out is never read: its .log damaged, the answer is the same
+    last = sorted(clustered.glob("c-0/*.log"))[-1]
+    last.write_bytes(b"\xff" * last.stat().st_size)
+    c3 = pd.DataFrame({"offset": [o for o, k in enumerate(keys) if k == b"c3"]})
+    assert records(source.df(str(clustered)).filter(c("key") == "c3"))[["offset"]].equals(c3)
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")  # the planner's line
+    try:
+        assert source.df(str(clustered)).filter(c("key") == "c3").count() == len(c3)
+        said = [r.msg for r in spark.tvf.python_worker_logs().collect()]
+    finally:
+        spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "false")
+    assert any("2 of 4 segment(s) skipped by their .keyindex filters" in m for m in said), said
+    none = Pushed()
+    assert none.push(sds.In(("key",), ("absent", None)))
+    assert datasource.plan_read(opts, none) == []
 
 
 # ------------------------------------------------------------------------------ bad options

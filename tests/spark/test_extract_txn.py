@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.spark.extract import extract
 from seglake.storage.txn_index import TransactionIndex
@@ -31,7 +32,7 @@ def txn_lake(tmp_path_factory, request):
             tmp / "broker" / f"txn-{p}", seed=10 * request.param + p, codec=request.param
         )
     root = str(tmp / "lake")
-    register(root, str(tmp / "broker"))
+    register(LakeHandle.open(root), str(tmp / "broker"))
     return root, truth, aborted
 
 

@@ -18,6 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 from seglake.cli.main import main as seglake_cli
 from seglake.errors import InputSchemaError, InvalidTopicError, OffsetOrderError, SeglakeError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
@@ -223,7 +224,7 @@ def test_failed_task_leaves_nothing_after_cleanup(spark, tmp_path, messages, mod
             conf={"seglake.ingest.shuffle": mode, "batch.size": "1024"},
         )
     assert not Catalog(root).exists() or Catalog(root).segments().num_rows == 0
-    cleanup(root)
+    cleanup(LakeHandle.open(root))
     leftovers = [
         f for f in glob.glob(os.path.join(root, "**", "*.*"), recursive=True) if "_catalog" not in f
     ]

@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.cli.main import main as seglake_cli
 from seglake.errors import TruncatedSegmentError
 from seglake.lake.catalog import Catalog
@@ -88,17 +89,17 @@ def _segments(root: str) -> list[dict[str, Any]]:
 
 def _read(root: str, rel: str) -> bytes:
     filesystem, base = lakefs.resolve(root)
-    return lakefs.read_all(filesystem, lakefs.safe_join(base, rel))
+    return lakefs.read_all(filesystem, lake_paths.safe_join(base, rel))
 
 
 def _write(root: str, rel: str, data: bytes) -> None:
     filesystem, base = lakefs.resolve(root)
-    lakefs.write_bytes(filesystem, lakefs.safe_join(base, rel), data)
+    lakefs.write_bytes(filesystem, lake_paths.safe_join(base, rel), data)
 
 
 def _exists(root: str, rel: str) -> bool:
     filesystem, base = lakefs.resolve(root)
-    return lakefs.exists(filesystem, lakefs.safe_join(base, rel))
+    return lakefs.exists(filesystem, lake_paths.safe_join(base, rel))
 
 
 def _damage(root: str) -> tuple[dict[str, bytes], int, tuple[int, int]]:
@@ -123,7 +124,7 @@ def _damage(root: str) -> tuple[dict[str, bytes], int, tuple[int, int]]:
     index, timeindex = p1[1]["path"][:-4] + ".index", p1[2]["path"][:-4] + ".timeindex"
     originals = {index: _read(root, index), timeindex: _read(root, timeindex)}
     filesystem, base = lakefs.resolve(root)
-    lakefs.delete_file(filesystem, lakefs.safe_join(base, index), root=base)
+    lakefs.delete_file(filesystem, lake_paths.safe_join(base, index), root=base)
     _write(root, timeindex, b"\x07" * 36)
     return originals, int(scan.base_offset[-1]), flipped
 
@@ -253,14 +254,16 @@ def test_retention_job_by_time_then_bytes(spark, lake):
 
 _DRIVER = """
 import json, sys
+from seglake.lake.handle import LakeHandle
 from seglake.lake.recovery import recover_lake
 from seglake.lake.retention import apply_retention
 from seglake.storage.retention import RetentionRules
 spec = json.loads(sys.argv[1])
 if spec["job"] == "recover":
-    recover_lake(spec["root"], interval=spec["interval"])
+    recover_lake(LakeHandle.open(spec["root"]), interval=spec["interval"])
 else:
-    apply_retention(spec["root"], RetentionRules(retention_ms=0), now_ms=spec["now_ms"])
+    lake = LakeHandle.open(spec["root"])
+    apply_retention(lake, RetentionRules(retention_ms=0), now_ms=spec["now_ms"])
 """
 
 

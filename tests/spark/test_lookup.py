@@ -15,6 +15,7 @@ import pytest
 
 from seglake import fs as lakefs
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref
 from seglake.lake.snapshot import Snapshot
@@ -220,7 +221,7 @@ def test_answers_without_spark_nulls_and_unreadable_segments(lake, tmp_path):
             ("t1", 0, None, int(t1["timestamp"].max())),
         ]
     )
-    parts = partition_arrays(Snapshot.read(copy))
+    parts = partition_arrays(Snapshot.read(LakeHandle.open(copy)))
     out = answer_queries(copy, parts, IndexCache(), q).to_pylist()
     assert [r["status"] for r in out] == [
         "read_error",
@@ -290,7 +291,7 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(lake, tmp_path, monkeyp
     offs = g["offset"].to_numpy()[::7]
     stamps = g["timestamp"].to_numpy()[::11]
     every = recs[(recs["topic"] == "t2") & (recs["partition"] == 0)]
-    parts = partition_arrays(Snapshot.read(copy))
+    parts = partition_arrays(Snapshot.read(LakeHandle.open(copy)))
     for rows, expected in (
         ([("t2", 0, int(o), None) for o in offs], list(offs)),
         (

@@ -12,6 +12,7 @@ import pytest
 
 from seglake.errors import VersionSupersededError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.retention import apply_retention
 from seglake.lake.staging import cleanup
 from seglake.spark import register
@@ -40,8 +41,12 @@ def test_pinned_spark_reads_past_the_delay(spark, tmp_path: Path, pristine: Path
     pinned = Catalog(str(root)).version()
     plan = plan_extract(str(root), "t", version=pinned)
     register(spark)
-    apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
-    cleanup(str(root), older_than_s=0)  # past the delay: the removed files are deleted
+    apply_retention(
+        LakeHandle.open(str(root)), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
+    )
+    cleanup(
+        LakeHandle.open(str(root)), older_than_s=0
+    )  # past the delay: the removed files are deleted
     _superseded(lambda: extract(spark, str(root), "t", plan=plan).collect(), pinned)
     df = (
         spark.read.format("seglake")
@@ -82,8 +87,10 @@ def test_unpinned_reads_say_the_lake_changed(tmp_path: Path, pristine: Path) -> 
         (batch, batch.partitions()),
         (stream, stream.partitions(start, stream.latestOffset(start, ReadAllAvailable()))),
     ]
-    apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
-    cleanup(str(root), older_than_s=0)
+    apply_retention(
+        LakeHandle.open(str(root)), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
+    )
+    cleanup(LakeHandle.open(str(root)), older_than_s=0)
     for reader, parts in reads:
         with pytest.raises(VersionSupersededError) as raised:
             for p in parts:

@@ -16,8 +16,11 @@ import pytest
 
 import seglake
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.lake.catalog import Catalog
-from seglake.lake.staging import STAGING, cleanup
+from seglake.lake.handle import LakeHandle
+from seglake.lake.staging import cleanup
+from seglake.lake_paths import STAGING_DIR
 from seglake.sample import generate
 from seglake.spark.extract import extract
 from seglake.spark.ingest import ingest
@@ -68,13 +71,13 @@ def test_s3_lake_holds_the_same_segments_as_a_local_one(lakes, messages):
     for r in rows:
         stem = r["path"][: -len(".log")]
         for suffix in SUFFIXES:
-            assert lakefs.read_all(s3fs, lakefs.safe_join(s3_base, stem + suffix)) == (
-                lakefs.read_all(localfs, lakefs.safe_join(local_base, stem + suffix))
+            assert lakefs.read_all(s3fs, lake_paths.safe_join(s3_base, stem + suffix)) == (
+                lakefs.read_all(localfs, lake_paths.safe_join(local_base, stem + suffix))
             ), stem
     assert same_records_as_input(lake_records(s3_root), messages)
     # published: nothing left under _staging/
     staged = s3fs.get_file_info(
-        pafs.FileSelector(lakefs.join(s3_base, STAGING), allow_not_found=True, recursive=True)
+        pafs.FileSelector(lakefs.join(s3_base, STAGING_DIR), allow_not_found=True, recursive=True)
     )
     assert [i.path for i in staged if i.type == pafs.FileType.File] == []
 
@@ -198,7 +201,7 @@ def test_failed_run_on_s3_leaves_nothing_after_cleanup(spark, spark_s3, messages
             fail_after_records=200,
         )
     assert lake_records(root).empty
-    cleanup(root)
+    cleanup(LakeHandle.open(root))
     s3fs, base = lakefs.resolve(root)
     infos = s3fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
     assert [

@@ -19,8 +19,8 @@ import pytest
 
 from seglake.cli.main import main as seglake_cli
 from seglake.lake.catalog import Catalog
-from seglake.lake.staging import STAGING
 from seglake.lake.stream_commit import stream_run_id
+from seglake.lake_paths import STAGING_DIR
 from seglake.spark import ingest_batch
 from seglake.spark.ingest import ingest
 from seglake.spark.stream_sink import query_id
@@ -69,7 +69,7 @@ def _run(spec: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def _staged(root: str) -> list[str]:
-    top = Path(root, STAGING)
+    top = Path(root, STAGING_DIR)
     return sorted(str(p.relative_to(root)) for p in top.rglob("*") if p.is_file())
 
 

@@ -20,6 +20,7 @@ from seglake import fs as lakefs
 from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.errors import FileSystemError, InputSchemaError, InvalidTopicError, NoSpaceError
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.record.schema import MAX_TIMESTAMP_MS
 from seglake.render import iso
@@ -262,7 +263,7 @@ def far_lake(tmp_path, monkeypatch) -> str:
     )
     # one batch per record, one index entry per batch: each record is a chunk of its own
     PartitionLog.open(str(d)).append(recs, config=LogConfig(batch_size=1, index_interval_bytes=1))
-    register(str(tmp_path / "lake"), str(tmp_path / "broker"))
+    register(LakeHandle.open(str(tmp_path / "lake")), str(tmp_path / "broker"))
     return str(tmp_path / "lake")
 
 

@@ -4,6 +4,8 @@ offset/time bounds, read_committed, bad input, a closed pipe and bounded memory.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
@@ -350,3 +352,53 @@ def test_read_committed_across_segments_and_limits(tmp_path: Path, capsysbinary)
     assert main(["read", str(d), "--offset", "4", "--max-records", "4"]) == 0
     read = capsysbinary.readouterr().out.splitlines()
     assert [line.split(b" ")[1] for line in read] == [b"4", b"6", b"8", b"9"]
+
+
+def test_key_filter_equals_a_filter_over_the_plain_output(tmp_path: Path, capsysbinary) -> None:
+    """``--key K`` (repeatable): the plain output's records with those keys, through the
+    key index (a segment whose ``.keyindex`` is gone is scanned, with a warning), under
+    both isolation levels and with ``--max-messages``."""
+    from tests.unit.test_api import append
+    from tests.unit.test_api import records as api_records
+
+    root = tmp_path / "lake"
+    root.mkdir()
+    recs = api_records(0, 400, 1)
+    keys = [None if i % 9 == 0 else f"c{i // 40}".encode() for i in range(400)]
+    append(root, "c", 0, recs.set_column(2, "key", pa.array(keys, pa.binary())), "r1")
+    rc, plain, _ = run_cli(capsysbinary, str(root), "--topic", "c", "--formatter", "json")
+    assert rc == 0
+    rows = [json.loads(line) for line in plain.splitlines()]
+    b64 = lambda k: base64.b64encode(k).decode()  # noqa: E731
+    for asked in (["c3"], ["c1", "c7", "absent", "c1"], ["absent"]):
+        want = {b64(k.encode()) for k in asked}
+        expected = [r for r in rows if r["key"] in want]
+        argv = [a for k in asked for a in ("--key", k)]
+        rc, out, err = run_cli(
+            capsysbinary, str(root), "--topic", "c", "--formatter", "json", *argv
+        )
+        assert rc == 0 and [json.loads(line) for line in out.splitlines()] == expected
+        assert err == f"Processed a total of {len(expected)} messages\n", asked
+    _, out, _ = run_cli(
+        capsysbinary, str(root), "--topic", "c", "--key", "c5", "--max-messages", "3"
+    )
+    assert (
+        out
+        == b"".join(base64.b64decode(r["value"]) + b"\n" for r in rows if r["key"] == b64(b"c5"))[
+            : len(out)
+        ]
+        and out.count(b"\n") == 3
+    )
+    sorted(root.glob("c-0/*.keyindex"))[1].unlink()  # scanned, still right, and said
+    with pytest.warns(UserWarning, match="without a key index.*keyindex: missing"):
+        _, out, _ = run_cli(
+            capsysbinary, str(root), "--topic", "c", "--formatter", "json", "--key", "c4"
+        )
+    assert [json.loads(line) for line in out.splitlines()] == [
+        r for r in rows if r["key"] == b64(b"c4")
+    ]
+    d = tmp_path / "tx-0"  # transactions: every key b"k"
+    _txn_partition(d)
+    rc_args = ["--topic", "tx", "--isolation-level", "read_committed"]
+    assert run_cli(capsysbinary, str(d), *rc_args, "--key", "k")[1] == b"c2\np3\nc6\np11\np14\n"
+    assert run_cli(capsysbinary, str(d), *rc_args, "--key", "x")[1] == b""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from seglake import fs
+from seglake import fs, lake_paths
 from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
 from tests.s3_server import S3Server
 
@@ -80,8 +80,8 @@ def test_join() -> None:
     ],
 )
 def test_safe_join_accepts_plain_relative_paths(relative: str) -> None:
-    assert fs.safe_join("/lake", relative) == f"/lake/{relative}"
-    assert fs.safe_join("bucket/prefix/", relative) == f"bucket/prefix/{relative}"
+    assert lake_paths.safe_join("/lake", relative) == f"/lake/{relative}"
+    assert lake_paths.safe_join("bucket/prefix/", relative) == f"bucket/prefix/{relative}"
 
 
 @pytest.mark.parametrize(
@@ -109,14 +109,14 @@ def test_safe_join_accepts_plain_relative_paths(relative: str) -> None:
 )
 def test_safe_join_refuses_escapes(relative: str) -> None:
     with pytest.raises(InvalidTopicError) as info:
-        fs.safe_join("/lake", relative)
+        lake_paths.safe_join("/lake", relative)
     assert isinstance(info.value, SeglakeError)
     assert repr(relative) in str(info.value)
 
 
 def test_safe_join_refuses_non_strings() -> None:
     with pytest.raises(InvalidTopicError, match="string"):
-        fs.safe_join("/lake", None)  # type: ignore[arg-type]
+        lake_paths.safe_join("/lake", None)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ reads and the counter
@@ -206,7 +206,7 @@ def test_write_bytes_failure_leaves_nothing(lake: tuple[pafs.FileSystem, str]) -
 def test_move_exists_listdir_size_delete(lake: tuple[pafs.FileSystem, str]) -> None:
     filesystem, root = lake
     staged = fs.join(root, "_staging", "run-1", "orders-0", "00000000000000000000.log")
-    final = fs.safe_join(root, "orders-0/00000000000000000000.log")
+    final = lake_paths.safe_join(root, "orders-0/00000000000000000000.log")
     fs.write_bytes(filesystem, staged, b"12345")
     fs.move(filesystem, staged, final)  # creates orders-0/
     assert not fs.exists(filesystem, staged)
@@ -243,7 +243,7 @@ def test_s3_round_trip(s3_root: str) -> None:
     filesystem, root = fs.resolve(s3_root)
     assert filesystem.type_name == "s3" and root == "lake/root"
     staged = fs.join(root, "_staging", "r1", "orders-0", "00000000000000000000.log")
-    final = fs.safe_join(root, "orders-0/00000000000000000000.log")
+    final = lake_paths.safe_join(root, "orders-0/00000000000000000000.log")
     fs.write_bytes(filesystem, staged, b"0123456789")
     fs.move(filesystem, staged, final)
     assert fs.read_range(filesystem, final, 3, 4) == b"3456"

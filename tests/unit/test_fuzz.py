@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.errors import CatalogError, InvalidTopicError, SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.record import codecs
@@ -370,7 +371,7 @@ def test_topic_validation_is_the_path_guard(name: str) -> None:
     except InvalidTopicError:
         return
     assert "/" not in name and name not in (".", "..") and "\\" not in name
-    assert lakefs.safe_join("/lake", f"{name}-0/00000000000000000000.log").startswith("/lake/")
+    assert lake_paths.safe_join("/lake", f"{name}-0/00000000000000000000.log").startswith("/lake/")
 
 
 @pytest.mark.parametrize(
@@ -392,7 +393,7 @@ def test_topic_validation_is_the_path_guard(name: str) -> None:
 )
 def test_safe_join_refuses_escapes(path: str) -> None:
     with pytest.raises(InvalidTopicError):
-        lakefs.safe_join("/lake", path)
+        lake_paths.safe_join("/lake", path)
 
 
 @pytest.mark.parametrize(

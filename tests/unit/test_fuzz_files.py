@@ -46,11 +46,13 @@ from hypothesis import strategies as st
 import seglake
 import tests.unit.test_fuzz as fuzz
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.cli.dump import dump
 from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError, SeglakeError
 from seglake.lake import garbage
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import (
     catalog_schema,
     check_rows,
@@ -340,10 +342,12 @@ def test_retired_manifests(tmp_path_factory, data: bytes) -> None:
     root = tmp_path_factory.mktemp("lake")
     (root / "t-0").mkdir()
     (root / "t-0" / f"{0:020d}.log").write_bytes(b"x")
-    (root / garbage.RETIRED).mkdir()
-    (root / garbage.RETIRED / f"{3:020d}-000000000000.json").write_bytes(data)
-    outcome(garbage.retired_paths, str(root))
-    outcome(garbage.collect, str(root), older_than_ms=0, dry_run=True, in_use=set())
+    (root / lake_paths.RETIRED_DIR).mkdir()
+    (root / lake_paths.RETIRED_DIR / f"{3:020d}-000000000000.json").write_bytes(data)
+    outcome(garbage.retired_paths, LakeHandle.open(str(root)))
+    outcome(
+        garbage.collect, LakeHandle.open(str(root)), older_than_ms=0, dry_run=True, in_use=set()
+    )
 
 
 TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "60000", "segment.bytes": "4096"}
@@ -498,8 +502,8 @@ def test_lake_files(tmp_path_factory, suffix: str, codec: str, data: st.DataObje
     (root / "t-0" / f"{0:020d}{suffix}").write_bytes(fuzzed)
     for on_corrupt in ("raise", "skip"):
         read_lake(root, on_corrupt)
-    outcome(recover_lake, str(root), dry_run=True)
-    outcome(recover_lake, str(root), delete_delay_ms=0)
+    outcome(recover_lake, LakeHandle.open(str(root)), dry_run=True)
+    outcome(recover_lake, LakeHandle.open(str(root)), delete_delay_ms=0)
     read_lake(root, "raise")
 
 
@@ -599,7 +603,7 @@ def test_register_broker_dir(
     write_partition(broker / "t-0", {suffix: fuzzed}, codec)
     (broker / "meta.properties").write_bytes(data.draw(inputs(b"version=1\nnode.id=1\n")))
     root = broker.parent / (broker.name + "-lake")
-    if outcome(register, str(root), str(broker), run_id="fuzz") is None:
+    if outcome(register, LakeHandle.open(str(root)), str(broker), run_id="fuzz") is None:
         return
     lake = outcome(seglake.open, str(root))
     part = None if lake is None else outcome(lake.partition, "t", 0)

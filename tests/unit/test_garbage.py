@@ -15,9 +15,11 @@ import seglake
 from seglake.cli.main import main
 from seglake.errors import SegmentNotFoundError, VersionSupersededError
 from seglake.lake.catalog import Catalog
-from seglake.lake.garbage import RETIRED, collect, retire
+from seglake.lake.garbage import collect, retire
+from seglake.lake.handle import LakeHandle
 from seglake.lake.retention import apply_retention
 from seglake.lake.staging import cleanup
+from seglake.lake_paths import RETIRED_DIR
 from seglake.storage.retention import RetentionRules
 from tests.unit.test_recovery import N, logs, make_lake, pristine  # noqa: F401
 
@@ -38,7 +40,7 @@ def test_pinned_reader_within_the_delay_then_one_clear_error(opened) -> None:
     p = lake.partition("t", 0)
     tail = p.read(int(segs[3].stem), 5, as_="arrow")  # opens the partition, reads no old file
     rep = apply_retention(
-        str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
+        LakeHandle.open(str(root)), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
     )
     assert rep.deleted.num_rows == 2 and rep.files_deleted == []
     # within the delay the pinned reader still reads the removed segments
@@ -46,7 +48,8 @@ def test_pinned_reader_within_the_delay_then_one_clear_error(opened) -> None:
     assert first.column("offset").to_pylist() == [0, 1, 2, 3, 4]
     assert logs(root / "t-0") == segs
     # cleanup past the delay deletes them; the pinned reader gets one clear error
-    assert "deleted 8 retired file(s)" in str(cleanup(str(root), older_than_s=0))  # .keyindex too
+    cleaned = cleanup(LakeHandle.open(str(root)), older_than_s=0)
+    assert "deleted 8 retired file(s)" in str(cleaned)  # .keyindex too
     assert logs(root / "t-0") == segs[2:]
     with pytest.raises(VersionSupersededError) as err:
         p.read(int(segs[1].stem) + 1, 5)
@@ -76,19 +79,23 @@ def test_collect_keeps_young_and_reused_files(tmp_path: Path) -> None:
     for name in ("00000000000000000000.log", "00000000000000000007.log", "x.log.deleted"):
         (root / "t-0" / name).write_bytes(b"x")
     old = int(time.time() * 1000) - 10_000
-    retire(str(root), ["t-0/00000000000000000000.log"], version=3, now_ms=old)
-    retire(str(root), ["t-0/00000000000000000007.log"], version=4)
+    retire(LakeHandle.open(str(root)), ["t-0/00000000000000000000.log"], version=3, now_ms=old)
+    retire(LakeHandle.open(str(root)), ["t-0/00000000000000000007.log"], version=4)
     # the first segment's name is in use again (a later segment took it): never deleted
-    got = collect(str(root), older_than_ms=5_000, in_use={"t-0/00000000000000000000.log"})
+    got = collect(
+        LakeHandle.open(str(root)), older_than_ms=5_000, in_use={"t-0/00000000000000000000.log"}
+    )
     assert got.deleted == [] and got.kept_in_use == ["t-0/00000000000000000000.log"]
     assert got.kept_young == 1  # only files that exist are retired
-    retire(str(root), ["t-0/00000000000000000000.log"], version=5, now_ms=old)
+    retire(LakeHandle.open(str(root)), ["t-0/00000000000000000000.log"], version=5, now_ms=old)
     os.utime(root / "t-0" / "00000000000000000000.log", (time.time(), time.time()))
-    got = collect(str(root), older_than_ms=5_000, in_use=set())  # rewritten after retiring
+    got = collect(
+        LakeHandle.open(str(root)), older_than_ms=5_000, in_use=set()
+    )  # rewritten after retiring
     assert got.deleted == [] and (root / "t-0" / "00000000000000000000.log").exists()
-    got = collect(str(root), older_than_ms=0, in_use=set())
+    got = collect(LakeHandle.open(str(root)), older_than_ms=0, in_use=set())
     assert got.deleted == ["t-0/00000000000000000007.log"]
-    assert not list((root / RETIRED).iterdir())
+    assert not list((root / RETIRED_DIR).iterdir())
 
 
 def _catalog_data_files(root: Path) -> list[Path]:
@@ -115,7 +122,7 @@ def test_cleanup_removes_catalog_files_no_log_entry_names(
         os.utime(p, (HOURS_AGO, HOURS_AGO))
     assert main(["cleanup", str(root), "--older-than", "0", "--dry-run"]) == 0
     assert stray.exists()
-    report = cleanup(str(root), older_than_s=0)
+    report = cleanup(LakeHandle.open(str(root)), older_than_s=0)
     assert report.catalog_orphans == [str(stray.relative_to(root / "_catalog"))]
     assert not stray.exists() and young.exists()
     assert _catalog_data_files(root) == sorted([*real, young])
@@ -136,8 +143,10 @@ def test_a_task_of_a_pinned_read_maps_the_missing_file(opened) -> None:
     root, segs, lake = opened
     pinned = lake.version
     plan = plan_extract(str(root), "t", version=pinned)
-    apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
-    cleanup(str(root), older_than_s=0)
+    apply_retention(
+        LakeHandle.open(str(root)), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
+    )
+    cleanup(LakeHandle.open(str(root)), older_than_s=0)
     with pytest.raises(SegmentNotFoundError) as raised:  # not pinned
         read_splits(IndexCache(), str(root), plan.tasks)
     assert not isinstance(raised.value, VersionSupersededError)

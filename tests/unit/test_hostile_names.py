@@ -1,6 +1,6 @@
 """Hostile names and paths (issue 29, items 1 and 4): every name that becomes a path
 follows one rule (``storage/naming.validate_name``) and every delete goes through one
-guard (``fs.check_delete``). Each test keeps sentinel directories beside and above the
+guard (``lake_paths.check_delete``). Each test keeps sentinel directories beside and above the
 lake and checks that they, and the lake's committed files, are intact afterwards.
 
 On the old main: the run-id tests fail (``register --run-id ../../../x`` exited 0 and
@@ -25,15 +25,18 @@ import pyarrow.fs as pafs
 import pytest
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.cli.jobargs import PARSERS, check_before_spark, precheck
 from seglake.cli.main import main
 from seglake.errors import InvalidNameError, InvalidTopicError, OutsideLakeError
 from seglake.lake.catalog import Catalog
-from seglake.lake.garbage import RETIRED, collect, retire
+from seglake.lake.garbage import collect, retire
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.lake.retention import apply_retention
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import cleanup, discard_staging, publish_pending
+from seglake.lake_paths import RETIRED_DIR
 from seglake.storage.naming import row_copies, run_dir, validate_name, validate_run_id
 from seglake.storage.recovery import recover_segment
 from seglake.storage.retention import RetentionRules
@@ -132,12 +135,12 @@ def test_lake_functions_refuse_a_bad_run_id(
     broker = _broker(tmp_path, pristine, "u")
     before, version = _files(lake), Catalog(str(lake)).version()
     calls = [
-        lambda: register(str(lake), str(broker), run_id=bad),
+        lambda: register(LakeHandle.open(str(lake)), str(broker), run_id=bad),
         lambda: apply_retention(
-            str(lake), RetentionRules(log_start_offsets={("t", 0): 0}), run_id=bad
+            LakeHandle.open(str(lake)), RetentionRules(log_start_offsets={("t", 0): 0}), run_id=bad
         ),
-        lambda: publish_pending(str(lake), bad),
-        lambda: discard_staging(str(lake), bad),
+        lambda: publish_pending(LakeHandle.open(str(lake)), bad),
+        lambda: discard_staging(LakeHandle.open(str(lake)), bad),
         lambda: Catalog(str(lake)).run_committed(bad),
         lambda: run_dir(str(lake), "_staging", bad),
     ]
@@ -145,7 +148,7 @@ def test_lake_functions_refuse_a_bad_run_id(
         calls.append(lambda: row_copies(str(lake), "t-0/00000000000000000000.log", bad))
     from seglake.lake.compaction import run_compaction
 
-    calls.append(lambda: run_compaction(str(lake), run_id=bad))
+    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), run_id=bad))
     for call in calls:
         with pytest.raises(InvalidNameError, match="run id"):
             call()
@@ -229,7 +232,7 @@ def test_illegal_topic_names_are_refused_everywhere(lake: Path, capsys) -> None:
         with pytest.raises(InvalidTopicError):
             check_before_spark("extract", args)
         with pytest.raises(InvalidTopicError):
-            register(str(lake), str(lake.parent / "x"), topics=[bad])
+            register(LakeHandle.open(str(lake)), str(lake.parent / "x"), topics=[bad])
         with pytest.raises(InvalidTopicError):
             Catalog(str(lake)).segments(bad)
     assert main(["config", str(lake), "--topic", "../etc", "--set", "retention.ms=1"]) == 2
@@ -251,7 +254,7 @@ def test_check_delete_refuses_what_is_not_strictly_inside(lake: Path) -> None:
         lakefs.join(base, "_staging", "r1"),
     ]
     for path in ok:
-        assert lakefs.check_delete(fs, base, path) == path
+        assert lake_paths.check_delete(fs, base, path) == path
     refused = {
         lakefs.join(base, "evil-0", "00000000000000000000.log"): "not inside the lake root",
         base: "the lake root itself",
@@ -266,15 +269,15 @@ def test_check_delete_refuses_what_is_not_strictly_inside(lake: Path) -> None:
             lakefs.delete_file(fs, path, root=base)
         with pytest.raises(OutsideLakeError):
             lakefs.delete_dir(fs, path, root=base)
-    lakefs.check_delete(fs, base, lakefs.join(base, "_catalog", "x.parquet"), catalog=True)
-    lakefs.check_delete(fs, base, base, root_itself=True)
+    lake_paths.check_delete(fs, base, lakefs.join(base, "_catalog", "x.parquet"), catalog=True)
+    lake_paths.check_delete(fs, base, base, root_itself=True)
     _sentinels(lake)[-1].read_bytes()
 
 
 def test_check_delete_on_an_object_store() -> None:
     fs = pafs._MockFileSystem()
     base = "bucket/lake"
-    assert lakefs.check_delete(fs, base, "bucket/lake/t-0/0.log") == "bucket/lake/t-0/0.log"
+    assert lake_paths.check_delete(fs, base, "bucket/lake/t-0/0.log") == "bucket/lake/t-0/0.log"
     for key in (
         "bucket/lake",
         "bucket/lake/../other/0.log",
@@ -286,12 +289,12 @@ def test_check_delete_on_an_object_store() -> None:
         "bucket/lake/_catalog/_delta_log/0.json",
     ):
         with pytest.raises(OutsideLakeError):
-            lakefs.check_delete(fs, base, key)
+            lake_paths.check_delete(fs, base, key)
 
 
 def _retired_manifest(root: Path, doc: object, name: str = "00000000000000000009-aa.json"):
-    (root / RETIRED).mkdir(exist_ok=True)
-    path = root / RETIRED / name
+    (root / RETIRED_DIR).mkdir(exist_ok=True)
+    path = root / RETIRED_DIR / name
     path.write_text(json.dumps(doc))
     return path
 
@@ -328,7 +331,7 @@ def test_symlinked_segment_files_delete_the_link_only(lake: Path, tmp_path: Path
     shutil.move(segs[0], outside)
     segs[0].symlink_to(outside)
     rules = RetentionRules(log_start_offsets={("t", 0): int(segs[1].stem)})
-    apply_retention(str(lake), rules, delete_delay_ms=0)
+    apply_retention(LakeHandle.open(str(lake)), rules, delete_delay_ms=0)
     assert not segs[0].is_symlink() and outside.exists()
     assert logs(lake / "t-0") == segs[1:]
 
@@ -354,7 +357,7 @@ def test_register_survives_a_symlink_loop(lake: Path, pristine: Path, tmp_path: 
     (broker / "loop-0").symlink_to(broker, target_is_directory=True)
     (broker / "u-0" / "self").symlink_to(broker / "u-0", target_is_directory=True)
     (broker / "w-0").symlink_to(broker / "w-0")  # a dangling loop
-    rep = register(str(lake), str(broker), topics=["u"])
+    rep = register(LakeHandle.open(str(lake)), str(broker), topics=["u"])
     assert rep.rows > 0
     for s in _sentinels(lake):
         assert s.exists()
@@ -370,7 +373,7 @@ def test_catalog_rows_that_leave_the_lake_are_refused(lake: Path) -> None:
     row.pop("committed_at")
     for path in ("/etc/passwd", "../x/00000000000000000000.log", "t-0/%2e%2e/x.log"):
         with pytest.raises(InvalidTopicError, match="unsafe lake path"):
-            lakefs.safe_join(str(lake), path)
+            lake_paths.safe_join(str(lake), path)
         bad = rows_table([{**row, "path": path, "base_offset": 10**9, "next_offset": 10**9 + 1}])
         with pytest.raises(Exception, match=r"unsafe lake path|is not"):
             cat.commit(bad, "r-bad")
@@ -425,7 +428,9 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_and_changes_nothing(
     """Old main: ``AttributeError`` / ``TypeError`` tracebacks (or, for ``..``, a
     refusal after other files were already deleted)."""
     segs = logs(lake / "t-0")
-    retire(str(lake), [f"t-0/{segs[0].name}"], version=1, now_ms=1)  # due: would go
+    retire(
+        LakeHandle.open(str(lake)), [f"t-0/{segs[0].name}"], version=1, now_ms=1
+    )  # due: would go
     (lake / "_staging" / "old-run").mkdir(parents=True)
     (lake / "_staging" / "old-run" / "f").write_bytes(b"uncommitted")
     os.utime(lake / "_staging" / "old-run" / "f", (0, 0))
@@ -462,7 +467,7 @@ def _garbage(lake: Path, pristine: Path, n: int = 40) -> None:  # noqa: F811
         d.mkdir(exist_ok=True)
         (d / f"{i:020d}.log").write_bytes(b"x")
         os.utime(d / f"{i:020d}.log", (0, 0))  # older than its retirement
-        retire(str(lake), [f"g-0/{i:020d}.log"], version=1, now_ms=1)
+        retire(LakeHandle.open(str(lake)), [f"g-0/{i:020d}.log"], version=1, now_ms=1)
         run = lake / "_staging" / f"dead-{i}" / "t-0"
         run.mkdir(parents=True)
         (run / "00000000000000000000.log").write_bytes(b"y")
@@ -484,7 +489,7 @@ def test_two_cleanups_at_once_are_idempotent(lake: Path, pristine: Path) -> None
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()
-    kept = {k: v for k, v in before.items() if not k.startswith(("_staging/", "g-0/", RETIRED))}
+    kept = {k: v for k, v in before.items() if not k.startswith(("_staging/", "g-0/", RETIRED_DIR))}
     _intact(lake, {**kept, **published}, version)
     assert not list((lake / "g-0").iterdir())
     assert not (lake / "_staging").exists() or not list((lake / "_staging").iterdir())
@@ -496,7 +501,7 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path, pristine: Path) -
     def run(start: threading.Barrier, errors: list[BaseException]) -> None:
         start.wait()
         try:
-            cleanup(str(lake), older_than_s=0)
+            cleanup(LakeHandle.open(str(lake)), older_than_s=0)
         except BaseException as exc:
             errors.append(exc)
 
@@ -513,4 +518,4 @@ def test_cleanups_racing_in_threads_are_idempotent(lake: Path, pristine: Path) -
         assert not list((lake / "g-0").iterdir()) and not list((lake / "_staging").iterdir())
         for r in Catalog(str(lake)).segments().to_pylist():
             assert (lake / r["path"]).stat().st_size == r["size_bytes"]
-        assert collect(str(lake), older_than_ms=0).deleted == []
+        assert collect(LakeHandle.open(str(lake)), older_than_ms=0).deleted == []

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seglake.config import LogConfig
+from seglake.lake.handle import LakeHandle
 from seglake.record.batch import scan_batches
 from seglake.sample import generate
 from seglake.spark.arrow_input import Normalizer
@@ -45,20 +46,26 @@ def test_one_pass_where_the_footers_prove_no_shuffle(
     splits, cols, _ = split
     config = LogConfig.load(overrides=overrides)
     norm = Normalizer(None, cols, None)
-    assert one_pass([splits], norm, num_partitions, config, str(tmp_path)) == ok
+    assert one_pass([splits], norm, num_partitions, config, LakeHandle.open(str(tmp_path))) == ok
 
 
 def test_one_pass_refuses_topics_the_plan_would_refuse(split, tmp_path):
     splits, cols, t = split
     never = LogConfig.load(overrides={"seglake.ingest.shuffle": "never"})
-    assert one_pass([splits], Normalizer("fixed", cols, None), 8, never, str(tmp_path))
-    assert not one_pass([splits], Normalizer("bad/topic", cols, None), 8, never, str(tmp_path))
+    assert one_pass(
+        [splits], Normalizer("fixed", cols, None), 8, never, LakeHandle.open(str(tmp_path))
+    )
+    assert not one_pass(
+        [splits], Normalizer("bad/topic", cols, None), 8, never, LakeHandle.open(str(tmp_path))
+    )
     topics = t["topic"].to_pylist()
     topics[5] = None
     path = tmp_path / "nulls.parquet"
     pq.write_table(t.set_column(0, "topic", pa.array(topics, pa.string())), path)
     nulls = [(str(path), 0, path.stat().st_size)]
-    assert not one_pass([nulls], Normalizer(None, cols, None), 8, never, str(tmp_path))
+    assert not one_pass(
+        [nulls], Normalizer(None, cols, None), 8, never, LakeHandle.open(str(tmp_path))
+    )
 
 
 def test_patch_moves_every_batch_and_keeps_the_crcs(tmp_path):

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seglake.config import LogConfig
+from seglake.lake.handle import LakeHandle
 from seglake.sample import generate
 from seglake.spark.arrow_input import Normalizer, read_split
 from seglake.spark.ingest_tasks import count_groups, local_writer
@@ -34,7 +35,7 @@ def _write(root: Path, split, norm: Normalizer, conf: dict, batch_rows: int) -> 
         list(count_groups(3)(read_split(split, norm.count_columns(3), norm)))
     ).to_pylist()
     starts = {(r["task"], r["topic"], r["partition"]): 0 for r in counts}
-    task = local_writer(str(root), "run", config, 3, starts, None)
+    task = local_writer(LakeHandle.open(str(root)), "run", config, 3, starts, None)
     rows = pa.Table.from_batches(
         list(task(read_split(split, list(norm.columns), norm, batch_rows)))
     )
@@ -69,7 +70,7 @@ def test_task_pool_is_put_back_even_on_failure(tmp_path):
         assert pool.bytes_allocated() >= held + a.nbytes
     assert pa.default_memory_pool().backend_name == before.backend_name
     split, norm = _input(tmp_path)
-    task = local_writer(str(tmp_path / "lake"), "run", LogConfig(), 3, {}, None)
+    task = local_writer(LakeHandle.open(str(tmp_path / "lake")), "run", LogConfig(), 3, {}, None)
     with pytest.raises(Exception, match="count pass did not see"):
         list(task(read_split(split, list(norm.columns), norm)))
     assert pa.default_memory_pool().backend_name == before.backend_name

@@ -20,6 +20,7 @@ import seglake
 from seglake.errors import InputSchemaError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
+from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import LOOKUP_SCHEMA
 from seglake.record.reader import read_log
 from tests.unit.test_compact_rules import COMPACT, NOW, txn_lake
@@ -32,7 +33,7 @@ def compacted_txn_lake(root: Path) -> None:
     segments, compacted (keys' older records and aborted ones removed: offset gaps)."""
     txn_lake(root, seed=3, codec=3)
     assert run_compaction(
-        str(root), conf={**COMPACT, "segment.bytes": "3000"}, now_ms=NOW
+        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "3000"}, now_ms=NOW
     ).committed
 
 
@@ -225,7 +226,7 @@ def test_lookup_follows_the_lake_version(tmp_path: Path) -> None:
     lk = seglake.open(str(root))
     q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 40)})
     want = lk.lookup(q)
-    assert run_compaction(str(root), conf=COMPACT, now_ms=NOW).committed
+    assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
     after = lk.refresh().lookup(q)
     assert (after["status"] == "ok").all() and (want["status"] == "ok").all()
     assert not after["offset"].equals(want["offset"])  # compaction removed some

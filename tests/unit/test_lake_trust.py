@@ -28,6 +28,7 @@ import seglake
 from seglake.cli.main import main as cli_main
 from seglake.errors import CorruptBatchWarning, CorruptRecordError, TruncatedSegmentError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.recovery import recover_lake
 from seglake.lake.retention import apply_retention
@@ -77,7 +78,7 @@ def test_a_log_cut_short_is_data_loss_for_every_reader(lake: Path, inside: bool)
         with pytest.raises(TruncatedSegmentError) as exc:
             read()
         expect_loss(exc, path, pos, lo, hi)
-    log = open_partition(str(lake), "t", 0)
+    log = open_partition(LakeHandle.open(str(lake)), "t", 0)
     seg = log.segments[1]
     for read in (
         lambda: log.read_range(0, N),
@@ -120,14 +121,14 @@ def test_cli_consume_and_read_of_a_log_cut_short(lake: Path, capsys) -> None:  #
 
 def test_recover_dry_run_names_the_offsets_a_cut_drops(lake: Path) -> None:  # noqa: F811
     path, pos, lo, hi = cut(lake, inside=False)
-    rep = recover_lake(str(lake), dry_run=True)
+    rep = recover_lake(LakeHandle.open(str(lake)), dry_run=True)
     lost = [x for p in rep.partitions for x in p.lost]
     assert [(x["file"], x["position"], x["first_offset"], x["last_offset"]) for x in lost] == [
         (str(path), pos, lo, hi)
     ], lost
     assert f"would lose offsets {lo}..{hi}" in str(rep), str(rep)
     # recovery commits what is left; then the segment reads whole again, as committed
-    recover_lake(str(lake))
+    recover_lake(LakeHandle.open(str(lake)))
     got = seglake.open(str(lake)).partition("t", 0).read(0, N)
     assert offsets(got) == [o for o in range(N) if not lo <= o <= hi]
 
@@ -136,9 +137,9 @@ def test_a_pinned_reader_reports_a_cut_of_a_row_still_current(lake: Path) -> Non
     """A later commit that does not touch the segment: its row is current, the cut is
     data loss, not a superseded version."""
     pinned = Catalog(str(lake)).version()
-    apply_retention(str(lake), RetentionRules(log_start_offsets={("t", 0): 0}))
+    apply_retention(LakeHandle.open(str(lake)), RetentionRules(log_start_offsets={("t", 0): 0}))
     path, pos, lo, hi = cut(lake, inside=True)
-    seg = open_partition(str(lake), "t", 0).segments[1]
+    seg = open_partition(LakeHandle.open(str(lake)), "t", 0).segments[1]
     seg.pin = PinnedVersion(str(lake), pinned)
     with pytest.raises(TruncatedSegmentError) as exc:
         seg.read_records()
@@ -149,7 +150,7 @@ def test_partition_dir_of_a_lake_follows_the_catalog(lake: Path, capsys, monkeyp
     d = lake / "t-0"
     first = sorted(Catalog(str(lake)).segments("t", 0).column("base_offset").to_pylist())
     start = first[2]
-    apply_retention(str(lake), RetentionRules(log_start_offsets={("t", 0): start}))
+    apply_retention(LakeHandle.open(str(lake)), RetentionRules(log_start_offsets={("t", 0): start}))
     assert (d / f"{first[0]:020d}.log").exists()  # retired, waiting for the delay
     # below the log start: read from it, saying so (auto.offset.reset=earliest)
     assert cli_main(["read", str(d), "--offset", "0", "--max-records", "1", "--json"]) == 0

@@ -159,6 +159,7 @@ SHARED = {
     "format",
     "fs",
     "io_stats",
+    "lake_paths",
     "location",
     "properties",
     "render",

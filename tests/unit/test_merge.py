@@ -27,6 +27,7 @@ from seglake.errors import ConcurrentRunError
 from seglake.format import INT32_MAX
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import cleanup
 from seglake.record.batch import scan_batches
@@ -245,7 +246,7 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict)
     cat = Catalog(str(lake))
     v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
     n0 = cat.segments().num_rows
-    result = run_compaction(str(lake), merge_only=True, conf=MERGE, **where)
+    result = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, **where)
     assert result.committed
     rows = cat.segments()
     assert rows.num_rows < n0
@@ -260,12 +261,12 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict)
         assert r["size_bytes"] == len(data) and r["index_entries"] == len(oi)
     assert lake_records(str(lake), version=v0).equals(before)  # the pinned reader
     v1 = cat.version()
-    again = run_compaction(str(lake), merge_only=True, conf=MERGE)
+    again = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE)
     assert not again.committed and cat.version() == v1  # twice: nothing changes
     # retired files go with cleanup, only after the delete delay
-    assert cleanup(str(lake), delete_delay_s=10**6).retired.deleted == []
+    assert cleanup(LakeHandle.open(str(lake)), delete_delay_s=10**6).retired.deleted == []
     assert lake_records(str(lake), version=v0).equals(before)
-    assert cleanup(str(lake), delete_delay_s=0).retired.deleted
+    assert cleanup(LakeHandle.open(str(lake)), delete_delay_s=0).retired.deleted
     assert not any((lake / "_retired").rglob("*.log"))
     assert lake_records(str(lake)).equals(before)
 
@@ -296,7 +297,9 @@ def test_merge_groups_packed_into_tasks_give_the_same_lake(
     copies = {k: tmp_path / k for k in ("driver", "one-task", "per-core")}
     for dst in copies.values():
         shutil.copytree(lake, dst)
-    run_compaction(str(copies["driver"]), merge_only=True, conf=MERGE, run_id="m", **ON_DRIVER)
+    run_compaction(
+        LakeHandle.open(str(copies["driver"])), merge_only=True, conf=MERGE, run_id="m", **ON_DRIVER
+    )
     seen: dict[str, list[int]] = {}
     for name, cores, least in (("one-task", 2, 1 << 30), ("per-core", 2, 1)):
         monkeypatch.setattr(compaction, "MERGE_TASK_MIN_BYTES", least)
@@ -307,7 +310,12 @@ def test_merge_groups_packed_into_tasks_give_the_same_lake(
 
         root = str(copies[name])
         got = run_compaction(
-            root, merge_only=True, conf=MERGE, run_id="m", map_tasks=tasks, parallelism=cores
+            LakeHandle.open(root),
+            merge_only=True,
+            conf=MERGE,
+            run_id="m",
+            map_tasks=tasks,
+            parallelism=cores,
         )
         assert got.committed
         assert rows(copies[name]).equals(rows(copies["driver"]))
@@ -328,14 +336,14 @@ def _specs(root: Path) -> list:
         raise RuntimeError("planned")
 
     with pytest.raises(RuntimeError, match="planned"):
-        run_compaction(str(root), merge_only=True, conf=MERGE, map_tasks=record)
+        run_compaction(LakeHandle.open(str(root)), merge_only=True, conf=MERGE, map_tasks=record)
     return found
 
 
 def test_dry_run_writes_nothing(lake: Path) -> None:
     cat = Catalog(str(lake))
     v0 = cat.version()
-    result = run_compaction(str(lake), merge_only=True, conf=MERGE, dry_run=True)
+    result = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, dry_run=True)
     assert result.partitions[0].segments_after < result.partitions[0].segments_before
     assert cat.version() == v0 and not (lake / "_staging").exists()
 
@@ -379,7 +387,9 @@ CRASH_POINTS = {  # point: committed when the driver dies there
 DRIVER = """
 import json, sys
 from seglake.lake.compaction import run_compaction
-r = run_compaction(sys.argv[1], merge_only=True, conf=json.loads(sys.argv[2]), run_id="m1")
+from seglake.lake.handle import LakeHandle
+lake = LakeHandle.open(sys.argv[1])
+r = run_compaction(lake, merge_only=True, conf=json.loads(sys.argv[2]), run_id="m1")
 print(r.committed)
 """
 
@@ -405,12 +415,12 @@ def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
     # whatever state: readers of the newest and of the old version see every record
     assert lake_records(str(lake)).equals(before)
     assert lake_records(str(lake), version=v0).equals(before)
-    report = cleanup(str(lake), delete_delay_s=10**6)
+    report = cleanup(LakeHandle.open(str(lake)), delete_delay_s=10**6)
     assert not list((lake / "_staging").glob("*"))
     assert ("m1" in report.published_runs) == CRASH_POINTS[point]
     assert lake_records(str(lake)).equals(before)
     assert lake_records(str(lake), version=v0).equals(before)
-    rerun = run_compaction(str(lake), merge_only=True, conf=MERGE, run_id="m1")
+    rerun = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, run_id="m1")
     assert rerun.committed or rerun.already_committed
     assert lake_records(str(lake)).equals(before)
     assert _batch_bytes(lake) == batches
@@ -431,10 +441,12 @@ def test_merge_of_rows_whose_files_are_still_staged(lake: Path) -> None:
     cat = Catalog(str(lake))
     n = cat.segments().num_rows
     bigger = {**MERGE, "segment.bytes": "1000000"}
-    assert run_compaction(str(lake), merge_only=True, conf=bigger, **ON_DRIVER).committed
+    assert run_compaction(
+        LakeHandle.open(str(lake)), merge_only=True, conf=bigger, **ON_DRIVER
+    ).committed
     assert cat.segments().num_rows < n
     assert lake_records(str(lake)).equals(before)
-    cleanup(str(lake), delete_delay_s=10**6)
+    cleanup(LakeHandle.open(str(lake)), delete_delay_s=10**6)
     assert _batch_bytes(lake) == batches
 
 
@@ -447,5 +459,5 @@ def test_torn_segment_is_refused_and_nothing_committed(lake: Path, where: dict) 
     first = lake / cat.segments().to_pylist()[0]["path"]
     first.write_bytes(first.read_bytes()[:-5])
     with pytest.raises(CorruptRecordError, match="run `recover`"):
-        run_compaction(str(lake), merge_only=True, conf=MERGE, **where)
+        run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, **where)
     assert cat.version() == v0 and not list((lake / "_staging").glob("*"))

@@ -15,6 +15,7 @@ from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
+from seglake.lake.handle import LakeHandle
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.retention import apply_retention
 from seglake.lake.rows import segment_ref
@@ -42,8 +43,10 @@ def test_missing_file_of_a_pinned_segment(tmp_path: Path, pristine: Path) -> Non
     cat = Catalog(str(root))
     pinned = cat.version()
     first = cat.segments("t", 0).to_pylist()[0]
-    apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
-    cleanup(str(root), older_than_s=0)
+    apply_retention(
+        LakeHandle.open(str(root)), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)})
+    )
+    cleanup(LakeHandle.open(str(root)), older_than_s=0)
     assert not (root / first["path"]).exists()
     with pytest.raises(SegmentNotFoundError) as plain:  # no pin: the file's own error
         _segment(root, first, None).log_bytes()
@@ -76,9 +79,9 @@ def test_shorter_file_of_a_pinned_segment(tmp_path: Path) -> None:
     pinned = cat.version()
     first = cat.segments("c", 0).to_pylist()[0]
     assert run_compaction(
-        str(root), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
+        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
     ).committed
-    cleanup(str(root), delete_delay_s=0)
+    cleanup(LakeHandle.open(str(root)), delete_delay_s=0)
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] < first["size_bytes"]
     # unpinned, the compacted file reads as the old row's torn tail (a subset)

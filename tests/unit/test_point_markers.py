@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import QUERY_SCHEMA, answer_queries
 from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.register import register
@@ -56,7 +57,7 @@ def txn_lake(tmp_path_factory, request):
     d = tmp / "broker" / f"{TOPIC}-0"
     write_transactional_log(d, seed=14, steps=400, codec=codec, segment_bytes=1500)
     root = str(tmp / "lake")
-    register(root, str(tmp / "broker"), interval=interval)
+    register(LakeHandle.open(root), str(tmp / "broker"), interval=interval)
     every = [read_log(p.read_bytes(), skip_control=False)[0] for p in sorted(d.glob("*.log"))]
     data = [read_log(p.read_bytes())[0] for p in sorted(d.glob("*.log"))]
     return root, Path(root) / f"{TOPIC}-0", pa.concat_tables(every), pa.concat_tables(data)
@@ -88,7 +89,7 @@ def _answers(root: str, targets: list[int]) -> pa.Table:
         ],
         schema=QUERY_SCHEMA,
     )
-    parts = partition_arrays(Snapshot.read(root))
+    parts = partition_arrays(Snapshot.read(LakeHandle.open(root)))
     return answer_queries(root, parts, IndexCache(), q)
 
 

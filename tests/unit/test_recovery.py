@@ -17,6 +17,7 @@ from seglake import fs as lakefs
 from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.recovery import recover_lake
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import open_partition
@@ -307,12 +308,16 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     segs = logs(d)
     data = segs[1].read_bytes()
     scan = scan_batches(data)
-    full = open_partition(str(root), "t", 0).read(0, 10 * N)
+    full = open_partition(LakeHandle.open(str(root)), "t", 0).read(0, 10 * N)
     segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     v = cat.version()
-    dry = recover_lake(str(root), dry_run=True, interval=INTERVAL, kafka_truncate=True)
+    dry = recover_lake(
+        LakeHandle.open(str(root)), dry_run=True, interval=INTERVAL, kafka_truncate=True
+    )
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2
-    rep = recover_lake(str(root), interval=INTERVAL, delete_delay_ms=0, kafka_truncate=True)
+    rep = recover_lake(
+        LakeHandle.open(str(root)), interval=INTERVAL, delete_delay_ms=0, kafka_truncate=True
+    )
     assert cat.version() == v + 1  # one commit
     assert (rep.rows_replaced, rep.rows_removed) == (1, len(segs) - 2)
     rows = cat.segments("t", 0)
@@ -321,12 +326,12 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     assert rows.column("next_offset").to_pylist()[-1] == leo
     assert rows.column("size_bytes").to_pylist()[-1] == int(scan.position[-1])
     assert [p.name for p in logs(d)] == [p.name for p in segs[:2]]  # files of removed rows gone
-    after = open_partition(str(root), "t", 0).read(0, 10 * N)
+    after = open_partition(LakeHandle.open(str(root)), "t", 0).read(0, 10 * N)
     assert after.column("offset").to_pylist() == [
         o for o in full.column("offset").to_pylist() if o < leo
     ]
     assert cat.segments("u", 3).num_rows == len(segs)  # the other partition untouched
-    again = recover_lake(str(root), interval=INTERVAL, kafka_truncate=True)
+    again = recover_lake(LakeHandle.open(str(root)), interval=INTERVAL, kafka_truncate=True)
     assert not again.changed and cat.version() == v + 1
 
 
@@ -346,12 +351,12 @@ def test_recover_lake_fills_in_and_corrects_tail_minima(tmp_path: Path, pristine
         "old-catalog",
     )
     v = cat.version()
-    dry = recover_lake(str(root), dry_run=True, interval=INTERVAL)
+    dry = recover_lake(LakeHandle.open(str(root)), dry_run=True, interval=INTERVAL)
     assert dry.rows_replaced == rows.num_rows and cat.version() == v
-    rep = recover_lake(str(root), interval=INTERVAL)
+    rep = recover_lake(LakeHandle.open(str(root)), interval=INTERVAL)
     assert rep.rows_replaced == rows.num_rows and cat.version() == v + 1
     assert cat.segments().column("tail_min_timestamps").to_pylist() == good
-    assert not recover_lake(str(root), interval=INTERVAL).changed
+    assert not recover_lake(LakeHandle.open(str(root)), interval=INTERVAL).changed
 
 
 def test_cli_recover(tmp_path: Path, pristine: Path, capsys) -> None:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from seglake import fs as lakefs
 from seglake.cli.main import main
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.recovery import recover_lake
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import open_partition
@@ -42,7 +43,7 @@ def brute_force(d: Path) -> dict[int, tuple]:
 
 
 def readable(root: Path) -> dict[int, tuple]:
-    t = open_partition(str(root), "t", 0).read(0, 10 * N)
+    t = open_partition(LakeHandle.open(str(root)), "t", 0).read(0, 10 * N)
     cols = (t.column(c).to_pylist() for c in ("offset", "timestamp", "key", "value"))
     return {o: (ts, k, v) for o, ts, k, v in zip(*cols, strict=True)}
 
@@ -75,7 +76,7 @@ def test_bit_flip_in_a_lake_loses_only_the_damaged_batch(
     want = {o: r for o, r in expected.items() if not first <= o <= last}
     assert len(want) == len(expected) - (last - first + 1)
     v = cat.version()
-    rep = recover_lake(str(root))
+    rep = recover_lake(LakeHandle.open(str(root)))
     assert cat.version() == v + 1  # not a dry run: one commit
     (part,) = [p for p in rep.partitions if p.changed]
     assert not part.deleted_segments
@@ -93,7 +94,7 @@ def test_bit_flip_in_a_lake_loses_only_the_damaged_batch(
     assert cat.segments("t", 0).column("base_offset").to_pylist() == bases
     assert brute_force(root / "t-0") == want
     assert readable(root) == want
-    log = open_partition(str(root), "t", 0)
+    log = open_partition(LakeHandle.open(str(root)), "t", 0)
     for o in want:  # every valid record at its offset
         assert log.read(o, 1).column("offset").to_pylist() == [o]
     for o in range(first, last + 1):  # an offset in the gap reads from the next one
@@ -106,7 +107,7 @@ def test_bit_flip_in_a_lake_loses_only_the_damaged_batch(
     assert row["record_count"] == sum(
         1 for o in want if row["base_offset"] <= o < row["next_offset"]
     )
-    assert not recover_lake(str(root)).changed  # idempotent
+    assert not recover_lake(LakeHandle.open(str(root))).changed  # idempotent
 
 
 def test_kafka_truncate_deletes_later_segments(tmp_path: Path, pristine: Path) -> None:  # noqa: F811
@@ -115,7 +116,7 @@ def test_kafka_truncate_deletes_later_segments(tmp_path: Path, pristine: Path) -
     expected = brute_force(root / "t-0")
     rows = cat.segments("t", 0).to_pylist()
     _, _, first, _ = damage(root, "records")
-    rep = recover_lake(str(root), kafka_truncate=True)
+    rep = recover_lake(LakeHandle.open(str(root)), kafka_truncate=True)
     (part,) = rep.partitions
     assert part.deleted_segments == [r["base_offset"] for r in rows[2:]]
     assert readable(root) == {o: r for o, r in expected.items() if o < first}
@@ -184,7 +185,7 @@ def test_recover_rebuilds_indexes_with_the_recorded_interval(tmp_path: Path) -> 
     assert len(original[0]) > 8  # several entries: the interval matters
     idx.write_bytes(bytes(range(256)) * 3)
     tix.unlink()
-    rep = recover_lake(str(root))  # no interval given
+    rep = recover_lake(LakeHandle.open(str(root)))  # no interval given
     assert rep.rows_replaced == 0  # the rows still describe the files
     assert (idx.read_bytes(), tix.read_bytes()) == original
     assert set(cat.segments().column("index_interval_bytes").to_pylist()) == {500}
@@ -199,7 +200,7 @@ def test_readers_rebuild_a_missing_index_with_the_recorded_interval(tmp_path: Pa
     idx = seg.with_suffix(".index")
     want = OffsetIndex.from_bytes(idx.read_bytes(), int(seg.stem)).offsets.tolist()
     idx.unlink()  # a reader rebuilds it in memory
-    log = open_partition(str(root), "t", 0)
+    log = open_partition(LakeHandle.open(str(root)), "t", 0)
     got = next(s for s in log.segments if s.base_offset == int(seg.stem))
     assert got.offset_index.offsets.tolist() == want
 
@@ -216,7 +217,7 @@ def test_catalog_without_the_interval_falls_back_to_the_argument(tmp_path: Path)
     idx = seg.with_suffix(".index")
     original = idx.read_bytes()
     idx.unlink()
-    rep = recover_lake(str(root), interval=500)
+    rep = recover_lake(LakeHandle.open(str(root)), interval=500)
     assert idx.read_bytes() == original
     # the rebuilt segment's row now records the interval its index was built with
     got = cat.segments().column("index_interval_bytes").to_pylist()
@@ -285,14 +286,14 @@ def test_crash_after_the_rewrite_before_the_indexes(
 
     monkeypatch.setattr(segment_recovery.lakefs, "write_bytes", crash)
     with pytest.raises(KeyboardInterrupt):
-        recover_lake(str(root))
+        recover_lake(LakeHandle.open(str(root)))
     monkeypatch.undo()
     seg = logs(root / "t-0")[1]
     assert not seg.with_suffix(".index").exists()
-    log = open_partition(str(root), "t", 0)
+    log = open_partition(LakeHandle.open(str(root)), "t", 0)
     assert readable(root) == want
     for o in sorted(want)[:: max(1, len(want) // 50)]:
         assert log.read(o, 1).column("offset").to_pylist() == [o]
-    rep = recover_lake(str(root))
+    rep = recover_lake(LakeHandle.open(str(root)))
     assert rep.rows_replaced == 1 and seg.with_suffix(".index").exists()
     assert readable(root) == want

@@ -12,6 +12,7 @@ import pytest
 from seglake.cli.main import main
 from seglake.errors import ConcurrentRunError, ConfigError, SegmentNotFoundError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.lake.staging import open_partition
 from tests.compat.test_fixture_lookups import brute, first_at_or_after, row_tuples
@@ -26,7 +27,7 @@ def lake(tmp_path_factory) -> Path:
     (broker / "meta.properties").write_text("version=1\n")
     (broker / "first-0.abc123-delete").mkdir()
     root = tmp_path_factory.mktemp("lake") / "lake"
-    rep = register(str(root), str(broker), run_id="reg-1", include_internal=True)
+    rep = register(LakeHandle.open(str(root)), str(broker), run_id="reg-1", include_internal=True)
     assert rep.rows == len(FIXTURE_PARTITIONS)
     assert "first-0.abc123-delete" in rep.skipped
     assert not any(p.changed for p in rep.partitions.values())  # broker indexes kept
@@ -57,7 +58,7 @@ def test_rows_match_expected(lake: Path, partition: str) -> None:
 @pytest.mark.parametrize("partition", FIXTURE_PARTITIONS)
 def test_lookups_equal_scan(lake: Path, partition: str) -> None:
     topic, part = partition.rsplit("-", 1)
-    log = open_partition(str(lake), topic, int(part))
+    log = open_partition(LakeHandle.open(str(lake)), topic, int(part))
     offs, ts, allrows, start, leo = brute(partition)
     assert (log.log_start_offset, log.log_end_offset) == (start, leo)
     assert row_tuples(log.read(start, len(allrows) + 10)) == allrows
@@ -72,21 +73,21 @@ def test_lookups_equal_scan(lake: Path, partition: str) -> None:
 
 def test_rerun_is_noop_and_overlap_refused(lake: Path, tmp_path: Path) -> None:
     v = Catalog(str(lake)).version()
-    rep = register(str(lake), str(FIXTURES), run_id="reg-1")
+    rep = register(LakeHandle.open(str(lake)), str(FIXTURES), run_id="reg-1")
     assert rep.rows == 0 and Catalog(str(lake)).version() == v
     with pytest.raises(ConcurrentRunError):
-        register(str(lake), str(FIXTURES), topics=["first"], run_id="reg-2")
+        register(LakeHandle.open(str(lake)), str(FIXTURES), topics=["first"], run_id="reg-2")
     assert Catalog(str(lake)).version() == v
 
 
 def test_in_place_needs_the_root(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="in place"):
-        register(str(tmp_path / "lake"), str(FIXTURES), copy=False)
+        register(LakeHandle.open(str(tmp_path / "lake")), str(FIXTURES), copy=False)
     broker = tmp_path / "broker"
     shutil.copytree(FIXTURES / "first-0", broker / "first-0")
-    rep = register(str(broker), str(broker), copy=False)
+    rep = register(LakeHandle.open(str(broker)), str(broker), copy=False)
     assert rep.rows == 1
-    log = open_partition(str(broker), "first", 0)
+    log = open_partition(LakeHandle.open(str(broker)), "first", 0)
     assert log.log_end_offset == brute("first-0")[4]
 
 
@@ -118,15 +119,15 @@ def test_a_damaged_batch_keeps_the_later_ones(tmp_path: Path, kafka_truncate: bo
     log.write_bytes(bytes(data))
     root = tmp_path / "lake"
     if kafka_truncate:  # the damaged batch was the first: nothing before it, an empty topic
-        rep = register(str(root), str(broker), kafka_truncate=kafka_truncate)
+        rep = register(LakeHandle.open(str(root)), str(broker), kafka_truncate=kafka_truncate)
         assert rep.empty == ["sensor-data"] and rep.rows == 0
         assert "no records left after recovery" in rep.skipped["sensor-data-0"]
         return
-    register(str(root), str(broker), kafka_truncate=kafka_truncate)
+    register(LakeHandle.open(str(root)), str(broker), kafka_truncate=kafka_truncate)
     rows = Catalog(str(root)).segments("sensor-data", 0).to_pylist()
     kept = exp[1:]
     assert [r["record_count"] for r in rows] == [sum(b["count"] for b in kept)]
-    got = open_partition(str(root), "sensor-data", 0).read(kept[0]["base_offset"])
+    got = open_partition(LakeHandle.open(str(root)), "sensor-data", 0).read(kept[0]["base_offset"])
     assert got.column("offset").to_pylist() == [
         o for b in kept for o in range(b["base_offset"], b["last_offset"] + 1)
     ]
@@ -143,7 +144,7 @@ def test_skipped_directories_are_named_with_the_reason(tmp_path: Path) -> None:
     (broker / "empty-0" / "00000000000000000000.log").write_bytes(b"")
     (broker / "none-0").mkdir()
     (broker / "none-0" / "leader-epoch-checkpoint").write_text("0\n")
-    rep = register(str(tmp_path / "lake"), str(broker))
+    rep = register(LakeHandle.open(str(tmp_path / "lake")), str(broker))
     assert rep.rows == 1 and rep.empty == ["empty", "none"]  # topics without records
     assert rep.skipped == {
         "empty-0": "no records (only empty segments)",
@@ -166,7 +167,7 @@ def test_nothing_to_register_writes_no_lake(tmp_path: Path) -> None:
     (broker / "meta.properties").write_text("version=1\n")
     root = tmp_path / "lake"
     with pytest.raises(SegmentNotFoundError) as err:
-        register(str(root), str(broker))
+        register(LakeHandle.open(str(root)), str(broker))
     assert str(err.value) == (
         f"{broker}: no topic to register (first-0.abc123-delete: "
         "'first-0.abc123-delete' is not a partition directory name (<topic>-<n>)); "
@@ -174,7 +175,7 @@ def test_nothing_to_register_writes_no_lake(tmp_path: Path) -> None:
     )
     assert not root.exists()
     with pytest.raises(SegmentNotFoundError, match="of topics \\['nope'\\]"):
-        register(str(root), str(FIXTURES), topics=["nope"])
+        register(LakeHandle.open(str(root)), str(FIXTURES), topics=["nope"])
     assert not root.exists()
 
 
@@ -252,7 +253,7 @@ def test_topic_configs_empty_topics_and_internal_topics(tmp_path: Path, capsys) 
     ]
     write_metadata_log(meta / "00000000000000000003.log", log, base=3)
     root = tmp_path / "lake"
-    rep = register(str(root), str(broker))
+    rep = register(LakeHandle.open(str(root)), str(broker))
     assert rep.topics == {
         "empty": {},
         "first": {"message.timestamp.type": "LogAppendTime"},
@@ -270,8 +271,8 @@ def test_topic_configs_empty_topics_and_internal_topics(tmp_path: Path, capsys) 
     assert main(["config", str(root), "--topic", "empty"]) == 0  # the lake has it
     # a rerun of the run id commits nothing more
     v = Catalog(str(root)).version()
-    assert register(str(root), str(broker), run_id=rep.run_id).rows == 0
+    assert register(LakeHandle.open(str(root)), str(broker), run_id=rep.run_id).rows == 0
     assert Catalog(str(root)).version() == v
     # asked for: internal topics come too
-    rep = register(str(tmp_path / "all"), str(broker), include_internal=True)
+    rep = register(LakeHandle.open(str(tmp_path / "all")), str(broker), include_internal=True)
     assert "__consumer_offsets-0" not in rep.skipped and "__consumer_offsets" in rep.topics

@@ -17,6 +17,7 @@ from seglake.config import LogConfig
 from seglake.errors import SegmentReplacedError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import run_compaction
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import segment_refs
 from seglake.lake.scan_read import SplitReads, read_splits
 from seglake.lake.staging import cleanup
@@ -36,12 +37,12 @@ def test_pinned_reader_past_the_delay_gets_one_error(tmp_path: Path, segment_byt
     first = old.to_pylist()[0]
     p = lake.partition("c", 0)
     conf = {**COMPACT, **({"segment.bytes": segment_bytes} if segment_bytes else {})}
-    assert run_compaction(str(root), conf=conf, now_ms=NOW).committed
+    assert run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW).committed
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] != first["size_bytes"]
     # within the delay: the retired copy, every record
     assert p.read(0, 10_000, as_="arrow").num_rows == 600
-    cleanup(str(root), delete_delay_s=0)
+    cleanup(LakeHandle.open(str(root)), delete_delay_s=0)
     lake2 = seglake.open(str(root), version=pinned)
     with pytest.raises(VersionSupersededError):
         lake2.partition("c", 0).read(0, 10_000)  # the segments merged away: no such file
@@ -104,11 +105,11 @@ def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> Non
     p = lake.partition("c", 0)  # opened while current: no exact size check planned
     plan = plan_extract(str(root), "c", version=pinned)  # a Spark read's splits, as planned
     assert run_compaction(
-        str(root), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
+        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
     ).committed
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] < first["size_bytes"]
-    cleanup(str(root), delete_delay_s=0)
+    cleanup(LakeHandle.open(str(root)), delete_delay_s=0)
     with pytest.raises(VersionSupersededError) as err:
         p.read(0, 3)
     assert f"catalog version {pinned}" in str(err.value) and first["path"] in str(err.value)

@@ -14,6 +14,7 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake import retention as retention_mod
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.retention import apply_retention
 from seglake.lake.staging import open_partition
 from seglake.storage.retention import (
@@ -120,20 +121,20 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     segs = logs(root / "t-0")
     v = cat.version()
     by_size = RetentionRules(retention_bytes=0)
-    dry = apply_retention(str(root), by_size, now_ms=0, dry_run=True)
+    dry = apply_retention(LakeHandle.open(str(root)), by_size, now_ms=0, dry_run=True)
     assert dry.deleted.num_rows == len(segs) - 1 and cat.version() == v
-    rep = apply_retention(str(root), by_size, delete_delay_ms=0)
+    rep = apply_retention(LakeHandle.open(str(root)), by_size, delete_delay_ms=0)
     assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
     assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
     assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
         segs[-1].with_suffix(s).name for s in (".log", ".index", ".timeindex", ".keyindex")
     )
-    log = open_partition(str(root), "t", 0)
+    log = open_partition(LakeHandle.open(str(root)), "t", 0)
     assert log.log_start_offset == int(segs[-1].stem) and log.log_end_offset == N
     assert log.read(log.log_start_offset, 10 * N).num_rows == N - int(segs[-1].stem)
     # nothing more to delete: the newest stays
     everything = RetentionRules(retention_ms=0, retention_bytes=0)
-    assert apply_retention(str(root), everything).deleted.num_rows == 0
+    assert apply_retention(LakeHandle.open(str(root)), everything).deleted.num_rows == 0
 
 
 def test_crash_between_catalog_and_files(
@@ -150,24 +151,29 @@ def test_crash_between_catalog_and_files(
 
     monkeypatch.setattr(retention_mod, "retire", crash)
     with pytest.raises(KeyboardInterrupt):
-        apply_retention(str(root), RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}))
+        apply_retention(
+            LakeHandle.open(str(root)),
+            RetentionRules(log_start_offsets={("t", 0): int(segs[2].stem)}),
+        )
     monkeypatch.undo()
     # committed: readers see the new log start at once; the files are still there
     assert cat.segments("t", 0).column("base_offset").to_pylist() == [int(p.stem) for p in segs[2:]]
     assert logs(root / "t-0") == segs
-    expected = open_partition(str(root), "t", 0).read(0, 10 * N)
+    expected = open_partition(LakeHandle.open(str(root)), "t", 0).read(0, 10 * N)
     assert expected.column("offset").to_pylist()[0] == int(segs[2].stem)
     # one stray .deleted too (a crash mid-rename)
     (root / "t-0" / (segs[0].name + ".deleted")).write_bytes(b"x")
     nothing_more = RetentionRules(log_start_offsets={("t", 0): 0})
-    rep = apply_retention(str(root), nothing_more)  # retires the leftovers: kept a while
+    rep = apply_retention(
+        LakeHandle.open(str(root)), nothing_more
+    )  # retires the leftovers: kept a while
     assert rep.deleted.num_rows == 0 and len(rep.leftovers_finished) >= 7
     assert logs(root / "t-0") == segs and not list((root / "t-0").glob("*.deleted"))
-    rep = apply_retention(str(root), nothing_more, delete_delay_ms=0)
+    rep = apply_retention(LakeHandle.open(str(root)), nothing_more, delete_delay_ms=0)
     assert rep.leftovers_finished == [] and len(rep.files_deleted) >= 6
     assert logs(root / "t-0") == segs[2:]
     assert not list((root / "t-0").glob("*.deleted"))
-    after = open_partition(str(root), "t", 0).read(0, 10 * N)
+    after = open_partition(LakeHandle.open(str(root)), "t", 0).read(0, 10 * N)
     assert after.equals(expected)  # nothing visible was lost
 
 

@@ -14,6 +14,7 @@ import pytest
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import _open
 from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref, segment_refs
@@ -69,7 +70,7 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
         assert seg.index_interval_bytes == INTERVAL
         np.testing.assert_array_equal(_entries(seg), written[r["path"]])
     # lookup: the broadcast arrays carry the interval to _open
-    a = partition_arrays(Snapshot.read(root, "c", [0]))[("c", 0)]
+    a = partition_arrays(Snapshot.read(LakeHandle.open(root), "c", [0]))[("c", 0)]
     for s, r in enumerate(rows):
         seg = _open(IndexCache(), root, a, s)
         assert seg.index_interval_bytes == INTERVAL

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import pack
 from seglake.lake.scan import Scan
 from seglake.lake.scan_read import read_splits
@@ -19,7 +20,7 @@ from tests.unit.test_compact_rules import keyed_lake
 def test_scan_cut_by_offsets_reads_every_offset_once(tmp_path: Path, least, most) -> None:
     root = tmp_path / "lake"
     keyed_lake(root)
-    snap = Snapshot.read(str(root), "c")
+    snap = Snapshot.read(LakeHandle.open(str(root)), "c")
     scan = Scan(snap, (120, 10**9), min_partitions=least, max_records_per_partition=most)
     tasks = scan.plan()
     assert all(t.version == snap.version for t in tasks)
@@ -41,10 +42,10 @@ def test_tasks_are_the_plan_a_segment_at_a_time(tmp_path: Path) -> None:
     first opens no later segment's offset index (the CLI's early stops)."""
     root = tmp_path / "lake"
     keyed_lake(root)
-    snap = Snapshot.read(str(root), "c")
+    snap = Snapshot.read(LakeHandle.open(str(root)), "c")
     scan = Scan(snap, (120, 10**9), split_bytes=300)
     assert list(scan.tasks()) == scan.plan()
-    fresh = Snapshot.read(str(root), "c", cache=IndexCache())
+    fresh = Snapshot.read(LakeHandle.open(str(root)), "c", cache=IndexCache())
     first = next(Scan(fresh, (120, 10**9), split_bytes=300).tasks())
     log = fresh.log((first.topic, first.partition))
     later = [s for s in log.segments if s.base_offset > first.base_offset]

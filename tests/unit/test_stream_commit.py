@@ -15,6 +15,7 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError
 from seglake.lake import staging as staging_module
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.recovery import recover_lake
 from seglake.lake.stream_commit import PIECE_COLUMNS, Piece, commit_pieces
 from seglake.storage.segment_join import rebase
@@ -62,7 +63,9 @@ def _piece(
 
 
 def _commit(root: Path, run: str, pieces: list[Piece], assigned: bool, append: str = "copy"):
-    return commit_pieces(str(root), run, pieces, config=CONF, assigned=assigned, append=append)
+    return commit_pieces(
+        LakeHandle.open(str(root)), run, pieces, config=CONF, assigned=assigned, append=append
+    )
 
 
 def test_rebase_equals_writing_at_the_final_offsets(tmp_path):
@@ -159,7 +162,7 @@ def test_a_grown_segment_not_yet_published_reads_from_staging(tmp_path, monkeypa
     got = lake_records(str(root))
     assert got.offset.tolist() == list(range(40))
     assert got.value.tolist()[20:] == _records(0, 20, "b")["value"].to_pylist()
-    staging_module.publish_pending(str(root), "stream-q-1")
+    staging_module.publish_pending(LakeHandle.open(str(root)), "stream-q-1")
     assert lake_records(str(root)).equals(got)
 
 
@@ -239,7 +242,7 @@ def test_a_crash_between_the_append_and_the_commit_is_cut_then_appended_once(tmp
     assert Catalog(str(root)).version() == version
     assert lake_records(str(root)).equals(before)
     # recover (before the restart) cuts the uncommitted bytes instead of committing them
-    recover_lake(str(root))
+    recover_lake(LakeHandle.open(str(root)))
     assert lake_records(str(root)).equals(before)
     assert all(
         (root / p).stat().st_size == s for p, s in zip(rows.path, rows.size_bytes, strict=True)
@@ -279,7 +282,9 @@ def test_segment_ms_rolls_the_newest_segment(tmp_path):
             1, "timestamp", pa.compute.add(base["timestamp"], pa.scalar(3000 * i, pa.int64()))
         )
         pieces = [_piece(root, f"s{i}", 0, {0: recs})]
-        commit_pieces(str(root), f"stream-q-{i}", pieces, config=conf, assigned=True)
+        commit_pieces(
+            LakeHandle.open(str(root)), f"stream-q-{i}", pieces, config=conf, assigned=True
+        )
     segs = Catalog(str(root)).segments().to_pandas().sort_values("base_offset")
     # batches 0 and 1 are within 5 s of the segment's first batch, 2 is not: rolls; 3 joins 2
     assert segs.base_offset.tolist() == [0, 40]

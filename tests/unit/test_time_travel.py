@@ -12,6 +12,7 @@ import pytest
 import seglake
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.time_travel import commit_times, version_as_of
 from tests.unit.test_catalog import rows
 
@@ -34,8 +35,10 @@ def test_commit_times_are_made_increasing_as_delta_makes_them(tmp_path):
     root = _lake(tmp_path, 3)  # versions 0 (creation) to 3
     t = 1_800_000_000_000
     _set_mtimes(root, [t, t + 500, t + 500, t + 400])  # a clock that went back
-    assert commit_times(root) == [(0, t), (1, t + 500), (2, t + 501), (3, t + 502)]
-    assert [version_as_of(root, ms) for ms in (t, t + 499, t + 500, t + 501, t + 502)] == [
+    assert commit_times(LakeHandle.open(root)) == [(0, t), (1, t + 500), (2, t + 501), (3, t + 502)]
+    assert [
+        version_as_of(LakeHandle.open(root), ms) for ms in (t, t + 499, t + 500, t + 501, t + 502)
+    ] == [
         0,
         0,
         1,
@@ -43,9 +46,9 @@ def test_commit_times_are_made_increasing_as_delta_makes_them(tmp_path):
         3,
     ]
     with pytest.raises(ConfigError, match="before the earliest version"):
-        version_as_of(root, t - 1)
+        version_as_of(LakeHandle.open(root), t - 1)
     with pytest.raises(ConfigError, match="after the latest version"):
-        version_as_of(root, t + 503)
+        version_as_of(LakeHandle.open(root), t + 503)
 
 
 def test_notebook_open_and_refresh_by_time(tmp_path):

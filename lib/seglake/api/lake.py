@@ -13,10 +13,10 @@ import pyarrow.compute as pc
 from seglake.api.partition import LRU, Partition
 from seglake.api.show import As, html_table, output
 from seglake.errors import CatalogError, ConfigError, SegmentNotFoundError
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.snapshot import Snapshot
 from seglake.lake.time_travel import version_as_of
-from seglake.location import LakeLocation, Root
+from seglake.location import Root
 from seglake.render import iso, size_text
 from seglake.storage.segment_window import check_on_corrupt
 from seglake.times import TimeLike, to_millis
@@ -41,18 +41,17 @@ class Lake:
         on_corrupt: str = "raise",
         timestamp_as_of: TimeLike | None = None,
     ) -> None:
-        self.location = LakeLocation.of(root, storage_options)  # catalog and segment files
+        self.handle = LakeHandle.open(root, storage_options)  # the one parse of the root
+        self.location = self.handle.location  # catalog and segment files
         self.root = self.location.root
         self.on_corrupt = check_on_corrupt(on_corrupt)
-        self.catalog = Catalog(self.location)
+        self.catalog = self.handle.catalog
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._cache = LRU(cache_bytes)
-        self._load(_as_of(self.location, version, timestamp_as_of))
+        self._load(_as_of(self.handle, version, timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
-        snapshot = Snapshot.read(
-            self.location, version=None if version is None else int(version), catalog=self.catalog
-        )
+        snapshot = Snapshot.read(self.handle, version=None if version is None else int(version))
         self.version = snapshot.version
         self._rows = snapshot.table
         self._by_key: dict[tuple[str, int], pa.Table] = dict(snapshot.rows)
@@ -70,9 +69,7 @@ class Lake:
         if rows is None or newest == self.version:
             return set()
         try:
-            at = Snapshot.read(
-                self.location, topic, [int(partition)], version=newest, catalog=self.catalog
-            )
+            at = Snapshot.read(self.handle, topic, [int(partition)], version=newest)
             now = row_identities(at.table)
         except CatalogError:  # this version's rows were checked when it was read
             return set(rows.column("base_offset").to_pylist())
@@ -106,7 +103,7 @@ class Lake:
         Cached partitions whose catalog rows did not change keep their read indexes.
         """
         old = self._by_key
-        self._load(_as_of(self.location, version, timestamp_as_of))
+        self._load(_as_of(self.handle, version, timestamp_as_of))
         for key in list(self._partitions):
             new = self._by_key.get(key)
             if new is None or not new.equals(old.get(key)):
@@ -314,7 +311,7 @@ class Lake:
         return self.segments(topic)
 
 
-def _as_of(root: Root, version: int | None, timestamp_as_of: TimeLike | None) -> int | None:
+def _as_of(lake: LakeHandle, version: int | None, timestamp_as_of: TimeLike | None) -> int | None:
     """``version``, or the catalog version at ``timestamp_as_of`` (Delta's rule:
     :func:`seglake.lake.time_travel.version_as_of`); not both."""
     if timestamp_as_of is None:
@@ -324,7 +321,7 @@ def _as_of(root: Root, version: int | None, timestamp_as_of: TimeLike | None) ->
             "version, timestamp_as_of: cannot specify both version and timestamp when "
             "time travelling (as in Delta)"
         )
-    return version_as_of(root, to_millis(timestamp_as_of))
+    return version_as_of(lake, to_millis(timestamp_as_of))
 
 
 def open(

@@ -74,7 +74,7 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.rows = rows
-        fs, base = lake.location.resolve()
+        fs, base = lake.handle.fs, lake.handle.base
         self.log = PartitionLog.from_refs(
             fs,
             base,
@@ -82,9 +82,7 @@ class Partition:
             on_corrupt=lake.on_corrupt,
             replaced=lake.replaced(topic, partition),
             # a file of this version gone or replaced since: one VersionSupersededError
-            pin=PinnedVersion(
-                lake.location, lake.version, catalog=lake.catalog, rows={(topic, partition): rows}
-            ),
+            pin=PinnedVersion(lake.handle, lake.version, rows={(topic, partition): rows}),
         )
         self._min_ts = rows.column("min_timestamp").to_numpy()
         self._bounds: dict[int, np.ndarray] = {}

@@ -6,6 +6,7 @@ import argparse
 
 from seglake.cli.jobargs import Parser, seconds
 from seglake.cli.targets import check_lake
+from seglake.lake.handle import LakeHandle
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from seglake.lake.staging import cleanup
 
-    check_lake(args.root, staging=True)
-    print(cleanup(args.root, older_than_s=args.older_than, dry_run=args.dry_run))
+    lake = LakeHandle.open(args.root)  # main's handle (itself), or a root given directly
+    check_lake(lake, staging=True)
+    print(cleanup(lake, older_than_s=args.older_than, dry_run=args.dry_run))
     return 0

@@ -9,7 +9,7 @@ import argparse
 from seglake.cli.jobargs import Parser, run_id_arg
 from seglake.config import parse_overrides
 from seglake.errors import SegmentNotFoundError
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.topic_config import resolve
 from seglake.lake.topic_store import alter_config, check_topic, overrides_for, stored_configs
 
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    catalog = Catalog(args.root)
+    catalog = LakeHandle.open(args.root).catalog  # main's handle (itself), or a root
     if not catalog.exists():  # --set would create a lake at a mistyped path
         raise SegmentNotFoundError(f"{args.root}: not a lake (no _catalog/ in it)")
     if args.topic is not None and not args.create:

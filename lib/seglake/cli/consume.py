@@ -13,6 +13,9 @@ partition, ``%o`` offset, ``%T`` timestamp (ms), ``%k``/``%s`` key/value (null: 
 ``%h`` headers ``name=value,...`` (null: ``NULL``), ``%%``; ``\\n \\r \\t``, ``\\xHH``
 (hex) and ``\\NNN`` (decimal) bytes.
 
+``--key K`` (repeatable): only records with that key (UTF-8 bytes), read through the
+segments' key indexes (:func:`~seglake.lake.scan_read.log_records` ``keys``).
+
 Defaults as Kafka's: value only, one per line. Partitions in ascending order, each from
 its start offset to its end (the log end offset, or ``--to-timestamp``'s offset), read in
 chunks of at most ``chunk_records`` records (ranged reads of whole batches), so memory
@@ -39,7 +42,7 @@ import pyarrow as pa
 from seglake.cli.targets import report_skipped, skip_corrupt
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
 
 if TYPE_CHECKING:
@@ -258,15 +261,17 @@ def partition_logs(
     in a lake, what its catalog holds);
     ``on_corrupt="skip"``: reads skip damaged batches (``PartitionLog.skipped``)."""
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR
+    from seglake.lake.handle import LakeHandle
     from seglake.lake.snapshot import Snapshot
     from seglake.lake.staging import open_partition_dir
+    from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir, validate_topic
 
     validate_topic(topic)
-    fs, path = lakefs.resolve(target)
+    lake = LakeHandle.open(target)  # a lake or a partition directory
+    fs, path = lake.fs, lake.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        snap = Snapshot.read(target, topic, on_corrupt=on_corrupt)
+        snap = Snapshot.read(lake, topic, on_corrupt=on_corrupt)
         parts = [p for _, p in snap.partitions]
         if not parts:
             raise SegmentNotFoundError(f"{target}: topic {topic!r} has no committed segments")
@@ -295,15 +300,20 @@ def records(
     read_committed: bool = False,
     chunk_records: int = CHUNK_RECORDS,
     expect: int | None = None,
+    keys: list[bytes] | None = None,
 ) -> Iterator[pa.Table]:
     """Records with ``start <= offset < end`` in chunks of at most ``chunk_records``
     (control records left out; with ``read_committed`` also aborted transactions'): the
     read planned and read as every read is (:func:`~seglake.lake.scan_read.log_records`;
-    ``expect``: about that many are wanted)."""
+    ``expect``: about that many are wanted; ``keys``: only records with these keys,
+    through the key index)."""
     from seglake.lake.scan_read import log_records
 
     isolation = "read_committed" if read_committed else "read_uncommitted"
-    for t in log_records(root, log, start, end, isolation_level=isolation, expect=expect):
+    where = LakeLocation.of(root)  # a user's path: a lake or a partition directory
+    for t in log_records(
+        where, log, start, end, isolation_level=isolation, expect=expect, keys=keys
+    ):
         for at in range(0, t.num_rows, chunk_records):
             yield t.slice(at, chunk_records)
 
@@ -320,11 +330,13 @@ def consume(
     max_messages: int | None = None,
     read_committed: bool = False,
     chunk_records: int = CHUNK_RECORDS,
+    keys: list[bytes] | None = None,
 ) -> int:
     """Write the records of ``logs`` (opened from ``root``: a lake or a partition
     directory) to ``out``; returns how many were written. Each partition from ``offset``
     (or ``from_ms``'s offset) to its end (or ``to_ms``'s): the bounds of Spark's Kafka
-    source (:func:`~seglake.lake.scan.offset_bound`)."""
+    source (:func:`~seglake.lake.scan.offset_bound`); ``keys``: only records whose key
+    bytes are one of these (read through the segments' key indexes)."""
     from seglake.lake.scan import offset_bound
 
     named = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
@@ -339,7 +351,7 @@ def consume(
         left = None if max_messages is None else max_messages - n
         for t in records(
             root, log, start, end, read_committed=read_committed, chunk_records=chunk_records,
-            expect=left,
+            expect=left, keys=keys,
         ):  # fmt: skip
             if max_messages is not None and n + t.num_rows > max_messages:
                 t = t.slice(0, max_messages - n)
@@ -367,6 +379,13 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     c.add_argument("--from-timestamp", default=None, metavar="MS|ISO")
     c.add_argument("--to-timestamp", default=None, metavar="MS|ISO")
     c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument(
+        "--key",
+        action="append",
+        default=None,
+        metavar="K",
+        help="only records with this key (UTF-8; repeat for several), through the key index",
+    )
     c.add_argument(
         "--isolation-level",
         default="read_uncommitted",
@@ -421,6 +440,7 @@ def run(args: argparse.Namespace) -> int:
             to_ms=to_ms,
             max_messages=args.max_messages,
             read_committed=args.isolation_level == "read_committed",
+            keys=None if args.key is None else [k.encode() for k in args.key],
         )
         out.flush()
     except BrokenPipeError:  # the reader went away (| head): stop quietly

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError
+from seglake.lake.handle import LakeHandle
 
 if TYPE_CHECKING:
     from seglake.cli.jobargs import Parser
@@ -61,11 +62,11 @@ def history_table(catalog: Any, entries: Sequence[Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seglake.lake.catalog import Catalog
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit {args.limit}: expected 1 or more")
-    check_lake(args.root)
-    catalog = Catalog(args.root)
+    lake = LakeHandle.open(args.root)  # main's handle (itself), or a root given directly
+    check_lake(lake)
+    catalog = lake.catalog
     print(history_table(catalog, catalog.history(limit=args.limit)))
     return 0

@@ -388,8 +388,7 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
     import pyarrow.fs as pafs
 
     from seglake.errors import ConfigError, SegmentNotFoundError
-    from seglake.fs import resolve
-    from seglake.lake.table import CatalogTable
+    from seglake.lake.handle import LakeHandle
     from seglake.location import nested
     from seglake.storage.naming import validate_run_id, validate_topic
 
@@ -399,19 +398,19 @@ def check_before_spark(job: str, args: argparse.Namespace) -> None:
             validate_topic(topic)
     if getattr(args, "run_id", None) is not None:
         validate_run_id(args.run_id)
+    args.root = lake = LakeHandle.open(args.root)  # the job's root, parsed once
     if job == "ingest":
-        fs, base = resolve(args.root)
-        if fs.get_file_info(base).type == pafs.FileType.File:
+        if lake.fs.get_file_info(lake.base).type == pafs.FileType.File:
             raise SegmentNotFoundError(f"{args.root}: is a file, not a lake directory")
         require_path(args.input, "input path")
         return
     output = getattr(args, "output", None)
-    if output is not None and nested(output, args.root):
+    if output is not None and nested(output, lake.location):
         raise ConfigError(
             f"--output {output}: inside the lake {args.root}, or holding it: a job writes "
             "its output outside the lake (there it would damage the catalog or partitions)"
         )
-    catalog = CatalogTable(args.root)
+    catalog = lake.catalog
     catalog.require()
     if job == "extract":
         catalog.require_topic(args.topic)
@@ -458,9 +457,9 @@ def precheck(argv: list[str]) -> int:
         report_error(job, exc)
         return 2
     except OSError as exc:  # an object store that cannot be reached
-        from seglake.location import LakeLocation
+        from seglake.lake.handle import LakeHandle
 
-        err = LakeLocation.of(args.root).unreachable(exc)
+        err = LakeHandle.open(args.root).location.unreachable(exc)
         if err is None:
             raise
         report_error(job, err)

@@ -1,5 +1,5 @@
 """The ``seglake`` command: dump, consume, offsets, history, offset-for-time, read, cleanup,
-recover, register, retention, config.
+recover, register, retention, config, serve, index.
 
 One module per command under ``cli/`` (``add_parser(sub)``, ``run(args) -> int``),
 dispatched from :data:`COMMANDS` as ``spark/jobs.py`` dispatches the jobs; what several
@@ -21,6 +21,7 @@ from seglake.cli import (
     consume,
     dump,
     history,
+    index,
     lookup,
     offset_for_time,
     offsets,
@@ -33,6 +34,7 @@ from seglake.cli import (
 from seglake.cli.jobargs import Parser
 from seglake.errors import SeglakeError, escaped
 from seglake.fs import refused
+from seglake.lake.handle import LakeHandle
 from seglake.location import LakeLocation
 
 AddParser: TypeAlias = "Callable[[argparse._SubParsersAction[Parser]], None]"
@@ -53,6 +55,7 @@ COMMANDS: dict[str, tuple[AddParser, Run]] = {
     "retention": (retention.add_parser, retention.run),
     "config": (configs.add_parser, configs.run),
     "serve": (serve.add_parser, serve.run),
+    "index": (index.add_parser, index.run),
 }
 
 
@@ -79,12 +82,13 @@ def _version() -> str:
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "root", None) is not None:  # a lake's command: its root parsed once
-        args.root = LakeLocation.of(args.root)
+        args.root = LakeHandle.open(args.root)
     try:
         return COMMANDS[args.command][1](args)  # argparse allows only these
     except OSError as exc:  # an object store that cannot be reached: one line naming it
         for where in (getattr(args, a, None) for a in ("root", "target", "partition_dir")):
-            err = None if where is None else LakeLocation.of(where).unreachable(exc)
+            at = where.location if isinstance(where, LakeHandle) else where
+            err = None if at is None else LakeLocation.of(at).unreachable(exc)
             if err is not None:
                 raise err from exc
         raise

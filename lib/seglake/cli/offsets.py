@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from seglake.cli.targets import check_lake
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import INT32_MAX
-from seglake.location import LakeLocation, Root
+from seglake.lake.handle import LakeHandle
+from seglake.location import Root
 from seglake.storage.naming import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
@@ -128,22 +129,24 @@ def _partition_filter(
     return lambda t, p: regex.fullmatch(t) is not None and (not ids or p in ids)
 
 
-def get_offsets(root: Root, timestamp: int, allowed: Filter) -> list[tuple[str, int, int]]:
+def get_offsets(
+    root: Root | LakeHandle, timestamp: int, allowed: Filter
+) -> list[tuple[str, int, int]]:
     """``(topic, partition, offset)`` of every partition of the lake ``allowed`` selects,
     by ``PartitionLog.offsets_for_times`` of the snapshot's logs (those a
     :class:`~seglake.lake.scan.Scan` seeks with); partitions without an answer left out."""
-    root = LakeLocation.of(root)  # parsed once
+    lake = LakeHandle.open(root)  # parsed once (a handle: the command's)
     from seglake.lake.snapshot import Snapshot
 
-    check_lake(root)
-    snapshot = Snapshot.read(root)
+    check_lake(lake)
+    snapshot = Snapshot.read(lake)
     chosen = sorted(
         (tp for tp in snapshot.partitions if allowed(*tp)),
         key=lambda tp: f"{tp[0]}-{tp[1]}",  # Kafka: a TreeMap by TopicPartition.toString()
     )
     if not chosen:
         raise SegmentNotFoundError(
-            f"{root}: could not match any topic-partitions with the specified filters "
+            f"{lake}: could not match any topic-partitions with the specified filters "
             f"(the lake has {len(snapshot.partitions)} partition(s))"
         )
     out = []

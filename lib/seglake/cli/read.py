@@ -13,6 +13,7 @@ from seglake.cli.consume import record_dict
 from seglake.cli.jobargs import Parser, non_negative
 from seglake.cli.targets import open_log, report_skipped, skip_corrupt
 from seglake.errors import SegmentNotFoundError
+from seglake.location import LakeLocation
 
 if TYPE_CHECKING:
     from seglake.storage.log import PartitionLog
@@ -61,7 +62,8 @@ def _records(root: str, log: PartitionLog, offset: int, n: int) -> Iterator[dict
 
     if n <= 0:
         return
-    for t in log_records(root, log, offset, log.log_end_offset, expect=n):
+    where = LakeLocation.of(root)  # the user's partition directory
+    for t in log_records(where, log, offset, log.log_end_offset, expect=n):
         for r in t.slice(0, n).to_pylist():
             yield r
             n -= 1

@@ -10,7 +10,7 @@ import re
 from seglake.cli.jobargs import Parser, non_negative, target_argument
 from seglake.cli.targets import no_segments
 from seglake.errors import ConfigError, InvalidTopicError
-from seglake.location import LakeLocation
+from seglake.lake.handle import LakeHandle
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 
 _SEGMENT_FILE = re.compile(r"\d{20}\.")  # a segment's files, leftovers (.swap, .deleted) too
@@ -46,14 +46,14 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
-    from seglake.lake.catalog import CATALOG_DIR
     from seglake.lake.recovery import recover_lake
     from seglake.lake.staging import lake_of
+    from seglake.lake_paths import CATALOG_DIR
     from seglake.storage.naming import parse_partition_dir
     from seglake.storage.recovery import recover_partition
 
-    target = LakeLocation.of(args.target)
-    fs, path = target.resolve()
+    target = LakeHandle.open(args.target)  # a lake or a partition directory
+    fs, path = target.fs, target.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
         rep = recover_lake(
             target,

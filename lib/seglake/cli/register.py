@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from seglake.cli.jobargs import Parser, run_id_arg
+from seglake.lake.handle import LakeHandle
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     print(
         register(
-            args.root,
+            LakeHandle.open(args.root),  # main's handle (itself), or a root
             args.broker_dir,
             topics=args.topics,
             run_id=args.run_id,

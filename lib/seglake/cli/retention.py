@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from seglake.cli.jobargs import Parser, retention_arguments, retention_from_args, target_argument
+from seglake.lake.handle import LakeHandle
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     rules, config = retention_from_args(args)
     print(
         apply_retention(
-            args.root,
+            LakeHandle.open(args.root),  # main's handle (itself), or a root
             rules,
             now_ms=args.now_ms,
             dry_run=args.dry_run,

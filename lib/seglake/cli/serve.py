@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING
 
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.kafka_broker import BrokerError, KafkaBroker
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.snapshot import Snapshot
 from seglake.lake.topic_store import overrides_for, stored_configs
-from seglake.location import LakeLocation
 from seglake.loopback import run_in_foreground
 from seglake.storage.naming import SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, segment_file_name
 
@@ -64,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     s.add_argument("--topics", nargs="+", default=None, help="only these topics")
 
 
-def _check_data_dir(data: Path, root: LakeLocation) -> None:
+def _check_data_dir(data: Path, root: LakeHandle) -> None:
     """A new or empty directory, apart from the lake (a broker never writes a lake)."""
     if data.exists() and (not data.is_dir() or any(data.iterdir())):
         raise ConfigError(f"{data}: not empty; serve writes a new broker directory")
@@ -77,14 +76,14 @@ def _check_data_dir(data: Path, root: LakeLocation) -> None:
             )
 
 
-def prepare(root: LakeLocation, broker: KafkaBroker, topics: list[str] | None = None) -> int:
+def prepare(root: LakeHandle, broker: KafkaBroker, topics: list[str] | None = None) -> int:
     """The lake's topics created on ``broker`` (started here, stopped after) and its
     committed segments copied into their partition directories; the catalog version
     copied."""
-    catalog = Catalog(root)
+    catalog = root.catalog
     if not catalog.exists():
         raise SegmentNotFoundError(f"{root}: not a lake (no _catalog/ in it)")
-    snap = Snapshot.read(root, topics, catalog=catalog)
+    snap = Snapshot.read(root, topics)
     counts: dict[str, int] = {}
     for t, p in snap.partitions:
         counts[t] = max(counts.get(t, 0), p + 1)
@@ -119,7 +118,7 @@ def _swap_in(snap: Snapshot, tp: tuple[str, int], target: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = LakeLocation.of(args.root)
+    root = LakeHandle.open(args.root)  # main's handle (itself), or a root given directly
     temporary = args.data is None
     data = Path(args.data or tempfile.mkdtemp(prefix="seglake-serve-")).resolve()
     try:

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from seglake.errors import SegmentNotFoundError
-from seglake.location import Root
+from seglake.lake.handle import LakeHandle
 
 if TYPE_CHECKING:
     from seglake.storage.log import PartitionLog
@@ -70,14 +70,13 @@ def no_segments(path: str, what: str) -> SegmentNotFoundError:
     )
 
 
-def check_lake(root: Root, *, staging: bool = False) -> None:
+def check_lake(lake: LakeHandle, *, staging: bool = False) -> None:
     """A lake's commands only on a lake: a path with a catalog (``staging``: or a staging
     directory, for ``cleanup``)."""
     from seglake import fs as lakefs
-    from seglake.lake.staging import STAGING
-    from seglake.lake.table import CATALOG_DIR
+    from seglake.lake_paths import CATALOG_DIR, STAGING_DIR
 
-    fs, base = lakefs.resolve(root)
-    dirs = (CATALOG_DIR, STAGING) if staging else (CATALOG_DIR,)
+    fs, base = lake.fs, lake.base
+    dirs = (CATALOG_DIR, STAGING_DIR) if staging else (CATALOG_DIR,)
     if not any(lakefs.exists(fs, lakefs.join(base, d)) for d in dirs):
-        raise SegmentNotFoundError(f"{root}: not a lake (no {'/ or '.join(dirs)}/ in it)")
+        raise SegmentNotFoundError(f"{lake}: not a lake (no {'/ or '.join(dirs)}/ in it)")

@@ -49,11 +49,10 @@ from seglake.lake.rows import (
     listing,
     normalize_rows,
 )
-from seglake.lake.table import CATALOG_DIR, HistoryEntry, app_id
+from seglake.lake.table import HistoryEntry, app_id
 from seglake.lake.transact import CatalogWriter, CommitResult, overwrite
 
 __all__ = [
-    "CATALOG_DIR",
     "Catalog",
     "CommitResult",
     "HistoryEntry",

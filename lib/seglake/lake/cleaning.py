@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import CorruptRecordError
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rewrite import open_sources, staging_dir
 from seglake.lake.rows import segment_row
-from seglake.location import Root
 from seglake.record.batch import BatchScan, scan_batches
 from seglake.record.control import ControlType, parse_control_record
 from seglake.record.reader import decode_batches
@@ -101,11 +100,11 @@ def _control_kinds(data: bytes, scan: BatchScan, path: str) -> np.ndarray:
 
 
 def analyze_partition(
-    root: Root, rows: list[dict[str, Any]], *, cfg: LogConfig, now_ms: int
+    lake: LakeHandle, rows: list[dict[str, Any]], *, cfg: LogConfig, now_ms: int
 ) -> tuple[dict[str, Any], CleanRound | None, int]:
     """Task: read the whole partition once; the round's bounds and, if it is due, what
     every group task needs (:class:`CleanRound`). Also returns the bytes read."""
-    sources = open_sources(root, rows)
+    sources = open_sources(lake, rows)
     cols: dict[str, list[np.ndarray]] = {}
     state: dict[int, int] = {}
     txns = []
@@ -186,7 +185,7 @@ def _offset_map(
 
 
 def clean_group(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     rows: list[dict[str, Any]],
     rnd: CleanRound,
@@ -194,12 +193,12 @@ def clean_group(
     index_interval_bytes: int,
 ) -> tuple[dict[str, Any], CleanStats]:
     """Task: clean one group into the run's staging; its catalog row and the stats."""
-    fs, _ = lakefs.resolve(root)
+    fs = lake.fs
     topic, partition = rows[0]["topic"], rows[0]["partition"]
     info, stats = clean_segments(
         fs,
-        staging_dir(root, run_id, topic, partition),
-        open_sources(root, rows),
+        staging_dir(lake, run_id, topic, partition),
+        open_sources(lake, rows),
         rnd,
         index_interval_bytes=index_interval_bytes,
     )

@@ -29,17 +29,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.lake import runs
-from seglake.lake.catalog import Catalog
 from seglake.lake.cleaning import analyze_partition, clean_group, cleanable
+from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import pack_sizes
 from seglake.lake.rewrite import commit_rewrite, merge_group, plan_merge_groups
 from seglake.lake.staging import discard_staging, publish_pending
+from seglake.lake.tasks import MapTasks, in_process
 from seglake.lake.topic_store import topic_configs
-from seglake.location import LakeLocation, Root
 from seglake.storage.clean import CleanRound, CleanStats
 from seglake.storage.naming import validate_partition, validate_run_id
 
@@ -50,7 +49,6 @@ MERGE_THREADS = 4  # merges the driver runs at once (the kernel copies: I/O boun
 # what copying tens of MiB costs; a group larger than the maximum is a task alone)
 MERGE_TASK_MIN_BYTES = 64 << 20
 MERGE_TASK_MAX_BYTES = 1 << 30
-MapTasks = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
 def parse_partitions(partitions: str | Iterable[int] | None) -> list[int] | None:
@@ -130,25 +128,25 @@ class CompactResult:
 
 
 def _task(
-    root: Root, run_id: str, spec: tuple[Any, ...]
+    lake: LakeHandle, run_id: str, spec: tuple[Any, ...]
 ) -> tuple[dict[str, Any], CleanStats | None]:
     """One segment group: ``("merge", rows, interval)`` or ``("clean", rows, interval,
     round)``."""
     if spec[0] == "merge":
-        return merge_group(root, run_id, spec[1], index_interval_bytes=spec[2]), None
-    return clean_group(root, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
+        return merge_group(lake, run_id, spec[1], index_interval_bytes=spec[2]), None
+    return clean_group(lake, run_id, spec[1], spec[3], index_interval_bytes=spec[2])
 
 
 def _analyze(
-    root: Root, now_ms: int, spec: tuple[list[dict[str, Any]], LogConfig]
+    lake: LakeHandle, now_ms: int, spec: tuple[list[dict[str, Any]], LogConfig]
 ) -> tuple[dict[str, Any], CleanRound | None, int]:
-    return analyze_partition(root, spec[0], cfg=spec[1], now_ms=now_ms)
+    return analyze_partition(lake, spec[0], cfg=spec[1], now_ms=now_ms)
 
 
 def run_compaction(
-    root: Root,
+    lake: LakeHandle,
     *,
-    map_tasks: MapTasks = lambda f, xs: list(map(f, xs)),
+    map_tasks: MapTasks = in_process,
     topics: Iterable[str] | None = None,
     partitions: str | Iterable[int] | None = None,
     merge_only: bool = False,
@@ -162,13 +160,12 @@ def run_compaction(
 ) -> CompactResult:
     """Plan, run the tasks, commit, publish; see the module docstring (``parallelism``:
     the cores ``map_tasks`` runs on)."""
-    root = LakeLocation.of(root)  # parsed once
     started = time.time()
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)
-    catalog = Catalog(root)
+    catalog = lake.catalog
     catalog.require()
     if catalog.run_committed(run_id):
-        publish_pending(root, run_id)
+        publish_pending(lake, run_id)
         return CompactResult(run_id, False, True, dry_run, catalog.version(), [], 0.0)
     version = catalog.version()
     rows = catalog.segments(
@@ -178,7 +175,7 @@ def run_compaction(
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     plans, to_analyze = _plan_partitions(rows, configs, merge_only, now_ms)
     analyses = map_tasks(
-        functools.partial(_analyze, root, now_ms),
+        functools.partial(_analyze, lake, now_ms),
         [(p.to_pylist(), cfg) for _, p, cfg in to_analyze],
     )
     plans += _plan_cleaning(to_analyze, analyses)
@@ -190,21 +187,21 @@ def run_compaction(
             run_id, False, False, dry_run, version, [p for p, _ in plans], time.time() - started
         )
     t0 = time.time()
-    _publish_replaced_runs(root, specs)
+    _publish_replaced_runs(lake, specs)
     try:
         outputs = _run_tasks(
-            root,
-            functools.partial(_task, root, run_id),
+            lake,
+            functools.partial(_task, lake, run_id),
             specs,
             map_tasks,
             driver_merge_bytes,
             parallelism,
         )
     except BaseException:
-        discard_staging(root, run_id)  # the tasks that did finish staged files
+        discard_staging(lake, run_id)  # the tasks that did finish staged files
         raise
     new_rows = [row for row, _ in outputs]
-    result = commit_rewrite(root, run_id, new_rows, [r for s in specs for r in s[1]])
+    result = commit_rewrite(lake, run_id, new_rows, [r for s in specs for r in s[1]])
     _summarize(plans, outputs, time.time() - t0)
     return CompactResult(
         run_id,
@@ -221,13 +218,13 @@ _Plans = list[tuple[PartitionSummary, list[tuple[Any, ...]]]]  # per partition: 
 _ToAnalyze = list[tuple[PartitionSummary, pa.Table, LogConfig]]
 
 
-def _publish_replaced_runs(root: LakeLocation, specs: list[tuple[Any, ...]]) -> None:
+def _publish_replaced_runs(lake: LakeHandle, specs: list[tuple[Any, ...]]) -> None:
     """The runs whose segments ``specs`` replace, published first where their files are
     still staged (the driver died before publishing, or is publishing now): else this
     run's publish would retire the wrong files under the same names and that run's late
     moves would overwrite the new ones."""
     for old_run in sorted({r["run_id"] for s in specs for r in s[1]}):
-        publish_pending(root, old_run)
+        publish_pending(lake, old_run)
 
 
 def _plan_partitions(
@@ -317,7 +314,7 @@ def _summarize(plans: _Plans, outputs: list[Any], elapsed: float) -> None:
 
 
 def _run_tasks(
-    root: Root,
+    lake: LakeHandle,
     fn: Callable[[tuple[Any, ...]], Any],
     specs: list[tuple[Any, ...]],
     map_tasks: MapTasks,
@@ -331,7 +328,7 @@ def _run_tasks(
     sizes = [sum(r["size_bytes"] for r in specs[i][1]) for i in merges]
     out: list[Any] = [None] * len(specs)
     tasks = [[i] for i, s in enumerate(specs) if s[0] != "merge"]
-    if merges and sum(sizes) <= limit and lakefs.is_local(lakefs.resolve(root)[0]):
+    if merges and sum(sizes) <= limit and lake.is_local:
         with ThreadPoolExecutor(max_workers=min(MERGE_THREADS, len(merges))) as pool:
             for i, o in zip(merges, pool.map(fn, [specs[i] for i in merges]), strict=True):
                 out[i] = o

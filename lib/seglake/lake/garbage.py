@@ -35,13 +35,14 @@ from typing import Any, cast
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.errors import CorruptManifestError, InvalidTopicError, SegmentNotFoundError
-from seglake.location import LakeLocation, Root
+from seglake.lake.handle import LakeHandle
+from seglake.lake_paths import RETIRED_DIR
 from seglake.storage.naming import LOG_SUFFIX, SEGMENT_SUFFIXES
 
 __all__ = [
     "CATALOG_ORPHAN_MIN_AGE_MS",
-    "RETIRED",
     "Collected",
     "catalog_orphans",
     "collect",
@@ -49,14 +50,13 @@ __all__ = [
     "retired_paths",
 ]
 
-RETIRED = "_retired"
 _COMPANIONS = SEGMENT_SUFFIXES
 
 
 def _expand(rel_paths: Iterable[str]) -> list[str]:
     out: list[str] = []
     for p in rel_paths:
-        p = lakefs.validate_relative(p)
+        p = lake_paths.validate_relative(p)
         if p.endswith(LOG_SUFFIX):
             out += [p[: -len(LOG_SUFFIX)] + s for s in _COMPANIONS]
         else:
@@ -65,7 +65,7 @@ def _expand(rel_paths: Iterable[str]) -> list[str]:
 
 
 def retire(
-    root: Root,
+    lake: LakeHandle,
     rel_paths: Iterable[str],
     *,
     version: int,
@@ -76,9 +76,9 @@ def retire(
     """Record that catalog ``version`` removed the files at ``rel_paths`` (relative to
     ``root``; a ``.log`` stands for all the segment's files). They stay readable until
     :func:`collect` runs past the delay. Returns the manifest path (``None``: no paths)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     paths = _expand(rel_paths)
-    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in paths]) if paths else []
+    infos = fs.get_file_info([lake_paths.safe_join(base, p) for p in paths]) if paths else []
     paths = [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]
     if not paths:
         return None
@@ -90,8 +90,8 @@ def retire(
         "paths": paths,
     }
     name = f"{int(version):020d}-{uuid.uuid4().hex[:12]}.json"
-    path = lakefs.join(base, RETIRED, name)
-    fs.create_dir(lakefs.join(base, RETIRED), recursive=True)
+    path = lakefs.join(base, RETIRED_DIR, name)
+    fs.create_dir(lakefs.join(base, RETIRED_DIR), recursive=True)
     lakefs.write_bytes(fs, path, json.dumps(manifest).encode())
     return path
 
@@ -100,10 +100,10 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict[str, Any]
     """Every manifest ``(path, document)``, each checked (:func:`_checked`); one gone
     meanwhile (another ``cleanup``) or not JSON (half-written) counts as empty."""
     out = []
-    for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED), missing_ok=True)):
+    for name in sorted(lakefs.listdir(fs, lakefs.join(base, RETIRED_DIR), missing_ok=True)):
         if not name.endswith(".json"):
             continue
-        path = lakefs.join(base, RETIRED, name)
+        path = lakefs.join(base, RETIRED_DIR, name)
         try:
             doc = json.loads(lakefs.read_all(fs, path))
         except (SegmentNotFoundError, ValueError):  # half-written by a crash: unusable
@@ -115,7 +115,7 @@ def _manifests(fs: pafs.FileSystem, base: str) -> list[tuple[str, dict[str, Any]
 def _checked(path: str, doc: object) -> dict[str, Any]:
     """``doc`` if it is a manifest's shape (the module docstring): an object whose
     ``retired_at_ms`` is an integer and whose ``paths`` are lake paths
-    (:func:`~seglake.fs.validate_relative`); else :class:`CorruptManifestError`."""
+    (:func:`~seglake.lake_paths.validate_relative`); else :class:`CorruptManifestError`."""
     why = None
     if not isinstance(doc, dict):
         why = f"is a JSON {type(doc).__name__}, not an object"
@@ -128,7 +128,7 @@ def _checked(path: str, doc: object) -> dict[str, Any]:
     else:
         for p in doc["paths"]:
             try:
-                lakefs.validate_relative(p)
+                lake_paths.validate_relative(p)
             except InvalidTopicError as exc:
                 why = f"paths: {exc}"
                 break
@@ -144,9 +144,9 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def retired_paths(root: Root) -> set[str]:
+def retired_paths(lake: LakeHandle) -> set[str]:
     """Every path some manifest retires (not collected yet)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     return {p for _, m in _manifests(fs, base) for p in m.get("paths", [])}
 
 
@@ -167,7 +167,7 @@ class Collected:
 
 
 def collect(
-    root: Root,
+    lake: LakeHandle,
     *,
     older_than_ms: int,
     dry_run: bool = False,
@@ -180,8 +180,7 @@ def collect(
     rows name; default: read from the catalog. Those, and files modified after their
     retirement, are kept (their manifest entry is dropped).
     """
-    root = LakeLocation.of(root)  # parsed once
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     now = int(time.time() * 1000) if now_ms is None else now_ms
     manifests = _manifests(fs, base)
     due = [(p, m) for p, m in manifests if now - m["retired_at_ms"] >= older_than_ms]
@@ -190,13 +189,11 @@ def collect(
     if not due:
         return report
     if in_use is None:
-        from seglake.lake.catalog import Catalog
-
-        catalog = Catalog(root)
+        catalog = lake.catalog
         in_use = set(catalog.segments().column("path").to_pylist()) if catalog.exists() else set()
     used = set(_expand(in_use))
     wanted = sorted({p for _, m in due for p in m["paths"]})
-    infos = fs.get_file_info([lakefs.safe_join(base, p) for p in wanted]) if wanted else []
+    infos = fs.get_file_info([lake_paths.safe_join(base, p) for p in wanted]) if wanted else []
     retired_at = {p: m["retired_at_ms"] for _, m in due for p in m["paths"]}
     doomed = []
     for rel, info in zip(wanted, infos, strict=True):
@@ -212,10 +209,10 @@ def collect(
         return report
 
     for rel in doomed:  # every target checked before the first delete: all or nothing
-        lakefs.check_delete(fs, base, lakefs.safe_join(base, rel))
+        lake_paths.check_delete(fs, base, lake_paths.safe_join(base, rel))
 
     def delete(rel: str) -> None:
-        lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
+        lakefs.delete_file(fs, lake_paths.safe_join(base, rel), root=base)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(delete, doomed))
@@ -255,14 +252,14 @@ def _logged_paths(fs: pafs.FileSystem, table: str) -> set[str]:
 
 
 def catalog_orphans(
-    root: Root, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
+    lake: LakeHandle, *, older_than_ms: int, dry_run: bool = False, now_ms: int | None = None
 ) -> list[str]:
     """Delete (or list) the parquet files under ``<root>/_catalog/`` that the Delta log
     does not name and that are older than ``older_than_ms`` (at least
     :data:`CATALOG_ORPHAN_MIN_AGE_MS`). Returns their paths relative to the table."""
-    from seglake.lake.table import CATALOG_DIR
+    from seglake.lake_paths import CATALOG_DIR
 
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     table = lakefs.join(base, CATALOG_DIR)
     if not lakefs.exists(fs, lakefs.join(table, _DELTA_LOG)):
         return []

@@ -31,6 +31,7 @@ from seglake.errors import (
     SegmentNotFoundError,
     VersionSupersededError,
 )
+from seglake.lake.handle import LakeHandle
 from seglake.location import Root
 from seglake.storage.naming import parse_partition_dir
 
@@ -50,34 +51,35 @@ def row_identities(rows: pa.Table) -> set[tuple[int, int, int]]:
 
 class PinnedVersion:
     """The pin of the readers of catalog ``version`` of the lake at ``root`` (module
-    docstring). ``catalog``: an open one (else opened on the first error); ``rows``: the
+    docstring). ``root``: the lake's handle (its catalog kept), or on executors its
+    location or root (the catalog opened on the first error only); ``rows``: the
     pinned rows already read, by (topic, partition) (else read when needed); ``by_user``
     False: the read did not ask for ``version``, it was the current one when the read was
     planned (:func:`superseded_error`)."""
 
     def __init__(
         self,
-        root: Root,
+        root: Root | LakeHandle,
         version: int,
         *,
-        catalog: Catalog | None = None,
         rows: dict[tuple[str, int], pa.Table] | None = None,
         by_user: bool = True,
     ) -> None:
         self.root, self.version, self.by_user = root, int(version), by_user
-        self._catalog = catalog
+        self._lake = root if isinstance(root, LakeHandle) else None
         self._rows = dict(rows or {})
 
     def __repr__(self) -> str:
         return f"PinnedVersion({self.root!r}, {self.version})"
 
+    def _opened(self) -> LakeHandle:
+        if self._lake is None:  # an executor's: the catalog is read on error paths only
+            self._lake = LakeHandle.open(self.root)
+        return self._lake
+
     @property
     def catalog(self) -> Catalog:
-        if self._catalog is None:
-            from seglake.lake.catalog import Catalog
-
-            self._catalog = Catalog(self.root)
-        return self._catalog
+        return self._opened().catalog
 
     def rows(self, topic: str, partition: int) -> pa.Table:
         """The pinned version's rows of ``topic``-``partition``."""
@@ -85,9 +87,7 @@ class PinnedVersion:
 
         key = (topic, partition)
         if key not in self._rows:
-            at = Snapshot.read(
-                self.root, topic, [partition], version=self.version, catalog=self.catalog
-            )
+            at = Snapshot.read(self._opened(), topic, [partition], version=self.version)
             self._rows[key] = at.table
         return self._rows[key]
 

@@ -15,13 +15,15 @@ the damage, every later segment of the partition deleted.
 Indexes are rebuilt with the segment's recorded ``index_interval_bytes`` (the catalog
 column; null in older catalogs: the ``interval`` argument).
 
-This is also what the ``recover`` Spark job runs, one partition per task
-(:func:`recover_partition_rows`) and the commit on the driver (:func:`apply_recovery_fix`).
+The ``recover`` Spark job runs this same :func:`recover_lake` with Spark's ``map_tasks``:
+one partition per task (:func:`recover_partition_rows`), the commit on the driver
+(:func:`apply_recovery_fix`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -31,15 +33,17 @@ import pyarrow.compute
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
-from seglake.lake.rows import STAT_COLUMNS, rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
+from seglake.lake.handle import LakeHandle
+from seglake.lake.rows import STAT_COLUMNS, catalog_schema, rows_table, segment_row
+from seglake.lake.staging import publish_pending, staged_run_committed
 from seglake.lake.stream_append import cut_uncommitted
+from seglake.lake.tasks import MapTasks, in_process
 from seglake.lake.topic_store import topic_configs
-from seglake.location import LakeLocation, Root
 from seglake.storage.damaged_batches import DroppedBytes
 from seglake.storage.naming import partition_dir_name, segment_file_name
 from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recover_dir
@@ -92,7 +96,7 @@ _COMPARED = STAT_COLUMNS
 
 
 def recover_partition_rows(
-    root: Root,
+    lake: LakeHandle,
     rows: pa.Table,
     *,
     dry_run: bool = False,
@@ -108,15 +112,15 @@ def recover_partition_rows(
     This is also what one Spark task of the ``recover`` job runs. ``kafka_truncate``:
     Kafka's rule (cut at the damage, delete the later segments) instead of the lake's.
     """
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     current = rows.to_pylist()
     if not current:
         raise SeglakeError("recover_partition_rows: no rows")
     topic, part = current[0]["topic"], int(current[0]["partition"])
-    directory = lakefs.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
+    directory = lake_paths.safe_join(base, current[0]["path"]).rsplit("/", 1)[0]
     by_base = {int(r["base_offset"]): r for r in current}
     if not dry_run:  # bytes a stream batch appended in place and never committed
-        cut_uncommitted(fs, root, current)
+        cut_uncommitted(fs, lake, current)
     if fs.get_file_info(directory).type != pafs.FileType.Directory:
         report = PartitionRecovery(
             directory=directory, dry_run=dry_run, deleted_segments=sorted(by_base)
@@ -219,7 +223,7 @@ def lost_offsets(
 
 
 def apply_recovery_fix(
-    root: Root,
+    lake: LakeHandle,
     partitions: list[PartitionRecovery],
     replace: list[dict[str, Any]],
     remove: list[tuple[str, int, int]],
@@ -231,9 +235,8 @@ def apply_recovery_fix(
     """The driver's half: one catalog commit for every partition's fix, then retire the
     files of removed segments and delete retired files older than ``delete_delay_ms``
     (default ``file.delete.delay.ms``)."""
-    root = LakeLocation.of(root)  # parsed once
     report = LakeRecovery(
-        root=str(root),
+        root=str(lake),
         partitions=partitions,
         rows_replaced=len(replace),
         rows_removed=len(remove),
@@ -242,18 +245,48 @@ def apply_recovery_fix(
     if dry_run or not (replace or remove):
         return report
     run_id = run_id or f"recover-{uuid.uuid4().hex[:12]}"
-    result = Catalog(root).replace_rows(rows_table(replace), run_id, remove=remove)
+    result = lake.catalog.replace_rows(rows_table(replace), run_id, remove=remove)
     report.catalog_version, report.run_id = result.version, run_id
     retire(
-        root,
+        lake,
         [f"{partition_dir_name(t, p)}/{segment_file_name(b)}" for t, p, b in remove],
         version=result.version,
         operation="recover",
         run_id=run_id,
     )
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
-    collect(root, older_than_ms=delay)
+    collect(lake, older_than_ms=delay)
     return report
+
+
+def _partition_groups(rows: pa.Table) -> list[list[dict[str, Any]]]:
+    """Catalog rows grouped per partition, in (topic, partition) order, as plain lists
+    without ``committed_at`` (picklable task inputs)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows.to_pylist():
+        r.pop("committed_at", None)
+        groups.setdefault((r["topic"], r["partition"]), []).append(r)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _recover_task(
+    lake: LakeHandle,
+    dry_run: bool,
+    force: bool,
+    kafka_truncate: bool,
+    intervals: dict[str, int],
+    rows: list[dict[str, Any]],
+) -> tuple[PartitionRecovery, list[dict[str, Any]], list[tuple[str, int, int]]]:
+    """One partition's :func:`recover_partition_rows` (a task of :func:`recover_lake`)."""
+    schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
+    return recover_partition_rows(
+        lake,
+        pa.Table.from_pylist(rows, schema=schema),
+        dry_run=dry_run,
+        interval=intervals[rows[0]["topic"]],
+        force=force,
+        kafka_truncate=kafka_truncate,
+    )
 
 
 def fallback_intervals(catalog: Catalog, topics: Iterable[str], base: LogConfig) -> dict[str, int]:
@@ -264,7 +297,7 @@ def fallback_intervals(catalog: Catalog, topics: Iterable[str], base: LogConfig)
 
 
 def recover_lake(
-    root: Root,
+    lake: LakeHandle,
     *,
     dry_run: bool = False,
     interval: int = DEFAULT_INTERVAL,
@@ -273,6 +306,8 @@ def recover_lake(
     run_id: str | None = None,
     delete_delay_ms: int | None = None,
     kafka_truncate: bool = False,
+    config: LogConfig | None = None,
+    map_tasks: MapTasks = in_process,
 ) -> LakeRecovery:
     """Recover every catalogued partition of a lake and fix the catalog in one commit.
 
@@ -280,41 +315,29 @@ def recover_lake(
     recovered in place (damaged batches cut out, torn tails truncated, indexes rebuilt)
     and their rows replaced; segments left empty lose their rows, then their files. With
     ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
+    One partition a task through ``map_tasks`` (the ``recover`` job: Spark's); ``config``:
+    the settings the topics' configs override (default: ``interval`` as
+    ``index.interval.bytes``).
     """
-    root = LakeLocation.of(root)  # parsed once
-    catalog = Catalog(root)
+    catalog = lake.catalog
     catalog.require()
-    fs, base = lakefs.resolve(root)
     if not dry_run:
-        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
+        for run in lakefs.listdir(lake.fs, lake.staging_root, missing_ok=True):
             if staged_run_committed(catalog, run):
-                publish_pending(root, run)
-    rows = catalog.segments(list(topics) if topics is not None else None)
+                publish_pending(lake, run)
+    groups = _partition_groups(catalog.segments(list(topics) if topics is not None else None))
     intervals = fallback_intervals(
-        catalog, rows.column("topic").to_pylist(), LogConfig(index_interval_bytes=interval)
+        catalog,
+        [g[0]["topic"] for g in groups],
+        LogConfig(index_interval_bytes=interval) if config is None else config,
     )
-    partitions, replace, remove = [], [], []
-    for key in sorted(
-        set(
-            zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True)
-        )
-    ):
-        mask = pa.compute.and_(
-            pa.compute.equal(rows["topic"], key[0]), pa.compute.equal(rows["partition"], key[1])
-        )
-        rep, rp, rm = recover_partition_rows(
-            root,
-            rows.filter(mask),
-            dry_run=dry_run,
-            interval=intervals[key[0]],
-            force=force,
-            kafka_truncate=kafka_truncate,
-        )
-        partitions.append(rep)
-        replace += rp
-        remove += rm
+    task = functools.partial(_recover_task, lake, dry_run, force, kafka_truncate, intervals)
+    results = map_tasks(task, groups)
+    partitions = [r[0] for r in results]
+    replace = [row for r in results for row in r[1]]
+    remove = [key for r in results for key in r[2]]
     return apply_recovery_fix(
-        root,
+        lake,
         partitions,
         replace,
         remove,

@@ -48,10 +48,11 @@ from seglake import fs as lakefs
 from seglake.errors import ConfigError, InvalidTopicError, SegmentNotFoundError
 from seglake.lake.broker_configs import broker_topic_configs
 from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table, segment_row
-from seglake.lake.staging import STAGING, publish_pending
+from seglake.lake.staging import publish_pending
 from seglake.lake.topic_store import adopt_configs
-from seglake.location import LakeLocation, Root
+from seglake.lake_paths import CATALOG_DIR, STAGING_DIR
 from seglake.storage.naming import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -113,7 +114,7 @@ class RegisterReport:
 
 
 def register(
-    root: Root,
+    lake: LakeHandle,
     broker_data_dir: str,
     *,
     topics: Iterable[str] | None = None,
@@ -147,22 +148,21 @@ def register(
         SegmentNotFoundError: ``broker_data_dir`` does not exist.
         ConcurrentRunError / OffsetOrderError: the partitions already hold these offsets.
     """
-    root = LakeLocation.of(root)  # parsed once
     wanted = None if topics is None else {validate_topic(t) for t in topics}
     sfs, src = lakefs.resolve(broker_data_dir)
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     in_place = not copy
-    _check_dirs(broker_data_dir, sfs, src, root, fs, base, in_place)
+    _check_dirs(broker_data_dir, sfs, src, lake, fs, base, in_place)
     run_id = f"register-{uuid.uuid4().hex[:12]}" if run_id is None else validate_run_id(run_id)
-    catalog = Catalog(root)
+    catalog = lake.catalog
     skipped: dict[str, str] = {}
     meta = (sfs, src) if metadata_dir is None else lakefs.resolve(metadata_dir)
     if catalog.run_committed(run_id):  # the configs' commit may be the one missing
         dirs = _partition_dirs(sfs, src, wanted, skipped, include_internal)
         present = {topic for _, topic, _ in dirs}
-        report = RegisterReport(str(root), broker_data_dir, run_id, {}, {}, 0, None)
+        report = RegisterReport(str(lake), broker_data_dir, run_id, {}, {}, 0, None)
         return _with_configs(report, catalog, meta, present, set())
-    staging = run_dir(base, STAGING, run_id)
+    staging = run_dir(base, STAGING_DIR, run_id)
     existed = lakefs.exists(fs, base)
     reports: dict[str, PartitionRecovery] = {}
     rows: list[dict[str, Any]] = []
@@ -203,8 +203,8 @@ def register(
             _discard(catalog, fs, base, run_id, made_root=not existed)
         raise
     if not in_place:
-        publish_pending(root, run_id, table)
-    report = RegisterReport(str(root), broker_data_dir, run_id, reports, skipped, len(rows), result)
+        publish_pending(lake, run_id, table)
+    report = RegisterReport(str(lake), broker_data_dir, run_id, reports, skipped, len(rows), result)
     with_rows = {r["topic"] for r in rows}
     return _with_configs(report, catalog, meta, names, names - with_rows)
 
@@ -236,7 +236,7 @@ def _check_dirs(
     broker_data_dir: str,
     sfs: pafs.FileSystem,
     src: str,
-    root: LakeLocation,
+    lake: LakeHandle,
     fs: pafs.FileSystem,
     base: str,
     in_place: bool,
@@ -246,10 +246,10 @@ def _check_dirs(
     if sfs.get_file_info(src).type != pafs.FileType.Directory:
         raise SegmentNotFoundError(f"{broker_data_dir}: no such broker data directory")
     if fs.get_file_info(base).type == pafs.FileType.File:
-        raise SegmentNotFoundError(f"{root}: is a file, not a lake directory")
+        raise SegmentNotFoundError(f"{lake}: is a file, not a lake directory")
     if in_place and (src != base or type(sfs) is not type(fs)):
         raise ConfigError(
-            f"cannot register {broker_data_dir} in place in the lake {root}: catalog paths are "
+            f"cannot register {broker_data_dir} in place in the lake {lake}: catalog paths are "
             "relative to the lake root and may not leave it; use copy mode (the default), "
             "or make the broker directory the lake root"
         )
@@ -271,7 +271,7 @@ def _partition_dirs(
         name = entry.base_name
         if entry.type != pafs.FileType.Directory:
             continue
-        if name in ("_catalog", STAGING) or name.startswith("."):
+        if name in (CATALOG_DIR, STAGING_DIR) or name.startswith("."):
             skipped[name] = "a lake's or a hidden directory"
             continue
         try:
@@ -316,11 +316,11 @@ def _discard(
 ) -> None:
     """A failed run's staged copies deleted unless its commit went through (then
     ``cleanup`` publishes them); ``_staging/`` and a root this run made go if empty."""
-    staging = lakefs.join(base, STAGING)
+    staging = lakefs.join(base, STAGING_DIR)
     with contextlib.suppress(Exception):  # the run's own error is the one to report
         if catalog.run_committed(run_id):
             return
-        lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
+        lakefs.delete_dir(fs, run_dir(base, STAGING_DIR, run_id), root=base)
         if not lakefs.listdir(fs, staging, missing_ok=True):
             lakefs.delete_dir(fs, staging, root=base)
         if made_root and not lakefs.listdir(fs, base, missing_ok=True):

@@ -17,12 +17,12 @@ import uuid
 import pyarrow as pa
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
-from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, collect, retire, retired_paths
+from seglake.lake.handle import LakeHandle
 from seglake.lake.topic_store import topic_rules
-from seglake.location import LakeLocation, Root
 from seglake.storage.naming import parse_segment_file_name, partition_dir_name, validate_run_id
 from seglake.storage.retention import RetentionRules
 
@@ -77,11 +77,11 @@ class RetentionReport:
 
 
 def finish_interrupted_deletes(
-    root: Root, rows: pa.Table, *, version: int, dry_run: bool = False
+    lake: LakeHandle, rows: pa.Table, *, version: int, dry_run: bool = False
 ) -> list[str]:
     """Delete ``.deleted`` files; retire segment files without a row below their
     partition's log start offset (left by a crash between a commit and its retirement)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     found: list[str] = []
     starts: dict[Key, int] = {}
     for t, p, b in zip(
@@ -91,42 +91,44 @@ def finish_interrupted_deletes(
         strict=True,
     ):
         starts[(t, p)] = min(b, starts.get((t, p), b))
-    known = retired_paths(root)
+    known = retired_paths(lake)
     orphans: list[str] = []
     for (t, p), start in sorted(starts.items()):
         d = partition_dir_name(t, p)
-        for name in lakefs.listdir(fs, lakefs.safe_join(base, d), missing_ok=True):
+        for name in lakefs.listdir(fs, lake_paths.safe_join(base, d), missing_ok=True):
             rel = f"{d}/{name}"
             parsed = parse_segment_file_name(name)
             if name.endswith(".deleted"):
                 found.append(rel)
                 if not dry_run:
-                    lakefs.delete_file(fs, lakefs.safe_join(base, rel), root=base)
+                    lakefs.delete_file(fs, lake_paths.safe_join(base, rel), root=base)
             elif parsed is not None and parsed[0] < start and rel not in known:
                 found.append(rel)
                 orphans.append(rel)
     if orphans and not dry_run:
-        retire(root, orphans, version=version, operation="retention (interrupted run)")
+        retire(lake, orphans, version=version, operation="retention (interrupted run)")
     return found
 
 
-def _check_log_starts(root: Root, rules: RetentionRules, leo: dict[tuple[str, int], int]) -> None:
+def _check_log_starts(
+    lake: LakeHandle, rules: RetentionRules, leo: dict[tuple[str, int], int]
+) -> None:
     """Kafka's deleteRecords: a partition the lake has not (UNKNOWN_TOPIC_OR_PARTITION)
     or an offset past its log end offset (OFFSET_OUT_OF_RANGE) is an error, not a no-op."""
     for (t, p), offset in sorted((rules.log_start_offsets or {}).items()):
         if (t, p) not in leo:
             have = sorted(q for s, q in leo if s == t)
             where = f"topic {t!r} has partitions {have}" if have else f"no topic {t!r}"
-            raise ConfigError(f"{root}: log start offset {t}:{p}:{offset}: {where} in the lake")
+            raise ConfigError(f"{lake}: log start offset {t}:{p}:{offset}: {where} in the lake")
         if offset > leo[(t, p)]:
             raise ConfigError(
-                f"{root}: log start offset {t}:{p}:{offset} is past the partition's log end "
+                f"{lake}: log start offset {t}:{p}:{offset} is past the partition's log end "
                 f"offset {leo[(t, p)]}"
             )
 
 
 def apply_retention(
-    root: Root,
+    lake: LakeHandle,
     rules: RetentionRules,
     *,
     now_ms: int | None = None,
@@ -142,15 +144,14 @@ def apply_retention(
     Raises:
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
-    root = LakeLocation.of(root)  # parsed once
     if run_id is not None:
         validate_run_id(run_id)
     delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    catalog = Catalog(root)
+    catalog = lake.catalog
     version = catalog.version()
     rows = catalog.segments(topics, version=version)
-    _check_log_starts(root, rules, catalog.log_end_offsets(version=version))
+    _check_log_starts(lake, rules, catalog.log_end_offsets(version=version))
     per_topic, asked = topic_rules(catalog, rows, rules, version=version)
     if not asked:
         raise ConfigError(
@@ -158,7 +159,7 @@ def apply_retention(
             "offset, or a topic's retention.ms/retention.bytes in `seglake config`); Kafka's "
             "broker defaults apply only when asked for (--broker-defaults)"
         )
-    leftovers = finish_interrupted_deletes(root, rows, version=version, dry_run=dry_run)
+    leftovers = finish_interrupted_deletes(lake, rows, version=version, dry_run=dry_run)
     plan = pa.concat_tables(
         [
             r.plan(rows.filter(pa.compute.equal(rows["topic"], t)), now_ms)
@@ -166,17 +167,17 @@ def apply_retention(
         ]
         or [rules.plan(rows, now_ms)]
     )
-    report = RetentionReport(str(root), rules, plan, leftovers, dry_run=dry_run)
+    report = RetentionReport(str(lake), rules, plan, leftovers, dry_run=dry_run)
     if plan.num_rows and not dry_run:
         run_id = run_id or f"retention-{uuid.uuid4().hex[:12]}"
         result = catalog.remove(plan, run_id)
         report.catalog_version, report.run_id = result.version, run_id
         retire(
-            root,
+            lake,
             plan.column("path").to_pylist(),
             version=result.version,
             operation="retention",
             run_id=run_id,
         )
-    report.collected = collect(root, older_than_ms=delay, dry_run=dry_run)
+    report.collected = collect(lake, older_than_ms=delay, dry_run=dry_run)
     return report

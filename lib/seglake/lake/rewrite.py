@@ -20,10 +20,11 @@ from typing import Any
 import pyarrow as pa
 
 from seglake import fs as lakefs
-from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.catalog import CommitResult
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import KEY_COLUMNS, rows_table, segment_ref, segment_row
-from seglake.lake.staging import STAGING, discard_staging, publish_pending, stage_replaced
-from seglake.location import LakeLocation, Root
+from seglake.lake.staging import discard_staging, publish_pending, stage_replaced
+from seglake.lake_paths import STAGING_DIR
 from seglake.storage.merge import MergeSource, group_segments, merge_segments
 from seglake.storage.naming import partition_dir_name, run_dir
 
@@ -57,9 +58,9 @@ def plan_merge_groups(
     return [listed[a:b] for a, b in spans if b - a >= min_len]
 
 
-def open_sources(root: Root, rows: Sequence[dict[str, Any]]) -> list[MergeSource]:
+def open_sources(lake: LakeHandle, rows: Sequence[dict[str, Any]]) -> list[MergeSource]:
     """The old segments of a group, each read where its row's version is."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     out = []
     for r in rows:
         seg = segment_ref(r).open(fs, base)
@@ -76,46 +77,48 @@ def open_sources(root: Root, rows: Sequence[dict[str, Any]]) -> list[MergeSource
     return out
 
 
-def staging_dir(root: Root, run_id: str, topic: str, partition: int) -> str:
-    _, base = lakefs.resolve(root)
-    return lakefs.join(run_dir(base, STAGING, run_id), partition_dir_name(topic, partition))
+def staging_dir(lake: LakeHandle, run_id: str, topic: str, partition: int) -> str:
+    base = lake.base
+    return lakefs.join(run_dir(base, STAGING_DIR, run_id), partition_dir_name(topic, partition))
 
 
 def merge_group(
-    root: Root, run_id: str, rows: Sequence[dict[str, Any]], *, index_interval_bytes: int
+    lake: LakeHandle, run_id: str, rows: Sequence[dict[str, Any]], *, index_interval_bytes: int
 ) -> dict[str, Any]:
     """Executor task: merge one group into the run's staging; its catalog row."""
-    fs, _ = lakefs.resolve(root)
+    fs = lake.fs
     topic, partition = rows[0]["topic"], rows[0]["partition"]
     info = merge_segments(
         fs,
-        staging_dir(root, run_id, topic, partition),
-        open_sources(root, rows),
+        staging_dir(lake, run_id, topic, partition),
+        open_sources(lake, rows),
         index_interval_bytes=index_interval_bytes,
     )
     return segment_row(topic, partition, info, rows[0]["path"])
 
 
 def commit_rewrite(
-    root: Root, run_id: str, new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any]]
+    lake: LakeHandle,
+    run_id: str,
+    new_rows: Sequence[dict[str, Any]],
+    old_rows: Sequence[dict[str, Any]],
 ) -> CommitResult:
     """Replace ``old_rows`` by ``new_rows`` (each named by the first base offset of the
     old rows it replaces) in one commit, then publish; see the module docstring."""
-    root = LakeLocation.of(root)  # parsed once
-    catalog = Catalog(root)
+    catalog = lake.catalog
     new = rows_table(list(new_rows))
     new_keys = {tuple(r[k] for k in KEY_COLUMNS) for r in new_rows}
     old_keys = {tuple(r[k] for k in KEY_COLUMNS): r["run_id"] for r in old_rows}
     removed = sorted(k for k in old_keys if k not in new_keys)
     try:
-        stage_replaced(root, run_id, pa.Table.from_pylist(list(old_rows)))
+        stage_replaced(lake, run_id, pa.Table.from_pylist(list(old_rows)))
         result = catalog.replace_rows(new, run_id, remove=removed, expected_runs=old_keys)
     except BaseException:
         if not catalog.run_committed(run_id):
-            discard_staging(root, run_id)
+            discard_staging(lake, run_id)
         raise
     if result.already_committed:
-        publish_pending(root, run_id)
+        publish_pending(lake, run_id)
     else:
-        publish_pending(root, run_id, new)
+        publish_pending(lake, run_id, new)
     return result

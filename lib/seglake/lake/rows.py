@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from seglake.errors import CatalogError, InvalidTopicError, OffsetOrderError
 from seglake.format import LONG_MAX, LONG_MIN
-from seglake.fs import validate_relative
+from seglake.lake_paths import validate_relative
 from seglake.record.encode_input import offset_too_high
 from seglake.storage.naming import (
     LOG_SUFFIX,

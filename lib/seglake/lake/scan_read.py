@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from seglake.errors import CorruptIndexError
+from seglake.lake.key_plan import per_segment
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
-from seglake.location import Root
+from seglake.location import LakeLocation, Root
 from seglake.record.batch import HEADER_SIZE
 from seglake.record.schema import (
     KAFKA_SOURCE_SCHEMA,
@@ -26,6 +28,7 @@ from seglake.record.schema import (
     without_headers,
 )
 from seglake.storage.index_cache import IndexCache
+from seglake.storage.key_lookup import find_keys
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_window import Window
@@ -55,6 +58,10 @@ class SplitReads:
     headers: the ``headers`` column (else none, and none of their bytes copied).
     records: the internal record columns (millisecond timestamps, producer ids; what
         the CLI prints) instead of the Kafka source's.
+    keys: only records with one of these keys (bytes compared exactly), each split's
+        segment read by key (:func:`~seglake.storage.key_lookup.find_keys`: its
+        ``.keyindex``, else scanned).
+    scanned: receives one line per segment read by key without a usable index.
     """
 
     isolation_level: str = "read_uncommitted"
@@ -64,6 +71,8 @@ class SplitReads:
     by_user: bool = True
     headers: bool = True
     records: bool = False
+    keys: tuple[bytes, ...] | None = None
+    scanned: list[str] | None = None
 
 
 def read_split(
@@ -122,6 +131,8 @@ def read_tasks(
     """:func:`read_splits` of the segments ``segment`` opens for each split (a reader
     that holds its partition's log: the notebook API); the segments' own ``on_corrupt``
     and pin apply, not ``how``'s."""
+    if how.keys is not None:
+        return _by_key(segment, splits, how)
     parts = [_split_batches(segment(s), s, how.skipped) for s in splits]
     # a batch whose largest timestamp is >= end may hold nothing older than end: read
     # its timestamps alone before decoding it (the tail of a segment, mostly)
@@ -142,9 +153,40 @@ def read_tasks(
     out, at = [], 0
     for split, n in zip(splits, rows.tolist(), strict=True):
         if n:
-            kept = _split_records(table.slice(at, n), split, how.isolation_level)
-            out.append(kept if how.records else to_kafka_source(kept, split.topic, split.partition))
+            out.append(_output(_split_records(table.slice(at, n), split, how), split, how))
         at += n
+    return _concat(out, how)
+
+
+def _by_key(
+    segment: Callable[[SegmentTask], LogSegment], splits: list[SegmentTask], how: SplitReads
+) -> pa.Table:
+    """:func:`read_tasks` of ``how.keys``: each segment's records of the keys found once
+    (:func:`find_keys`), then each split's offsets, times and transactions kept."""
+    found: dict[tuple[str, int, str], pa.Table] = {}
+    out = []
+    for s in splits:
+        at = (s.topic, s.partition, s.path)
+        if at not in found:
+            seg = segment(s)
+            m = find_keys(seg, how.keys or ())
+            if m.scanned and how.scanned is not None:
+                how.scanned.append(f"{seg.log_path}: {m.status}")
+            if how.skipped is not None:  # damaged batches skipped (ignoreCorruptBatches)
+                how.skipped += [b.describe(seg.log_path) for _, b in sorted(seg.skipped.items())]
+            t = m.records.drop_columns(["query"])
+            found[at] = t if how.headers else t.drop_columns(["headers"])
+        kept = _split_records(found[at], s, how)
+        if kept.num_rows:
+            out.append(_output(kept, s, how))
+    return _concat(out, how)
+
+
+def _output(t: pa.Table, split: SegmentTask, how: SplitReads) -> pa.Table:
+    return t if how.records else to_kafka_source(t, split.topic, split.partition)
+
+
+def _concat(out: list[pa.Table], how: SplitReads) -> pa.Table:
     if out:
         return pa.concat_tables(out)
     if how.records:
@@ -158,7 +200,7 @@ LOG_SPLIT_BYTES = 1 << 20  # log bytes of one table of log_records
 
 
 def log_records(
-    root: Root,
+    root: LakeLocation,
     log: PartitionLog,
     lo: int,
     hi: int,
@@ -166,6 +208,7 @@ def log_records(
     isolation_level: str = "read_uncommitted",
     split_bytes: int = LOG_SPLIT_BYTES,
     expect: int | None = None,
+    keys: Sequence[bytes] | None = None,
 ) -> Iterator[pa.Table]:
     """Records (internal schema) of a log a reader opened itself with ``lo <= offset <
     hi``, read as every read is: a :class:`~seglake.lake.scan.Scan` of its snapshot
@@ -175,11 +218,17 @@ def log_records(
     and a reader that stops early plans and reads no further. ``expect``: the reader
     wants about that many records (``consume --max-messages``, ``read``): the offsets
     ``[lo, lo + expect)`` are planned first, alone (the batches holding them, not a
-    whole split), then the rest."""
+    whole split), then the rest. ``keys``: only records with one of these keys, a segment
+    at a time through its key index (:func:`find_keys`; a segment without a usable one is
+    scanned, and a warning says so)."""
     lo = max(lo, log.log_start_offset)  # nothing below the log start is visible
+    if keys is not None:
+        expect = None  # a key read reads a segment at a time
     cuts = [lo, min(hi, lo + expect), hi] if expect is not None else [lo, hi]
     segments = {s.base_offset: s for s in log.segments}
     how = SplitReads(isolation_level=isolation_level, records=True)
+    if keys is not None:
+        how.keys, how.scanned = tuple(keys), []
     snapshot = Snapshot.of_partition_log(root, log)
     for a, b in itertools.pairwise(cuts):
         if a >= b:
@@ -190,8 +239,13 @@ def log_records(
             isolation_level=isolation_level,
             split_bytes=split_bytes,
         )
-        for task in scan.tasks():
+        tasks = scan.tasks() if keys is None else per_segment(scan.tasks())
+        for task in tasks:
             t = read_tasks(lambda s: segments[s.base_offset], [task], how)
+            for line in how.scanned or ():
+                warnings.warn(f"key read without a key index: {line}", stacklevel=2)
+            if how.scanned:
+                how.scanned.clear()
             if t.num_rows:
                 yield t
 
@@ -215,8 +269,9 @@ def _split_batches(
     return w, keep, seg.log_path
 
 
-def _split_records(t: pa.Table, split: SegmentTask, isolation_level: str) -> pa.Table:
+def _split_records(t: pa.Table, split: SegmentTask, how: SplitReads) -> pa.Table:
     """Decoded records of a split's batches -> the split's rows (internal schema)."""
+    isolation_level = how.isolation_level
     lo, hi, ts_lo, ts_hi = split.lo, split.hi, split.ts_lo, split.ts_hi
     off = t.column("offset").to_numpy()
     mask = (off >= lo) & (off < hi)

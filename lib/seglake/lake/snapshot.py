@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from seglake.format import LONG_MAX, LONG_MIN
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import catalog_schema, segment_refs
-from seglake.location import LakeLocation, Root
+from seglake.location import LakeLocation
 from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.log import PartitionLog
 
@@ -55,33 +55,31 @@ class Snapshot:
     @classmethod
     def read(
         cls,
-        root: Root,
+        lake: LakeHandle,
         topics: str | Iterable[str] | None = None,
         partitions: Iterable[int] | None = None,
         *,
         version: int | None = None,
-        catalog: Catalog | None = None,
         cache: IndexCache | None = None,
         on_corrupt: str = "raise",
     ) -> Snapshot:
         """One catalog read: the rows of ``topics`` (``None``: all) and ``partitions``
         at ``version`` (``None``: the newest)."""
-        location = LakeLocation.of(root)
-        catalog = catalog or Catalog(location)
+        catalog = lake.catalog
         version = catalog.version() if version is None else version
         rows = catalog.segments(topics, partitions, version=version)
-        return cls(location, version, by_partition(rows), on_corrupt, cache)
+        return cls(lake.location, version, by_partition(rows), on_corrupt, cache)
 
     @classmethod
     def of_log(
-        cls, root: Root, version: int, tp: TopicPartition, rows: pa.Table, log: PartitionLog
+        cls, root: LakeLocation, version: int, tp: TopicPartition, rows: pa.Table, log: PartitionLog
     ) -> Snapshot:
         """One partition whose ``rows`` a reader read at ``version`` and whose ``log``
         (their segments) it holds: no catalog read, no segment opened again."""
-        return cls(LakeLocation.of(root), version, {tp: rows}, _logs={tp: log})
+        return cls(root, version, {tp: rows}, _logs={tp: log})
 
     @classmethod
-    def of_partition_log(cls, root: Root, log: PartitionLog) -> Snapshot:
+    def of_partition_log(cls, root: LakeLocation, log: PartitionLog) -> Snapshot:
         """A log a reader opened itself (a broker's partition directory, or one of a lake
         opened through its catalog: ``seglake consume``, ``read``) as a snapshot of its
         one partition (version -1), with the rows :func:`log_rows` gives it."""

@@ -28,46 +28,42 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import InvalidNameError, SeglakeError, SegmentNotFoundError
-from seglake.lake.catalog import CATALOG_DIR, Catalog
+from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import Collected, catalog_orphans, collect, retire, retired_paths
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import segment_refs
 from seglake.lake.snapshot import Snapshot
-from seglake.location import LakeLocation, Root
+from seglake.lake_paths import CATALOG_DIR, RETIRED_DIR
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    RETIRED_DIR,
     SEGMENT_SUFFIXES,
-    STAGING_DIR,
     TIME_INDEX_SUFFIX,
-    run_dir,
     validate_run_id,
 )
 from seglake.testing_hooks import crash_point
 
-STAGING = STAGING_DIR
 REPLACES = "_replaces.json"
 RETIRED_DONE = "_retired.done"
 
 
-def stage_replaced(root: Root, run_id: str, rows: pa.Table) -> None:
+def stage_replaced(lake: LakeHandle, run_id: str, rows: pa.Table) -> None:
     """Record, in the run's staging directory, the catalog rows it replaces or removes."""
-    fs, base = lakefs.resolve(root)
-    staging = run_dir(base, STAGING, run_id)
+    fs, staging = lake.fs, lake.staging(run_id)
     fs.create_dir(staging, recursive=True)
     doc = {"rows": [[r["path"], r["run_id"]] for r in rows.select(["path", "run_id"]).to_pylist()]}
     lakefs.write_bytes(fs, lakefs.join(staging, REPLACES), json.dumps(doc).encode())
 
 
-def discard_staging(root: Root, run_id: str) -> None:
+def discard_staging(lake: LakeHandle, run_id: str) -> None:
     """Delete the staged files of a run that did not commit."""
-    fs, base = lakefs.resolve(root)
-    lakefs.delete_dir(fs, run_dir(base, STAGING, run_id), root=base)
+    lakefs.delete_dir(lake.fs, lake.staging(run_id), root=lake.base)
 
 
-def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, run_id: str) -> int:
+def _retire_replaced(lake: LakeHandle, staging: str, run_id: str) -> int:
     """Move the files of the rows a committed run replaced to ``_retired/<their run>/``."""
+    fs = lake.fs
     manifest, done = lakefs.join(staging, REPLACES), lakefs.join(staging, RETIRED_DONE)
     if not lakefs.exists(fs, manifest) or lakefs.exists(fs, done):
         return 0
@@ -76,7 +72,7 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
         stem = path[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
             rel = f"{RETIRED_DIR}/{validate_run_id(old_run)}/{stem}{suffix}"
-            src, dst = lakefs.safe_join(base, stem + suffix), lakefs.safe_join(base, rel)
+            src, dst = lake.path(stem + suffix), lake.path(rel)
             if not lakefs.exists(fs, dst):
                 if not lakefs.exists(fs, src):
                     continue
@@ -86,33 +82,30 @@ def _retire_replaced(root: Root, fs: pafs.FileSystem, base: str, staging: str, r
                     continue
                 crash_point("retire")
             retired.append(rel)
-    retire(root, retired, version=Catalog(root).version(), operation="compact", run_id=run_id)
+    retire(lake, retired, version=lake.catalog.version(), operation="compact", run_id=run_id)
     lakefs.write_bytes(fs, done, b"")
     return len(retired)
 
 
-def publish_pending(root: Root, run_id: str, rows: pa.Table | None = None) -> int:
+def publish_pending(lake: LakeHandle, run_id: str, rows: pa.Table | None = None) -> int:
     """Move a committed run's staged files into their partition directories.
 
     Idempotent: files already moved are skipped, so a rerun after a crash between the
     commit and the moves finishes the job. Returns the number of files moved.
     """
-    root = LakeLocation.of(root)  # parsed once
-    fs, base = lakefs.resolve(root)
-    staging = run_dir(base, STAGING, run_id)
+    fs, base = lake.fs, lake.base
+    staging = lake.staging(run_id)
     if not lakefs.exists(fs, staging):
         return 0
-    _retire_replaced(root, fs, base, staging, run_id)
+    _retire_replaced(lake, staging, run_id)
     if rows is None:
-        segs = Catalog(root).segments()
+        segs = lake.catalog.segments()
         rows = segs.filter(pa.compute.equal(segs["run_id"], run_id))
     moves = []
     for rel in rows.column("path").to_pylist():
         stem = rel[: -len(LOG_SUFFIX)]
         for suffix in SEGMENT_SUFFIXES:
-            moves.append(
-                (lakefs.join(staging, stem + suffix), lakefs.safe_join(base, stem + suffix))
-            )
+            moves.append((lakefs.join(staging, stem + suffix), lake.path(stem + suffix)))
 
     def move(pair: tuple[str, str]) -> int:
         src, dst = pair
@@ -187,7 +180,7 @@ class CleanupReport:
 
 
 def cleanup(
-    root: Root,
+    lake: LakeHandle,
     *,
     older_than_s: float = 0.0,
     dry_run: bool = False,
@@ -203,11 +196,10 @@ def cleanup(
     than that (a run that may still be writing, a reader pinned to an older version);
     ``delete_delay_s``, if given, is the retired files' own delay.
     """
-    root = LakeLocation.of(root)  # parsed once
-    fs, base = lakefs.resolve(root)
-    staging = lakefs.join(base, STAGING)
-    retired_paths(root)  # a damaged manifest stops the cleanup before anything changes
-    catalog = Catalog(root)
+    fs, base = lake.fs, lake.base
+    staging = lake.staging_root
+    retired_paths(lake)  # a damaged manifest stops the cleanup before anything changes
+    catalog = lake.catalog
     report = CleanupReport([], [], [])
     now = time.time()
     for info in fs.get_file_info(pafs.FileSelector(staging, allow_not_found=True)):
@@ -217,7 +209,7 @@ def cleanup(
         if catalog.exists() and staged_run_committed(catalog, run_id):
             report.published_runs.append(run_id)
             if not dry_run:
-                publish_pending(root, run_id)
+                publish_pending(lake, run_id)
             continue
         try:
             found = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
@@ -234,38 +226,33 @@ def cleanup(
         if not dry_run:
             lakefs.delete_dir(fs, info.path, root=base)
     delay = older_than_s if delete_delay_s is None else delete_delay_s
-    report.retired = collect(root, older_than_ms=int(delay * 1000), dry_run=dry_run)
+    report.retired = collect(lake, older_than_ms=int(delay * 1000), dry_run=dry_run)
     if sweep_catalog:
         report.catalog_orphans = catalog_orphans(
-            root, older_than_ms=int(older_than_s * 1000), dry_run=dry_run
+            lake, older_than_ms=int(older_than_s * 1000), dry_run=dry_run
         )
     return report
 
 
 def open_partition(
-    root: Root,
+    lake: LakeHandle,
     topic: str,
     partition: int,
     *,
-    catalog: Catalog | None = None,
     rows: pa.Table | None = None,
     on_corrupt: str = "raise",
 ) -> PartitionLog:
     """The committed segments of one partition, as a :class:`PartitionLog` (reads raise
     at a damaged batch, or skip it with ``on_corrupt="skip"``)."""
-    root = LakeLocation.of(root)  # parsed once
-    fs, base = lakefs.resolve(root)
     if rows is None:
-        rows = _partition_rows(root, topic, partition, catalog)
+        rows = _partition_rows(lake, topic, partition)
     refs = [] if rows is None else segment_refs(rows)
-    return PartitionLog.from_refs(fs, base, refs, on_corrupt=on_corrupt)
+    return PartitionLog.from_refs(lake.fs, lake.base, refs, on_corrupt=on_corrupt)
 
 
-def _partition_rows(
-    root: Root, topic: str, partition: int, catalog: Catalog | None = None
-) -> pa.Table | None:
+def _partition_rows(lake: LakeHandle, topic: str, partition: int) -> pa.Table | None:
     """The current catalog rows of one partition (``None``: it has none)."""
-    return Snapshot.read(root, topic, [partition], catalog=catalog).rows.get((topic, partition))
+    return Snapshot.read(lake, topic, [partition]).rows.get((topic, partition))
 
 
 def lake_of(path: str) -> tuple[str, str, int] | None:
@@ -292,11 +279,12 @@ def open_partition_dir(path: str, *, on_corrupt: str = "raise") -> PartitionLog:
     lake = lake_of(path)
     if lake is not None:
         root, topic, partition = lake
-        rows = _partition_rows(root, topic, partition)
+        handle = LakeHandle.open(root)  # a user's directory: its lake opened here
+        rows = _partition_rows(handle, topic, partition)
         if rows is None:
             raise SegmentNotFoundError(
                 f"{path}: the lake {root} has no committed segment of {topic}-{partition} "
                 "(its catalog decides what a partition directory of a lake holds)"
             )
-        return open_partition(root, topic, partition, rows=rows, on_corrupt=on_corrupt)
+        return open_partition(handle, topic, partition, rows=rows, on_corrupt=on_corrupt)
     return PartitionLog.open(path, on_corrupt=on_corrupt)

@@ -30,9 +30,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from seglake import fs as lakefs
+from seglake import lake_paths
+from seglake.lake.handle import LakeHandle
 from seglake.lake.stream_segments import Source, joined_row
-from seglake.location import Root
 from seglake.storage.naming import LOG_SUFFIX
 from seglake.storage.segment_join import append_parts
 from seglake.testing_hooks import crash_point
@@ -72,7 +72,7 @@ def unchanged(fds: dict[str, int], rows: dict[tuple[str, int], dict[str, Any]], 
     (an appender's bytes land before its commit) and nothing replaced it, so the rows
     read before locking are current."""
     for r in rows.values():
-        path = lakefs.safe_join(base, r["path"])
+        path = lake_paths.safe_join(base, r["path"])
         fd = fds.get(path)
         if fd is None:
             return False
@@ -122,7 +122,7 @@ def grow(
     )
 
 
-def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]]) -> list[str]:
+def cut_uncommitted(fs: pafs.FileSystem, lake: LakeHandle, rows: list[dict[str, Any]]) -> list[str]:
     """Cut each catalogued ``.log`` of one partition (its catalog ``rows``) back to its
     row's ``size_bytes`` where an in-place append never committed (``recover`` does this
     first: it would otherwise find those batches whole and commit them, and the restarted
@@ -130,10 +130,10 @@ def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]])
     then (an appender may have committed meanwhile). Returns the paths cut."""
     if not rows or not appends_in_place(fs):
         return []
-    _, base = lakefs.resolve(root)
+    base = lake.base
     longer = {}
     for r in rows:
-        path = lakefs.safe_join(base, r["path"])
+        path = lake_paths.safe_join(base, r["path"])
         try:
             if os.path.getsize(path) > r["size_bytes"]:
                 longer[path] = r["base_offset"]
@@ -141,11 +141,10 @@ def cut_uncommitted(fs: pafs.FileSystem, root: Root, rows: list[dict[str, Any]])
             continue
     if not longer:
         return []
-    from seglake.lake.catalog import Catalog
 
     with locked(list(longer)) as fds:
-        now = Catalog(root).segments(rows[0]["topic"], rows[0]["partition"]).to_pylist()
-        size = {lakefs.safe_join(base, r["path"]): r["size_bytes"] for r in now}
+        now = lake.catalog.segments(rows[0]["topic"], rows[0]["partition"]).to_pylist()
+        size = {lake_paths.safe_join(base, r["path"]): r["size_bytes"] for r in now}
         cut = [p for p, fd in fds.items() if p in size and os.fstat(fd).st_size > size[p]]
         for p in cut:
             os.ftruncate(fds[p], size[p])

@@ -39,15 +39,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import ConfigError, OffsetOrderError
 from seglake.lake.catalog import Catalog, CommitResult
+from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table
-from seglake.lake.staging import STAGING, publish_pending, stage_replaced
+from seglake.lake.staging import publish_pending, stage_replaced
 from seglake.lake.stream_append import appends_in_place, grow, locked, unchanged
 from seglake.lake.stream_segments import Source, joined_row, roll, source
 from seglake.lake.topic_store import topic_configs
-from seglake.location import LakeLocation, Root
+from seglake.lake_paths import STAGING_DIR
 from seglake.storage.key_index import move_key_index
 from seglake.storage.naming import (
     INDEX_SUFFIX,
@@ -119,7 +121,7 @@ def stream_run_id(query_id: str, batch_id: int) -> str:
 
 
 def commit_pieces(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     pieces: Sequence[Piece],
     *,
@@ -142,20 +144,19 @@ def commit_pieces(
             ``true`` in place where the files are local, else a staged copy; ``copy``
             always a staged copy; ``false`` never.
     """
-    root = LakeLocation.of(root)  # parsed once
     if append not in APPEND_MODES:
         raise ConfigError(f"seglake.stream.append must be one of {APPEND_MODES}, got {append!r}")
-    fs, base = lakefs.resolve(root)
-    stages = [run_dir(base, STAGING, p.stage) for p in pieces]
-    catalog = Catalog(root)
+    fs, base = lake.fs, lake.base
+    stages = [run_dir(base, STAGING_DIR, p.stage) for p in pieces]
+    catalog = lake.catalog
     empty = BatchCommit(run_id, None, rows_table([]), [])
     committed, current = catalog.committed_or_segments(run_id)  # one catalog read
     config = topic_configs(catalog, config)  # the driver's writer may not have planned
     if committed:
-        publish_pending(root, run_id)
+        publish_pending(lake, run_id)
         _drop(fs, base, stages)
         return dataclasses.replace(empty, result=_already(catalog, run_id))
-    out_dir = run_dir(base, STAGING, run_id)
+    out_dir = run_dir(base, STAGING_DIR, run_id)
     lakefs.delete_dir(fs, out_dir, root=base)  # an earlier attempt of this batch
     newest = _newest(current)
     in_place = append == "true" and appends_in_place(fs)
@@ -165,8 +166,8 @@ def commit_pieces(
         if append != "false" and not size_full(t["size_bytes"], config.for_topic(k[0]))
     }
     for t in growable.values():
-        publish_pending(root, t["run_id"])  # its files, if still staged
-    paths = [lakefs.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
+        publish_pending(lake, t["run_id"])  # its files, if still staged
+    paths = [lake_paths.safe_join(base, t["path"]) for t in growable.values()] if in_place else []
     with locked(paths) as fds:
         if fds and not unchanged(fds, growable, base):  # grown or replaced since the read
             newest = _newest(
@@ -184,14 +185,14 @@ def commit_pieces(
             copied = [newest[(t, p)] for t, p, b in tails if (t, p, b) not in grown]
             if copied:  # publishing moves the old files to _retired/ (readers of older versions)
                 stage_replaced(
-                    root, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
+                    lake, run_id, pa.Table.from_pylist(copied).select(["path", "run_id"])
                 )
             ends = {k: newest[k[:2]]["next_offset"] for k in tails}
             result = catalog.commit(table, run_id, contiguous=assigned, tails=tails, tail_ends=ends)
         except BaseException:
             lakefs.delete_dir(fs, out_dir, root=base)
             raise
-    publish_pending(root, run_id, table)
+    publish_pending(lake, run_id, table)
     _drop(fs, base, stages)
     return BatchCommit(run_id, result, table, tails, grown)
 
@@ -227,7 +228,7 @@ def _write_all(
             and growable.get(key, {}).get("base_offset") == tail["base_offset"]
             and not size_full(tail["size_bytes"], cfg)
         ):
-            path = lakefs.safe_join(base, tail["path"])
+            path = lake_paths.safe_join(base, tail["path"])
             sources.insert(0, source(path, 0, tail))
         groups = roll(sources, cfg, rolling)
         if path and tail is not None and len(groups[0]) > 1:  # the newest segment grows

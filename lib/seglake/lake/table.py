@@ -23,11 +23,12 @@ import pyarrow.compute as pc
 from seglake import fs as lakefs
 from seglake.errors import CatalogError, SegmentNotFoundError
 from seglake.lake.checks import Key
+from seglake.lake.commit_store import require_put_if_absent
 from seglake.lake.rows import SORT_KEYS, catalog_schema, check_rows, schema_spec
+from seglake.lake_paths import CATALOG_DIR
 from seglake.location import LakeLocation, Root
 from seglake.storage.naming import validate_partition, validate_run_id, validate_topic
 
-CATALOG_DIR = lakefs.CATALOG_DIR
 APP_ID_PREFIX = "seglake:"
 
 
@@ -156,7 +157,7 @@ class CatalogTable:
             at = f" version {version}" if version is not None else ""
             why = delta_text(exc)
             if "Json error" in why:  # which commit: Delta does not say
-                fs, base = self.location.resolve()
+                fs, base = self.location.filesystem, self.location.base
                 for _ in log_commits(fs, lakefs.join(base, CATALOG_DIR)):
                     pass
             raise CatalogError(f"cannot open catalog {self.uri}{at}: {why}") from exc
@@ -184,10 +185,13 @@ class CatalogTable:
             )
 
     def create_if_missing(self) -> int:
-        """Create the empty catalog table unless it exists; return the table version."""
+        """Create the empty catalog table unless it exists; return the table version.
+        Refused (:class:`~seglake.errors.UnsafeCommitError`) on a store that, as
+        configured, gives commits no put-if-absent (``lake/commit_store.py``)."""
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
+        require_put_if_absent(self.location)  # every commit comes here first (_transact)
         if not self.exists():
             schema, partition_by = schema_spec()
             try:

@@ -21,18 +21,18 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError
-from seglake.lake.table import CATALOG_DIR
-from seglake.location import Root
+from seglake.lake.handle import LakeHandle
+from seglake.lake_paths import CATALOG_DIR
 
 __all__ = ["commit_times", "version_as_of"]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
-def commit_times(root: Root) -> list[tuple[int, int]]:
+def commit_times(lake: LakeHandle) -> list[tuple[int, int]]:
     """``(version, commit time in ms)`` of every commit file in the catalog's log, oldest
     first, the times made increasing as Delta makes them."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     log_dir = lakefs.join(base, CATALOG_DIR, "_delta_log")
     found = []
     for info in fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True)):
@@ -52,16 +52,16 @@ def _utc(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def version_as_of(root: Root, ms: int) -> int:
+def version_as_of(lake: LakeHandle, ms: int) -> int:
     """The catalog version at epoch ms ``ms`` by Delta's rule (see the module docstring).
 
     Raises:
         ConfigError: no commit at or before the time, or the time is after the newest
             commit (Delta's messages), or no catalog at ``root``.
     """
-    commits = commit_times(root)
+    commits = commit_times(lake)
     if not commits:
-        raise ConfigError(f"timestampAsOf: no catalog at {root} (not a lake?)")
+        raise ConfigError(f"timestampAsOf: no catalog at {lake} (not a lake?)")
     first, last = commits[0], commits[-1]
     if ms < first[1]:
         raise ConfigError(

@@ -31,9 +31,9 @@ from pyspark.sql.types import StructType
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError
+from seglake.lake.handle import LakeHandle
 from seglake.lake.runs import new_run_id
-from seglake.lake.staging import STAGING
-from seglake.location import Root
+from seglake.lake_paths import STAGING_DIR
 from seglake.spark.kafka_options import BATCH_SINK
 from seglake.spark.sink_columns import check_sink_schema, sink_batch
 from seglake.spark.stream_sink import (
@@ -105,12 +105,14 @@ class SeglakeBatchWriter(DataSourceArrowWriter):
         discard_pieces(self.opts.root, self.run_id)
 
 
-def discard_pieces(root: Root, run_id: str) -> int:
+def discard_pieces(lake: LakeHandle, run_id: str) -> int:
     """Remove every task attempt's staged piece of run ``run_id`` (``<run id>.task-*``,
     also those no commit message names); the number removed."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     prefix = f"{run_id}.task-"
-    found = fs.get_file_info(pafs.FileSelector(lakefs.join(base, STAGING), allow_not_found=True))
+    found = fs.get_file_info(
+        pafs.FileSelector(lakefs.join(base, STAGING_DIR), allow_not_found=True)
+    )
     gone = [
         i.path
         for i in found

@@ -14,7 +14,7 @@ overrides both, ``0``: always tasks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -23,8 +23,9 @@ from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.format import LONG_MAX
 from seglake.lake.compaction import CompactResult, run_compaction
+from seglake.lake.handle import LakeHandle
 from seglake.location import Root
-from seglake.spark.session import seglake_errors
+from seglake.spark.session import seglake_errors, task_mapper
 
 __all__ = ["DRIVER_MERGE_CONF", "compact"]
 
@@ -35,7 +36,7 @@ DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 @seglake_errors()  # a task's own error, not Spark's wrapper
 def compact(
     spark: SparkSession,
-    root: Root,
+    root: Root | LakeHandle,
     *,
     topics: str | Iterable[str] | None = None,
     partitions: str | Iterable[int] | None = None,
@@ -59,14 +60,9 @@ def compact(
         run_id: idempotency key (rerunning a committed run only finishes publishing).
         now_ms: the cleaner's clock (default: now).
     """
-    sc = spark.sparkContext
-
-    def map_tasks(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        return sc.parallelize(items, len(items)).map(fn).collect() if items else []
-
     return run_compaction(
-        root,
-        map_tasks=map_tasks,
+        LakeHandle.open(root),
+        map_tasks=task_mapper(spark),
         topics=[topics] if isinstance(topics, str) else topics,
         partitions=partitions,
         merge_only=merge_only,
@@ -76,7 +72,7 @@ def compact(
         run_id=run_id,
         now_ms=now_ms,
         driver_merge_bytes=driver_merge_bytes(spark),
-        parallelism=sc.defaultParallelism,
+        parallelism=spark.sparkContext.defaultParallelism,
     )
 
 

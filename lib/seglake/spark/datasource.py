@@ -17,7 +17,12 @@ optimised): one pinned catalog version; per partition ``[start, end)`` offsets f
 options (Kafka's ``offsetsForTimes`` for timestamps), narrowed by the pushed filters:
 ``topic`` and ``partition`` choose partitions, ``offset`` comparisons cut the range, a
 ``timestamp`` lower bound becomes an ``offsetsForTimes`` seek, and both timestamp bounds
-prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_plan`).
+prune segments by the catalog's min/max timestamps (:mod:`seglake.spark.read_plan`);
+``key = ...`` / ``key IN (...)`` (string literals as UTF-8, or binary) drop the segments
+whose ``.keyindex`` filter rules every key out, on the planner (its log says how many:
+:mod:`seglake.lake.key_plan`), and a task reads the others' records by key
+(:func:`~seglake.storage.key_lookup.find_keys`, key bytes compared; a segment without a
+usable index scanned, its task's log saying so).
 A :class:`~seglake.lake.scan.Scan` (a time filter) then plans the segment tasks, packed
 as extract's (:func:`~seglake.lake.packing.pack`: about the session's default
 parallelism, at least 4 MiB and at most 4 ``splitBytes``; with ``minPartitions`` or
@@ -132,12 +137,18 @@ class SeglakeReader(DataSourceReader):
         how = SplitReads(
             opts.isolation_level, opts.on_corrupt, skipped, planned, by_user, opts.include_headers
         )
+        if self.pushed.keys is not None:  # key = / key IN: each segment read by key
+            how.keys, how.scanned = tuple(sorted(self.pushed.keys)), []
         cache = get_cache(self.cache_bytes)
         with lakefs.IO_STATS.counting(self.bytes_accumulator):  # versionAsOf: pinned
-            for t in iter_splits(cache, opts.root, splits, how, group_bytes=self.group_bytes):
+            for t in iter_splits(
+                cache, opts.root.location, splits, how, group_bytes=self.group_bytes
+            ):
                 yield from t.select(names).to_batches()
         for line in skipped:  # ignoreCorruptBatches: the task's log names each one
             log.warning("seglake: skipped a damaged batch: %s", line)
+        for line in how.scanned or ():
+            log.warning("seglake: key filter without a key index: %s", line)
 
 
 @one_line_errors

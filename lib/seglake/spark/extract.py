@@ -39,9 +39,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from seglake import fs as lakefs
+from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, pack
 from seglake.lake.scan import ScanPlan
 from seglake.lake.scan_read import SplitReads, iter_splits
+from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import BROADCAST_SPLITS, plan_extract
 from seglake.spark.session import spark_schema
@@ -56,7 +58,7 @@ __all__ = ["extract"]
 
 def extract(
     spark: SparkSession,
-    root: str,
+    root: Root | LakeHandle,
     topic: str,
     *,
     partitions: Iterable[int] | str | None = None,
@@ -100,8 +102,9 @@ def extract(
     """
     from seglake.config import LogConfig
 
+    lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
     plan = plan or plan_extract(
-        root,
+        lake,
         topic,
         partitions=partitions,
         start=start,
@@ -129,7 +132,7 @@ def extract(
                 skipped: list[str] = []
                 with lakefs.IO_STATS.counting(acc):
                     how = SplitReads(level, on_corrupt, skipped, version)
-                    for t in iter_splits(cache, root, mine[task], how):
+                    for t in iter_splits(cache, lake.location, mine[task], how):
                         yield from t.to_batches()
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)

@@ -14,9 +14,11 @@ import numpy as np
 
 from seglake import fs as lakefs
 from seglake.errors import ConfigError, SegmentNotFoundError
+from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES
 from seglake.lake.scan import Scan, ScanPlan
 from seglake.lake.snapshot import Snapshot
+from seglake.location import Root
 from seglake.render import iso
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
@@ -45,16 +47,16 @@ def _check_bounds(start: int | None, end: int | None, lo: int | None, hi: int | 
         raise ConfigError(f"start offset {lo} is after end offset {hi}")
 
 
-def _check_partitions(snapshot: Snapshot, topic: str, partitions: Iterable[int] | None) -> None:
+def _check_partitions(
+    lake: LakeHandle, snapshot: Snapshot, topic: str, partitions: Iterable[int] | None
+) -> None:
     """The topic, and each partition asked for, must be in the lake: a name that is not
     would otherwise read as an empty result."""
     found = {p for _, p in snapshot.partitions}
     wanted = set(found if partitions is None else partitions)
     if found and wanted <= found:
         return
-    from seglake.lake.catalog import Catalog
-
-    catalog, version = Catalog(snapshot.root), snapshot.version
+    catalog, version = lake.catalog, snapshot.version
     catalog.require_topic(topic, version=version)
     have = sorted(p for t, p in catalog.log_end_offsets(topic, version=version))
     raise SegmentNotFoundError(
@@ -73,7 +75,7 @@ def _partitions(partitions: Iterable[int] | str | None) -> list[int] | None:
 
 
 def plan_extract(
-    root: str,
+    root: Root | LakeHandle,
     topic: str,
     *,
     partitions: Iterable[int] | str | None = None,
@@ -101,8 +103,9 @@ def plan_extract(
     started = time.time()
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
     parts = _partitions(partitions)
-    snap = Snapshot.read(root, topic, parts, version=version, cache=cache, on_corrupt=on_corrupt)
-    _check_partitions(snap, topic, parts)
+    lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
+    snap = Snapshot.read(lake, topic, parts, version=version, cache=cache, on_corrupt=on_corrupt)
+    _check_partitions(lake, snap, topic, parts)
     scan = Scan(
         snap,
         (

@@ -41,10 +41,12 @@ from seglake.config import LogConfig
 from seglake.errors import OffsetOrderError, SeglakeError
 from seglake.lake import runs
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.runs import RunInput
 from seglake.lake.staging import check_staged, cleanup, publish_pending
 from seglake.lake.topic_store import topic_configs
-from seglake.location import LakeLocation, Root
+from seglake.lake_paths import STAGING_DIR
+from seglake.location import Root
 from seglake.spark import direct_ingest as direct
 from seglake.spark import ingest_rebase as rebase
 from seglake.spark import ingest_tasks as tasks
@@ -60,7 +62,7 @@ from seglake.spark.ingest_result import IngestResult, new_run_id
 from seglake.spark.ingest_tasks import SEGMENT_ROWS
 from seglake.spark.normalize import normalize
 from seglake.spark.session import seglake_errors, spark_schema
-from seglake.storage.naming import STAGING_DIR, run_dir, validate_run_id, validate_topic
+from seglake.storage.naming import run_dir, validate_run_id, validate_topic
 
 log = logging.getLogger("seglake.ingest")
 
@@ -69,7 +71,7 @@ log = logging.getLogger("seglake.ingest")
 def ingest(
     spark: SparkSession,
     df: DataFrame,
-    root: Root,
+    root: Root | LakeHandle,
     *,
     run_id: str | None = None,
     conf: LogConfig | Mapping[str, Any] | None = None,
@@ -82,7 +84,7 @@ def ingest(
     Args:
         spark: the session.
         df: input; only ``value`` is required (see schemas/input.json).
-        root: lake root URI (local path, file://, s3://...).
+        root: lake root URI (local path, file://, s3://...), or its handle (the job's).
         run_id: idempotency key; rerunning a committed run id is a no-op.
         conf: a :class:`LogConfig` or Kafka-named overrides (``{"log.segment.bytes": ...}``).
         topic: topic of every row when ``df`` has no topic column.
@@ -92,28 +94,28 @@ def ingest(
         fail_after_records: testing hook: make each encode task fail after this many
             records (a crash mid-write).
     """
-    root = LakeLocation.of(root)  # parsed once
+    lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
     started = time.time()
     config = conf if isinstance(conf, LogConfig) else LogConfig.load(overrides=conf)
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)
-    catalog = Catalog(root)
+    catalog = lake.catalog
     config = topic_configs(catalog, config)  # each topic's: for_topic(t)
     files = stat_files(_input_paths(df))
     if catalog.run_committed(run_id):
         recount = functools.partial(_recount, df, topic, num_partitions, catalog, config)
         runs.check_reuse(catalog, run_id, runs.describe_input(files), counts=recount)
-        publish_pending(root, run_id)
+        publish_pending(lake, run_id)
         return _already_committed(run_id, started, catalog)
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     staging = run_dir(base, STAGING_DIR, run_id)
     lakefs.delete_dir(fs, staging, root=base)  # a failed earlier attempt of this run id
     if catalog.exists():  # other runs that failed or died: finish or remove them
-        _sweep_other_runs(root, config, run_id)
+        _sweep_other_runs(lake, config, run_id)
     try:
         rows, has_offset, n = _write(
             spark,
             df,
-            root,
+            lake,
             run_id,
             config,
             topic,
@@ -147,7 +149,7 @@ def ingest(
         lakefs.delete_dir(fs, staging, root=base)
         runs.check_reuse(catalog, run_id, covered)  # committed meanwhile: the same input?
         return _already_committed(run_id, started, catalog)
-    publish_pending(root, run_id, rows)
+    publish_pending(lake, run_id, rows)
     return IngestResult(run_id, True, False, rows, time.time() - started, result.version)
 
 
@@ -156,11 +158,11 @@ def _already_committed(run_id: str, started: float, catalog: Catalog) -> IngestR
     return IngestResult(run_id, False, True, empty, time.time() - started, catalog.version())
 
 
-def _sweep_other_runs(root: LakeLocation, config: LogConfig, run_id: str) -> None:
+def _sweep_other_runs(lake: LakeHandle, config: LogConfig, run_id: str) -> None:
     """Staging of other runs, before this one: a committed run's pending moves finished,
     a run that never committed removed once older than ``staging.grace.ms``."""
     swept = cleanup(
-        root,
+        lake,
         older_than_s=config.staging_grace_ms / 1000,
         sweep_catalog=False,
         delete_delay_s=config.file_delete_delay_ms / 1000,
@@ -172,7 +174,7 @@ def _sweep_other_runs(root: LakeLocation, config: LogConfig, run_id: str) -> Non
 def _write(
     spark: SparkSession,
     df: DataFrame,
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     config: LogConfig,
     topic: str | None,
@@ -194,8 +196,8 @@ def _write(
     n = None if "partition" in norm.columns else partition_count(topic, num_partitions, leo, config)
     splits = None if has_offset else direct.splits(df)
     reader = direct.normalizer(df, topic, int(started * 1000), config) if splits else None
-    if splits and reader is not None and rebase.one_pass(splits, reader, n, config, root):
-        rows = _one_pass(spark, splits, reader, root, run_id, config, n, leo, fail_after_records)
+    if splits and reader is not None and rebase.one_pass(splits, reader, n, config, lake):
+        rows = _one_pass(spark, splits, reader, lake, run_id, config, n, leo, fail_after_records)
         return rows, has_offset, n
     if splits and reader is not None:
         counts = direct.count(spark, splits, reader, n)
@@ -205,9 +207,9 @@ def _write(
     if not plan.partitions:
         return SEGMENT_ROWS.empty_table(), has_offset, n
     if plan.shuffle:
-        out = _shuffled(norm, plan, root, run_id, config, n, has_offset, fail_after_records)
+        out = _shuffled(norm, plan, lake, run_id, config, n, has_offset, fail_after_records)
     else:
-        writer = tasks.local_writer(root, run_id, config, n, plan.task_starts, fail_after_records)
+        writer = tasks.local_writer(lake, run_id, config, n, plan.task_starts, fail_after_records)
         out = (
             direct.write(spark, splits, reader, writer)
             if splits and reader is not None
@@ -220,7 +222,7 @@ def _one_pass(
     spark: SparkSession,
     splits: list[Split],
     reader: Normalizer,
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     config: LogConfig,
     n: int | None,
@@ -229,19 +231,19 @@ def _one_pass(
 ) -> pa.Table:
     """No count pass (the footers prove no shuffle): each input task writes its records
     from offset 0, then the rows are rebased onto the offsets the plan gives them."""
-    writer = tasks.local_writer(root, run_id, config, n, {}, fail_after_records, log_end=leo)
+    writer = tasks.local_writer(lake, run_id, config, n, {}, fail_after_records, log_end=leo)
     rows = direct.write(spark, splits, reader, writer).toArrow().cast(SEGMENT_ROWS)
     plan = plan_ingest(rebase.counts(rows), leo, config, has_offset=False)
     if plan.shuffle:  # one_pass proved it is not
         raise SeglakeError("one-pass ingest planned a shuffle: counts below the footers'")
-    rows = rebase.rebase(root, run_id, rows, plan.task_starts, plan.log_end)
+    rows = rebase.rebase(lake, run_id, rows, plan.task_starts, plan.log_end)
     return _checked(rows, plan.partitions, False)
 
 
 def _shuffled(
     norm: DataFrame,
     plan: IngestPlan,
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     config: LogConfig,
     n: int | None,
@@ -273,7 +275,7 @@ def _shuffled(
         prepared.repartition(plan.num_tasks, "_task")
         .sortWithinPartitions(*order)
         .mapInArrow(
-            tasks.encoder(root, run_id, config, plan.log_end, by_ts, fail_after_records),
+            tasks.encoder(lake, run_id, config, plan.log_end, by_ts, fail_after_records),
             spark_schema(SEGMENT_ROWS),
         )
     )

@@ -34,7 +34,8 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
-from seglake.location import Root
+from seglake.lake.handle import LakeHandle
+from seglake.lake_paths import STAGING_DIR
 from seglake.record.batch import move_base_offsets
 from seglake.record.header_scan import scan_headers
 from seglake.spark.arrow_input import Normalizer, Split, split_topics
@@ -44,7 +45,6 @@ from seglake.storage.naming import (
     INDEX_SUFFIX,
     KEY_INDEX_SUFFIX,
     LOG_SUFFIX,
-    STAGING_DIR,
     TIME_INDEX_SUFFIX,
     partition_dir_name,
     run_dir,
@@ -60,7 +60,7 @@ def one_pass(
     norm: Normalizer,
     num_partitions: int | None,
     config: LogConfig,
-    root: Root,
+    lake: LakeHandle,
 ) -> bool:
     """Whether the write may run without a count pass: offsets assigned in input order,
     Kafka's partitioner (``num_partitions``), a local lake (staged files patched in
@@ -72,7 +72,7 @@ def one_pass(
         or config.ingest_order != "input"
         or config.ingest_shuffle == "always"
         or any(c.roll_jitter_ms > 0 for c in config.every_topic())
-        or not lakefs.is_local(lakefs.resolve(root)[0])
+        or not lake.is_local
     ):
         return False
     column = "topic" if norm.topic is None else None
@@ -111,14 +111,14 @@ def counts(rows: pa.Table) -> list[dict[str, Any]]:
 
 
 def rebase(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     rows: pa.Table,
     task_starts: Mapping[tuple[int, str, int], int],
     log_end: Mapping[Key, int],
 ) -> pa.Table:
     """The later tasks' staged segments moved to their planned offsets (module doc)."""
-    fs, base = lakefs.resolve(root)
+    fs, base = lake.fs, lake.base
     staging = run_dir(base, STAGING_DIR, run_id)
     out = rows.to_pylist()
     moved = set()

@@ -28,7 +28,8 @@ import pyarrow as pa
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SeglakeError
-from seglake.location import Root
+from seglake.lake.handle import LakeHandle
+from seglake.lake_paths import STAGING_DIR
 from seglake.spark.ingest_keys import (
     COUNT_ROWS,
     Batches,
@@ -41,7 +42,7 @@ from seglake.spark.ingest_keys import (
 )
 from seglake.spark.ingest_plan import PartitionPlan
 from seglake.spark.task_memory import in_task_pool
-from seglake.storage.naming import STAGING_DIR, partition_dir_name, run_dir
+from seglake.storage.naming import partition_dir_name, run_dir
 from seglake.storage.tail_minima import TAIL_TYPE
 from seglake.storage.writer import SegmentInfo, SegmentWriter
 from seglake.testing_hooks import crash_point
@@ -104,7 +105,7 @@ class StagedWriters:
 
     def __init__(
         self,
-        root: Root,
+        lake: LakeHandle,
         run_id: str,
         config: LogConfig,
         tmp_suffix: str,
@@ -112,7 +113,7 @@ class StagedWriters:
         subdir: str = "",
         indexes: bool = True,
     ) -> None:
-        self.fs, base = lakefs.resolve(root)
+        self.fs, base = lake.fs, lake.base
         self.indexes = indexes  # index files written (SegmentWriter)
         self.staging = run_dir(base, STAGING_DIR, run_id)
         self.subdir = subdir  # under the staging dir (a one-pass task's own: task_dir)
@@ -153,7 +154,7 @@ class StagedWriters:
 
 
 def local_writer(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     config: LogConfig,
     num_partitions: int | None,
@@ -176,7 +177,7 @@ def local_writer(
     def write(batches: Batches) -> list[pa.RecordBatch]:
         task, suffix = task_id()
         sub = task_dir(task) if log_end is not None and task else ""
-        out = StagedWriters(root, run_id, config, suffix, fail_after_records, sub, indexes)
+        out = StagedWriters(lake, run_id, config, suffix, fail_after_records, sub, indexes)
         part = Partitioner(num_partitions, task)
         groups: dict[Key, _Group] = {}
         held = 0  # bytes of the input batches the pending slices keep alive
@@ -291,7 +292,7 @@ def prepare(
 
 
 def encoder(
-    root: Root,
+    lake: LakeHandle,
     run_id: str,
     config: LogConfig,
     log_end: Mapping[Key, int],
@@ -304,7 +305,7 @@ def encoder(
     is one (topic, partition)'s offset range."""
 
     def encode(batches: Batches) -> list[pa.RecordBatch]:
-        out = StagedWriters(root, run_id, config, task_id()[1], fail_after_records)
+        out = StagedWriters(lake, run_id, config, task_id()[1], fail_after_records)
         writer: SegmentWriter | None = None
         key: Key = ("", -1)  # set with writer
         chunk = None

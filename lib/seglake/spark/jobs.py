@@ -19,7 +19,7 @@ from seglake.cli import jobargs
 from seglake.config import LogConfig, parse_overrides
 from seglake.errors import SeglakeError
 from seglake.fs import refused
-from seglake.location import LakeLocation
+from seglake.lake.handle import LakeHandle
 from seglake.spark.session import (
     get_session,
     has_delta_spark,
@@ -31,12 +31,9 @@ from seglake.spark.session import (
 if TYPE_CHECKING:
     import argparse
 
-    import pyarrow as pa
     import pyarrow.fs as pafs
     from deltalake.transaction import AddAction
     from pyspark import Accumulator
-
-    from seglake.storage.recovery_report import PartitionRecovery
 
 
 def _print_skipped(acc: Accumulator[list[str]] | None) -> None:
@@ -294,70 +291,23 @@ def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
     return 0
 
 
-def _partition_groups(rows: pa.Table) -> list[list[dict[str, Any]]]:
-    """Catalog rows grouped per partition, as plain lists (picklable task inputs)."""
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows.to_pylist():
-        r.pop("committed_at", None)
-        groups.setdefault((r["topic"], r["partition"]), []).append(r)
-    return [groups[k] for k in sorted(groups)]
-
-
 def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
-    from seglake import fs as lakefs
-    from seglake.lake.catalog import Catalog
-    from seglake.lake.recovery import apply_recovery_fix, fallback_intervals
-    from seglake.lake.staging import STAGING, publish_pending, staged_run_committed
+    from seglake.lake.recovery import recover_lake
+    from seglake.spark.session import task_mapper
 
-    root, config = args.root, _config(args)
-    dry_run, force, kafka_truncate = args.dry_run, args.force, args.kafka_truncate
-    catalog = Catalog(root)
-    catalog.require()
-    if not dry_run:
-        fs, base = lakefs.resolve(root)
-        for run in lakefs.listdir(fs, lakefs.join(base, STAGING), missing_ok=True):
-            if staged_run_committed(catalog, run):
-                publish_pending(root, run)
-    groups = _partition_groups(catalog.segments(args.topics))
-    intervals = fallback_intervals(catalog, [g[0]["topic"] for g in groups], config)
-
-    def task(
-        rows: list[dict[str, Any]],
-    ) -> tuple[PartitionRecovery, list[dict[str, Any]], list[tuple[str, int, int]]]:
-        import pyarrow as pa
-
-        from seglake.lake.catalog import catalog_schema
-        from seglake.lake.recovery import recover_partition_rows
-
-        schema = pa.schema([f for f in catalog_schema() if f.name != "committed_at"])
-        return recover_partition_rows(
-            root,
-            pa.Table.from_pylist(rows, schema=schema),
-            dry_run=dry_run,
-            interval=intervals[rows[0]["topic"]],
-            force=force,
-            kafka_truncate=kafka_truncate,
-        )
-
-    results = (
-        spark.sparkContext.parallelize(groups, max(1, len(groups))).map(task).collect()
-        if groups
-        else []
+    config = _config(args)
+    report = recover_lake(
+        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
+        dry_run=args.dry_run,
+        force=args.force,
+        topics=args.topics,
+        run_id=args.run_id,
+        delete_delay_ms=config.file_delete_delay_ms,
+        kafka_truncate=args.kafka_truncate,
+        config=config,
+        map_tasks=task_mapper(spark),
     )
-    reports = [r[0] for r in results]
-    replace = [row for r in results for row in r[1]]
-    remove = [key for r in results for key in r[2]]
-    print(
-        apply_recovery_fix(
-            root,
-            reports,
-            replace,
-            remove,
-            run_id=args.run_id,
-            dry_run=dry_run,
-            delete_delay_ms=_config(args).file_delete_delay_ms,
-        )
-    )
+    print(report)
     return 0
 
 
@@ -366,7 +316,7 @@ def run_retention(spark: SparkSession, args: argparse.Namespace) -> int:
 
     rules, config = jobargs.retention_from_args(args)
     report = apply_retention(
-        args.root,
+        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
         rules,
         now_ms=args.now_ms,
         topics=args.topics,
@@ -422,8 +372,8 @@ def main(job: str, argv: list[str]) -> int:
     started = time.time()
     root = getattr(args, "root", None)
     try:
-        if root is not None:  # the lake root parsed once: executors get it pickled
-            args.root = LakeLocation.of(root)
+        if root is not None:  # the lake opened once: executors get it pickled
+            args.root = LakeHandle.open(root)
         jobargs.check_before_spark(job, args)  # so do paths and topics
         _config(args)  # bad settings fail before Spark starts
         spark = get_session(f"seglake-{job}")
@@ -433,7 +383,7 @@ def main(job: str, argv: list[str]) -> int:
         err = (
             task_error(exc)
             or (refused(exc, root) if driver_io else None)
-            or (LakeLocation.of(root).unreachable(exc) if driver_io and root else None)
+            or (LakeHandle.open(root).location.unreachable(exc) if driver_io and root else None)
             or spark_error(exc)
         )
         if err is None:

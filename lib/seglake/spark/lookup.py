@@ -70,11 +70,12 @@ import numpy as np
 import pyarrow as pa
 
 from seglake import fs as lakefs
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import LOOKUP_SCHEMA, QUERY_SCHEMA, answer_queries
 from seglake.lake.lookup_local import CHUNK_ROWS
 from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
 from seglake.lake.snapshot import Snapshot
+from seglake.location import LakeLocation, Root
 from seglake.spark.lookup_queries import normalize_queries
 from seglake.storage.index_cache import get_cache
 from seglake.storage.point_reads import read_offsets, resolve_timestamps
@@ -106,7 +107,7 @@ __all__ = [
 
 def lookup(
     spark: SparkSession,
-    root: str,
+    root: Root | LakeHandle,
     queries_df: Any,
     *,
     version: int | None = None,
@@ -145,11 +146,12 @@ def lookup(
     from seglake.config import LogConfig
     from seglake.spark.session import spark_schema
 
-    catalog = Catalog(root)
+    lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
+    catalog = lake.catalog
     version = catalog.version() if version is None else version
-    bc = _broadcast(spark, catalog, version)
+    bc = _broadcast(spark, lake, version)
     answer = _answers(
-        root,
+        lake.location,
         bc,
         version,
         LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes,
@@ -175,7 +177,7 @@ def lookup(
 
 
 def _answers(
-    root: str,
+    root: LakeLocation,
     bc: Parts,
     version: int,
     cache_bytes: int,
@@ -241,14 +243,14 @@ def _segment_keys(bc: Parts) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
     return key
 
 
-def _broadcast(spark: SparkSession, catalog: Catalog, version: int) -> Parts:
-    """The broadcast of :func:`partition_arrays` of ``catalog``'s snapshot at ``version``,
+def _broadcast(spark: SparkSession, lake: LakeHandle, version: int) -> Parts:
+    """The broadcast of :func:`partition_arrays` of the lake's snapshot at ``version``,
     made once per Spark context (a version's rows never change; the last few are kept)."""
-    key = (spark.sparkContext.applicationId, catalog.uri, version)
+    key = (spark.sparkContext.applicationId, lake.catalog.uri, version)
     with _BROADCASTS_LOCK:
         bc = _BROADCASTS.pop(key, None)
     if bc is None:
-        snapshot = Snapshot.read(catalog.location, version=version, catalog=catalog)
+        snapshot = Snapshot.read(lake, version=version)
         bc = spark.sparkContext.broadcast(partition_arrays(snapshot))
     with _BROADCASTS_LOCK:
         _BROADCASTS[key] = bc

@@ -17,9 +17,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
+from seglake.lake.handle import LakeHandle
 from seglake.lake.scan import offset_bound
 from seglake.lake.time_travel import version_as_of
-from seglake.location import LakeLocation, Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract_plan import DEFAULT_SPLIT_BYTES, parse_time
 from seglake.spark.kafka_options import BATCH_SOURCE, STREAM_SOURCE, check_options
@@ -277,7 +277,7 @@ class Bound:
 class ReadOptions:
     """The options of one ``spark.read.format("seglake")``, parsed and checked."""
 
-    root: Root  # a LakeLocation from parse_options: parsed once, pickled to the tasks
+    root: LakeHandle  # from parse_options: parsed once, pickled to the tasks
     topics: tuple[str, ...] | None
     pattern: TopicPattern | None
     assign: Mapping[str, tuple[int, ...]] | None
@@ -400,7 +400,7 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> ReadOp
             "time travelling (as in Delta)"
         )
     return ReadOptions(
-        LakeLocation.of(str(root)),
+        LakeHandle.open(str(root)),  # the data source's options: the lake opened once
         *_topic_choice(options),
         Bound.parse(options, "starting", stream=stream),
         Bound.parse(options, "ending"),

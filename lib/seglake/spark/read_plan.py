@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from pyspark.sql.datasource import (
 )
 
 from seglake.errors import ConfigError
-from seglake.lake.catalog import Catalog
+from seglake.lake.key_plan import key_candidates
 from seglake.lake.scan import Scan, SegmentTask
 from seglake.lake.snapshot import Snapshot
 from seglake.spark.read_options import (
@@ -33,11 +34,16 @@ from seglake.spark.read_options import (
     ReadOptions,
     TopicPartition,
 )
-from seglake.storage.index_cache import IndexCache
+from seglake.storage.index_cache import IndexCache, get_cache
 from seglake.storage.naming import internal_topic
 from seglake.times import datetime_micros, micros_to_millis
 
 __all__ = ["Pushed", "plan_read", "scan", "subscribed"]
+
+logger = logging.getLogger(__name__)
+# the key filters' line (plan_read) is INFO: silent on a console, kept by Spark's Python
+# worker logging (spark.sql.pyspark.worker.logging.enabled: spark.tvf.python_worker_logs())
+logger.setLevel(logging.INFO)
 
 
 # ------------------------------------------------------------------------------ filters
@@ -81,6 +87,20 @@ def _ceil_ms(us: int) -> int:
     return us if us in ALL else -micros_to_millis(-us)
 
 
+def _key_bytes(values: tuple[Any, ...]) -> frozenset[bytes] | None:
+    """The key bytes of string (UTF-8) or binary literals (a null equals no key), or
+    ``None`` for any other literal."""
+    out = set()
+    for v in values:
+        if isinstance(v, str):
+            out.add(v.encode())
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            out.add(bytes(v))
+        elif v is not None:
+            return None
+    return frozenset(out)
+
+
 _CONVERT = {"partition": _as_int, "offset": _as_int, "timestamp": _as_micros}
 _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
@@ -94,6 +114,7 @@ class Pushed:
     partition: Range = ALL
     offset: Range = ALL
     timestamp: Range = ALL
+    keys: frozenset[bytes] | None = None  # key = / key IN: these key bytes only
 
     def push(self, f: Filter) -> bool:
         """Take ``f`` in; ``True`` when the read will honour it exactly."""
@@ -101,6 +122,12 @@ class Pushed:
             return False
         col = f.attribute[0]
         values = tuple(f.value) if isinstance(f, In) else (f.value,)
+        if col == "key":  # exact: the key index's records, key bytes compared
+            keys = _key_bytes(values) if isinstance(f, (EqualTo, In)) else None
+            if keys is None:
+                return False
+            self.keys = _both(self.keys, keys)
+            return True
         if col == "topic":
             if not isinstance(f, (EqualTo, In)) or not all(isinstance(v, str) for v in values):
                 return False
@@ -133,6 +160,7 @@ class Pushed:
         return (
             self.topics == frozenset()
             or self.partitions == frozenset()
+            or self.keys == frozenset()
             or any(lo >= hi for lo, hi in (self.partition, self.offset, self.timestamp))
         )
 
@@ -149,7 +177,6 @@ def subscribed(
     opts: ReadOptions,
     *,
     version: int | None = None,
-    catalog: Catalog | None = None,
     cache: IndexCache | None = None,
     strict: bool = True,
 ) -> Snapshot:
@@ -161,7 +188,6 @@ def subscribed(
         opts.root,
         wanted,
         version=opts.version if version is None else version,
-        catalog=catalog,
         cache=cache,
         on_corrupt=opts.on_corrupt,
     )
@@ -182,7 +208,7 @@ def subscribed(
             )
         parts &= want
     elif strict and wanted and set(wanted) - present:
-        every = Snapshot.read(opts.root, version=version, catalog=catalog).partitions
+        every = Snapshot.read(opts.root, version=version).partitions
         known = [t for t, _ in every]
         raise ConfigError(
             f"subscribe: no topic {', '.join(sorted(set(wanted) - present))} in "
@@ -252,4 +278,12 @@ def plan_read(
         lo, hi = _intersect((start, end), pushed.offset)
         if lo < hi:  # a pushed time range: the scan prunes and seeks (a time filter)
             ranges[tp] = (lo, hi)
-    return dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    tasks = dataclasses.replace(scan(opts, snap, ranges), times=pushed.timestamp).plan()
+    if pushed.keys is None:
+        return tasks
+    cache = cache or get_cache()
+    keyed = key_candidates(
+        opts.root.location, cache, tasks, pushed.keys, on_corrupt=opts.on_corrupt
+    )
+    logger.info(keyed.line(len(pushed.keys)))
+    return keyed.tasks

@@ -9,9 +9,9 @@ import re
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from seglake import errors
 from seglake.errors import SeglakeError
 from seglake.fs import refused
+from seglake.lake.tasks import MapTasks
 
 if TYPE_CHECKING:
     from pyspark import Accumulator
@@ -178,6 +179,17 @@ def spark_schema(schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+def task_mapper(spark: SparkSession) -> MapTasks:
+    """A lake operation's ``map_tasks`` (:mod:`seglake.lake.tasks`) on Spark: one task per
+    item, results in order."""
+    sc = spark.sparkContext
+
+    def map_tasks(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        return sc.parallelize(items, len(items)).map(fn).collect() if items else []
+
+    return map_tasks
 
 
 def list_accumulator(spark: SparkSession) -> Accumulator[list[str]] | None:

@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 from seglake import fs as lakefs
 from seglake.config import KNOWN_NAMES, LogConfig
 from seglake.errors import ConfigError, SeglakeError
-from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.stream_commit import (
     APPEND_MODES,
     PIECE_COLUMNS,
@@ -54,7 +54,7 @@ from seglake.lake.stream_commit import (
     stream_run_id,
 )
 from seglake.lake.topic_store import topic_configs
-from seglake.location import LakeLocation, Root
+from seglake.location import Root
 from seglake.record.schema import timestamp_millis
 from seglake.spark import ingest_tasks as tasks
 from seglake.spark.arrow_input import AppendTime
@@ -68,7 +68,7 @@ from seglake.spark.kafka_options import (
 )
 from seglake.spark.normalize import check_types
 from seglake.spark.worker_errors import one_line_errors
-from seglake.storage.naming import STAGING_DIR, run_dir, validate_name, validate_topic
+from seglake.storage.naming import validate_name, validate_topic
 
 SINK_OPTIONS = ("path", "checkpointlocation", "topic", "queryid", "seglake.stream.append")
 FLUSH_EVERY_BATCH = 1  # the sink's default seglake.ingest.buffer.bytes
@@ -91,7 +91,7 @@ def ingest_batch(
     df: DataFrame,
     batch_id: int,
     *,
-    root: Root,
+    root: Root | LakeHandle,
     query_id: str,
     conf: LogConfig | Mapping[str, Any] | None = None,
     topic: str | None = None,
@@ -123,7 +123,7 @@ class StagedPiece(WriterCommitMessage):
 
 @dataclasses.dataclass(frozen=True)
 class SinkOptions:
-    root: Root  # a LakeLocation from sink_options: parsed once, pickled to the tasks
+    root: LakeHandle  # from sink_options: parsed once, pickled to the tasks
     query_id: str
     config: LogConfig
     topic: str | None
@@ -139,7 +139,7 @@ class SinkOptions:
         the topic's partition count from them: what the tasks write with."""
         if self.log_end is not None:
             return self
-        catalog = Catalog(self.root)
+        catalog = self.root.catalog
         leo = catalog.log_end_offsets() if catalog.exists() else {}
         n = None if self.has_partition else partition_count(self.topic, None, leo, self.config)
         config = topic_configs(catalog, self.config)  # each topic's: for_topic(t)
@@ -195,7 +195,7 @@ def sink_options(
         raise ConfigError(
             f"seglake.stream.append must be one of {', '.join(APPEND_MODES)}, got {append!r}"
         )
-    return SinkOptions(LakeLocation.of(root), qid, config, topic, has_partition, has_offset, append)
+    return SinkOptions(LakeHandle.open(root), qid, config, topic, has_partition, has_offset, append)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,10 +234,10 @@ class SeglakeStreamWriter(DataSourceStreamArrowWriter):
         commit_messages(self.opts, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        fs, base = lakefs.resolve(self.opts.root)
+        lake = self.opts.root
         for m in messages:
             if isinstance(m, StagedPiece):  # failed tasks' pieces: cleanup removes them
-                lakefs.delete_dir(fs, run_dir(base, STAGING_DIR, m.stage), root=base)
+                lakefs.delete_dir(lake.fs, lake.staging(m.stage), root=lake.base)
 
 
 def stage_piece(
@@ -367,7 +367,11 @@ def _headers(h: pa.Array | None, n: int) -> pa.Array:
 
 
 def _write_given(
-    root: Root, stage: str, config: LogConfig, batches: Iterator[pa.RecordBatch], indexes: bool
+    root: LakeHandle,
+    stage: str,
+    config: LogConfig,
+    batches: Iterator[pa.RecordBatch],
+    indexes: bool,
 ) -> Iterator[pa.RecordBatch]:
     """Given offsets: this task's records of each partition sorted by offset and written
     as they are (the Kafka source gives each task one partition's range, in order)."""

@@ -46,10 +46,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from seglake.errors import ConfigError, DataLossError, SeglakeError
-from seglake.lake.catalog import Catalog
 from seglake.lake.scan import resume_offset
 from seglake.lake.snapshot import Snapshot
-from seglake.location import LakeLocation
 from seglake.spark.datasource import SeglakeReader
 from seglake.spark.read_options import ReadOptions, TopicPartition, int_option, parse_options
 from seglake.spark.read_plan import scan, subscribed
@@ -158,16 +156,16 @@ class SeglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The newest catalog version's subscribed partitions (kept as ``snapshot``; the
         kept one again while the version is the same: a micro-batch of an unchanged lake
         opens the catalog's log and reads no rows)."""
-        catalog = Catalog(self.opts.root)
+        catalog = self.opts.root.catalog
         if not catalog.exists():
             if strict and (self.opts.topics or self.opts.assign):
                 raise ConfigError(f"{self.opts.root}: no lake (no catalog) there")
-            self.snapshot = Snapshot(LakeLocation.of(self.opts.root), -1, {})
+            self.snapshot = Snapshot(self.opts.root.location, -1, {})
             return self.snapshot
         version = catalog.version()
         if not strict and self.snapshot is not None and self.snapshot.version == version:
             return self.snapshot  # the lake is as it was: its rows and logs are these
-        self.snapshot = subscribed(self.opts, version=version, catalog=catalog, strict=strict)
+        self.snapshot = subscribed(self.opts, version=version, strict=strict)
         return self.snapshot
 
     def initialOffset(self) -> Offsets:

@@ -3,8 +3,8 @@
 
     keys -> hash_keys -> filter: no key may be present -> no read at all
          -> exact level: candidate offsets (searchsorted over the sorted hashes)
-         -> the records at those offsets read (a few: one window each; many: the whole
-            segment once) -> kept where the KEY BYTES equal the query's
+         -> the records at those offsets read (the point reads' engine: only the batches
+            holding them, decoded in one call) -> kept where the KEY BYTES equal the query's
 
 A hash collision is a candidate whose bytes differ: dropped, never returned. A segment
 whose ``.keyindex`` is missing, damaged or covers fewer offsets than the segment is read
@@ -34,12 +34,19 @@ from seglake.storage.key_index import (
     read_filter,
 )
 from seglake.storage.naming import KEY_INDEX_SUFFIX
+from seglake.storage.point_reads import read_offsets
 from seglake.storage.segment import LogSegment
 
-__all__ = ["INDEXED", "KeyMatches", "find_keys", "load_key_index", "segment_key_index"]
+__all__ = [
+    "INDEXED",
+    "KeyMatches",
+    "find_keys",
+    "load_key_index",
+    "rules_out",
+    "segment_key_index",
+]
 
 INDEXED = "index"
-READ_WHOLE = 64  # more candidate offsets than this: one read of the whole segment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,15 +110,9 @@ def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMa
     query = _query_array(keys)
     hashes, valid = key_index.hash_keys(query)
     asked = np.flatnonzero(valid)
-    whole = None
-    try:
-        head, length = seg.files.read_index(KEY_INDEX_SUFFIX, HEADER_SIZE + MAX_BYTES)
-        filt = read_filter(head, seg.base_offset, path=seg.stem + KEY_INDEX_SUFFIX)
-        if head_next_offset(head) >= seg.next_offset and not filt.may_contain(hashes[asked]).any():
-            return KeyMatches(_matching(_empty(seg), query), INDEXED)
-        whole = head if len(head) == length else None  # else the exact level is past it
-    except (SegmentNotFoundError, CorruptIndexError):
-        pass  # load_key_index says what is wrong
+    ruled_out, whole = _filter_check(seg, hashes[asked])
+    if ruled_out:
+        return KeyMatches(_matching(_empty(seg), query), INDEXED)
     idx, why = load_key_index(seg, whole)
     if idx is None:
         table = seg.read_records(end_offset=seg.next_offset)
@@ -121,12 +122,29 @@ def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMa
     offsets = np.unique(offsets[offsets < seg.next_offset])
     if not len(offsets):
         return KeyMatches(_matching(_empty(seg), query), INDEXED)
-    if len(offsets) > READ_WHOLE:
-        table = seg.read_records(int(offsets[0]), int(offsets[-1]) + 1)
-    else:
-        table = pa.concat_tables([seg.read_records(int(o), int(o) + 1) for o in offsets])
-    table = table.filter(pc.is_in(table.column("offset"), pa.array(offsets)))
+    table = read_offsets(seg, offsets)  # only the batches holding them, decoded at once
     return KeyMatches(_matching(table, query), INDEXED, len(offsets))
+
+
+def rules_out(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> bool:
+    """Whether the segment's ``.keyindex`` filter says none of ``keys`` is in it (one read
+    of its header and filter); ``False`` when it may hold one, or has no usable index
+    (the reader scans it then: :func:`find_keys`)."""
+    hashes, valid = key_index.hash_keys(_query_array(keys))
+    return _filter_check(seg, hashes[valid])[0]
+
+
+def _filter_check(seg: LogSegment, hashes: np.ndarray) -> tuple[bool, bytes | None]:
+    """Whether the filter rules every hash out, and the whole file when that one read
+    held it (a small file: the exact level too), else ``None``."""
+    try:
+        head, length = seg.files.read_index(KEY_INDEX_SUFFIX, HEADER_SIZE + MAX_BYTES)
+        filt = read_filter(head, seg.base_offset, path=seg.stem + KEY_INDEX_SUFFIX)
+    except (SegmentNotFoundError, CorruptIndexError):
+        return False, None  # load_key_index says what is wrong
+    if head_next_offset(head) >= seg.next_offset and not filt.may_contain(hashes).any():
+        return True, None
+    return False, head if len(head) == length else None  # else the exact level is past it
 
 
 def _query_array(keys: Sequence[bytes | None] | pa.Array) -> pa.Array:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.config import LogConfig
 from seglake.errors import SegmentNotFoundError
 from seglake.record.batch import SkippedBatch
@@ -127,7 +128,7 @@ class PartitionLog:
             )
             for ref in refs
         ]
-        directory = lakefs.safe_join(root, refs[-1].path).rsplit("/", 1)[0] if refs else root
+        directory = lake_paths.safe_join(root, refs[-1].path).rsplit("/", 1)[0] if refs else root
         return cls(fs, directory, segments, log_start_offset=log_start_offset)
 
     @property

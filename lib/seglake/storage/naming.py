@@ -22,6 +22,7 @@ import re
 
 from seglake.errors import InvalidNameError, InvalidTopicError
 from seglake.format import INT32_MAX, LONG_MAX
+from seglake.lake_paths import RETIRED_DIR, STAGING_DIR
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -38,9 +39,6 @@ PENDING_SUFFIXES = (".deleted", ".cleaned", ".swap")
 MAX_TOPIC_LENGTH = 249
 MAX_NAME_LENGTH = MAX_TOPIC_LENGTH  # any name that becomes a path
 NAME_MAX = 255  # longest file or directory name (ext4, xfs, APFS, NTFS)
-STAGING_DIR = "_staging"  # <root>/_staging/<run>/<path>: a run's files before they are published
-RETIRED_DIR = "_retired"  # <root>/_retired/<run>/<path>: a run's files after a later run
-# (compaction, segment merging) replaced them under the same name; kept for pinned readers
 
 # Kafka's internal topics (org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS, 4.1):
 # a broker marks them isInternal; Admin.listTopics leaves them out, and Spark's Kafka

@@ -84,7 +84,7 @@ def _strip_pending(name: str) -> tuple[str, str] | None:
 
 def delete_segment_files(fs: pafs.FileSystem, stem: str, *, root: str) -> list[str]:
     """Kafka's asynchronous delete, done at once: rename to ``.deleted``, then remove
-    (inside ``root`` only: :func:`seglake.fs.check_delete`)."""
+    (inside ``root`` only: :func:`seglake.lake_paths.check_delete`)."""
     gone = []
     for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
         path = stem + suffix

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from seglake import fs as lakefs
+from seglake import lake_paths
 from seglake.errors import InvalidTopicError
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 from seglake.storage.naming import parse_segment_file_name, row_copies
@@ -68,7 +68,7 @@ class SegmentRef:
         staged, retired = row_copies(root, self.path, self.run_id)
         seg = LogSegment(
             fs,
-            lakefs.safe_join(root, self.path),
+            lake_paths.safe_join(root, self.path),
             size=self.size_bytes,
             next_offset=self.next_offset,
             max_timestamp=self.max_timestamp,

@@ -26,7 +26,7 @@ from seglake.cli.main import main as seglake_cli
 from seglake.kafka_broker import KafkaBroker
 from seglake.lake.catalog import Catalog
 from seglake.lake.rows import segment_refs
-from seglake.lake.staging import STAGING
+from seglake.lake_paths import STAGING_DIR
 from seglake.storage.log import PartitionLog
 from seglake.testing_hooks import CRASH_AT
 from tests.kafka_client import (
@@ -232,4 +232,4 @@ def test_driver_killed_mid_stream_restarts_exactly_once(archive: Archive, tmp_pa
     assert_lake_is_the_topics(root, archive.topic_records)
     # the killed attempt's pieces are garbage that cleanup removes; nothing else is left
     assert seglake_cli(["cleanup", "--older-than", "0", root]) == 0
-    assert not [p for p in Path(root, STAGING).rglob("*") if p.is_file()]
+    assert not [p for p in Path(root, STAGING_DIR).rglob("*") if p.is_file()]

@@ -25,6 +25,7 @@ import pytest
 
 import seglake
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from seglake.lake.topic_store import alter_config
 from tests.kafka_client import ISOLATION, dump_log_segments, recs_from_arrow
@@ -52,7 +53,7 @@ def compacted_lake(spark, produced: Produced, tmp_path_factory: pytest.TempPathF
     broker_dir = tmp_path_factory.mktemp("raw-broker")
     shutil.copytree(produced.snapshot / "compacted-raw-0", broker_dir / "compacted-0")
     root = str(tmp_path_factory.mktemp("compacted") / "lake")
-    register(root, str(broker_dir))
+    register(LakeHandle.open(root), str(broker_dir))
     alter_config(
         Catalog(root),
         "compacted",

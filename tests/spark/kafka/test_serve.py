@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 import seglake
 from seglake.cli.main import main
 from seglake.kafka_broker import missing_requirements
+from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
 from tests.conftest import FIXTURES, ROOT
 from tests.kafka_client import _admin, consume_all, recs_from_arrow
@@ -72,7 +73,7 @@ def test_serve_a_copy_then_register_its_configs(tmp_path: Path, capfd) -> None:
     for t in TOPICS:
         shutil.copytree(FIXTURES / f"{t}-0", broker_dir / f"{t}-0")
     lake = tmp_path / "lake"
-    register(str(lake), str(broker_dir))
+    register(LakeHandle.open(str(lake)), str(broker_dir))
     assert main(["config", str(lake), "--topic", "first", "--set", "segment.bytes=2000000"]) == 0
     before = _tree_digest(lake)
     data = tmp_path / "served"
@@ -133,7 +134,9 @@ def test_serve_a_copy_then_register_its_configs(tmp_path: Path, capfd) -> None:
             assert f.read_bytes() == (lake / f"{t}-0" / f.name).read_bytes()
     # register of the broker's directory: the same configs per topic as it described
     copy = tmp_path / "copy"
-    rep = register(str(copy), str(data / "logs"), metadata_dir=str(data / "metadata"))
+    rep = register(
+        LakeHandle.open(str(copy)), str(data / "logs"), metadata_dir=str(data / "metadata")
+    )
     assert {t: rep.topics[t] for t in TOPICS} == described
     assert "__consumer_offsets" not in rep.topics
     for t in TOPICS:  # register kept the broker directory's .keyindex files: they are right
