@@ -278,7 +278,7 @@ def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Pa
     q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 400, 7)})
     want = lk.lookup(q)
     names = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
-    assert run_compaction(str(root), conf=COMPACT, now_ms=NOW).committed
+    assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
     now = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
     assert names & now  # a segment kept its name
     hits = get_cache().stats()["hits"]
