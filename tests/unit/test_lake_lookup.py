@@ -116,10 +116,43 @@ def _check(lake, truth: Truth, offsets: list[int], times: list[int]) -> None:
 def test_every_offset_and_time_equals_brute_force(lake) -> None:
     lk, truth = lake
     # (every other offset, every fifth record's time: the gaps and markers send many
-    # queries to answer_queries' per-query scan, ~30 ms each)
+    # queries to answer_queries' scan, see the next test)
     offsets = list(range(truth.log_start - 2, truth.log_end + 3, 2))
     ts = {int(t) + d for t in truth.e_ts[::5] for d in (-1, 0, 1)}
     times = sorted(ts | {0, int(truth.e_ts.min()) - 100, int(truth.e_ts.max()) + 5, -1, -2, -3})
+    _check(lk, truth, offsets, times)
+
+
+def test_the_queries_the_index_cannot_place_read_each_segment_once(lake, monkeypatch) -> None:
+    """Offsets compacted away or on markers, times the index cannot place: hundreds of
+    queries answered by a scan, all of a segment's from one read of it (not one
+    scan per query: ~10,000 reads here before), answers as brute force."""
+    from seglake.storage.segment import LogSegment
+
+    lk, truth = lake
+    reads: list[str] = []
+    window = LogSegment.window
+    monkeypatch.setattr(
+        LogSegment,
+        "window",
+        lambda seg, *a, **kw: reads.append(seg.log_path) or window(seg, *a, **kw),
+    )
+    offsets = list(range(truth.log_start, truth.log_end))
+    times = sorted({int(t) + d for t in truth.e_ts for d in (-1, 0, 1)})
+    _check(lk, truth, offsets, times)
+    assert len(reads) <= truth.segments
+
+
+@pytest.mark.parametrize("chunk", [100, 700])
+def test_a_scan_read_in_chunks_answers_the_same(lake, monkeypatch, chunk: int) -> None:
+    """The scan reads ``SCAN_CHUNK`` bytes at a time (batches larger than it whole):
+    with chunks smaller than a batch, or a few batches, the same answers."""
+    from seglake.storage import point_reads
+
+    lk, truth = lake
+    monkeypatch.setattr(point_reads, "SCAN_CHUNK", chunk)
+    offsets = list(range(truth.log_start, truth.log_end, 3))
+    times = sorted({int(t) + d for t in truth.e_ts[::4] for d in (-1, 0, 1)})
     _check(lk, truth, offsets, times)
 
 
@@ -230,3 +263,26 @@ def test_cli_lookup_answers_as_lake_lookup(lake, capsys, tmp_path: Path) -> None
         assert exc.value.code == 2
     assert "expected TOPIC:PARTITION:OFFSET" in capsys.readouterr().err
     assert main(["lookup", lk.root, "--queries", str(tmp_path / "none.csv")]) == 2
+
+
+def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Path) -> None:
+    """The process's index cache holds segments of version 1; a compaction replaces them
+    under their names (the old files retired): a lookup still pinned to version 1 in the
+    same process answers as a fresh process does (no VersionSupersededError), and the
+    cache still serves the repeated lookup."""
+    from seglake.storage.index_cache import get_cache
+
+    root = tmp_path / "lake"
+    txn_lake(root, seed=5, codec=0)
+    lk = seglake.open(str(root))
+    q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 400, 7)})
+    want = lk.lookup(q)
+    names = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
+    assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
+    now = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
+    assert names & now  # a segment kept its name
+    hits = get_cache().stats()["hits"]
+    pd.testing.assert_frame_equal(lk.lookup(q), want)  # the cached segments, version 1
+    assert get_cache().stats()["hits"] > hits
+    get_cache().clear()  # as a fresh process reads version 1
+    pd.testing.assert_frame_equal(seglake.open(str(root), version=lk.version).lookup(q), want)

@@ -29,7 +29,7 @@ from seglake.storage.point_reads import (
     Request,
     offset_request,
     plan_requests,
-    scan_time,
+    scan_times,
     time_request,
 )
 from seglake.storage.segment import LogSegment
@@ -82,8 +82,9 @@ class _Answers:
         self.tables: list[pa.Table] = []
         self.rows = 0
 
-    def add(self, qi: int, table: pa.Table) -> None:
-        self.row[qi] = self.rows
+    def add(self, qi: np.ndarray, table: pa.Table, rows: np.ndarray) -> None:
+        """Queries ``qi`` answered by rows ``rows`` of ``table``."""
+        self.row[qi] = self.rows + rows
         self.tables.append(table)
         self.rows += table.num_rows
 
@@ -157,12 +158,14 @@ def answer_queries(
         for r, _, _ in reqs:
             if skipped is not None:
                 skipped += [b.describe(r.seg.log_path) for b in r.seg.skipped.values()]
-    for qi, where in plan.by_ts:  # timestamps the index could not place: scan (rare)
-        for i in qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")].tolist():
-            _scan_on(cache, root, ans, i, int(qs.target[i]), where)
-    for qi, (k, a, s, _) in plan.by_off:  # nothing kept from there to its segment's end: on
-        for i in qi[ans.status[qi] == "no_record_at_offset"].tolist():
-            _scan_on(cache, root, ans, i, ANY_TIME, (k, a, s, int(qs.target[i])))
+    scans: list[tuple[np.ndarray, tuple[Any, ...], np.ndarray, np.ndarray]] = []
+    for qi, where in plan.by_ts:  # timestamps the index could not place: scan
+        qi = qi[(ans.row[qi] < 0) & (ans.status[qi] != "read_error")]
+        scans.append((qi, where, qs.target[qi], np.full(len(qi), where[3])))
+    for qi, where in plan.by_off:  # nothing kept from there to its segment's end: on
+        qi = qi[ans.status[qi] == "no_record_at_offset"]
+        scans.append((qi, where, np.full(len(qi), ANY_TIME), qs.target[qi]))
+    _scan_on(cache, root, ans, scans)
     return _assemble(q, ans)
 
 
@@ -289,28 +292,41 @@ def _pick_answers(
 
 
 def _scan_on(
-    cache: IndexCache, root: Root, ans: _Answers, i: int, t: int, where: tuple[Any, ...]
+    cache: IndexCache,
+    root: Root,
+    ans: _Answers,
+    scans: list[tuple[np.ndarray, tuple[Any, ...], np.ndarray, np.ndarray]],
 ) -> None:
-    """Query ``i``'s answer, the record a fetch from offsetsForTimes(``t``) (offset >=
-    ``lo``; ``where`` = (key, arrays, s, lo)) returns, by scanning from segment ``s`` on
-    (rare: see scan_time; an offset query is ``t`` = :data:`ANY_TIME`)."""
-    (topic, partition), a, s, log_start = where
-    asked = t
-    for j in range(s, len(a["base_offset"])):
-        try:
-            found, t = scan_time(_open(cache, root, a, j, ans.on_corrupt, ans.pin), t, log_start)
-        except (SeglakeError, OSError) as exc:
-            if isinstance(exc, CorruptRecordError):
-                raise
-            ans.superseded(exc)
-            log.warning("lookup %s-%s segment %s: %s", topic, partition, a["path"][j], exc)
-            ans.status[i] = "read_error"
-            return
-        if found.num_rows:
-            ans.add(i, found.slice(0, 1))
-            ans.status[i] = "ok"
-            return
-    ans.status[i] = "no_record_at_offset" if asked == ANY_TIME else "no_record_for_timestamp"
+    """The answers of queries ``qi`` of each ``(qi, where, t, lo)`` (``where`` = (key,
+    arrays, s, _)): the record a fetch from offsetsForTimes(``t``) (offset >= ``lo``)
+    returns, by scanning from segment ``s`` on (an offset query is ``t`` =
+    :data:`ANY_TIME`). Each segment is read once for all the queries that reach it
+    (:func:`~seglake.storage.point_reads.scan_times`); the unanswered go on to the next."""
+    by_part: dict[Any, tuple[dict[str, Any], list[tuple[np.ndarray, ...]]]] = {}
+    for qi, (k, a, s, _), t, lo in scans:
+        if len(qi):
+            by_part.setdefault(k, (a, []))[1].append((np.full(len(qi), s), qi, t, lo))
+    for k, (a, got) in by_part.items():
+        first, qi, t, lo = (np.concatenate(c) for c in zip(*got, strict=True))
+        asked_ts, left = t != ANY_TIME, np.ones(len(qi), bool)
+        for j in range(int(first.min()), len(a["base_offset"])):
+            on = np.flatnonzero(left & (first <= j))
+            if not len(on):
+                continue  # the rest start further on
+            try:
+                seg = _open(cache, root, a, j, ans.on_corrupt, ans.pin)
+                row, found, t[on] = scan_times(seg, t[on], lo[on])
+            except (SeglakeError, OSError) as exc:  # a damaged batch raises
+                ans.fail((k, a, j, qi[on]), exc)
+                left[on] = False
+                continue
+            hit = row >= 0
+            ans.add(qi[on[hit]], found, row[hit])
+            ans.status[qi[on[hit]]], left[on[hit]] = "ok", False
+        rest = np.flatnonzero(left)
+        ans.status[qi[rest]] = np.where(
+            asked_ts[rest], "no_record_for_timestamp", "no_record_at_offset"
+        )
 
 
 def _mark_skipped(

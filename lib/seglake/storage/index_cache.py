@@ -7,7 +7,9 @@ least recently used entries are evicted once the total exceeds
 ``seglake.index.cache.bytes`` (:attr:`LogConfig.index_cache_bytes`). ``0`` disables it.
 
 Entries are keyed by (lake location, segment path, run id, size): a segment rewritten by
-recovery gets a new size or run id, so a stale entry is never returned.
+recovery gets a new size or run id, so a stale entry is never returned. A hit on a row
+whose file a later run replaced under its name since (compaction) reads the retired copy,
+as a fresh open does (one existence check per hit of a row with a run id).
 """
 
 from __future__ import annotations
@@ -99,8 +101,11 @@ class IndexCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 hit[0].pin = pin
-                return hit[0]
-            self.misses += 1
+            else:
+                self.misses += 1
+        if hit is not None:
+            hit[0].files.retired_since()  # compacted in place since: read the row's copy
+            return hit[0]
         fs, base = self.resolve(root)
         seg = ref.open(fs, base, on_corrupt=on_corrupt, pin=pin)
         if load_indexes:

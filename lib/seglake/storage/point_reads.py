@@ -16,6 +16,8 @@ import pyarrow as pa
 
 from seglake.errors import SeglakeError
 from seglake.format import NO_TIMESTAMP
+from seglake.record.batch import HEADER_SIZE, claimed_size
+from seglake.record.reader import record_times
 from seglake.record.schema import empty_records
 from seglake.storage.header_chains import locate as _locate
 from seglake.storage.point_gather import Gather
@@ -29,6 +31,7 @@ from seglake.storage.point_requests import (
     touching,
 )
 from seglake.storage.segment import LogSegment
+from seglake.storage.segment_window import Window
 
 __all__ = [
     "READ_GAP",
@@ -38,7 +41,7 @@ __all__ = [
     "plan_requests",
     "read_offsets",
     "resolve_timestamps",
-    "scan_time",
+    "scan_times",
     "time_request",
 ]
 
@@ -127,21 +130,92 @@ def _careful_timestamps(
     return out, after
 
 
-def scan_time(seg: LogSegment, target: int, lo: int) -> tuple[pa.Table, int]:
-    """``(record, target)``: the record a fetch from ``seg``'s offsetsForTimes(``target``)
-    (offset >= ``lo``) returns, by a forward scan (empty if none in ``seg``), for the rare
-    targets the index and the header chains cannot place; and the target of the next
-    segment's scan: ``target``, or :data:`NO_TIMESTAMP` (every record) once a transaction
-    marker answered (Kafka's ListOffsets gives its offset; a fetch from it reads on to
-    the next data record, whatever its timestamp)."""
-    found = seg.find_offset_by_timestamp(target, lo)
-    while found is not None:
-        record = seg.read_records(found.offset, found.offset + 1)
-        if record.num_rows:
-            return record, target
-        target = NO_TIMESTAMP  # a marker: a fetch from it returns the next data record
-        found = seg.find_offset_by_timestamp(target, found.offset + 1)
-    return empty_records(), target
+SCAN_CHUNK = 1 << 20  # bytes of a segment :func:`scan_times` reads at a time
+
+
+def scan_times(
+    seg: LogSegment, targets: np.ndarray, lo: np.ndarray | int
+) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    """For each target, the record a fetch from ``seg``'s offsetsForTimes(target)
+    (offset >= its ``lo``) returns, by a forward scan, for the targets the index and the
+    header chains cannot place: all of them together, read :data:`SCAN_CHUNK` bytes at
+    a time from the earliest place a pending answer can start (the strict time index
+    floor, or ``lo``'s offset index floor), each chunk once for every target in it.
+    :data:`NO_TIMESTAMP` (every record) asks for the next record from ``lo``.
+
+    Returns ``(row, records, carry)``: ``row[i]`` the row of target ``i``'s answer in
+    ``records`` (-1: none in ``seg``), ``carry[i]`` the target of the next segment's scan:
+    the target, or :data:`NO_TIMESTAMP` once a transaction marker answered (Kafka's
+    ListOffsets gives its offset; a fetch from it reads on to the next data record,
+    whatever its timestamp)."""
+    targets = np.asarray(targets, dtype=np.int64)
+    n = len(targets)
+    lo = np.maximum(np.broadcast_to(np.asarray(lo, dtype=np.int64), (n,)), seg.base_offset)
+    row, carry = np.full(n, -1, dtype=np.int64), targets.copy()
+    if not n:
+        return row, empty_records(), carry
+    _, pos = seg.floor_positions(np.maximum(seg.time_index.bounds_many(targets)[0], lo))
+    pending, tables, rows = np.ones(n, bool), [], 0
+    while pending.any():
+        start = int(pos[pending].min())
+        if start >= seg.size:
+            break
+        w = seg.window(start, start + SCAN_CHUNK)
+        if w.end == start:  # a batch larger than the chunk (or a torn tail): read it whole
+            head = seg.window(start, start + HEADER_SIZE, verify_crc=False).data
+            if len(head) == HEADER_SIZE:
+                w = seg.window(start, start + claimed_size(head))
+        if seg._bad_start(w, start):  # the index was rebuilt: start over
+            return scan_times(seg, targets, lo)
+        if w.end == start:
+            break  # a torn tail: nothing more
+        on = np.flatnonzero(pending & (pos < w.end))
+        got, table, carry[on] = _scan_window(seg, w, carry[on], lo[on])
+        hit = got >= 0
+        row[on[hit]] = got[hit] + rows
+        pending[on[hit]], pos[on] = False, w.end
+        tables.append(table)
+        rows += table.num_rows
+    return row, pa.concat_tables(tables) if tables else empty_records(), carry
+
+
+def _scan_window(
+    seg: LogSegment, w: Window, targets: np.ndarray, lo: np.ndarray
+) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    """:func:`scan_times` within the whole batches of one window ``w`` of ``seg``."""
+    n = len(targets)
+    row, carry = np.full(n, -1, dtype=np.int64), targets.copy()
+    offs, ts = record_times(w.data, w.scan, skip_control=False, path=seg.log_path)
+    m = len(offs)
+    if not m:
+        return row, empty_records(), carry
+    batch = np.searchsorted(w.scan.last_offset, offs)  # each record's batch
+    is_data = ~w.scan.is_control[batch]
+    # first record at offset >= lo with timestamp >= target: where ``lo`` starts, else
+    # the first reaching the target (running max), else (rare) searched on from ``lo``
+    k = np.searchsorted(offs, lo)
+    done = k >= m
+    done[~done] = ts[k[~done]] >= targets[~done]
+    reach = np.searchsorted(np.maximum.accumulate(ts), targets)
+    later = ~done & (reach >= k)
+    k[later] = reach[later]
+    for i in np.flatnonzero(~done & ~later).tolist():
+        hit = np.flatnonzero(ts[k[i] :] >= targets[i])
+        k[i] = k[i] + hit[0] if len(hit) else m
+    # its answer: that record, or after a marker the next data record
+    nxt = np.full(m + 1, m, dtype=np.int64)
+    nxt[:m][is_data] = np.flatnonzero(is_data)
+    nxt = np.minimum.accumulate(nxt[::-1])[::-1]
+    answer = nxt[k]
+    carry[(k < m) & (answer >= m)] = NO_TIMESTAMP
+    found = np.flatnonzero(answer < m)
+    if not len(found):
+        return row, empty_records(), carry
+    keep = np.zeros(len(w.scan), bool)
+    keep[batch[answer[found]]] = True
+    records = w.decode(keep, path=seg.log_path)
+    row[found] = np.searchsorted(records.column("offset").to_numpy(), offs[answer[found]])
+    return row, records, carry
 
 
 def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
@@ -188,14 +262,12 @@ def resolve_timestamps(
         is_ts, gather.timestamp_records(req.ids, picks, lo), gather.offset_records(req.ids, picks)
     )
     table, answer = gather.decode(record)
-    tables, n = [table], table.num_rows
-    for k in np.flatnonzero(answer < 0).tolist():  # the index could not place it: scan
-        t, _ = scan_time(seg, int(targets[k]), lo)
-        if t.num_rows:
-            tables.append(t)
-            answer[k] = n
-            n += 1
-    return answer, pa.concat_tables(tables)
+    left = np.flatnonzero(answer < 0)  # the index could not place them: scan
+    if not len(left):
+        return answer, table
+    row, scanned, _ = scan_times(seg, targets[left], lo)
+    answer[left[row >= 0]] = row[row >= 0] + table.num_rows
+    return answer, pa.concat_tables([table, scanned])
 
 
 def _walked(req: Request) -> Gather:

@@ -157,6 +157,20 @@ class SegmentFiles:
                 self._replaced = self.not_row_file(f"the file there has {length} bytes")
                 self.gone(self._replaced)
 
+    def retired_since(self) -> bool:
+        """Whether a later run retired this row's files since they were located (a
+        segment kept open, e.g. in the index cache, while a compaction replaced it under
+        its name): then switch to the retired copy, the one this row's version reads (one
+        existence check; none once on the retired copy or for a row without a run)."""
+        retired = self._retired_path
+        if retired is None or retired == self.log_path or not self._located:
+            return False
+        if not self._exists(retired):
+            return False
+        self._other_path, self._replaced = None, None
+        self._use(retired)
+        return True
+
     def _use(self, log_path: str) -> None:
         self.log_path, self.stem = log_path, log_path[: -len(LOG_SUFFIX)]
 
