@@ -64,6 +64,7 @@ def s3_credentials(s3_server: S3Server) -> Iterator[S3Server]:
         yield s3_server
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every Spark test runs
     on one worker, in order, sharing its one ``local[2]`` session and its brokers, while the
