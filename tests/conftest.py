@@ -62,4 +62,3 @@ def s3_credentials(s3_server: S3Server) -> Iterator[S3Server]:
             mp.setenv(key, value)
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         yield s3_server
-
