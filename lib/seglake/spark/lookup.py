@@ -46,6 +46,8 @@ marker (its time search counts markers), the record after the marker), plus
     no_record_for_timestamp  no record with timestamp >= target (or only markers from
                              offsetsForTimes' answer on)
     log_end_offset           timestamp -1 (latest): ``offset`` is the log end offset
+    no_record_for_key        a key query (:mod:`seglake.lake.lookup_keys`: one row per
+                             record of the key, status ok) that matched no record
     unknown_partition        no committed segment for (topic, partition)
     invalid_query            neither/both of offset and timestamp, a timestamp < -3, or a
                              string that is neither epoch ms nor ISO-8601
