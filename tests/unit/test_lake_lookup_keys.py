@@ -177,3 +177,27 @@ def test_key_without_partition_column(lake) -> None:
         *_expected(truth, [(None, b"k3")], False),
         ("unknown_partition", None, None, b"k3"),
     ]
+
+
+def test_cli_lookup_answers_key_queries(lake, capsys, tmp_path: Path) -> None:
+    """``seglake lookup --queries`` with a key column (``--latest-per-key``): the rows of
+    ``Lake.lookup``, the key asked echoed (base64 in JSON)."""
+    import base64
+    import json
+
+    from seglake.cli.main import main
+
+    lk, truth = lake
+    queries = tmp_path / "q.csv"
+    queries.write_text(f"topic,partition,key\n{TOPIC},,k3\n{TOPIC},1,absent\n")
+    for latest in (False, True):
+        flag = ["--latest-per-key"] if latest else []
+        assert main(["lookup", lk.root, "--json", "--queries", str(queries), *flag]) == 0
+        got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        want = _expected(truth, [(None, b"k3"), (1, b"absent")], latest)
+        assert [
+            (g["status"], g["partition"], g.get("offset"), base64.b64decode(g["query_key"]))
+            for g in got
+        ] == want
+    assert main(["lookup", lk.root, "--queries", str(queries)]) == 0
+    assert f"{TOPIC}-1 key b'absent': no_record_for_key" in capsys.readouterr().out
