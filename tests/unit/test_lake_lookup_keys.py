@@ -201,3 +201,27 @@ def test_cli_lookup_answers_key_queries(lake, capsys, tmp_path: Path) -> None:
         ] == want
     assert main(["lookup", lk.root, "--queries", str(queries)]) == 0
     assert f"{TOPIC}-1 key b'absent': no_record_for_key" in capsys.readouterr().out
+
+
+def test_each_segment_is_asked_once_a_chunk(lake, monkeypatch) -> None:
+    """Queries of a partition given and of every partition (null) share one
+    ``find_keys`` call per segment, all their keys at once."""
+    from seglake.lake import lookup_keys
+
+    lk, truth = lake
+    calls: list[int] = []
+    find = lookup_keys.find_keys
+    monkeypatch.setattr(
+        lookup_keys, "find_keys", lambda seg, keys: calls.append(len(keys)) or find(seg, keys)
+    )
+    queries = [(0, b"k3"), (None, b"k3"), (1, b"k5"), (None, b"absent"), (1, b"k3")]
+    q = pa.table(
+        {
+            "topic": [TOPIC] * len(queries),
+            "partition": pa.array([p for p, _ in queries], pa.int32()),
+            "key": pa.array([k for _, k in queries], pa.binary()),
+        }
+    )
+    assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
+    segments = sum(len(lk.segments(TOPIC).query(f"partition == {p}")) for p in (0, 1))
+    assert len(calls) == segments and max(calls) == 3  # unique keys of a partition

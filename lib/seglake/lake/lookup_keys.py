@@ -99,23 +99,34 @@ def answer_keys(
     keys = q.column("query_key").combine_chunks()
     rows: list[tuple[np.ndarray, int, pa.Table]] = []  # (query, partition, records)
     lone: list[tuple[int, str, int | None]] = []  # one row: (query, status, partition)
+    of_part: dict[tuple[Any, int], list[np.ndarray]] = {}  # the queries of each partition
     for (topic, part), idx in groups(q.column("topic"), q.column("partition")):
         asked = sorted(of_topic.get(topic, [])) if part is None else [part]
         asked = [p for p in asked if (topic, p) in parts]
         if not asked:
             lone += [(int(i), "unknown_partition", part) for i in idx]
-        found = np.zeros(len(idx), bool)
         for p in asked:
-            a = parts[(topic, p)]
-            got = _partition_keys(cache, root, a, keys.take(idx), latest_per_key, on_corrupt, pin)
-            if got is None:
-                lone += [(int(i), "read_error", p) for i in idx]
-                found[:] = True
-                continue
-            at, recs = got
-            found[at] = True
-            rows.append((idx[at], p, to_kafka_source(recs, str(topic), p)))
-        lone += [(int(i), NO_RECORD_FOR_KEY, part) for i in idx[~found] if asked]
+            of_part.setdefault((topic, p), []).append(idx)
+    found = np.zeros(q.num_rows, bool)  # a row (records or read_error) given
+    for (topic, p), idxs in sorted(of_part.items()):  # each partition's segments read once
+        idx = np.concatenate(idxs)
+        a = parts[(topic, p)]
+        got = _partition_keys(cache, root, a, keys.take(idx), latest_per_key, on_corrupt, pin)
+        if got is None:
+            lone += [(int(i), "read_error", p) for i in idx]
+            found[idx] = True
+            continue
+        at, recs = got
+        found[idx[at]] = True
+        rows.append((idx[at], p, to_kafka_source(recs, str(topic), p)))
+    asked_somewhere = np.zeros(q.num_rows, bool)
+    for idxs in of_part.values():
+        for idx in idxs:
+            asked_somewhere[idx] = True
+    part_of = q.column("partition").to_pylist()
+    lone += [
+        (int(i), NO_RECORD_FOR_KEY, part_of[i]) for i in np.flatnonzero(asked_somewhere & ~found)
+    ]
     return _assemble(q, rows, lone)
 
 
