@@ -82,10 +82,16 @@ S3_PORT ?=
 s3: $(STAMP) $(WEED)
 	$(PY) -m seglake.s3_server $(S3_DIR) $(S3_PORT)
 
-# Two pytest workers: the Spark tests on one (one local[2] session, the brokers), the
-# Spark-free tests spread over both (tests/conftest.py groups them).
+# Two pytest processes side by side on a 2-core machine: the Spark tests (one local[2]
+# session, the brokers; mostly JVMs waiting) and the Spark-free ones (single-threaded
+# Python), whose output follows the Spark part's; the target fails if either fails.
 test: lint jars $(WEED)
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	@echo "tests/unit and tests/compat run beside tests/spark; their output follows"
+	@$(PY) -m pytest -q tests/unit tests/compat > .test-unit.log 2>&1 & unit=$$!; \
+	  trap 'kill $$unit 2>/dev/null' INT TERM; \
+	  $(PY) -m pytest -q tests/spark; spark=$$?; \
+	  wait $$unit; rc=$$?; cat .test-unit.log; \
+	  [ $$spark -eq 0 ] && [ $$rc -eq 0 ]
 
 # ruff (lint and format) on the whole tree, mypy on lib/seglake (config: pyproject.toml).
 lint: $(STAMP)

@@ -63,14 +63,3 @@ def s3_credentials(s3_server: S3Server) -> Iterator[S3Server]:
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         yield s3_server
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every Spark test runs
-    on one worker, in order, sharing its one ``local[2]`` session and its brokers, while the
-    other worker takes the Spark-free tests: the unit half is single-threaded Python, so the
-    two halves overlap on a 2-core machine."""
-    spark = pytest.mark.xdist_group("spark")
-    for item in items:
-        if "tests/spark/" in item.nodeid or item.nodeid.startswith("spark/"):
-            item.add_marker(spark)
