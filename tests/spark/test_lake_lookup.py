@@ -13,16 +13,16 @@ import pyarrow as pa
 import pytest
 
 import seglake
-from seglake.lake.lookup_answer import LOOKUP_SCHEMA
+from seglake.lake.lookup_answer import KEY_LOOKUP_SCHEMA, LOOKUP_SCHEMA
 from seglake.spark.lookup import lookup
 from tests.unit.test_lake_lookup import TOPIC, Truth, compacted_txn_lake
 
 pytestmark = pytest.mark.spark
 
 
-def _rows(t: pa.Table) -> list[tuple[str, ...]]:
+def _rows(t: pa.Table, schema: pa.Schema = LOOKUP_SCHEMA) -> list[tuple[str, ...]]:
     """Rows as comparable tuples, sorted (the job keeps no order across tasks)."""
-    t = pa.Table.from_arrays(t.select(LOOKUP_SCHEMA.names).columns, schema=LOOKUP_SCHEMA)
+    t = pa.Table.from_arrays(t.select(schema.names).columns, schema=schema)
     return sorted(tuple(repr(v) for v in r.values()) for r in t.to_pylist())
 
 
@@ -78,3 +78,58 @@ def test_in_process_lookup_equals_the_spark_job(spark, tmp_path) -> None:
         "log_end_offset",
         "invalid_query",
     }
+
+
+def test_key_queries_in_the_job_equal_lake_lookup(spark, tmp_path) -> None:
+    """Mixed offset, time and key queries (keys present, absent, null; partition given,
+    null, unknown; duplicates): the job's rows equal ``Lake.lookup``'s, all matches and
+    the latest per key, and with ``num_tasks`` (the segment-keyed pass)."""
+    from tests.unit.test_lake_lookup_keys import _keyed_partition
+
+    root = tmp_path / "lake"
+    compacted_txn_lake(root)
+    _keyed_partition(root, 1)
+    truth = Truth(str(root))
+    rng = np.random.default_rng(11)
+    keys = sorted(set(truth.data.column("key").to_pylist()) - {None})
+    n = 60
+    kinds = rng.integers(0, 3, n)
+    asked = [*keys[:8], b"absent", None, keys[0]]
+    parts, lo, hi = [0, 1, 7], truth.log_start, truth.log_end
+    queries = pa.table(
+        {
+            "topic": rng.choice([TOPIC, TOPIC, TOPIC, "nope"], n),
+            "partition": pa.array(
+                [None if k == 2 and rng.random() < 0.5 else int(rng.choice(parts)) for k in kinds],
+                pa.int32(),
+            ),
+            "offset": pa.array(
+                [int(rng.integers(lo, hi)) if k == 0 else None for k in kinds],
+                pa.int64(),
+            ),
+            "timestamp": pa.array(
+                [int(rng.choice(truth.e_ts)) if k == 1 else None for k in kinds], pa.int64()
+            ),
+            "key": pa.array(
+                [asked[int(rng.integers(len(asked)))] if k == 2 else None for k in kinds],
+                pa.binary(),
+            ),
+        }
+    )
+    edges = pa.table(  # an absent key, a key in every partition, one in partition 1
+        {
+            "topic": [TOPIC] * 3,
+            "partition": pa.array([0, None, 1], pa.int32()),
+            "offset": pa.nulls(3, pa.int64()),
+            "timestamp": pa.nulls(3, pa.int64()),
+            "key": pa.array([b"absent", keys[0], keys[1]], pa.binary()),
+        }
+    )
+    queries = pa.concat_tables([queries, edges.cast(queries.schema)])
+    lake = seglake.open(str(root))
+    for latest in (False, True):
+        mine = lake.lookup(queries, latest_per_key=latest)
+        assert set(mine.column("status").to_pylist()) >= {"ok", "no_record_for_key"}
+        for tasks in (None, 3):
+            job = lookup(spark, str(root), queries, latest_per_key=latest, num_tasks=tasks)
+            assert _rows(mine, KEY_LOOKUP_SCHEMA) == _rows(job.toArrow(), KEY_LOOKUP_SCHEMA)

@@ -215,7 +215,7 @@ def test_a_missing_column_is_one_line(lake) -> None:
         InputSchemaError, match=r"no 'partition' column \(given: \['offset', 'topic'\]\)"
     ):
         lk.lookup(pd.DataFrame({"topic": ["c"], "offset": [1]}))
-    with pytest.raises(InputSchemaError, match="no offset or timestamp column"):
+    with pytest.raises(InputSchemaError, match="no offset, timestamp or key column"):
         lk.lookup(pd.DataFrame({"topic": ["c"], "partition": [0]}))
 
 

@@ -15,7 +15,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
-from seglake.lake.lookup_answer import _open
+from seglake.lake.lookup_answer import open_segment as _open
 from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref, segment_refs
 from seglake.lake.scan_read import read_split

@@ -247,7 +247,9 @@ class Lake:
         return f"<div>{head}{table}</div>"
 
     # -- point lookups ----------------------------------------------------------------
-    def lookup(self, queries: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Table:
+    def lookup(
+        self, queries: pd.DataFrame | pa.Table, *, latest_per_key: bool = False
+    ) -> pd.DataFrame | pa.Table:
         """Answer point queries in this process, as the Spark ``lookup`` job answers them
         (same rules and code: :mod:`seglake.lake.lookup_local`), at this lake's version.
 
@@ -260,6 +262,12 @@ class Lake:
         ``query_timestamp``, ``status``) and statuses (``ok``, ``offset_out_of_range``,
         ``no_record_at_offset``, ``no_record_for_timestamp``, ``log_end_offset``,
         ``unknown_partition``, ``invalid_query``, ...: see :mod:`seglake.spark.lookup`).
+
+        A ``key`` column (str as UTF-8, or bytes) makes its rows key queries (partition
+        null or absent: every partition of the topic): each answered by every record
+        with those key bytes (``latest_per_key``: the last one per partition), the
+        query's columns and ``query_key`` echoed, or one ``no_record_for_key`` row
+        (:mod:`seglake.lake.lookup_keys`).
 
         Raises:
             InputSchemaError: a query column missing.
@@ -280,6 +288,7 @@ class Lake:
             version=self.version,
             cache=get_cache(LogConfig().index_cache_bytes),
             on_corrupt=self.on_corrupt,
+            latest_per_key=latest_per_key,
         )
         return out if isinstance(queries, pa.Table) else out.to_pandas()
 

@@ -223,11 +223,17 @@ def extract_parser() -> argparse.ArgumentParser:
 def lookup_parser() -> argparse.ArgumentParser:
     p = _job_parser(
         "lookup",
-        "Answer (topic, partition, offset|timestamp) queries with the sparse "
-        "indexes: one output row per query, with a status.",
+        "Answer (topic, partition, offset|timestamp|key) queries with the sparse "
+        "and key indexes: one output row per offset/time query, one per record of a key, "
+        "with a status.",
     )
     p.add_argument("--root", required=True)
     p.add_argument("--queries", required=True, help="parquet, JSON lines or CSV")
+    p.add_argument(
+        "--latest-per-key",
+        action="store_true",
+        help="a key query answers its key's last record per partition (a compacted view)",
+    )
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     _output_args(p)
     _common(p)

@@ -6,6 +6,7 @@ job's ``--queries``: parquet, JSON lines or CSV)."""
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,14 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         metavar="T:P:TIME",
         help="epoch ms or ISO-8601, or latest/earliest/max (-1/-2/-3)",
     )
-    lk.add_argument("--queries", help="a file of queries, as the lookup job takes them")
+    lk.add_argument(
+        "--queries", help="a file of queries, as the lookup job takes them (key queries too)"
+    )
+    lk.add_argument(
+        "--latest-per-key",
+        action="store_true",
+        help="a key query answers its key's last record per partition (a compacted view)",
+    )
     lk.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     lk.add_argument("--version", type=int, default=None, help="catalog version (default newest)")
     lk.add_argument("--json", action="store_true", help="one JSON object per answer")
@@ -104,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     lake = seglake.open(
         args.root, version=args.version, on_corrupt="skip" if args.skip_corrupt else "raise"
     )
-    for r in lake.lookup(q).to_pylist():
+    for r in lake.lookup(q, latest_per_key=args.latest_per_key).to_pylist():
         ts = r["timestamp"]
         rec = {
             **r,
@@ -114,12 +122,17 @@ def run(args: argparse.Namespace) -> int:
         }
         found = record_dict(rec) if r["status"] == "ok" else {}
         asked = {k: r[k] for k in ("topic", "partition", "query_offset", "query_timestamp")}
+        qkey = r.get("query_key")  # a key query's key (a queries file with a key column)
+        if "query_key" in r:
+            asked["query_key"] = None if qkey is None else base64.b64encode(qkey).decode()
         if args.json:
             print(json.dumps({**asked, "status": r["status"], "offset": r["offset"], **found}))
         else:
             what = (
                 f"offset {r['query_offset']}"
                 if r["query_offset"] is not None
+                else f"key {qkey!r}"
+                if qkey is not None and r["query_timestamp"] is None
                 else f"timestamp {r['query_timestamp']}"
             )
             line = f"{r['topic']}-{r['partition']} {what}: {r['status']}"

@@ -35,7 +35,14 @@ from seglake.storage.point_reads import (
 from seglake.storage.segment import LogSegment
 from seglake.storage.segment_ref import SegmentRef
 
-__all__ = ["LOOKUP_SCHEMA", "QUERY_SCHEMA", "answer_queries"]
+__all__ = [
+    "KEY_LOOKUP_SCHEMA",
+    "KEY_QUERY_SCHEMA",
+    "LOOKUP_SCHEMA",
+    "QUERY_SCHEMA",
+    "answer_queries",
+    "open_segment",
+]
 
 log = logging.getLogger("seglake.spark.lookup")  # the lookup job's log, as before
 
@@ -57,6 +64,11 @@ QUERY_SCHEMA = pa.schema(
         pa.field("query_offset", pa.int64()),
         pa.field("query_timestamp", pa.int64()),
     ]
+)
+# with key queries (:mod:`seglake.lake.lookup_keys`): the key asked, echoed in the answers
+KEY_QUERY_SCHEMA = QUERY_SCHEMA.append(pa.field("query_key", pa.binary()))
+KEY_LOOKUP_SCHEMA = LOOKUP_SCHEMA.insert(
+    LOOKUP_SCHEMA.get_field_index("status"), pa.field("query_key", pa.binary())
 )
 
 
@@ -98,7 +110,7 @@ class _Answers:
         """``make(segment)``, or None when the segment cannot be opened: ``read_error``."""
         _, a, s, _ = where
         try:
-            return make(_open(cache, root, a, s, self.on_corrupt, self.pin))
+            return make(open_segment(cache, root, a, s, self.on_corrupt, self.pin))
         except (SeglakeError, OSError) as exc:  # never fail the job on one segment
             self.fail(where, exc)
             return None
@@ -189,6 +201,8 @@ class _Queries:
         ts = q_ts.fill_null(-9).to_numpy().astype(np.int64)
         has_ts = q_ts.is_valid().to_numpy(zero_copy_only=False)
         invalid = (has_off == has_ts) | (has_off & (off < 0)) | (has_ts & (ts < MAX_TS))
+        if "query_key" in q.column_names:  # a key beside an offset or time: which one?
+            invalid |= q.column("query_key").is_valid().to_numpy(zero_copy_only=False)
         return cls(off, has_off, ts, has_ts, np.where(has_off, off, ts), invalid)
 
 
@@ -314,7 +328,7 @@ def _scan_on(
             if not len(on):
                 continue  # the rest start further on
             try:
-                seg = _open(cache, root, a, j, ans.on_corrupt, ans.pin)
+                seg = open_segment(cache, root, a, j, ans.on_corrupt, ans.pin)
                 row, found, t[on] = scan_times(seg, t[on], lo[on])
             except (SeglakeError, OSError) as exc:  # a damaged batch raises
                 ans.fail((k, a, j, qi[on]), exc)
@@ -340,7 +354,7 @@ def _mark_skipped(
             ans.status[hit], ans.row[hit] = "corrupt_batch", -1
 
 
-def _open(
+def open_segment(
     cache: IndexCache,
     root: Root,
     a: dict[str, np.ndarray],

@@ -4,7 +4,9 @@ answers without Spark, by the same code its executors run: the queries made
 :func:`~seglake.lake.lookup_queries.query_table` (the job's rules,
 :mod:`seglake.lake.lookup_queries`), a snapshot's
 :func:`~seglake.lake.lookup_plan.partition_arrays` (what the job broadcasts) and
-:func:`~seglake.lake.lookup_answer.answer_queries`, ``chunk_rows`` queries at a time.
+:func:`~seglake.lake.lookup_keys.answer_chunk` (offset/time queries by
+:func:`~seglake.lake.lookup_answer.answer_queries`, key queries beside them),
+``chunk_rows`` queries at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from seglake.lake.lookup_answer import LOOKUP_SCHEMA, answer_queries
+from seglake.lake.lookup_answer import KEY_LOOKUP_SCHEMA, LOOKUP_SCHEMA
+from seglake.lake.lookup_keys import answer_chunk
 from seglake.lake.lookup_queries import query_table
 from seglake.location import Root
 from seglake.storage.index_cache import IndexCache
@@ -32,20 +35,24 @@ def lookup_local(
     cache: IndexCache,
     on_corrupt: str = "raise",
     chunk_rows: int = CHUNK_ROWS,
+    latest_per_key: bool = False,
 ) -> pa.Table:
     """One :data:`LOOKUP_SCHEMA` row per query of ``queries`` (pandas or Arrow, the
     lookup job's query columns), in order, against ``parts`` (``partition_arrays`` of
-    catalog ``version``'s snapshot)."""
+    catalog ``version``'s snapshot); with a ``key`` column, :data:`KEY_LOOKUP_SCHEMA`
+    rows, a key query's matching records (or the latest per key) in its place."""
     q = query_table(queries)
     out = [
-        answer_queries(
+        answer_chunk(
             root,
             parts,
             cache,
             q.slice(lo, chunk_rows),
+            latest_per_key=latest_per_key,
             on_corrupt=on_corrupt,
             version=version,
         )
         for lo in range(0, q.num_rows, chunk_rows)
     ]
-    return pa.concat_tables(out) if out else LOOKUP_SCHEMA.empty_table()
+    schema = KEY_LOOKUP_SCHEMA if "query_key" in q.column_names else LOOKUP_SCHEMA
+    return pa.concat_tables(out) if out else schema.empty_table()

@@ -83,6 +83,8 @@ def groups(
     topics: pa.Array | pa.ChunkedArray, parts: pa.Array | pa.ChunkedArray
 ) -> list[tuple[tuple[str | None, int | None], np.ndarray]]:
     """Row indices per (topic, partition) (``None`` for nulls), without a loop over rows."""
+    if not len(topics):
+        return []
     codes = pc.dictionary_encode(topics)
     if isinstance(codes, pa.ChunkedArray):
         codes = codes.combine_chunks()

@@ -10,10 +10,11 @@ its column -> the :data:`~seglake.lake.lookup_answer.QUERY_SCHEMA` column it fil
 - ``timestamp``: epoch ms (-1 latest, -2 earliest, -3 max timestamp: Kafka's
   sentinels), a timestamp (floored to ms; before 1970 no time, never a sentinel) or a
   string (epoch ms, ISO-8601 or a sentinel's name, :func:`string_millis`); a value that
-  is no time is null, so its query is ``invalid_query``.
-
-A new kind (a key) is one more entry in :data:`QUERY_KINDS` and in :func:`query_table`'s
-converters.
+  is no time is null, so its query is ``invalid_query``;
+- ``key``: a string (UTF-8 bytes) or binary; ``partition`` may be null or absent then
+  (every partition of the topic). Its answer is every record with those key bytes
+  (:mod:`seglake.lake.lookup_keys`); the rows carry a ``query_key`` column then
+  (:data:`~seglake.lake.lookup_keys.KEY_QUERY_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -25,28 +26,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.errors import InputSchemaError
-from seglake.lake.lookup_answer import QUERY_SCHEMA
+from seglake.lake.lookup_answer import KEY_QUERY_SCHEMA, QUERY_SCHEMA
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["QUERY_KINDS", "check_query_columns", "query_table", "string_millis"]
 
-QUERY_KINDS = {"offset": "query_offset", "timestamp": "query_timestamp"}
+QUERY_KINDS = {"offset": "query_offset", "timestamp": "query_timestamp", "key": "query_key"}
 _PLACE = ("topic", "partition")  # where a query asks
 
 
 def check_query_columns(cols: Iterable[str]) -> None:
     """Raise :class:`InputSchemaError` (one line naming the columns given) unless
-    ``cols`` hold ``topic``, ``partition`` and at least one query kind's column."""
+    ``cols`` hold ``topic``, ``partition`` (optional with ``key``) and at least one query
+    kind's column."""
     cols = set(cols)
-    missing = [c for c in _PLACE if c not in cols]
+    missing = [c for c in _PLACE if c not in cols and not (c == "partition" and "key" in cols)]
     if missing or not cols & set(QUERY_KINDS):
-        kinds = " or ".join(QUERY_KINDS)
+        *first, last = QUERY_KINDS
+        kinds = f"{', '.join(first)} or {last}"
         raise InputSchemaError(
             f"queries: no {' or '.join(repr(c) for c in missing) or kinds} "
             f"column (given: {sorted(cols)}{'; an empty file?' if not cols else ''}); "
-            f"expected topic, partition and {' and/or '.join(QUERY_KINDS)}"
+            f"expected topic, partition and {', '.join(QUERY_KINDS)} (one a row)"
         )
 
 
@@ -82,15 +85,22 @@ def _millis(col: pa.ChunkedArray) -> pa.Array:
     return pc.cast(arr, pa.int64(), safe=False)
 
 
+def _key_bytes(col: pa.ChunkedArray) -> pa.Array:
+    """Keys as binary: strings as their UTF-8 bytes (Spark's CAST AS BINARY)."""
+    return pc.cast(col.combine_chunks(), pa.binary())
+
+
 _CONVERT: dict[str, Callable[[pa.ChunkedArray], pa.Array]] = {
     "offset": _offsets,
     "timestamp": _millis,
+    "key": _key_bytes,
 }
 
 
 def query_table(queries: pd.DataFrame | pa.Table | Any) -> pa.Table:
     """The queries (a pandas DataFrame or Arrow table with ``topic``, ``partition`` and
-    query kind columns) as :data:`QUERY_SCHEMA` rows, in order: what the lookup job's
+    query kind columns) as :data:`QUERY_SCHEMA` rows (:data:`KEY_QUERY_SCHEMA` with a
+    ``key`` column), in order: what the lookup job's
     :func:`~seglake.spark.lookup_queries.normalize_queries` makes of the same rows.
 
     Raises:
@@ -103,12 +113,19 @@ def query_table(queries: pd.DataFrame | pa.Table | Any) -> pa.Table:
     )
     check_query_columns(t.column_names)
     n = t.num_rows
+    schema = KEY_QUERY_SCHEMA if "key" in t.column_names else QUERY_SCHEMA
     cols = {
         "topic": pc.cast(t.column("topic").combine_chunks(), pa.string()),
-        "partition": pc.cast(t.column("partition").combine_chunks(), pa.int32(), safe=False),
+        "partition": (
+            pc.cast(t.column("partition").combine_chunks(), pa.int32(), safe=False)
+            if "partition" in t.column_names
+            else pa.nulls(n, pa.int32())
+        ),
     }
     for kind, name in QUERY_KINDS.items():
         cols[name] = (
-            _CONVERT[kind](t.column(kind)) if kind in t.column_names else pa.nulls(n, pa.int64())
+            _CONVERT[kind](t.column(kind))
+            if kind in t.column_names
+            else pa.nulls(n, schema.field(name).type if name in schema.names else pa.int64())
         )
-    return pa.Table.from_arrays([cols[f.name] for f in QUERY_SCHEMA], schema=QUERY_SCHEMA)
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)

@@ -276,6 +276,7 @@ def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
         io_accumulators=None if None in accs else accs,
         on_corrupt=config.read_corrupt,
         skipped_accumulator=skipped,
+        latest_per_key=args.latest_per_key,
     ).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
@@ -285,7 +286,7 @@ def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
         if None not in accs
         else ""
     )
-    print(f"lookup: {sum(counts.values()):,} queries\n{status_table(counts)}")
+    print(f"lookup: {sum(counts.values()):,} answer rows\n{status_table(counts)}")
     print(f"{read}{time.time() - started:.1f} s; wrote {args.output_format} to {args.output}")
     _print_skipped(skipped)
     return 0

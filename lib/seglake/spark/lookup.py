@@ -46,6 +46,8 @@ marker (its time search counts markers), the record after the marker), plus
     no_record_for_timestamp  no record with timestamp >= target (or only markers from
                              offsetsForTimes' answer on)
     log_end_offset           timestamp -1 (latest): ``offset`` is the log end offset
+    no_record_for_key        a key query (:mod:`seglake.lake.lookup_keys`: one row per
+                             record of the key, status ok) that matched no record
     unknown_partition        no committed segment for (topic, partition)
     invalid_query            neither/both of offset and timestamp, a timestamp < -3, or a
                              string that is neither epoch ms nor ISO-8601
@@ -71,7 +73,14 @@ import pyarrow as pa
 
 from seglake import fs as lakefs
 from seglake.lake.handle import LakeHandle
-from seglake.lake.lookup_answer import LOOKUP_SCHEMA, QUERY_SCHEMA, answer_queries
+from seglake.lake.lookup_answer import (
+    KEY_LOOKUP_SCHEMA,
+    KEY_QUERY_SCHEMA,
+    LOOKUP_SCHEMA,
+    QUERY_SCHEMA,
+    answer_queries,
+)
+from seglake.lake.lookup_keys import answer_chunk
 from seglake.lake.lookup_local import CHUNK_ROWS
 from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
 from seglake.lake.snapshot import Snapshot
@@ -92,7 +101,6 @@ _KEEP_BROADCASTS = 4  # catalog versions whose broadcast a driver keeps
 _BROADCASTS: dict[tuple[str, str, int], Parts] = {}  # (application, catalog, version) -> broadcast
 _BROADCASTS_LOCK = threading.Lock()
 _QUERY_BYTES = 8  # a query's least size in a plan's statistics (parquet: about 7 bytes)
-_KEYED_SCHEMA = pa.schema([*QUERY_SCHEMA, pa.field("_seg", pa.int32())])
 
 __all__ = [
     "LOOKUP_SCHEMA",
@@ -117,6 +125,7 @@ def lookup(
     io_accumulators: tuple[Accumulator[int], Accumulator[int]] | None = None,
     on_corrupt: str = "raise",
     skipped_accumulator: Accumulator[list[str]] | None = None,
+    latest_per_key: bool = False,
 ) -> DataFrame:
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
@@ -127,7 +136,10 @@ def lookup(
             ``topic``, ``partition`` and ``offset`` and/or ``timestamp``
             (epoch ms, a Spark timestamp, or strings: epoch ms or ISO-8601; -2 earliest, -1
             latest, -3 max timestamp).
-            Per row exactly one of offset/timestamp is non-null.
+            Per row exactly one of offset/timestamp is non-null; or a ``key`` column
+            (string: its UTF-8 bytes, or binary): a row with a key and no offset nor
+            timestamp is a key query, ``partition`` null (or no column) asks every
+            partition of the topic (:mod:`seglake.lake.lookup_keys`).
         version: catalog version to read (default: the current one, pinned).
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
         num_tasks: ``None`` (default): answer the queries where they are, one pass, no
@@ -142,6 +154,15 @@ def lookup(
         on_corrupt: a damaged batch fails the task with CorruptRecordError (``"raise"``)
             or is skipped (``"skip"``: status ``corrupt_batch`` for offsets in it).
         skipped_accumulator: a list accumulator that receives one line per batch skipped.
+        latest_per_key: a key query answers only its key's last record per partition
+            (the compacted view), not every one.
+
+    Key queries: the broadcast is the same (each partition's segments are what routes
+    a key query); the task that holds a key query asks every segment of its
+    partition(s) through the segment's ``.keyindex`` (filter, then exact level, then
+    the records; no usable index: scanned and logged), read where the task runs. With
+    a ``key`` column the rows are :data:`KEY_LOOKUP_SCHEMA` (``query_key`` before
+    ``status``), a key query's matching records each one row.
     """
     from seglake.config import LogConfig
     from seglake.spark.session import spark_schema
@@ -150,8 +171,14 @@ def lookup(
     catalog = lake.catalog
     version = catalog.version() if version is None else version
     bc = _broadcast(spark, lake, version)
+    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
+        queries_df = spark.createDataFrame(queries_df)
+    q = normalize_queries(queries_df)
+    qschema = KEY_QUERY_SCHEMA if "query_key" in q.columns else QUERY_SCHEMA
     answer = _answers(
         lake.location,
+        qschema,
+        latest_per_key,
         bc,
         version,
         LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes,
@@ -160,24 +187,28 @@ def lookup(
         on_corrupt,
         skipped_accumulator,
     )
-    if not hasattr(queries_df, "mapInArrow"):  # pandas or Arrow, on the driver
-        queries_df = spark.createDataFrame(queries_df)
-    q = normalize_queries(queries_df)
     if not num_tasks:
         few = _few_tasks(queries_df)
         if few is not None:  # one stage, no exchange: 10,000 queries are one task
             q = q.coalesce(few)
     else:
         q = (
-            q.mapInArrow(_segment_keys(bc), spark_schema(_KEYED_SCHEMA))
+            q.mapInArrow(_segment_keys(bc, qschema), spark_schema(_keyed(qschema)))
             .repartition(num_tasks, "topic", "partition", "_seg")
             .sortWithinPartitions("topic", "partition", "_seg")
         )
-    return q.mapInArrow(answer, spark_schema(LOOKUP_SCHEMA))
+    out = KEY_LOOKUP_SCHEMA if qschema is KEY_QUERY_SCHEMA else LOOKUP_SCHEMA
+    return q.mapInArrow(answer, spark_schema(out))
+
+
+def _keyed(qschema: pa.Schema) -> pa.Schema:
+    return qschema.append(pa.field("_seg", pa.int32()))
 
 
 def _answers(
     root: LakeLocation,
+    qschema: pa.Schema,
+    latest_per_key: bool,
     bc: Parts,
     version: int,
     cache_bytes: int,
@@ -186,9 +217,10 @@ def _answers(
     on_corrupt: str,
     skipped_accumulator: Accumulator[list[str]] | None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """What a task runs (mapInArrow): its queries, ``chunk_rows`` at a time, answered by
-    :func:`answer_queries` against the broadcast ``bc`` (the bytes and files read counted
-    into ``accs``, the batches skipped into ``skipped_accumulator``)."""
+    """What a task runs (mapInArrow): its queries (``qschema``), ``chunk_rows`` at a
+    time, answered by :func:`~seglake.lake.lookup_keys.answer_chunk` against the
+    broadcast ``bc`` (the bytes and files read counted into ``accs``, the batches
+    skipped into ``skipped_accumulator``)."""
 
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, cache = bc.value, get_cache(cache_bytes)
@@ -198,18 +230,17 @@ def _answers(
                 # (columns Spark knows are never null come marked so: the schema's
                 # nullable fields take them)
                 pending.append(
-                    pa.RecordBatch.from_arrays(
-                        b.select(QUERY_SCHEMA.names).columns, schema=QUERY_SCHEMA
-                    )
+                    pa.RecordBatch.from_arrays(b.select(qschema.names).columns, schema=qschema)
                 )
             if pending and (b is None or sum(x.num_rows for x in pending) >= chunk_rows):
                 skipped: list[str] = []
                 with lakefs.IO_STATS.counting(*accs, keys=("bytes_read", "files_opened")):
-                    out = answer_queries(
+                    out = answer_chunk(
                         root,
                         parts,
                         cache,
-                        pa.Table.from_batches(pending, QUERY_SCHEMA),
+                        pa.Table.from_batches(pending, qschema),
+                        latest_per_key=latest_per_key,
                         on_corrupt=on_corrupt,
                         skipped=skipped,
                         version=version,
@@ -222,10 +253,14 @@ def _answers(
     return answer
 
 
-def _segment_keys(bc: Parts) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _segment_keys(
+    bc: Parts, qschema: pa.Schema
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``num_tasks`` pass (mapInArrow): each query keyed by its segment (``_seg``,
-    :func:`segment_for` in the broadcast ``bc``), so that a repartition puts a segment's
-    queries together."""
+    :func:`segment_for` in the broadcast ``bc``; -1 for a key query, which asks every
+    segment of its partition), so that a repartition puts a segment's queries
+    together."""
+    keyed = _keyed(qschema)
 
     def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts = bc.value
@@ -236,9 +271,7 @@ def _segment_keys(bc: Parts) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             for k, idx in groups(b.column(0), b.column(1)):
                 if k in parts:
                     seg[idx] = segment_for(parts[k], off[idx], ts[idx])
-            yield pa.RecordBatch.from_arrays(
-                [*b.columns, pa.array(seg, pa.int32())], schema=_KEYED_SCHEMA
-            )
+            yield pa.RecordBatch.from_arrays([*b.columns, pa.array(seg, pa.int32())], schema=keyed)
 
     return key
 

@@ -1,5 +1,6 @@
-"""The lookup job's queries: any DataFrame with ``topic``, ``partition`` and ``offset``
-and/or ``timestamp`` -> ``topic, partition, query_offset, query_timestamp`` (ms), by the
+"""The lookup job's queries: any DataFrame with ``topic``, ``partition`` and ``offset``,
+``timestamp`` and/or ``key`` -> ``topic, partition, query_offset, query_timestamp`` (ms)
+(and ``query_key``), by the
 rules of :mod:`seglake.lake.lookup_queries` (the columns, the string times), which the
 in-process lookup (``Lake.lookup``) applies to Arrow rows.
 
@@ -32,7 +33,9 @@ def _string_millis(texts: pd.Series) -> pd.Series:
 
 
 def normalize_queries(df: DataFrame) -> DataFrame:
-    """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame."""
+    """topic, partition, query_offset, query_timestamp (ms) from the query DataFrame, and
+    query_key (binary; a string's UTF-8 bytes) when it has a ``key`` column (then
+    ``partition`` may be absent: null, every partition)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
 
@@ -52,11 +55,15 @@ def normalize_queries(df: DataFrame) -> DataFrame:
             udf = F.pandas_udf(_string_millis, "bigint")(F.col("timestamp"))  # type: ignore[call-overload]
         else:
             ts = "CAST(`timestamp` AS BIGINT)"
+    part = "`partition`" if "partition" in cols else "NULL"
     exprs = [
         "CAST(`topic` AS STRING) AS topic",
-        "CAST(`partition` AS INT) AS partition",
+        f"CAST({part} AS INT) AS partition",
         f"{off} AS query_offset",
     ]
+    key = ["CAST(`key` AS BINARY) AS query_key"] if "key" in cols else []
     if udf is None:
-        return df.selectExpr(*exprs, f"{ts} AS query_timestamp")
-    return df.select(*[F.expr(e) for e in exprs], udf.alias("query_timestamp"))
+        return df.selectExpr(*exprs, f"{ts} AS query_timestamp", *key)
+    return df.select(
+        *[F.expr(e) for e in exprs], udf.alias("query_timestamp"), *[F.expr(e) for e in key]
+    )
