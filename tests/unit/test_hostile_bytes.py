@@ -16,7 +16,6 @@ of zeros: :mod:`tests.hostile_files`).
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -46,20 +45,39 @@ class Child(NamedTuple):
     seconds: float
 
 
+# The child sets its own limit and reports its own peak (VmHWM: per address space, so it
+# starts at exec): ``wait4``'s ru_maxrss would count the pages of the pytest process it
+# was forked from (430 MB late in a run), not what seglake used.
+_PREAMBLE = """\
+import atexit, os, resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))
+def _peak():
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["SEGLAKE_TEST_PEAK"], "w") as f:
+        f.write(str(kb))
+atexit.register(_peak)
+"""
+
+
 def child(args: list[str], *, timeout: float = 60, code: bool = False) -> Child:
     """``seglake ARGS`` (or ``python -c ARGS[0]`` with ``code``) in a child process under
-    ``RLIMIT_DATA``; its own peak RSS (``wait4``), killed after ``timeout`` seconds."""
-    argv = [sys.executable, "-c", args[0]] if code else [sys.executable, "-m", "seglake.cli.main"]
+    ``RLIMIT_DATA``; its own peak RSS (VmHWM at exit; ``wait4``'s if it died before
+    reporting), killed after ``timeout`` seconds."""
+    run = args[0] if code else 'runpy.run_module("seglake.cli.main", run_name="__main__")'
+    argv = [sys.executable, "-c", _PREAMBLE.format(limit=DATA_LIMIT) + run]
     if not code:
         argv += args
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (DATA_LIMIT, DATA_LIMIT))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out, \
+            tempfile.TemporaryFile() as err:  # fmt: skip
+        peak = Path(tmp) / "peak"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            "SEGLAKE_TEST_PEAK": str(peak),
+        }
         start = time.monotonic()
-        p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT, preexec_fn=limit)
+        p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT)
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
             if pid:
@@ -77,7 +95,7 @@ def child(args: list[str], *, timeout: float = 60, code: bool = False) -> Child:
             p.returncode,
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
-            usage.ru_maxrss // 1024,
+            int(peak.read_text()) // 1024 if peak.exists() else usage.ru_maxrss // 1024,
             seconds,
         )
 
