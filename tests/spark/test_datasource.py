@@ -592,7 +592,7 @@ def test_pushed_key_filters_read_candidate_segments_and_equal_a_full_read(spark,
     tasks = datasource.plan_read(opts)
     one = Pushed()
     assert one.push(sds.EqualTo(("key",), "c3"))
-    plan = key_candidates(opts.root, IndexCache(), tasks, one.keys or ())
+    plan = key_candidates(opts.root.location, IndexCache(), tasks, one.keys or ())
     assert (plan.segments, plan.skipped, len(plan.tasks)) == (4, 2, 2)  # c3: offsets 120..159
     assert datasource.plan_read(opts, one) == plan.tasks
     # a segment ruled out is never read: its .log damaged, the answer is the same

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 import seglake
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
+from seglake.lake.handle import LakeHandle
 from seglake.lake.time_travel import commit_times, version_as_of
 from seglake.sample import generate
 from seglake.spark import register
@@ -71,19 +72,19 @@ def test_catalog_reads_as_delta_with_time_travel_and_history(delta_spark, lake):
         "version", "unix_millis(timestamp) AS ms"
     )
     # Delta's commit times are seglake's (the rule timestampAsOf resolves with)
-    assert sorted((r.version, r.ms) for r in hist.collect()) == commit_times(lake)
+    assert sorted((r.version, r.ms) for r in hist.collect()) == commit_times(LakeHandle.open(lake))
 
 
 def test_timestamp_as_of_picks_the_version_delta_picks(delta_spark, lake):
     register(delta_spark)
     cat = f"{lake}/_catalog"
-    times = commit_times(lake)
+    times = commit_times(LakeHandle.open(lake))
     # each later commit's time and the ms before it, the first commit's, the newest's
     probes = sorted({t - d for _, t in times[1:] for d in (0, 1)} | {times[0][1]})
     for i, ms in enumerate(probes):
         at = _utc(ms)
         want = _rows(delta_spark.read.format("delta").option("timestampAsOf", at).load(cat))
-        version = version_as_of(lake, ms)
+        version = version_as_of(LakeHandle.open(lake), ms)
         assert _catalog_rows(lake, version) == want, (at, version)
         assert seglake.open(lake, timestamp_as_of=at).version == version
         if i % 3 == 1:  # the data source reads what versionAsOf of that version reads

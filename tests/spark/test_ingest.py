@@ -335,7 +335,7 @@ def test_a_run_that_loses_the_race_publishes_nothing(spark, tmp_path, monkeypatc
     assert names == sorted(
         os.path.basename(r["path"])[:-4] + s
         for r in Catalog(root).segments().to_pylist()
-        for s in (".log", ".index", ".timeindex")
+        for s in (".log", ".index", ".timeindex", ".keyindex")
     )
 
 
