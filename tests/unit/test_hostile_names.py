@@ -146,9 +146,9 @@ def test_lake_functions_refuse_a_bad_run_id(
     ]
     if bad:  # a row without a run id has no staged or retired copy
         calls.append(lambda: row_copies(str(lake), "t-0/00000000000000000000.log", bad))
-    from seglake.lake.compaction import run_compaction
+    from seglake.lake.compaction import CompactOptions, run_compaction
 
-    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), run_id=bad))
+    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), CompactOptions(run_id=bad)))
     for call in calls:
         with pytest.raises(InvalidNameError, match="run id"):
             call()

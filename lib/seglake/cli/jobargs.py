@@ -100,6 +100,18 @@ def target_argument(p: argparse.ArgumentParser, dest: str, metavar: str = "LAKE"
     p.set_defaults(**{_EITHER: (dest, metavar)})
 
 
+def topics_argument(p: argparse.ArgumentParser) -> None:
+    """``--topics T1 [T2 ...]``: only these topics (default: every topic); repeatable."""
+    p.add_argument(
+        "--topics",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="TOPIC",
+        help="only these topics (default: every topic)",
+    )
+
+
 def non_negative(value: str) -> int:
     """An ``int`` argument in ``0..2^63-1`` (offsets, counts, sizes, epoch ms)."""
     try:
@@ -247,7 +259,7 @@ def recover_parser() -> argparse.ArgumentParser:
         "tails, rebuild bad indexes); the driver fixes the catalog in one commit.",
     )
     target_argument(p, "root")
-    p.add_argument("--topics", nargs="+", default=None)
+    topics_argument(p)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--force", action="store_true", help="rebuild valid indexes too")
     p.add_argument(
@@ -268,7 +280,7 @@ def retention_parser() -> argparse.ArgumentParser:
         "then the files, once older than file.delete.delay.ms.",
     )
     target_argument(p, "root")
-    p.add_argument("--topics", nargs="+", default=None)
+    topics_argument(p)
     retention_arguments(p)
     p.add_argument("--run-id", type=run_id_arg, default=None)
     _common(p)
@@ -325,8 +337,9 @@ def compact_parser() -> argparse.ArgumentParser:
         "index.interval.bytes.",
     )
     p.add_argument("--root", required=True, help="lake root")
-    p.add_argument(
-        "--topic", action="append", default=None, help="only this topic (repeatable; default all)"
+    topics_argument(p)
+    p.add_argument(  # the name before --topics (as recover and retention take it)
+        "--topic", action="append", dest="topics", help="deprecated: the same as --topics"
     )
     p.add_argument("--partitions", default=None, help="comma-separated, e.g. 0,3 (default all)")
     p.add_argument(
