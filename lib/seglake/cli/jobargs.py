@@ -90,9 +90,11 @@ _EITHER, _POSITIONAL, _OPTION = "_target_dest", "_target", "_target_root"
 
 def target_argument(p: argparse.ArgumentParser, dest: str, metavar: str = "LAKE") -> None:
     """What an operation of both the CLI and the jobs works on (``recover``,
-    ``retention``), taken in either form in both: positional, as ``seglake recover LAKE``,
-    or ``--root LAKE``, as ``./spark-submit.sh recover --root LAKE``; exactly one, in
-    ``args.<dest>`` (:class:`Parser` checks it)."""
+    ``retention``, ``lookup``), taken in either form in both: positional, as
+    ``seglake recover LAKE``, or ``--root LAKE``, as ``./spark-submit.sh recover --root
+    LAKE``; exactly one, in ``args.<dest>`` (:class:`Parser` checks it). The names of an
+    operation's other arguments are the same in both too (tests/unit/test_options_objects.py).
+    """
     p.add_argument(_POSITIONAL, nargs="?", default=None, metavar=metavar)
     p.add_argument(
         "--root", dest=_OPTION, default=None, metavar=metavar, help=f"the same as {metavar}"
@@ -146,7 +148,9 @@ def run_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def conf_arguments(p: argparse.ArgumentParser) -> None:
+    """``--conf-file`` and ``--conf KEY=VALUE``: Kafka-named settings (every job, and
+    ``seglake retention``)."""
     p.add_argument(
         "--conf-file",
         default=None,
@@ -199,7 +203,7 @@ def ingest_parser() -> argparse.ArgumentParser:
         default=None,
         help="idempotency key: rerunning a committed run id is a no-op",
     )
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -228,7 +232,7 @@ def extract_parser() -> argparse.ArgumentParser:
         default="read_uncommitted",
     )
     _output_args(p)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -239,7 +243,7 @@ def lookup_parser() -> argparse.ArgumentParser:
         "and key indexes: one output row per offset/time query, one per record of a key, "
         "with a status.",
     )
-    p.add_argument("--root", required=True)
+    target_argument(p, "root")
     p.add_argument("--queries", required=True, help="parquet, JSON lines or CSV")
     p.add_argument(
         "--latest-per-key",
@@ -248,7 +252,7 @@ def lookup_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     _output_args(p)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -269,7 +273,7 @@ def recover_parser() -> argparse.ArgumentParser:
         "cut out only the damaged batch, keep the rest; the offsets lost are reported)",
     )
     p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -280,15 +284,16 @@ def retention_parser() -> argparse.ArgumentParser:
         "then the files, once older than file.delete.delay.ms.",
     )
     target_argument(p, "root")
-    topics_argument(p)
     retention_arguments(p)
-    p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
 def retention_arguments(p: argparse.ArgumentParser) -> None:
-    """The rule arguments shared by the retention job and ``seglake retention``."""
+    """The arguments shared by the retention job and ``seglake retention`` (its rules,
+    which topics, the run id; the lake: :func:`target_argument`)."""
+    topics_argument(p)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     p.add_argument("--retention-ms", type=int, default=None, help="log.retention.ms (-1: off)")
     p.add_argument(
         "--retention-bytes", type=int, default=None, help="log.retention.bytes (-1: off)"
@@ -353,7 +358,7 @@ def compact_parser() -> argparse.ArgumentParser:
         "--now-ms", type=non_negative, default=None, help="the cleaner's clock (default now)"
     )
     p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 

@@ -10,7 +10,7 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from seglake.cli.jobargs import Parser, format_from_path, require_path
+from seglake.cli.jobargs import Parser, format_from_path, require_path, target_argument
 from seglake.cli.targets import check_lake, skip_corrupt
 from seglake.errors import InputSchemaError
 
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "lookup",
         help="answer offset/time queries on a lake in this process (the lookup job's rows)",
     )
-    lk.add_argument("root", metavar="LAKE")
+    target_argument(lk, "root")
     lk.add_argument(
         "--offset", action="append", default=[], type=_query("offset"), metavar="T:P:OFFSET"
     )

@@ -7,7 +7,13 @@ import argparse
 import json
 import re
 
-from seglake.cli.jobargs import Parser, non_negative, target_argument
+from seglake.cli.jobargs import (
+    Parser,
+    non_negative,
+    run_id_arg,
+    target_argument,
+    topics_argument,
+)
 from seglake.cli.targets import no_segments
 from seglake.errors import ConfigError, InvalidTopicError
 from seglake.lake.handle import LakeHandle
@@ -41,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         help="lake: Kafka's rule, truncate at a damaged batch and delete the later segments "
         "(default: cut out only the damaged batch; a partition directory always uses Kafka's)",
     )
+    topics_argument(rc)  # the recover job's names, for a lake
+    rc.add_argument("--run-id", type=run_id_arg, default=None, help="a lake's run id")
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
 
@@ -60,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             force=args.force,
             interval=args.index_interval_bytes,
+            topics=args.topics,
+            run_id=args.run_id,
             kafka_truncate=args.kafka_truncate,
         )
         if args.json:
@@ -68,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(rep)
         return 0
+    for flag, value in (("--topics", args.topics), ("--run-id", args.run_id)):
+        if value is not None:  # a lake's: a partition directory is one topic's, no run
+            raise ConfigError(f"{flag}: recovers a lake's partitions; {args.target} is not a lake")
     lake = lake_of(args.target)
     if lake is not None:  # Kafka's rule there would leave catalog rows without files
         raise ConfigError(

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import Parser, retention_arguments, retention_from_args, target_argument
+from seglake.cli.jobargs import (
+    Parser,
+    conf_arguments,
+    retention_arguments,
+    retention_from_args,
+    target_argument,
+)
 from seglake.lake.handle import LakeHandle
 
 
@@ -18,8 +24,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     target_argument(rt, "root")
     retention_arguments(rt)
-    rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
-    rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    conf_arguments(rt)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
             LakeHandle.open(args.root),  # main's handle (itself), or a root
             rules,
             now_ms=args.now_ms,
+            topics=args.topics,
+            run_id=args.run_id,
             dry_run=args.dry_run,
             delete_delay_ms=config.file_delete_delay_ms,
         )
