@@ -33,7 +33,7 @@ from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
-from seglake.lake.recovery import recover_lake
+from seglake.lake.recovery import RecoverOptions, recover_lake
 from seglake.record.batch import increment_sequence, scan_batches
 from seglake.record.codecs import NAMES
 from seglake.record.reader import decode_batches
@@ -165,7 +165,7 @@ def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
     logs[1].write_bytes(bytes(data))
     tail = logs[-1].read_bytes()
     logs[-1].write_bytes(tail[: len(tail) - 9])
-    recover_lake(LakeHandle.open(str(root)), delete_delay_ms=0)
+    recover_lake(LakeHandle.open(str(root)), RecoverOptions(delete_delay_ms=0))
     out["recovered"] = root / "t-0"
     # torn tails as a crash leaves them (not recovered): Kafka's "invalid bytes at the end"
     # for a batch cut inside its records, inside its header, and before its length field

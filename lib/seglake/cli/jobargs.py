@@ -14,6 +14,8 @@ from seglake.format import LONG_MAX
 
 if TYPE_CHECKING:
     from seglake.config import LogConfig
+    from seglake.lake.recovery import RecoverOptions
+    from seglake.lake.retention import RetentionOptions
     from seglake.storage.retention import RetentionRules
 
 FORMATS = ("parquet", "json", "csv", "delta")
@@ -311,11 +313,12 @@ def retention_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would go, change nothing")
 
 
-def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, LogConfig]:
-    """``(RetentionRules, LogConfig)`` of parsed retention arguments: exactly the rules
-    given (``--retention-*``, ``--log-start-offset``, ``--conf log.retention.*=``); the
-    broker defaults only with ``--broker-defaults``."""
+def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, RetentionOptions]:
+    """The rules and the run's options of parsed retention arguments (the CLI's and the
+    job's): exactly the rules given (``--retention-*``, ``--log-start-offset``, ``--conf
+    log.retention.*=``); the broker defaults only with ``--broker-defaults``."""
     from seglake.config import LogConfig, parse_overrides
+    from seglake.lake.retention import RetentionOptions
     from seglake.storage.retention import parse_log_start_offsets, retention_rules
 
     overrides = parse_overrides(args.conf)
@@ -327,7 +330,30 @@ def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, LogCo
         overrides=overrides,
         defaults=config if args.broker_defaults else None,
     )
-    return rules, config
+    return rules, RetentionOptions(
+        now_ms=args.now_ms,
+        topics=args.topics,
+        run_id=args.run_id,
+        dry_run=args.dry_run,
+        delete_delay_ms=config.file_delete_delay_ms,
+    )
+
+
+def recover_options(args: argparse.Namespace, config: LogConfig | None) -> RecoverOptions:
+    """A lake recovery's options of parsed recover arguments (``seglake recover``'s, with
+    its ``--index-interval-bytes``; the job's, with its settings ``config``)."""
+    from seglake.lake.recovery import RecoverOptions
+
+    return RecoverOptions(
+        dry_run=args.dry_run,
+        interval=getattr(args, "index_interval_bytes", RecoverOptions().interval),
+        force=args.force,
+        topics=args.topics,
+        run_id=args.run_id,
+        delete_delay_ms=None if config is None else config.file_delete_delay_ms,
+        kafka_truncate=args.kafka_truncate,
+        config=config,
+    )
 
 
 def compact_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ import re
 from seglake.cli.jobargs import (
     Parser,
     non_negative,
+    recover_options,
     run_id_arg,
     target_argument,
     topics_argument,
@@ -63,15 +64,7 @@ def run(args: argparse.Namespace) -> int:
     target = LakeHandle.open(args.target)  # a lake or a partition directory
     fs, path = target.fs, target.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        rep = recover_lake(
-            target,
-            dry_run=args.dry_run,
-            force=args.force,
-            interval=args.index_interval_bytes,
-            topics=args.topics,
-            run_id=args.run_id,
-            kafka_truncate=args.kafka_truncate,
-        )
+        rep = recover_lake(target, recover_options(args, None))
         if args.json:
             for p in rep.partitions:
                 print(json.dumps(p.to_dict()))

@@ -30,16 +30,6 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from seglake.lake.retention import apply_retention
 
-    rules, config = retention_from_args(args)
-    print(
-        apply_retention(
-            LakeHandle.open(args.root),  # main's handle (itself), or a root
-            rules,
-            now_ms=args.now_ms,
-            topics=args.topics,
-            run_id=args.run_id,
-            dry_run=args.dry_run,
-            delete_delay_ms=config.file_delete_delay_ms,
-        )
-    )
+    rules, options = retention_from_args(args)
+    print(apply_retention(LakeHandle.open(args.root), rules, options))  # main's handle
     return 0

@@ -293,36 +293,17 @@ def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.lake.recovery import recover_lake
     from seglake.spark.session import task_mapper
 
-    config = _config(args)
-    report = recover_lake(
-        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
-        dry_run=args.dry_run,
-        force=args.force,
-        topics=args.topics,
-        run_id=args.run_id,
-        delete_delay_ms=config.file_delete_delay_ms,
-        kafka_truncate=args.kafka_truncate,
-        config=config,
-        map_tasks=task_mapper(spark),
-    )
-    print(report)
+    options = jobargs.recover_options(args, _config(args))
+    # main's handle (itself), or a root given directly
+    print(recover_lake(LakeHandle.open(args.root), options, map_tasks=task_mapper(spark)))
     return 0
 
 
 def run_retention(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.lake.retention import apply_retention
 
-    rules, config = jobargs.retention_from_args(args)
-    report = apply_retention(
-        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
-        rules,
-        now_ms=args.now_ms,
-        topics=args.topics,
-        run_id=args.run_id,
-        dry_run=args.dry_run,
-        delete_delay_ms=config.file_delete_delay_ms,
-    )
-    print(report)
+    rules, options = jobargs.retention_from_args(args)
+    print(apply_retention(LakeHandle.open(args.root), rules, options))  # main's handle
     return 0
 
 
