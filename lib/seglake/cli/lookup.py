@@ -10,7 +10,13 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from seglake.cli.jobargs import Parser, format_from_path, require_path
+from seglake.cli.jobargs import (
+    KEY_QUERIES_ONLY,
+    Parser,
+    format_from_path,
+    isolation_level_arg,
+    require_path,
+)
 from seglake.cli.targets import check_lake, skip_corrupt
 from seglake.errors import InputSchemaError
 
@@ -60,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         action="store_true",
         help="a key query answers its key's last record per partition (a compacted view)",
     )
+    isolation_level_arg(lk, KEY_QUERIES_ONLY)
     lk.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     lk.add_argument("--version", type=int, default=None, help="catalog version (default newest)")
     lk.add_argument("--json", action="store_true", help="one JSON object per answer")
@@ -112,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
     lake = seglake.open(
         args.root, version=args.version, on_corrupt="skip" if args.skip_corrupt else "raise"
     )
-    for r in lake.lookup(q, latest_per_key=args.latest_per_key).to_pylist():
+    answers = lake.lookup(
+        q, latest_per_key=args.latest_per_key, isolation_level=args.isolation_level
+    )
+    for r in answers.to_pylist():
         ts = r["timestamp"]
         rec = {
             **r,
