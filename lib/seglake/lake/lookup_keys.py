@@ -79,7 +79,14 @@ def answer_chunk(
     out = out.add_column(out.schema.get_field_index("status"), "query_key", oq["query_key"])
     kq = q.take(pa.array(keyed, pa.int64()))
     ans, pos = answer_keys(
-        root, parts, cache, kq, latest_per_key, isolation_level=isolation_level, **kw
+        root,
+        parts,
+        cache,
+        kq,
+        latest_per_key,
+        isolation_level=isolation_level,
+        skipped=skipped,
+        **kw,
     )
     both = pa.concat_tables([out.cast(KEY_LOOKUP_SCHEMA), ans])
     order = np.argsort(np.concatenate([other, keyed[pos]]), kind="stable")
@@ -100,10 +107,13 @@ def answer_keys(
     on_corrupt: str = "raise",
     version: int | None = None,
     isolation_level: str = "read_uncommitted",
+    skipped: list[str] | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """The :data:`KEY_LOOKUP_SCHEMA` rows of key queries ``q`` (each has ``query_key``),
     and for each row the position of its query in ``q``; a query's rows in partition
-    then offset order (``read_committed``: aborted transactions' records left out)."""
+    then offset order (``read_committed``: aborted transactions' records left out). With
+    ``on_corrupt="skip"`` a damaged batch's records are left out, ``skipped`` one line
+    per batch, as for offset queries."""
     pin = None if version is None else PinnedVersion(root, version)
     of_topic: dict[Any, list[int]] = {}
     for topic, p in parts:
@@ -132,6 +142,7 @@ def answer_keys(
             on_corrupt,
             pin,
             committed=isolation_level == "read_committed",
+            skipped=skipped,
         )
         if got is None:
             lone += [(int(i), "read_error", p) for i in idx]
@@ -161,6 +172,7 @@ def _partition_keys(
     pin: PinnedVersion | None,
     *,
     committed: bool = False,
+    skipped: list[str] | None = None,
 ) -> tuple[np.ndarray, pa.Table] | None:
     """The records of one partition (arrays ``a``) matching ``keys`` (one per query,
     duplicates allowed): (the query of each record, the records), by query then offset
@@ -183,6 +195,8 @@ def _partition_keys(
             return None
         if m.scanned:
             scanned.append(m.status)
+        if skipped is not None:  # damaged batches skipped (on_corrupt="skip")
+            skipped += [b.describe(segs[-1].log_path) for _, b in sorted(segs[-1].skipped.items())]
         tables.append(m.records.drop_columns(["query"]))
         hit.append(m.records.column("query").to_numpy(zero_copy_only=False))
     if scanned:
