@@ -277,3 +277,32 @@ def test_committed_reads_txnindex_only_for_transactional_matches(lakes, monkeypa
     q = pa.table({"topic": [TOPIC], "partition": pa.array([0], pa.int32()), "key": [tx[2]]})
     seglake.open(root).lookup(q, isolation_level="read_committed")
     assert len(calls) == 1 and calls[0] <= tx[0]
+
+
+def test_cli_lookup_key_flags(lakes, capsys) -> None:
+    """``seglake lookup LAKE --topic T [--partition P] --key K ...`` (beside ``--offset``):
+    the rows of the same queries given as a file, at either level; a --key without a
+    topic, or a topic without a key, is one line (exit 2)."""
+    import base64
+    import json
+
+    root, brute = lakes(LAKES[2])
+    key = _last_aborted(brute)[0]
+    for level, part in [("read_uncommitted", None), ("read_committed", None), (LEVELS[1], 0)]:
+        argv = ["lookup", root, "--json", "--topic", TOPIC, "--key", key.decode()]
+        argv += ["--key", "absent", "--offset", f"{TOPIC}:1:3", "--isolation-level", level]
+        argv += [] if part is None else ["--partition", str(part)]
+        assert main(argv) == 0
+        got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert (got[0]["query_offset"], got[0]["query_key"]) == (3, None)
+        want = brute.lookup([(part, key), (part, b"absent")], False, level)
+        assert [
+            (g["status"], g["partition"], g.get("offset"), base64.b64decode(g["query_key"]))
+            for g in got[1:]
+        ] == want
+    for argv, line in [
+        (["--key", "k1"], "--key k1: which topic? (give --topic)"),
+        (["--topic", TOPIC, "--offset", f"{TOPIC}:0:1"], "no --key given"),
+    ]:
+        assert main(["lookup", root, *argv]) == 2
+        assert line in capsys.readouterr().err
