@@ -109,15 +109,10 @@ def _key_bytes(col: pa.ChunkedArray) -> pa.Array:
             pa.binary(), len(arr), [None, pa.py_buffer(ends), pa.py_buffer(data.tobytes())]
         )
         return pc.if_else(arr.is_valid(), raw, pa.scalar(None, pa.binary()))
-    if not (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_null(t)
-    ):
-        raise key_type_error(str(t))
-    return pc.cast(arr, pa.binary())
+    try:  # strings, binary of any kind, nulls
+        return pc.cast(arr, pa.binary())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        raise key_type_error(str(t)) from None
 
 
 def key_type_error(type_name: str) -> InputSchemaError:
