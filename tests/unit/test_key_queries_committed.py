@@ -306,3 +306,17 @@ def test_cli_lookup_key_flags(lakes, capsys) -> None:
     ]:
         assert main(["lookup", root, *argv]) == 2
         assert line in capsys.readouterr().err
+
+
+def test_the_lookup_job_takes_an_isolation_level(capsys) -> None:
+    """``./spark-submit.sh lookup ... --isolation-level L`` (the job's parser, checked
+    before Spark): read_uncommitted by default, Kafka's two names only."""
+    from seglake.cli.jobargs import PARSERS
+
+    base = ["--root", "/data/lake", "--queries", "q.csv", "--output", "out"]
+    assert PARSERS["lookup"]().parse_args(base).isolation_level == "read_uncommitted"
+    args = PARSERS["lookup"]().parse_args([*base, "--isolation-level", "read_committed"])
+    assert args.isolation_level == "read_committed"
+    with pytest.raises(SystemExit):
+        PARSERS["lookup"]().parse_args([*base, "--isolation-level", "committed"])
+    assert "--isolation-level" in capsys.readouterr().err
