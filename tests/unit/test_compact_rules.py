@@ -35,8 +35,9 @@ def txn_lake(root: Path, *, seed: int, codec: int) -> pd.DataFrame:
     truth, _ = write_transactional_log(d, seed=seed, steps=250, codec=codec, segment_bytes=3000)
     fs, _ = lakefs.resolve(str(root))
     rows = []
-    for p in sorted(d.glob("*.log")):
-        rec = recover_segment(fs, str(p), interval=512)
+    state: dict[int, int] = {}  # open transactions carried segment to segment, as Kafka's
+    for p in sorted(d.glob("*.log")):  # LogLoader does: a .txnindex entry's first offset
+        rec = recover_segment(fs, str(p), interval=512, producer_state=state)
         rows.append(segment_row("c", 0, rec, f"c-0/{p.name}"))
     Catalog(str(root)).commit(rows_table(rows), "setup")
     return truth

@@ -131,10 +131,12 @@ ONE_SIDED = {
     # a partition directory too; the job's --conf index.interval.bytes= does it; printing
     "recover": ({"--index-interval-bytes", "--json"}, {"--conf-file", "--conf"}),
     "retention": (set(), set()),
-    # queries on the command line, a pinned version, printing, skipping damaged batches;
-    # the job's output and its settings (seglake.read.corrupt=skip)
+    # queries on the command line (offsets, times, keys of a topic / partition), a pinned
+    # version, printing, skipping damaged batches; the job's output and its settings
+    # (seglake.read.corrupt=skip)
     "lookup": (
-        {"--offset", "--time", "--version", "--json", "--skip-corrupt"},
+        {"--offset", "--time", "--key", "--topic", "--partition"}
+        | {"--version", "--json", "--skip-corrupt"},
         {"--output", "--output-format", "--conf-file", "--conf"},
     ),
 }

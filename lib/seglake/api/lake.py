@@ -163,15 +163,19 @@ class Lake:
         end: TimeLike | None = None,
         *,
         as_: As = "pandas",
+        isolation_level: str = "read_uncommitted",
     ) -> Any:
         """Every record of ``topic`` whose key is ``key`` (or one of a list of keys), with
         ``start <= timestamp < end`` when given: the data source's columns (``key``,
-        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset.
+        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset;
+        ``isolation_level="read_committed"``: not the records of aborted transactions.
         Without Spark: each partition's :meth:`Partition.find`, through the segments' key
         indexes."""
         keys = [key] if isinstance(key, bytes | str) else list(key)
         parts = [
-            self.partition(topic, p).find(keys, start, end, as_="arrow")
+            self.partition(topic, p).find(
+                keys, start, end, as_="arrow", isolation_level=isolation_level
+            )
             for p in self.partitions(topic)
         ]
         if not parts:
@@ -252,7 +256,11 @@ class Lake:
 
     # -- point lookups ----------------------------------------------------------------
     def lookup(
-        self, queries: pd.DataFrame | pa.Table, *, latest_per_key: bool = False
+        self,
+        queries: pd.DataFrame | pa.Table,
+        *,
+        latest_per_key: bool = False,
+        isolation_level: str = "read_uncommitted",
     ) -> pd.DataFrame | pa.Table:
         """Answer point queries in this process, as the Spark ``lookup`` job answers them
         (same rules and code: :mod:`seglake.lake.lookup_local`), at this lake's version.
@@ -271,7 +279,9 @@ class Lake:
         null or absent: every partition of the topic): each answered by every record
         with those key bytes (``latest_per_key``: the last one per partition), the
         query's columns and ``query_key`` echoed, or one ``no_record_for_key`` row
-        (:mod:`seglake.lake.lookup_keys`).
+        (:mod:`seglake.lake.lookup_keys`). ``isolation_level="read_committed"``: key
+        queries leave out the records of aborted transactions (the latest per key is the
+        latest committed one); offset and time queries answer as read_uncommitted.
 
         Raises:
             InputSchemaError: a query column missing.
@@ -293,6 +303,7 @@ class Lake:
             cache=get_cache(LogConfig().index_cache_bytes),
             on_corrupt=self.on_corrupt,
             latest_per_key=latest_per_key,
+            isolation_level=isolation_level,
         )
         return out if isinstance(queries, pa.Table) else out.to_pandas()
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from seglake.format import LONG_MAX
+from seglake.format import ISOLATION_LEVELS, LONG_MAX
 
 if TYPE_CHECKING:
     from seglake.config import LogConfig
@@ -150,6 +150,20 @@ def run_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+KEY_QUERIES_ONLY = " (of key queries; offset and time queries answer as read_uncommitted)"
+
+
+def isolation_level_arg(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--isolation-level read_uncommitted|read_committed`` (Kafka consumer's
+    isolation.level; ``what``: which reads it applies to, in the help)."""
+    p.add_argument(
+        "--isolation-level",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help=f"read_committed leaves out aborted transactions' records{what}",
+    )
+
+
 def conf_arguments(p: argparse.ArgumentParser) -> None:
     """``--conf-file`` and ``--conf KEY=VALUE``: Kafka-named settings (every job, and
     ``seglake retention``)."""
@@ -228,11 +242,7 @@ def extract_parser() -> argparse.ArgumentParser:
         help="offsets: offsetsForTimes(start)..offsetsForTimes(end) (Kafka source "
         "semantics); filter: every record with start <= timestamp < end",
     )
-    p.add_argument(
-        "--isolation-level",
-        choices=("read_uncommitted", "read_committed"),
-        default="read_uncommitted",
-    )
+    isolation_level_arg(p)
     _output_args(p)
     conf_arguments(p)
     return p
@@ -252,6 +262,7 @@ def lookup_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a key query answers its key's last record per partition (a compacted view)",
     )
+    isolation_level_arg(p, KEY_QUERIES_ONLY)
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     _output_args(p)
     conf_arguments(p)

@@ -16,7 +16,7 @@ from seglake import fs as lakefs
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES
-from seglake.lake.scan import Scan, ScanPlan
+from seglake.lake.scan import Scan, ScanPlan, check_isolation_level
 from seglake.lake.snapshot import Snapshot
 from seglake.location import Root
 from seglake.render import iso
@@ -126,8 +126,7 @@ def plan_extract(
     mode, isolation_level = o.mode, o.isolation_level
     if mode not in ("offsets", "filter"):
         raise ConfigError(f"mode {mode!r}: expected 'offsets' or 'filter'")
-    if isolation_level not in ("read_uncommitted", "read_committed"):
-        raise ConfigError(f"isolation_level {isolation_level!r}")
+    check_isolation_level(isolation_level)
     start_offset, end_offset = o.start_offset, o.end_offset
     start, end = parse_time(o.start), parse_time(o.end)
     _check_bounds(start, end, start_offset, end_offset)

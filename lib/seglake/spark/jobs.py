@@ -274,6 +274,7 @@ def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
         on_corrupt=config.read_corrupt,
         skipped_accumulator=skipped,
         latest_per_key=args.latest_per_key,
+        isolation_level=args.isolation_level,
     ).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
