@@ -28,7 +28,7 @@ import seglake
 from seglake.cli.main import main
 from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import KEY_LOOKUP_SCHEMA
 from seglake.record.reader import read_log
@@ -111,7 +111,9 @@ def lakes(tmp_path_factory):
                 # its aborted transactions for read_committed to drop
                 lag = NOW - START_MS - 4000
                 conf = {**COMPACT, "segment.bytes": "3000", "min.compaction.lag.ms": str(lag)}
-                assert run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW).committed
+                assert run_compaction(
+                    LakeHandle.open(str(root)), CompactOptions(conf=conf, now_ms=NOW)
+                ).committed
             aborted = set(truth.loc[truth["aborted"], "offset"].tolist())
             built[which] = str(root), Brute(str(root), aborted)
         return built[which]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,27 +29,30 @@ if TYPE_CHECKING:
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
+@dataclasses.dataclass(frozen=True)
+class OpenOptions:
+    """How a lake is opened: :func:`open`'s keywords (documented there), built once
+    there and handed to :class:`Lake` whole."""
+
+    version: int | None = None
+    storage_options: Mapping[str, str] | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    on_corrupt: str = "raise"
+    timestamp_as_of: TimeLike | None = None
+
+
 class Lake:
     """A lake opened at one catalog version (see :func:`open`)."""
 
-    def __init__(
-        self,
-        root: Root,
-        *,
-        version: int | None = None,
-        storage_options: Mapping[str, str] | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        on_corrupt: str = "raise",
-        timestamp_as_of: TimeLike | None = None,
-    ) -> None:
-        self.handle = LakeHandle.open(root, storage_options)  # the one parse of the root
+    def __init__(self, root: Root, options: OpenOptions = OpenOptions()) -> None:
+        self.handle = LakeHandle.open(root, options.storage_options)  # the one parse
         self.location = self.handle.location  # catalog and segment files
         self.root = self.location.root
-        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.on_corrupt = check_on_corrupt(options.on_corrupt)
         self.catalog = self.handle.catalog
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self._cache = LRU(cache_bytes)
-        self._load(_as_of(self.handle, version, timestamp_as_of))
+        self._cache = LRU(options.cache_bytes)
+        self._load(_as_of(self.handle, options.version, options.timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
         snapshot = Snapshot.read(self.handle, version=None if version is None else int(version))
@@ -370,10 +374,5 @@ def open(
         ConfigError: ``timestamp_as_of`` before the first commit or after the newest.
     """
     return Lake(
-        root,
-        version=version,
-        storage_options=storage_options,
-        cache_bytes=cache_bytes,
-        on_corrupt=on_corrupt,
-        timestamp_as_of=timestamp_as_of,
+        root, OpenOptions(version, storage_options, cache_bytes, on_corrupt, timestamp_as_of)
     )

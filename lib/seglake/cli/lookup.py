@@ -17,6 +17,7 @@ from seglake.cli.jobargs import (
     format_from_path,
     isolation_level_arg,
     require_path,
+    target_argument,
 )
 from seglake.cli.targets import check_lake, skip_corrupt
 from seglake.errors import InputSchemaError
@@ -47,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "lookup",
         help="answer offset/time/key queries on a lake in this process (the lookup job's rows)",
     )
-    lk.add_argument("root", metavar="LAKE")
+    target_argument(lk, "root")
     lk.add_argument(
         "--offset", action="append", default=[], type=_query("offset"), metavar="T:P:OFFSET"
     )
