@@ -245,8 +245,9 @@ SETTINGS: tuple[Setting, ...] = (
        "without a shuffle: records buffered per task before encoding, over all its partitions",
        1),
     _s("seglake.key.index.enable", None, "key_index_enable", bool, True,
-       "false: segments written by ingest, ingest_batch and the sinks get no .keyindex (key "
-       "lookups scan them and say so; `seglake index build` adds it later)"),
+       "false: the segments SegmentWriter writes (ingest, ingest_batch, the sinks' pieces) "
+       "get no .keyindex: key lookups scan them and say so, `seglake index build` adds it; "
+       "the writers that copy batches (stream commits, cleaning, merge, recover) still do"),
 )
 # fmt: on
 # broker-level names Kafka also takes, with the factor to the setting's unit (ms)
