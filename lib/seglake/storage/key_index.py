@@ -135,6 +135,11 @@ class KeyIndex:
         return len(self.hashes)
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes | memoryview]:
+        """The file's bytes in pieces (header, filter, hashes, offsets): a writer writes
+        them one after another without joining 12 bytes a record into one more copy."""
         filt = self.filter.to_bytes()
         exact = [
             np.ascontiguousarray(self.hashes, "<u8").data.cast("B"),
@@ -151,7 +156,7 @@ class KeyIndex:
             crc32c(filt),
             crc32c(exact[1], crc32c(exact[0])),
         )
-        return b"".join([head, struct.pack("<II", crc32c(head), 0), filt, *exact])
+        return [head + struct.pack("<II", crc32c(head), 0), filt, *exact]
 
     @classmethod
     def from_bytes(cls, data: bytes, base_offset: int, *, path: str | None = None) -> KeyIndex:
