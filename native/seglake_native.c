@@ -32,7 +32,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 10
+#define ABI_VERSION 9
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -1056,56 +1056,29 @@ void sl_xxh64(i64 n, const void *off, i64 wide, const u8 *data, u64 *out) {
     }
 }
 
-/* Stable MSD radix sort of the n (hash, offset) pairs by the hash bits at and below
- * shift + 8 (the bits above are equal): a counting pass on bits shift..shift+8 scatters
- * them into the scratch h2, v2, each of the 256 buckets is sorted the same way one byte
- * lower (h2 its data, h its scratch) and copied back; at most 32 pairs are insertion-
- * sorted. Every level touches each pair once (8 levels at most: no input is quadratic), and
- * a level's buckets fit the CPU caches after the first. The result is in h, v. */
-static void msd_pairs(i64 n, u64 *h, uint32_t *v, u64 *h2, uint32_t *v2, int shift) {
-    if (n <= 32 || shift < 0) {
-        for (i64 i = 1; i < n; i++) {
-            u64 x = h[i];
-            uint32_t y = v[i];
-            i64 j = i;
-            for (; j > 0 && h[j - 1] > x; j--) {
-                h[j] = h[j - 1];
-                v[j] = v[j - 1];
-            }
-            h[j] = x;
-            v[j] = y;
-        }
-        return;
-    }
-    i64 at[257]; /* on the stack (2 KiB a level): callers may run in threads */
-    memset(at, 0, sizeof at);
-    for (i64 i = 0; i < n; i++) at[((h[i] >> shift) & 255) + 1]++;
-    for (int d = 0; d < 256; d++) at[d + 1] += at[d];
-    for (int d = 0; d < 256; d++)
-        if (at[d + 1] - at[d] == n) { /* one bucket: the next byte, nothing moved */
-            msd_pairs(n, h, v, h2, v2, shift - 8);
-            return;
-        }
-    i64 lo = 0;
-    for (i64 i = 0; i < n; i++) {
-        i64 to = at[(h[i] >> shift) & 255]++;
-        h2[to] = h[i];
-        v2[to] = v[i];
-    } /* at[d] is now bucket d's end, the next one's start */
-    for (int d = 0; d < 256; d++) {
-        i64 hi = at[d];
-        if (hi - lo > 1) msd_pairs(hi - lo, h2 + lo, v2 + lo, h + lo, v + lo, shift - 8);
-        lo = hi;
-    }
-    memcpy(h, h2, (size_t)n * sizeof(u64));
-    memcpy(v, v2, (size_t)n * sizeof(uint32_t));
-}
-
 /* The n (hash, offset) pairs sorted by hash, stable (equal hashes keep their order: the
- * offsets ascending), with the scratch arrays h2, v2 (n each); the result is back in h, v.
- * The numpy twin: argsort(kind="stable"). */
+ * offsets ascending): LSD radix sort, eight passes of 8 bits through the scratch arrays
+ * h2, v2 (n each); the result is back in h, v. The numpy twin: argsort(kind="stable"). */
 void sl_sort_pairs(i64 n, u64 *h, uint32_t *v, u64 *h2, uint32_t *v2) {
-    msd_pairs(n, h, v, h2, v2, 56);
+    i64 count[8][256]; /* on the stack: callers may run in threads */
+    memset(count, 0, sizeof count);
+    for (i64 i = 0; i < n; i++)
+        for (int p = 0; p < 8; p++) count[p][(h[i] >> (8 * p)) & 255]++;
+    for (int p = 0; p < 8; p++) {
+        i64 at = 0;
+        for (int d = 0; d < 256; d++) {
+            i64 c = count[p][d];
+            count[p][d] = at;
+            at += c;
+        }
+        for (i64 i = 0; i < n; i++) {
+            i64 to = count[p][(h[i] >> (8 * p)) & 255]++;
+            h2[to] = h[i];
+            v2[to] = v[i];
+        }
+        u64 *th = h; h = h2; h2 = th;
+        uint32_t *tv = v; v = v2; v2 = tv;
+    }
 }
 
 /* Parquet's split-block bloom filter (BloomFilter.md): each of the n hashes sets one bit

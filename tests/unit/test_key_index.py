@@ -310,9 +310,9 @@ def test_kernel_sort_and_filter_equal_numpy(values, dups, nbytes) -> None:
 
 @needs_kernel
 def test_kernel_sort_of_large_and_crafted_inputs_equals_numpy() -> None:
-    """sl_sort_pairs' MSD levels: uniform hashes (buckets of a few pairs, insertion
-    sorted), hashes sharing their top 40 bits (every level taken), one hash many times
-    (equal hashes keep their offsets' order) and the three mixed."""
+    """sl_sort_pairs past the hypothesis sizes: uniform hashes, hashes sharing their top
+    40 bits, one hash many times (equal hashes keep their offsets' order) and the three
+    mixed, as numpy's stable argsort and lexsort order them."""
     rng = np.random.default_rng(5)
     uniform = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
     shared = np.uint64(0xABCDEF1234 << 24) | rng.integers(0, 2**24, 20_000, dtype=np.uint64)

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 10  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 9  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
