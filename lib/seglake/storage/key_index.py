@@ -110,25 +110,20 @@ class KeyIndex:
         (non-null keys only)."""
         rel = _relative(np.asarray(offsets, np.int64), int(base_offset))
         h = np.array(hashes, np.uint64)  # its own copy: sorted in place
-        return cls._of_owned(base_offset, next_offset, h, rel, fpp, max_filter_bytes)
+        return cls._of_owned((base_offset, next_offset), h, rel, (fpp, max_filter_bytes))
 
     @classmethod
     def _of_owned(
-        cls,
-        base_offset: int,
-        next_offset: int,
-        hashes: np.ndarray,
-        rel: np.ndarray,
-        fpp: float = TARGET_FPP,
-        max_filter_bytes: int = MAX_BYTES,
+        cls, span: tuple[int, int], hashes: np.ndarray, rel: np.ndarray, sizing: tuple[float, int]
     ) -> KeyIndex:
-        """:meth:`build` of arrays nobody else holds (uint64 hashes, uint32 relative
-        offsets), sorted in place. The filter takes every sorted hash (an equal one sets the
-        same bits again), sized by the distinct ones."""
+        """:meth:`build` (``span``: base and next offset; ``sizing``: fpp and the largest
+        filter) of arrays nobody else holds (uint64 hashes, uint32 relative offsets),
+        sorted in place. The filter takes every sorted hash (an equal one sets the same
+        bits again), sized by the distinct ones."""
         h, rel32 = _sorted_pairs(hashes, rel)
         distinct = int(np.count_nonzero(h[1:] != h[:-1])) + 1 if len(h) else 0
-        filt = KeyFilter.build(h, filter_bytes(distinct, fpp, max_filter_bytes))
-        return cls(int(base_offset), int(next_offset), filt, h, rel32)
+        filt = KeyFilter.build(h, filter_bytes(distinct, *sizing))
+        return cls(int(span[0]), int(span[1]), filt, h, rel32)
 
     @property
     def entries(self) -> int:
@@ -298,7 +293,8 @@ class KeyIndexBuilder:
         """The index: the pieces joined once into arrays of its own, sorted in place."""
         hashes = _joined(self._hashes, np.uint64)
         offsets = _joined(self._offsets, np.uint32)
-        return KeyIndex._of_owned(self.base_offset, next_offset, hashes, offsets)
+        span, sizing = (self.base_offset, next_offset), (TARGET_FPP, MAX_BYTES)
+        return KeyIndex._of_owned(span, hashes, offsets, sizing)
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
