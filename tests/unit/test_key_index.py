@@ -348,6 +348,27 @@ def test_builder_bytes_are_the_format_s() -> None:
         assert hashlib.sha256(build()).hexdigest() == want
 
 
+def test_builder_finishes_again_after_more_records() -> None:
+    """finish, more records, finish: the index of all of them, as one builder given them
+    all (finish keeps its sorted entries as the builder's)."""
+    rng = np.random.default_rng(8)
+    keys = [b"k%d" % k for k in rng.integers(0, 40, 600)]
+    once, twice = KeyIndexBuilder(10), KeyIndexBuilder(10)
+    once.add(pa.array(keys, pa.binary()), 10 + np.arange(600))
+    twice.add(pa.array(keys[:250], pa.binary()), 10 + np.arange(250))
+    first = twice.finish(260)
+    twice.add(pa.array(keys[250:], pa.binary()), 260 + np.arange(350))
+    assert twice.finish(610).to_bytes() == once.finish(610).to_bytes()
+    assert twice.finish(610).to_bytes() == once.finish(610).to_bytes()  # finish is repeatable
+    assert (
+        first.entries == 250
+        and first.to_bytes()
+        == KeyIndex.build(
+            10, 260, key_hash.key_hashes(pa.array(keys[:250], pa.binary()))[0], 10 + np.arange(250)
+        ).to_bytes()
+    )
+
+
 def test_key_index_can_be_switched_off(tmp_path) -> None:
     """``seglake.key.index.enable=false``: the writer's segments have their ``.index`` and
     ``.timeindex``, no ``.keyindex``."""

@@ -290,11 +290,17 @@ class KeyIndexBuilder:
         self.add(records.column("key"), records.column("offset").to_numpy())
 
     def finish(self, next_offset: int) -> KeyIndex:
-        """The index: the pieces joined once into arrays of its own, sorted in place."""
+        """The index: the pieces joined once into arrays of its own, sorted in place. The
+        pieces are let go before the sort (the peak holds the entries twice, not three
+        times) and the sorted entries become the one piece (a stable sort of them and
+        later records orders them as of the pieces: more may be added, finish again)."""
         hashes = _joined(self._hashes, np.uint64)
         offsets = _joined(self._offsets, np.uint32)
+        self._hashes, self._offsets = [], []
         span, sizing = (self.base_offset, next_offset), (TARGET_FPP, MAX_BYTES)
-        return KeyIndex._of_owned(span, hashes, offsets, sizing)
+        index = KeyIndex._of_owned(span, hashes, offsets, sizing)
+        self._hashes, self._offsets = [index.hashes], [index.offsets]
+        return index
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
