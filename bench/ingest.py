@@ -36,7 +36,8 @@ section of bench/RESULTS.md.
 ``--key-index`` runs KEY2 (issue 32) instead: the cost of building the key index. The same
 N-message input ingested with the index (the default) and without it
 (``seglake.key.index.enable=false``), none and lz4, the four runs alternating in each of R
-rounds in one session (warmed up as above); the ratio with/without of the best seconds
+rounds in one session (with first in even rounds, without first in odd ones; warmed up as
+above); the ratio with/without of the best seconds
 and of the best CPU seconds (the JVM and its Python workers). Of the last round's lakes
 with the index: ``.keyindex`` bytes per record (the files' sum / N), the per-segment
 filter size, and the false-positive rate measured on each segment's filter with 100,000
@@ -327,8 +328,9 @@ def run_key_index(spark, jvm: int, inp: list[str], n: int, repeat: int, tmp: str
     cases = [(c, k) for c in ("none", "lz4") for k in (True, False)]
     best: dict[tuple[str, bool], tuple[float, float]] = {}
     stats: dict[str, dict] = {}
-    for _ in range(repeat):
-        for codec, with_index in cases:
+    for round_ in range(repeat):
+        # with first in even rounds, without first in odd ones: neither side always leads
+        for codec, with_index in cases if round_ % 2 == 0 else [(c, not k) for c, k in cases]:
             root = os.path.join(tmp, f"key-{codec}-{with_index}")
             res: dict = {}
             secs, mem = timed(
