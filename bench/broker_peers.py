@@ -669,7 +669,7 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
             f"K3x rows checked before timing: all {facts['K3x queries']:,} answers `ok` at "
             "their own offset, the job's equal to `Lake.lookup`'s (SHA-1 of every row, "
             f"{facts['K3x digest']}; `Lake.lookup` of the {facts['K3x queries']:,} took "
-            f"{facts['K3x Lake.lookup cpu']:.1f} CPU s once), and the consumer's "
+            f"{facts['K3x Lake.lookup cpu']:.2f} CPU s once), and the consumer's "
             f"{facts['K3x consumer']:,} row for row. K3's {facts['queries']:,}: the job's "
             "and `Lake.lookup`'s answers row for row against the consumer's.",
         ]
