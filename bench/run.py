@@ -53,6 +53,14 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     # issue 22 K1-K3: a local broker (skips without java or .jars/kafka); its broker
     # directory and lake are kept in bench/out/kafka
     ("kafka", "broker_peers", "", "--quick"),
+    # issue 32 KEY1: key lookups vs a full scan, parquet + bloom, a broker (its lake,
+    # parquet and broker directory are kept in bench/out/keys)
+    (
+        "key-lookup",
+        "key_lookup",
+        "",
+        "--messages 2000000 --keys 100000 --partitions 16 --queries 200",
+    ),
     (
         "catalog-commit",
         "catalog_commit",
@@ -72,6 +80,7 @@ TARGETS = {
     "## streaming": "streaming sink and source",
     "## notebook": "notebook point reads vs pandas",
     "## kafka": "issue 22 K1-K3 vs Spark's Kafka source / a consumer (<= 0.3x, <= 0.5x, >= 10x)",
+    "## key lookups": "issue 32 KEY1: key lookups vs full scan (>= 20x), parquet bloom (>= 3x)",
     "## catalog commits": "issue 23: catalog commits, deltalake vs delta-spark",
 }
 
