@@ -105,8 +105,6 @@ def build(work: Path, n: int, n_keys: int, partitions: int) -> dict[str, float]:
     import pyarrow.parquet as pq
 
     from seglake.config import LogConfig
-    from seglake.lake.catalog import Catalog
-    from seglake.lake.rows import rows_table
     from seglake.record.partitioner import default_partition
     from seglake.record.schema import HEADERS_TYPE, to_kafka_source
     from seglake.storage.writer import SegmentWriter
@@ -154,11 +152,7 @@ def build(work: Path, n: int, n_keys: int, partitions: int) -> dict[str, float]:
         out.write_table(table, row_group_size=CHUNK)
     if out is not None:
         out.close()
-    rows = []
-    for p in range(partitions):
-        infos[p] += writers[p].close()
-        rows += [i.catalog_row(TOPIC, p, f"{TOPIC}-{p}/{i.base_offset:020d}.log") for i in infos[p]]
-    Catalog(root).commit(rows_table(rows), "bench-build")
+    bx.commit_lake(root, TOPIC, writers, infos)
     return {"lake": time.perf_counter() - started}
 
 
