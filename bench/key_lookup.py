@@ -410,11 +410,13 @@ def main(argv: list[str] | None = None) -> int:
         text = report(got, facts, args, loads)
         print(text)
         replace_section(text)
-    finally:
-        if spark is not None:
-            spark.stop()
-        if broker is not None:
-            broker.stop()
+    finally:  # the broker stopped even when Spark's JVM died (spark.stop() raises then)
+        try:
+            if spark is not None:
+                spark.stop()
+        finally:
+            if broker is not None:
+                broker.stop()
     return 0
 
 
