@@ -25,7 +25,9 @@ answering the same rows (count and a SHA-256 of the sorted (partition, offset, k
 value), checked against the brute-force answer before timing; the answers collected into
 the driver with ``toArrow()``):
 
-* lookup: ``seglake.spark.lookup.lookup`` with key queries (``topic``, ``key``);
+* lookup: ``seglake.spark.lookup.lookup`` with key queries (``topic``, ``key``: every
+  partition asked); and with each key's ``partition`` too (Kafka's partitioner), as a
+  user who knows how the producer routed the keys would ask;
 * data source, index: ``spark.read.format("seglake")`` with ``key IN (...)`` pushed down;
 * data source, full scan: the same reader with no filter pushed (the reader Spark uses
   when ``spark.sql.python.filterPushdown.enabled`` is off, ``UnpushedReader``): Spark
@@ -254,6 +256,8 @@ def cases(spark, work: Path, keys: list[bytes], broker) -> dict:
     from pyspark.sql import functions as F
 
     import seglake
+    from seglake.lake.catalog import Catalog
+    from seglake.record.partitioner import default_partition
     from seglake.spark.datasource import SeglakeDataSource, UnpushedReader
     from seglake.spark.lookup import lookup
 
@@ -272,7 +276,12 @@ def cases(spark, work: Path, keys: list[bytes], broker) -> dict:
         )
     )
     q = spark.createDataFrame(pd.DataFrame({"topic": TOPIC, "key": keys})).cache()
-    q.count()
+    # the same queries with their partition, as a producer picks it (Kafka's partitioner)
+    n_parts = len(Catalog(lake).log_end_offsets(TOPIC))
+    part = default_partition(pa.array(keys, pa.binary()), n_parts)
+    qp = spark.createDataFrame(pd.DataFrame({"topic": TOPIC, "partition": part, "key": keys}))
+    qp = qp.cache()
+    q.count(), qp.count()
     in_keys = F.col("key").isin(keys)
     handle = seglake.open(lake)
     local_q = pa.table({"topic": [TOPIC] * len(keys), "key": pa.array(keys, pa.binary())})
@@ -282,6 +291,9 @@ def cases(spark, work: Path, keys: list[bytes], broker) -> dict:
 
     runs = {
         "lookup": lambda: lookup(spark, lake, q).filter("status = 'ok'").select(cols).toArrow(),
+        "lookup_partition": lambda: (
+            lookup(spark, lake, qp).filter("status = 'ok'").select(cols).toArrow()
+        ),
         "source_index": lambda: source("seglake").select(cols).toArrow(),
         "source_scan": lambda: source("seglake_fullscan").select(cols).toArrow(),
         "parquet": lambda: (
@@ -317,6 +329,7 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     lk = got["lookup"][0]
     names = {
         "lookup": "seglake `lookup` (Spark job, key queries)",
+        "lookup_partition": "seglake `lookup`, each key's partition given (Kafka's partitioner)",
         "source_index": "data source, `key IN` pushed down (the index)",
         "source_scan": "data source, full scan (no filter pushed: `UnpushedReader`)",
         "parquet": "Spark parquet + bloom filter on `key`",
