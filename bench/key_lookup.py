@@ -54,6 +54,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import string
 import sys
 import time
 from pathlib import Path
@@ -83,8 +84,10 @@ def key_names(k: int):
     return pc.binary_join_element_wise("k", ids, "").cast(pa.binary())
 
 
-def generate(done: int, k: int, keys):
-    """Chunk ``done // CHUNK``: CHUNK (or fewer) messages' key, value, timestamp."""
+def generate(done: int, k: int, keys, random_values: bool = False):
+    """Chunk ``done // CHUNK``: CHUNK (or fewer) messages' key, value, timestamp. Values:
+    ``v<number>:`` padded with dots to VALUE_BYTES (lz4 makes them ~6x smaller), or with
+    ``random_values`` VALUE_BYTES random letters and digits (lz4 keeps them whole)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -94,12 +97,20 @@ def generate(done: int, k: int, keys):
     rng = np.random.default_rng(done + 1)
     key = keys.take(pa.array(rng.integers(0, len(keys), k)))
     number = pa.array(np.arange(done, done + k)).cast(pa.string())
-    value = pc.utf8_rpad(pc.binary_join_element_wise("v", number, ":", ""), VALUE_BYTES, ".")
+    if random_values:
+        alphabet = np.frombuffer(string.ascii_letters.encode() + string.digits.encode(), np.uint8)
+        pad = alphabet[rng.integers(0, len(alphabet), k * VALUE_BYTES, dtype=np.uint8)]
+        ends = pa.py_buffer(np.arange(0, (k + 1) * VALUE_BYTES, VALUE_BYTES, dtype=np.int32))
+        value = pa.Array.from_buffers(pa.binary(), k, [None, ends, pa.py_buffer(pad)])
+    else:
+        value = pc.utf8_rpad(pc.binary_join_element_wise("v", number, ":", ""), VALUE_BYTES, ".")
     ts = START_MS + np.arange(done, done + k, dtype=np.int64)
     return key, value.cast(pa.binary()), pa.array(ts)
 
 
-def build(work: Path, n: int, n_keys: int, partitions: int) -> dict[str, float]:
+def build(
+    work: Path, n: int, n_keys: int, partitions: int, random_values: bool = False
+) -> dict[str, float]:
     """The lake (``work/lake``) and ``work/input.parquet``, without Spark; reused when
     there. Returns the seconds it took ({} if reused)."""
     import numpy as np
@@ -127,7 +138,7 @@ def build(work: Path, n: int, n_keys: int, partitions: int) -> dict[str, float]:
     out = None
     for done in range(0, n, CHUNK):
         k = min(CHUNK, n - done)
-        key, value, ts = generate(done, k, keys)
+        key, value, ts = generate(done, k, keys, random_values)
         part = default_partition(key, partitions)
         no_headers = pa.ListArray.from_arrays(
             pa.array(np.zeros(k + 1, np.int32)), pa.array([], HEADERS_TYPE.value_type)
@@ -344,7 +355,9 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
         "",
         f"`local[2]`, {os.cpu_count()} CPUs; {args.messages:,} messages of topic `{TOPIC}`, "
         f"{args.keys:,} distinct keys (uniform), {args.partitions} partitions (Kafka's "
-        f"partitioner), {VALUE_BYTES}-byte values, lz4, 8 MiB segments; parquet by Spark, "
+        f"partitioner), {VALUE_BYTES}-byte values ({facts['values']}), lz4, 8 MiB segments "
+        f"({facts['log_bytes']:,} bytes of .log, {facts['key_bytes']:,} of .keyindex); "
+        f"parquet by Spark, "
         f"unsorted, bloom filter on `key` (expected ndv "
         f"{expected_ndv(args.messages, args.keys):,}; Spark's default IN threshold, 10: "
         f"the IN list reaches parquet as a min/max range); built: {built}. "
@@ -378,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=1_000, help="random keys asked")
     ap.add_argument("--repeat", type=int, default=REPEAT, help="best of this many rounds")
     ap.add_argument("--build-only", action="store_true", help="build the inputs and stop")
+    ap.add_argument(
+        "--random-values", action="store_true", help="values of random letters (lz4 cannot shrink)"
+    )
     ap.add_argument("--no-kafka", action="store_true", help="leave out the broker case")
     ap.add_argument("--dir", default=str(HERE / "out" / "keys"), help="the built data (kept)")
     args = ap.parse_args(argv)
@@ -385,13 +401,16 @@ def main(argv: list[str] | None = None) -> int:
     from seglake.kafka_broker import KafkaBroker, missing_requirements
 
     work = Path(args.dir) / f"keys-{args.messages}-{args.keys}-{args.partitions}"
+    if args.random_values:
+        work = work.with_name(work.name + "-random")
     loads = [f"{os.getloadavg()[0]:.1f}"]
     facts: dict = {"built": {}}
     why = "--no-kafka" if args.no_kafka else missing_requirements()
     broker = None if why else KafkaBroker(work / "broker")
     spark = None
     try:
-        facts["built"].update(build(work, args.messages, args.keys, args.partitions))
+        built = build(work, args.messages, args.keys, args.partitions, args.random_values)
+        facts["built"].update(built)
         spark = bx.session()
         seglake.spark.register(spark)
         facts["built"].update(build_parquet(spark, work, args.messages, args.keys))
@@ -403,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
         if broker is not None:
             broker.start()
         keys = query_keys(args.keys, args.queries)
+        facts["values"] = "random letters" if args.random_values else "a number, dot-padded"
+        for name, suffix in (("log_bytes", ".log"), ("key_bytes", ".keyindex")):
+            facts[name] = sum(f.stat().st_size for f in (work / "lake").glob(f"*/*{suffix}"))
         facts["keys"] = keys
         facts["no_kafka"] = why
         want = brute_force(work, keys)
