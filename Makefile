@@ -87,9 +87,9 @@ s3: $(STAMP) $(WEED)
 # Python), whose output follows the Spark part's; the target fails if either fails.
 test: lint jars $(WEED)
 	@echo "tests/unit and tests/compat run beside tests/spark; their output follows"
-	@$(PY) -m pytest -q tests/unit tests/compat > .test-unit.log 2>&1 & unit=$$!; \
+	@$(PY) -m pytest -q --durations=10 tests/unit tests/compat > .test-unit.log 2>&1 & unit=$$!; \
 	  trap 'kill $$unit 2>/dev/null' INT TERM; \
-	  $(PY) -m pytest -q tests/spark; spark=$$?; \
+	  $(PY) -m pytest -q --durations=15 tests/spark; spark=$$?; \
 	  wait $$unit; rc=$$?; cat .test-unit.log; \
 	  [ $$spark -eq 0 ] && [ $$rc -eq 0 ]
 

@@ -8,9 +8,10 @@
 // answers every query in the file's order (seek, then poll until the partition returns a
 // record at or after the offset: what a fetch from that offset returns), so the caller
 // can interleave rounds with other cases; the first is the warm-up (connections,
-// metadata, JIT). Prints "round N SECONDS" after each round; writes round 1's answers to
-// ANSWERS as "partition offset key value" (hex, "-" for null) for bench/kafka.py to
-// compare with seglake's. Consumer settings: the smallest fetch (max.partition.fetch.bytes=1: the
+// metadata, JIT). Prints "round N SECONDS" after each round, round 1's answers written
+// to ANSWERS first (outside the time, so the caller can read them as soon as the line
+// comes) as "partition offset key value" (hex, "-" for null) for bench/broker_peers.py
+// to compare with seglake's. Consumer settings: the smallest fetch (max.partition.fetch.bytes=1: the
 // broker still returns the first whole batch), one record a poll, no group.
 import java.io.BufferedReader;
 import java.io.BufferedWriter;
@@ -80,9 +81,7 @@ public class KafkaSeek {
                 got.add(hit);
             }
             double seconds = (System.nanoTime() - t0) / 1e9;
-            System.out.printf("round %d %.6f%n", r, seconds);
-            System.out.flush();
-            if (r == 1) {
+            if (r == 1) { // written before the round is reported: the caller reads them then
                 try (BufferedWriter w = Files.newBufferedWriter(answers)) {
                     for (ConsumerRecord<byte[], byte[]> rec : got) {
                         w.write(rec.partition() + " " + rec.offset() + " "
@@ -92,6 +91,8 @@ public class KafkaSeek {
                     }
                 }
             }
+            System.out.printf("round %d %.6f%n", r, seconds);
+            System.out.flush();
         }
         for (KafkaConsumer<byte[], byte[]> c : consumers.values()) {
             c.close();

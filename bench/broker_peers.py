@@ -2,7 +2,8 @@
 a lake of the same batches (issue 22, item 7).
 
     .venv/bin/python bench/broker_peers.py [--messages N] [--partitions P] [--window PCT]
-        [--queries Q] [--repeat R] [--quick] [--dir DIR]
+        [--queries Q] [--scale-queries S] [--consumer-queries C] [--repeat R] [--quick]
+        [--dir DIR]
 
 The data: a single-node KRaft broker (``seglake.kafka_broker``, on 127.0.0.1) gets a topic
 of P partitions (default 4) and N messages (default 2,000,000) from Kafka's own producer
@@ -23,21 +24,30 @@ SparkSession (``local[2]``), except K3's peer:
 * K3, Q random (partition, offset) point lookups (default 10,000): a Java consumer per
   partition seeking each offset and polling its record (bench/KafkaSeek.java, one JVM
   kept running; its own loop time, JVM start and warm-up excluded) vs seglake's
-  ``lookup`` of the same queries.
+  ``lookup`` job of the same queries, and vs the same answered in this process (issue
+  32): ``seglake.open(lake).lookup(queries)`` timed whole, a new Lake each round with the
+  index cache emptied (a session's first lookup, its imports aside), and the same Lake
+  again (warm);
+* K3x, S random point lookups (default 1,000,000; issue 32's "at scale"): the Spark
+  ``lookup`` job vs the consumer seeking the first C of them (default 100,000; another
+  KafkaSeek JVM), its time (and CPU) scaled by S / C in the report (C = S: all of them).
 
 Same rows checked before timing: count, sum of value lengths and a checksum of
-(partition, offset, key, value) (Spark's ``xxhash64``) for K1 and K2; K3's answers row for
-row (partition, offset, key, value). Timed: best of R rounds (default 3), every case in
-every round, every other round reversed, all warmed up. CPU seconds by process over each
-case's best round, from ``/proc/<pid>/stat`` (bench/ingest.py's sampler): this driver
-process, Spark's JVM, its Python workers, the broker and the consumer JVM.
+(partition, offset, key, value) (Spark's ``xxhash64``) for K1 and K2; K3's answers (the
+job's and ``Lake.lookup``'s) row for row (partition, offset, key, value) against the
+consumer's; K3x: every answer ``ok`` at its own offset, the job's answers equal
+``Lake.lookup``'s (SHA-1 of every row), and the consumer's C row for row. Timed: best of
+R rounds (default 3), every case in every round, every other round reversed, all warmed
+up. CPU seconds by process over each case's best round, from ``/proc/<pid>/stat``
+(bench/ingest.py's sampler): this driver process, Spark's JVM, its Python workers, the
+broker and the consumer JVMs.
 
 Floors, timed in the same rounds: a one-row Spark job, an empty ``mapInArrow`` job, K3's
 ``answer_queries`` in the driver (no Spark), and each case's rows decoded beforehand and
 handed over by Python (bench/extract.py's ``python_floor``) or read by Spark's parquet
-reader. ``--quick`` (``make bench QUICK=1``): 200,000 messages, 1,000 queries. Skips
-(exit 0) without java or ``.jars/kafka``. Replaces the "## kafka
-(bench/broker_peers.py)" section of bench/RESULTS.md (``$SEGLAKE_BENCH_RESULTS``).
+reader. ``--quick`` (``make bench QUICK=1``): 200,000 messages, 1,000 queries, K3x
+20,000 (the consumer 2,000). Skips (exit 0) without java or ``.jars/kafka``. Replaces
+the "## kafka (bench/broker_peers.py)" section of bench/RESULTS.md (``$SEGLAKE_BENCH_RESULTS``).
 
 Named broker_peers, not kafka: a bench/kafka.py shadowed kafka-python (bench/encode.py's
 peer) for every script run from bench/, whose folder is first on ``sys.path``.
@@ -70,7 +80,7 @@ TOPIC = "bench"
 VALUE_BYTES = 100
 PAYLOADS = 10_000  # distinct values in the producer's payload file
 REPEAT = int(os.environ.get("SEGLAKE_BENCH_REPEAT", "3"))
-TARGETS = {"K1": "<= 0.3x", "K2": "<= 0.5x", "K3": ">= 10x"}
+TARGETS = {"K1": "<= 0.3x", "K2": "<= 0.5x", "K3": ">= 10x", "K3x": ">= 10x"}
 
 
 # ---------------------------------------------------------------- per-process CPU
@@ -114,14 +124,14 @@ def spark_jvm(spark) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
-def process_groups(jvm: int, broker, seek) -> dict[str, list[int]]:
-    """driver (this process), Spark's JVM, its Python workers, the broker, the consumer."""
+def process_groups(jvm: int, broker, seeks: list) -> dict[str, list[int]]:
+    """driver (this process), Spark's JVM, its Python workers, the broker, the consumers."""
     return {
         "driver": [os.getpid()],
         "jvm": [jvm],
         "workers": [p for p in bi._descendants(jvm) if bi._comm(p).startswith("python")],
         "broker": [broker.proc.pid] if broker.proc is not None else [],
-        "consumer": [seek.proc.pid] if seek is not None else [],
+        "consumer": [s.proc.pid for s in seeks],
     }
 
 
@@ -216,10 +226,10 @@ def build(broker, work: Path, n: int, partitions: int) -> tuple[str, dict]:
 class Seek:
     """bench/KafkaSeek.java running: one round of the queries per ``round()``."""
 
-    def __init__(self, bootstrap: str, queries: Path, answers: Path) -> None:
+    def __init__(self, bootstrap: str, queries: Path, answers: Path, heap: str = "512m") -> None:
         from seglake.kafka_broker import kafka_classpath
 
-        cmd = ["java", "-Xmx512m", "-cp", kafka_classpath(), str(HERE / "KafkaSeek.java")]
+        cmd = ["java", f"-Xmx{heap}", "-cp", kafka_classpath(), str(HERE / "KafkaSeek.java")]
         cmd += [bootstrap, TOPIC, str(queries), str(answers)]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -270,11 +280,21 @@ def seek_answers(path: Path) -> list[tuple]:
     return sorted((int(p), int(o), unhex(k), unhex(v)) for p, o, k, v in rows)
 
 
-def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
-    """(timed functions, facts, the Seek process): rows checked, every case warmed up."""
-    import numpy as np
-    import pandas as pd
+def cases(
+    spark,
+    broker,
+    lake: str,
+    work: Path,
+    pct: float,
+    n_queries: int,
+    n_scale: int = 0,
+    n_consumer: int = 0,
+):
+    """(timed functions, facts, the Seek processes): rows checked, every case warmed up.
+    ``n_scale`` > 0: K3 at scale too (:func:`at_scale`)."""
+    import pyarrow as pa
 
+    from seglake.api.lake import open as open_lake
     from seglake.lake.catalog import Catalog
     from seglake.spark.extract import extract
     from seglake.spark.lookup import lookup
@@ -301,23 +321,9 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
     def noop(df) -> None:
         df.write.format("noop").mode("overwrite").save()
 
-    # K3's queries: uniform over the records, in random order
-    rng = np.random.default_rng(1)
-    keys = sorted(parts)
-    ends = np.cumsum([parts[p] for p in keys])
-    pick = rng.integers(0, ends[-1], n_queries)
-    at = np.searchsorted(ends, pick, side="right")
-    q = pd.DataFrame(
-        {
-            "topic": TOPIC,
-            "partition": np.asarray(keys, dtype=np.int32)[at],
-            "offset": pick - np.concatenate([[0], ends])[at],
-        }
-    )
+    q = point_queries(parts, n_queries, seed=1)
     qfile, afile = work / f"queries-{n_queries}.txt", work / f"answers-{n_queries}.txt"
-    qfile.write_text(
-        "".join(f"{p} {o}\n" for p, o in zip(q["partition"], q["offset"], strict=True))
-    )
+    write_queries(q, qfile)
     queries = spark.createDataFrame(q).cache()
     queries.count()
 
@@ -339,27 +345,23 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
         facts[f"{k} rows"] = next(iter(sums.values()))[0]
     seek = Seek(broker.bootstrap, qfile, afile)
     seek.round()  # warm-up; writes the answers
-    mine = seglake_lookup().select("partition", "offset", "key", "value").toPandas()
-    ours = sorted(
-        (int(p), int(o), k, v)
-        for p, o, k, v in zip(
-            mine["partition"], mine["offset"], mine["key"], mine["value"], strict=True
-        )
-    )
     theirs = seek_answers(afile)
-    if ours != theirs:
-        bad = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-        fail(
-            f"K3: seglake answered {len(ours):,} queries, the consumer {len(theirs):,}; "
-            f"first difference at sorted row {bad}: "
-            f"{ours[bad][:2] if bad is not None else '-'} vs "
-            f"{theirs[bad][:2] if bad is not None else '-'}"
-        )
+    ours = same_answers("K3 seglake `lookup`", seglake_lookup().toArrow(), theirs)
+    lake_now = open_lake(lake)  # warm: opened once, its index cache kept
+    same_answers("K3 Lake.lookup", lake_now.lookup(pa.Table.from_pandas(q)), theirs)
     facts["K3 rows"] = len(ours)
     runs = {name: (lambda fn=fn: noop(fn())) for name, fn in dfs.items()}
     runs["K3 kafka"] = seek.round
     runs["K3 seglake"] = lambda: noop(seglake_lookup())
-    runs["K3 in-process"] = in_process_lookup(lake, q)
+    runs["K3 Lake.lookup fresh"] = lambda: fresh_lookup(lake, q)
+    runs["K3 Lake.lookup warm"] = lambda: lake_now.lookup(q)
+    runs["K3 answer_queries"] = in_process_lookup(lake, q)
+    if n_scale:
+        more, scale_facts, seek_scale = at_scale(
+            spark, broker, lake, work, parts, n_scale, n_consumer
+        )
+        runs.update(more)
+        facts.update(scale_facts)
     runs.update(
         floors(
             spark,
@@ -369,9 +371,159 @@ def cases(spark, broker, lake: str, work: Path, pct: float, n_queries: int):
         )
     )
     for name, fn in runs.items():  # warm up
-        if name != "K3 kafka":
+        if "kafka" not in name:
             fn()
+    return runs, facts, [seek, seek_scale] if n_scale else [seek]
+
+
+def point_queries(parts: dict[int, int], n: int, seed: int):
+    """``n`` (topic, partition, offset) queries uniform over the records of ``parts``
+    (partition -> log end offset), in random order (pandas)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    keys = sorted(parts)
+    ends = np.cumsum([parts[p] for p in keys])
+    pick = rng.integers(0, ends[-1], n)
+    at = np.searchsorted(ends, pick, side="right")
+    return pd.DataFrame(
+        {
+            "topic": TOPIC,
+            "partition": np.asarray(keys, dtype=np.int32)[at],
+            "offset": pick - np.concatenate([[0], ends])[at],
+        }
+    )
+
+
+def write_queries(q, path: Path) -> None:
+    """KafkaSeek.java's query file: "partition offset" a line."""
+    path.write_text("".join(f"{p} {o}\n" for p, o in zip(q["partition"], q["offset"], strict=True)))
+
+
+def rows_of(table) -> list[tuple]:
+    """The ``ok`` answers of a lookup (Arrow) as sorted (partition, offset, key, value)."""
+    import pyarrow.compute as pc
+
+    t = table.filter(pc.equal(table.column("status"), "ok"))
+    cols = [t.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
+    return sorted(zip(*cols, strict=True))
+
+
+def same_answers(name: str, table, theirs: list[tuple]) -> list[tuple]:
+    """``table``'s ok answers (a lookup's, Arrow), checked row for row against the
+    consumer's ``theirs`` (sorted); exit 2 naming the first difference."""
+    ours = rows_of(table)
+    if ours != theirs:
+        bad = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        fail(
+            f"{name}: seglake answered {len(ours):,} queries, the consumer {len(theirs):,}; "
+            f"first difference at sorted row {bad}: "
+            f"{ours[bad][:2] if bad is not None else '-'} vs "
+            f"{theirs[bad][:2] if bad is not None else '-'}"
+        )
+    return ours
+
+
+def digest(table) -> str:
+    """SHA-1 of a lookup's answers (Arrow) sorted by (partition, query_offset): status,
+    partition, offset, key and value of each."""
+    import hashlib
+
+    import numpy as np
+
+    t = table.sort_by([("partition", "ascending"), ("query_offset", "ascending")])
+    h = hashlib.sha1()
+    for c in ("partition", "offset", "query_offset"):
+        h.update(np.asarray(t.column(c).fill_null(-1).to_numpy(), np.int64).tobytes())
+    for c in ("status", "key", "value"):
+        for v in t.column(c).to_pylist():
+            b = v.encode() if isinstance(v, str) else v
+            h.update(b"-" if b is None else len(b).to_bytes(4, "little") + b)
+    return h.hexdigest()
+
+
+def at_scale(spark, broker, lake: str, work: Path, parts: dict, n: int, n_consumer: int):
+    """K3 at scale: ``n`` queries (another seed) answered by the Spark ``lookup`` job,
+    the consumer seeking the first ``n_consumer`` of them (its time scaled by
+    ``n / n_consumer`` in the report; ``n_consumer`` = ``n``: all). Checked: every
+    answer ``ok`` at its own offset (a produced topic has no gaps), the job's answers
+    equal ``Lake.lookup``'s (SHA-1 of every row), and the consumer's row for row.
+    Returns (timed functions, facts, the Seek process)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    import seglake
+    from seglake.spark.lookup import lookup
+
+    q = point_queries(parts, n, seed=2)
+    sub = q.iloc[:n_consumer]
+    qfile = work / f"queries-{n}-{n_consumer}.txt"
+    afile = work / f"answers-{n}-{n_consumer}.txt"
+    write_queries(sub, qfile)
+    queries = spark.createDataFrame(q).cache()
+    queries.count()
+
+    def job():
+        return lookup(spark, lake, queries).filter("status = 'ok'")
+
+    # a round's records are kept for its answers: 1,000,000 need more than 512 MiB
+    seek = Seek(broker.bootstrap, qfile, afile, heap="512m" if n_consumer <= 200_000 else "2g")
+    seek.round()  # warm-up; writes the answers
+    spark_answers = lookup(spark, lake, queries).toArrow()
+    ok = pc.equal(spark_answers.column("status"), "ok")
+    at_own = pc.and_(ok, pc.equal(spark_answers.column("offset"), spark_answers["query_offset"]))
+    if pc.sum(at_own.cast(pa.int64())).as_py() != n or spark_answers.num_rows != n:
+        fail(f"K3 at scale: {pc.sum(ok.cast(pa.int64())).as_py():,} of {n:,} queries ok")
+    t0 = time.process_time()
+    local = seglake.open(lake).lookup(pa.Table.from_pandas(q))
+    local_cpu = time.process_time() - t0
+    sha = digest(local)
+    if digest(spark_answers) != sha:
+        fail(f"K3 at scale: the lookup job's {n:,} answers differ from Lake.lookup's")
+
+    # the consumer's queries are the first n_consumer: their answers, found by query
+    def qkey(p, o) -> np.ndarray:
+        return np.asarray(p, np.int64) << 40 | np.asarray(o, np.int64)
+
+    asked = qkey(spark_answers["partition"], spark_answers["query_offset"])
+    mine_t = spark_answers.filter(pa.array(np.isin(asked, qkey(sub["partition"], sub["offset"]))))
+    by_query = {
+        (p, o): (p, off, k, v)
+        for p, o, off, k, v in zip(
+            *(mine_t.column(c).to_pylist() for c in ("partition", "query_offset", "offset")),
+            *(mine_t.column(c).to_pylist() for c in ("key", "value")),
+            strict=True,
+        )
+    }
+    mine = sorted(
+        by_query[(int(p), int(o))] for p, o in zip(sub["partition"], sub["offset"], strict=True)
+    )
+    theirs = seek_answers(afile)
+    if mine != theirs:
+        fail(f"K3 at scale: the consumer's {len(theirs):,} answers differ from the job's")
+    facts = {
+        "K3x queries": n,
+        "K3x consumer": n_consumer,
+        "K3x digest": sha[:12],
+        "K3x Lake.lookup cpu": local_cpu,
+    }
+    runs = {
+        "K3x kafka": seek.round,
+        "K3x seglake": lambda: job().write.format("noop").mode("overwrite").save(),
+    }
     return runs, facts, seek
+
+
+def fresh_lookup(lake: str, q):
+    """``seglake.open(lake).lookup(q)`` as a new notebook session's first lookup (its
+    imports aside): the catalog read, the arrays built, the index cache empty."""
+    from seglake.api.lake import open as open_lake
+    from seglake.storage.index_cache import get_cache
+
+    get_cache().clear()
+    return open_lake(lake).lookup(q)
 
 
 def in_process_lookup(lake: str, q):
@@ -384,7 +536,7 @@ def in_process_lookup(lake: str, q):
     from seglake.lake.snapshot import Snapshot
     from seglake.storage.index_cache import IndexCache
 
-    parts = partition_arrays(Snapshot.read(lake))
+    parts = partition_arrays(Snapshot.read(LakeHandle.open(lake)))
     queries = pa.table(
         {
             "topic": q["topic"],
@@ -467,35 +619,60 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
         "| CPU s total, ratio |",
         "|---|---|---:|---:|---:|---|---|---:|",
     ]
-    rows = {
-        "K1": f"{facts['K1 rows']:,}",
-        "K2": f"{facts['K2 rows']:,}",
-        "K3": f"{facts['K3 rows']:,}",
-    }
-    for k, what, mine in (
+    rows = {k: f"{facts[f'{k} rows']:,}" for k in ("K1", "K2", "K3")}
+    cases = [
         ("K1", f"{args.window:g}% window ({lo}..{hi} ms)", ["seglake", "extract"]),
         ("K2", "whole topic", ["seglake"]),
-        ("K3", f"{facts['queries']:,} point lookups", ["seglake"]),
-    ):
+        (
+            "K3",
+            f"{facts['queries']:,} point lookups",
+            ["seglake", "Lake.lookup fresh", "Lake.lookup warm"],
+        ),
+    ]
+    scale = 1.0
+    if "K3x queries" in facts:
+        n, m = facts["K3x queries"], facts["K3x consumer"]
+        scale = n / m
+        rows["K3x"] = f"{n:,}"
+        cases.append(("K3x", f"{n:,} point lookups", ["seglake"]))
+    labels = {
+        "seglake": "seglake data source",
+        "extract": "seglake `extract`",
+        "Lake.lookup fresh": "`seglake.open(lake).lookup`, a new Lake, index cache empty",
+        "Lake.lookup warm": "`Lake.lookup`, the same Lake again",
+    }
+    for k, what, mine in cases:
+        lookups = k.startswith("K3")  # the peer is slower: ratio peer / seglake
         peer_t, peer_c = got[f"{k} kafka"]
-        if k == "K3":
+        peer = "Java consumer seeks" if lookups else "Spark Kafka source"
+        if lookups:
             peer_c = {"jvm": peer_c.get("consumer", 0.0), "broker": peer_c.get("broker", 0.0)}
-        peer = "Java consumer seeks" if k == "K3" else "Spark Kafka source"
+        if k == "K3x":
+            peer += f" ({facts['K3x consumer']:,} measured, x{scale:g})" if scale != 1 else ""
+            peer_t, peer_c = peer_t * scale, {c: v * scale for c, v in peer_c.items()}
         lines.append(
             f"| {k} | {what}: {peer} | {rows[k]} | {peer_t:.2f} | | | {cpu(peer_c)} | "
             f"{total(peer_c):.2f} |"
         )
         for m in mine:
             t, c = got[f"{k} {m}"]
-            ratio = peer_t / t if k == "K3" else t / peer_t
-            cratio = total(peer_c) / total(c) if k == "K3" else total(c) / total(peer_c)
-            label = {"seglake": "seglake data source", "extract": "seglake `extract`"}[m]
-            if k == "K3":
-                label = "seglake `lookup`"
+            ratio = peer_t / t if lookups else t / peer_t
+            cratio = total(peer_c) / total(c) if lookups else total(c) / total(peer_c)
+            label = "seglake `lookup` (Spark)" if lookups and m == "seglake" else labels[m]
             lines.append(
                 f"| {k} | {what}: {label} | {rows[k]} | {t:.2f} | **{ratio:.2f}x** | "
                 f"{TARGETS[k]} | {cpu(c)} | {total(c):.2f}, {cratio:.2f}x |"
             )
+    if "K3x queries" in facts:
+        lines += [
+            "",
+            f"K3x rows checked before timing: all {facts['K3x queries']:,} answers `ok` at "
+            "their own offset, the job's equal to `Lake.lookup`'s (SHA-1 of every row, "
+            f"{facts['K3x digest']}; `Lake.lookup` of the {facts['K3x queries']:,} took "
+            f"{facts['K3x Lake.lookup cpu']:.2f} CPU s once), and the consumer's "
+            f"{facts['K3x consumer']:,} row for row. K3's {facts['queries']:,}: the job's "
+            "and `Lake.lookup`'s answers row for row against the consumer's.",
+        ]
     lines += [
         "",
         "Floors (same session, same rounds): a Spark job of one row without Python, a "
@@ -513,7 +690,7 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     for name in (
         "job",
         "Python job",
-        "K3 in-process",
+        "K3 answer_queries",
         "K1 floor",
         "K1 JVM floor",
         "K2 floor",
@@ -537,12 +714,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--window", type=float, default=10.0, help="K1's window, %% of the records")
     ap.add_argument("--queries", type=int, default=10_000)
+    ap.add_argument("--scale-queries", type=int, default=1_000_000, help="K3 at scale (0: skip it)")
+    ap.add_argument(
+        "--consumer-queries",
+        type=int,
+        default=100_000,
+        help="the consumer's share of K3 at scale, timed and scaled up (0: all of them)",
+    )
     ap.add_argument("--repeat", type=int, default=REPEAT, help="best of this many rounds")
-    ap.add_argument("--quick", action="store_true", help="200,000 messages, 1,000 queries")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="200,000 messages, 1,000 queries, at scale 20,000 (the consumer 2,000)",
+    )
     ap.add_argument("--dir", default=str(HERE / "out" / "kafka"), help="broker and lake (kept)")
     args = ap.parse_args(argv)
     if args.quick:
         args.messages, args.queries = 200_000, 1_000
+        args.scale_queries, args.consumer_queries = 20_000, 2_000
+    if not 0 < args.consumer_queries <= args.scale_queries:
+        args.consumer_queries = args.scale_queries
     from seglake.kafka_broker import BrokerError, KafkaBroker, missing_requirements
 
     why = missing_requirements()
@@ -554,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.dir) / f"kafka-{args.messages}-{args.partitions}"
     loads = [f"{os.getloadavg()[0]:.1f}"]
     broker = KafkaBroker(work / "broker")
-    spark = seek = None
+    spark = None
+    seeks: list[Seek] = []
     try:
         try:
             lake, facts = build(broker, work, args.messages, args.partitions)
@@ -562,18 +754,27 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"{str(e).splitlines()[0]} (broker log: {broker.server_log})")
         spark = bx.session()
         seglake.spark.register(spark)
-        runs, more, seek = cases(spark, broker, lake, work, args.window, args.queries)
+        runs, more, seeks = cases(
+            spark,
+            broker,
+            lake,
+            work,
+            args.window,
+            args.queries,
+            args.scale_queries,
+            args.consumer_queries,
+        )
         facts.update(more)
         loads.append(f"{os.getloadavg()[0]:.1f}")
         jvm = spark_jvm(spark)
-        got = measured(runs, lambda: process_groups(jvm, broker, seek), args.repeat)
+        got = measured(runs, lambda: process_groups(jvm, broker, seeks), args.repeat)
         loads.append(f"{os.getloadavg()[0]:.1f}")
         text = report(got, facts, args, loads)
         print(text)
         replace_section(text)
     finally:
-        if seek is not None:
-            seek.close()
+        for s in seeks:
+            s.close()
         if spark is not None:
             spark.stop()
         broker.stop()

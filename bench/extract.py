@@ -166,7 +166,7 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
     from seglake.record.schema import KAFKA_SOURCE_SCHEMA
     from seglake.sample import START_MS
     from seglake.spark.extract import extract
-    from seglake.spark.extract_plan import plan_extract
+    from seglake.spark.extract_plan import ExtractOptions, plan_extract
 
     total = sum(Catalog(root).log_end_offsets(TOPIC).values())
     lo = START_MS + total // 2  # 1 message per ms: the middle window of n_window messages
@@ -206,7 +206,7 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
     def floor():
         return python_floor(spark, rows_file)
 
-    plan = plan_extract(root, TOPIC, start=lo, end=hi, mode="filter")
+    plan = plan_extract(root, TOPIC, ExtractOptions(start=lo, end=hi, mode="filter"))
     same = [seglake, parquet] + ([floor, jvm_floor] if floors else [])
     assert len({check(fn()) for fn in same}) == 1, "seglake and parquet rows differ"
     for fn in [*same, kafka]:  # warm up: workers, JIT, cache (both timed paths: a noop
@@ -230,7 +230,7 @@ def window_runs(spark, root: str, n_window: int, floors: bool = True) -> tuple[d
         "total": total,
         "planned": plan.planned_bytes,
         "tail": plan.tail_bytes,
-        "kafka_planned": plan_extract(root, TOPIC, start=lo, end=hi).planned_bytes,
+        "kafka_planned": plan_extract(root, TOPIC, ExtractOptions(start=lo, end=hi)).planned_bytes,
     }
     return runs, facts
 

@@ -1,6 +1,7 @@
 """Spark ingest throughput: seglake ``ingest`` vs a plain Spark parquet write.
 
     .venv/bin/python bench/ingest.py [--records N] [--big-records M] [--files F] [--repeat R]
+    .venv/bin/python bench/ingest.py --key-index [--records N] [--repeat R]
 
 Workload: N messages (default 2,000,000) from ``seglake.sample.generate(N, value_bytes=100)``
 (three topics, keys, two headers, jittered CreateTime), written once with pyarrow to an
@@ -31,6 +32,18 @@ still alive at a sample).
 
 Results go to stdout as a markdown table and replace the "## ingest (bench/ingest.py)"
 section of bench/RESULTS.md.
+
+``--key-index`` runs KEY2 (issue 32) instead: the cost of building the key index. The same
+N-message input ingested with the index (the default) and without it
+(``seglake.key.index.enable=false``), none and lz4, the four runs alternating in each of R
+rounds in one session (with first in even rounds, without first in odd ones; warmed up as
+above); the ratio with/without of the best seconds
+and of the best CPU seconds (the JVM and its Python workers). Of the last round's lakes
+with the index: ``.keyindex`` bytes per record (the files' sum / N), the per-segment
+filter size, and the false-positive rate measured on each segment's filter with 100,000
+keys absent from the input, against the 1 % target (``key_filter.TARGET_FPP``; a segment
+with more distinct keys than the 128 KiB cap holds at 1 % is over it by design). Its
+section: "## key index cost (bench/ingest.py --key-index)".
 """
 
 from __future__ import annotations
@@ -51,6 +64,8 @@ import pyarrow.parquet as pq
 from results import replace_section
 
 SECTION = "## ingest (bench/ingest.py)"
+KEY_SECTION = "## key index cost (bench/ingest.py --key-index)"
+ABSENT_KEYS = 100_000
 VALUE_BYTES = 100
 WARMUP_RECORDS = 20_000
 
@@ -271,6 +286,102 @@ def timed(fn, jvm: int) -> tuple[float, MemSampler]:
     return secs, mem
 
 
+def key_index_stats(root: str, records: int) -> dict:
+    """Of a lake's ``.keyindex`` files: bytes per record, filter sizes, entries and the
+    false-positive rate of each segment's filter for :data:`ABSENT_KEYS` keys not in it."""
+    import numpy as np
+
+    from seglake.record.key_hash import key_hashes
+    from seglake.storage.key_index import HEADER_SIZE, read_filter
+    from seglake.storage.naming import parse_segment_file_name
+
+    files = sorted(Path(root).rglob("*.keyindex"))
+    absent = pa.array([b"absent-key-%d" % i for i in range(ABSENT_KEYS)], pa.binary())
+    hashes, _ = key_hashes(absent)
+    sizes, fprs, entries = [], [], []
+    for f in files:
+        parsed = parse_segment_file_name(f.name)
+        assert parsed is not None, f
+        data = f.read_bytes()
+        filt = read_filter(data, parsed[0], path=str(f))
+        sizes.append(filt.nbytes)
+        entries.append(int.from_bytes(data[24:28], "little"))
+        fprs.append(float(np.mean(filt.may_contain(hashes))))
+        assert len(data) >= HEADER_SIZE + filt.nbytes
+    total = sum(f.stat().st_size for f in files)
+    return dict(
+        segments=len(files),
+        bytes_per_record=total / max(records, 1),
+        filter_min=min(sizes, default=0),
+        filter_max=max(sizes, default=0),
+        entries_max=max(entries, default=0),
+        fpr_mean=float(np.mean(fprs)) if fprs else 0.0,
+        fpr_max=max(fprs, default=0.0),
+    )
+
+
+def run_key_index(spark, jvm: int, inp: list[str], n: int, repeat: int, tmp: str) -> str:
+    """KEY2: ingest with vs without the key index, alternating, the same input."""
+    from seglake.storage.key_filter import TARGET_FPP
+
+    off = {"seglake.key.index.enable": "false"}
+    cases = [(c, k) for c in ("none", "lz4") for k in (True, False)]
+    best: dict[tuple[str, bool], tuple[float, float]] = {}
+    stats: dict[str, dict] = {}
+    for round_ in range(repeat):
+        # with first in even rounds, without first in odd ones: neither side always leads
+        for codec, with_index in cases if round_ % 2 == 0 else [(c, not k) for c, k in cases]:
+            root = os.path.join(tmp, f"key-{codec}-{with_index}")
+            res: dict = {}
+            secs, mem = timed(
+                lambda r=root, c=codec, w=with_index, res=res: res.setdefault(
+                    "r", run_seglake(spark, inp, r, c, extra=None if w else off)
+                ),
+                jvm,
+            )
+            assert res["r"].committed and res["r"].records == n, (res["r"].records, n)
+            files = list(Path(root).rglob("*.keyindex"))
+            assert bool(files) == with_index, (codec, with_index, len(files))
+            name = f"{codec}, {'with' if with_index else 'without'} the key index"
+            print(f"{name} {n:,}: {secs:.2f} s, {mem.cpu_s:.1f} CPU s", file=sys.stderr, flush=True)
+            b = best.get((codec, with_index), (float("inf"), float("inf")))
+            best[codec, with_index] = (min(b[0], secs), min(b[1], mem.cpu_s))
+            if with_index:
+                stats[codec] = key_index_stats(root, n)
+            shutil.rmtree(root, ignore_errors=True)
+
+    def ratio(codec: str) -> float:
+        return best[codec, True][0] / best[codec, False][0]
+
+    lines = [
+        f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}; {n:,} "
+        f"messages ({VALUE_BYTES}-byte values, seglake.sample keys); best of {repeat} rounds "
+        "(the four runs alternating in each); without = `seglake.key.index.enable=false`.",
+        "",
+        "| codec | seconds with / without | **ratio** | CPU s with / without | CPU ratio "
+        "| .keyindex bytes / record | segments | filter bytes a segment (min..max) "
+        f"| most entries a segment | false positives (mean / worst segment; target "
+        f"{TARGET_FPP:.0%}) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for codec in ("none", "lz4"):
+        (ws, wc), (os_, oc) = best[codec, True], best[codec, False]
+        st = stats[codec]
+        lines.append(
+            f"| {codec} | {ws:.2f} / {os_:.2f} | **{ws / os_:.2f}x** | {wc:.1f} / {oc:.1f} "
+            f"| {wc / max(oc, 1e-9):.2f}x | {st['bytes_per_record']:.2f} | {st['segments']} "
+            f"| {st['filter_min']:,}..{st['filter_max']:,} | {st['entries_max']:,} "
+            f"| {st['fpr_mean']:.2%} / {st['fpr_max']:.2%} |"
+        )
+    lines += [
+        "",
+        f"KEY2: ingest with the key index / without: none **{ratio('none'):.2f}x**, "
+        f"lz4 **{ratio('lz4'):.2f}x** (target <= 1.15x). "
+        f"False positives measured with {ABSENT_KEYS:,} absent keys on every segment's filter.",
+    ]
+    return "\n".join(lines)
+
+
 def render(rows: list[dict], notes: list[str], repeat: int) -> str:
     lines = [
         f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}, pyspark "
@@ -323,6 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument(
+        "--key-index",
+        action="store_true",
+        help="KEY2 instead: ingest with vs without the key index (--big-records unused)",
+    )
     args = ap.parse_args(argv)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -337,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         write_input(WARMUP_RECORDS, small[0])
         big: list[str] = []
         per = args.big_records // max(args.files, 1)
-        if args.big_records:  # the same 2M-style input, 16 files (generated once, copied)
+        # the same 2M-style input, 16 files (generated once, copied)
+        if args.big_records and not args.key_index:
             first = os.path.join(tmp, "big-0.parquet")
             write_input(per, first)
             big = [first]
@@ -353,6 +470,13 @@ def main(argv: list[str] | None = None) -> int:
         run_parquet(spark, small, os.path.join(tmp, "warm-pq"))
         run_seglake(spark, small, os.path.join(tmp, "warm-lake"))
         run_seglake(spark, small, os.path.join(tmp, "warm-lake"), direct=False)
+        if args.key_index:
+            body = run_key_index(spark, jvm, inp, n, args.repeat, tmp)
+            spark.stop()
+            print(body)
+            if not args.no_write:
+                replace_section(f"{KEY_SECTION}\n\n{body}")
+            return 0
 
         cases = [
             ("parquet (spark write, snappy)", n, inp, None),

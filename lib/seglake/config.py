@@ -244,6 +244,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("seglake.ingest.buffer.bytes", None, "ingest_buffer_bytes", int, 16 * 1024 * 1024,
        "without a shuffle: records buffered per task before encoding, over all its partitions",
        1),
+    _s("seglake.key.index.enable", None, "key_index_enable", bool, True,
+       "false: the segments SegmentWriter writes (ingest, ingest_batch, the sinks' pieces) "
+       "get no .keyindex: key lookups scan them and say so, `seglake index build` adds it; "
+       "the writers that copy batches (stream commits, cleaning, merge, recover) still do"),
 )
 # fmt: on
 # broker-level names Kafka also takes, with the factor to the setting's unit (ms)
@@ -328,6 +332,7 @@ class LogConfig:
     ingest_shuffle: str = _default("ingest_shuffle")
     local_min_records: int = _default("local_min_records")
     ingest_buffer_bytes: int = _default("ingest_buffer_bytes")
+    key_index_enable: bool = _default("key_index_enable")
     staging_grace_ms: int = _default("staging_grace_ms")
     file_delete_delay_ms: int = _default("file_delete_delay_ms")
     per_topic: tuple[tuple[str, LogConfig], ...] = ()

@@ -17,11 +17,14 @@ OFFSET_INDEX_ENTRY_SIZE = 8  # OffsetIndex entry: relativeOffset int32 | positio
 TIME_INDEX_ENTRY_SIZE = 12  # TimeIndex entry: timestamp int64 | relativeOffset int32
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # log.index.interval.bytes: bytes between index entries
 DEFAULT_INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # log.index.size.max.bytes: an index's size
+# a consumer's isolation.level: read_committed leaves out aborted transactions' records
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",
     "DEFAULT_INDEX_SIZE_MAX_BYTES",
     "INT32_MAX",
+    "ISOLATION_LEVELS",
     "LOG_OVERHEAD",
     "LONG_MAX",
     "LONG_MIN",

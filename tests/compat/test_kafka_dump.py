@@ -31,9 +31,9 @@ import pytest
 
 from seglake.cli.main import main
 from seglake.config import LogConfig
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
-from seglake.lake.recovery import recover_lake
+from seglake.lake.recovery import RecoverOptions, recover_lake
 from seglake.record.batch import increment_sequence, scan_batches
 from seglake.record.codecs import NAMES
 from seglake.record.reader import decode_batches
@@ -129,13 +129,16 @@ def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
         root = top / f"txn-{codec}"
         txn_lake(root, seed=codec + 1, codec=codec)
         out[f"txn-{codec}"] = _copy(root / "c-0", top / f"txn-{codec}-before")
-        assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
+        assert run_compaction(
+            LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW)
+        ).committed
         out[f"txn-{codec}-compacted"] = root / "c-0"
     # keyed updates and tombstones compacted: batches with a delete horizon
     root = top / "keyed"
     keyed_lake(root, seed=7)
     assert run_compaction(
-        LakeHandle.open(str(root)), conf={**COMPACT, "delete.retention.ms": "1000"}, now_ms=NOW
+        LakeHandle.open(str(root)),
+        CompactOptions(conf={**COMPACT, "delete.retention.ms": "1000"}, now_ms=NOW),
     ).committed
     out["compacted"] = root / "c-0"
     # merge of adjacent segments
@@ -143,7 +146,9 @@ def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
     write_partition(pristine)
     root = top / "merge"
     make_lake(root, pristine)
-    assert run_compaction(LakeHandle.open(str(root)), merge_only=True, conf=MERGE).committed
+    assert run_compaction(
+        LakeHandle.open(str(root)), CompactOptions(merge_only=True, conf=MERGE)
+    ).committed
     out["merged"] = root / "t-0"
     # stream sink: micro-batches appended to the newest segment in place
     root = top / "stream"
@@ -160,7 +165,7 @@ def corpus(tmp_path_factory, fixtures_dir: Path) -> dict[str, Path]:
     logs[1].write_bytes(bytes(data))
     tail = logs[-1].read_bytes()
     logs[-1].write_bytes(tail[: len(tail) - 9])
-    recover_lake(LakeHandle.open(str(root)), delete_delay_ms=0)
+    recover_lake(LakeHandle.open(str(root)), RecoverOptions(delete_delay_ms=0))
     out["recovered"] = root / "t-0"
     # torn tails as a crash leaves them (not recovered): Kafka's "invalid bytes at the end"
     # for a batch cut inside its records, inside its header, and before its length field

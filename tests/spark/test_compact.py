@@ -137,7 +137,7 @@ def test_job_arguments() -> None:
     args = compact_parser().parse_args(
         ["--root", "L", "--topic", "a", "--topic", "b", "--partitions", "0,3", "--merge-only"]
     )
-    assert args.topic == ["a", "b"] and args.partitions == "0,3" and args.merge_only
+    assert args.topics == ["a", "b"] and args.partitions == "0,3" and args.merge_only
     assert isinstance(pd.DataFrame(), pd.DataFrame)
 
 

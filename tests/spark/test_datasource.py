@@ -33,7 +33,7 @@ from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark import datasource
 from seglake.spark.datasource import Pushed
 from seglake.spark.extract import extract
-from seglake.spark.extract_plan import plan_extract
+from seglake.spark.extract_plan import ExtractOptions, plan_extract
 from tests.spark.test_extract import kafka_offsets_for_time, lake  # noqa: F401 (fixture)
 from tests.txn_log import write_transactional_log
 
@@ -325,7 +325,9 @@ def test_partitions_with_their_own_offsets_are_planned_in_one_catalog_read(sourc
         key(s)
         for (t, p), (lo, hi) in want.items()
         for s in plan_extract(
-            source.root, t, partitions=[p], start_offset=lo, end_offset=hi, mode="filter"
+            source.root,
+            t,
+            ExtractOptions(partitions=[p], start_offset=lo, end_offset=hi, mode="filter"),
         ).tasks
     ]
     assert sorted(map(key, splits)) == sorted(one_by_one) and len(one_by_one) >= 4

@@ -27,7 +27,7 @@ from seglake.record.batch import scan_batches
 from seglake.record.reader import read_log
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
 from seglake.spark.extract import extract
-from seglake.spark.extract_plan import parse_time, plan_extract
+from seglake.spark.extract_plan import ExtractOptions, parse_time, plan_extract
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.segment import Window
 from seglake.storage.tail_minima import TAIL_TYPE
@@ -64,7 +64,9 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
     # segment, all packed into one task (read and decoded together)
     for mode in ("offsets", "filter"):
         df = extract(spark, root, "t1", start=lo_ts, end=str(hi_ts), mode=mode, **kw)
-        splits = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode=mode, **kw).tasks
+        splits = plan_extract(
+            root, "t1", ExtractOptions(start=lo_ts, end=hi_ts, mode=mode, **kw)
+        ).tasks
         tasks = df.rdd.getNumPartitions()
         assert tasks == 1 if split_bytes > 4096 else 1 < tasks <= len(splits)
         assert (
@@ -109,7 +111,7 @@ def test_extract_modes_match_brute_force(spark, lake, split_bytes):
 
 def test_large_segment_is_split_and_splits_are_disjoint(lake):
     root, _ = lake
-    plan = plan_extract(root, "t1", split_bytes=4096)
+    plan = plan_extract(root, "t1", ExtractOptions(split_bytes=4096))
     per_path = collections.Counter(s.path for s in plan.tasks)
     assert max(per_path.values()) > 1
     cache = IndexCache()
@@ -136,7 +138,9 @@ def test_narrow_extraction_reads_its_range_plus_one_interval_and_batch(lake):
         # bytes of the batches holding [lo, hi)
         sel = (scan.last_offset >= lo) & (scan.base_offset < hi)
         range_bytes = int(scan.size[sel].sum())
-        plan = plan_extract(root, "t1", partitions=[0], start_offset=lo, end_offset=hi, cache=cache)
+        plan = plan_extract(
+            root, "t1", ExtractOptions(partitions=[0], start_offset=lo, end_offset=hi), cache=cache
+        )
         lakefs.IO_STATS.reset()
         t = pa.concat_tables([read_split(cache, root, s) for s in plan.tasks])
         assert t.column("offset").to_pylist() == [o for o in t1["offset"] if lo <= o < hi]
@@ -167,14 +171,16 @@ def test_filter_mode_seeks_with_the_time_index_and_stays_exact(lake, lake_withou
     cache = IndexCache()
     rng = np.random.default_rng(3)
     t1 = recs[recs["topic"] == "t1"]
-    whole = plan_extract(root, "t1", mode="filter", cache=cache).planned_bytes
+    whole = plan_extract(root, "t1", ExtractOptions(mode="filter"), cache=cache).planned_bytes
     seeks = with_tails = without = 0
     for lo_q in rng.uniform(0.05, 0.9, 12):
         lo_ts = int(t1["timestamp"].quantile(lo_q))
         hi_ts = lo_ts + int(rng.integers(1, 2000))
         exp = t1[(t1["timestamp"] >= lo_ts) & (t1["timestamp"] < hi_ts)]
         plans = [
-            plan_extract(r, "t1", start=lo_ts, end=hi_ts, mode="filter", cache=cache)
+            plan_extract(
+                r, "t1", ExtractOptions(start=lo_ts, end=hi_ts, mode="filter"), cache=cache
+            )
             for r in (root, bare)
         ]
         for r, plan in zip((root, bare), plans, strict=True):
@@ -279,7 +285,9 @@ def test_iter_splits_groups_match_read_splits(lake):
     root, recs = lake
     t1 = recs[recs["topic"] == "t1"]
     lo_ts, hi_ts = int(t1["timestamp"].quantile(0.2)), int(t1["timestamp"].quantile(0.7))
-    plan = plan_extract(root, "t1", start=lo_ts, end=hi_ts, mode="filter", split_bytes=4096)
+    plan = plan_extract(
+        root, "t1", ExtractOptions(start=lo_ts, end=hi_ts, mode="filter", split_bytes=4096)
+    )
     splits = plan.tasks
     cache = IndexCache()
     groups = list(iter_splits(cache, root, splits, group_bytes=8192))

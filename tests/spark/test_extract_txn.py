@@ -86,3 +86,58 @@ def test_extract_equals_brute_force(spark, txn_lake, mode, isolation, window):
     )
     assert len(want) > 0
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def test_key_queries_equal_brute_force(spark, txn_lake, request):
+    """The lookup job's key queries (every record, the latest per key) and the data
+    source's pushed ``key = ...`` / ``key IN (...)`` at both isolation levels equal the
+    generator's records of those keys (aborted ones dropped under read_committed)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    import seglake.spark
+    from seglake.spark.lookup import lookup
+
+    if request.node.callspec.id != "none":
+        pytest.skip("one codec is enough: the reads are the same")
+    root, truth, _ = txn_lake
+    t0 = truth[0][truth[0]["key"].notna()]
+    last = t0.groupby("key").tail(1)
+    key = last[last["aborted"]]["key"].iloc[0]  # its last record aborted
+    other = t0[t0["aborted"] & (t0["key"] != key)]["key"].iloc[0]
+    queries = [(None, key), (0, other), (1, other), (0, b"absent")]
+    q = pa.table(
+        {
+            "topic": ["txn"] * len(queries),
+            "partition": pa.array([p for p, _ in queries], pa.int32()),
+            "key": pa.array([k for _, k in queries], pa.binary()),
+        }
+    )
+    seglake.spark.register(spark)
+    for level in ("read_uncommitted", "read_committed"):
+
+        def recs(p, keys, level=level):
+            t = truth[p][truth[p]["key"].isin(keys)]
+            return t[~t["aborted"]] if level == "read_committed" else t
+
+        for latest in (False, True):
+            want = []
+            for part, k in queries:
+                rows = [
+                    ("ok", p, int(o))
+                    for p in ([part] if part is not None else PARTITIONS)
+                    for o in recs(p, [k])["offset"].tolist()[-1 if latest else 0 :]
+                ]
+                want += rows or [("no_record_for_key", part, None)]
+            got = lookup(spark, root, q, latest_per_key=latest, isolation_level=level).toArrow()
+            cols = [got.column(c).to_pylist() for c in ("status", "partition", "offset")]
+            assert list(zip(*cols, strict=True)) == want, (level, latest)
+        df = spark.read.format("seglake").option("subscribe", "txn")
+        df = df.option("isolationLevel", level).load(root)
+        for cond, keys in [
+            (F.col("key") == key.decode(), [key]),
+            (F.col("key").isin(key.decode(), other.decode(), "absent"), [key, other]),
+        ]:
+            got = df.where(cond).select("partition", "offset").toPandas()
+            want = [(p, int(o)) for p in PARTITIONS for o in recs(p, keys)["offset"]]
+            assert sorted(zip(got["partition"], got["offset"], strict=True)) == want

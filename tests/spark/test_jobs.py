@@ -255,15 +255,15 @@ def test_retention_job_by_time_then_bytes(spark, lake):
 _DRIVER = """
 import json, sys
 from seglake.lake.handle import LakeHandle
-from seglake.lake.recovery import recover_lake
-from seglake.lake.retention import apply_retention
+from seglake.lake.recovery import RecoverOptions, recover_lake
+from seglake.lake.retention import RetentionOptions, apply_retention
 from seglake.storage.retention import RetentionRules
 spec = json.loads(sys.argv[1])
 if spec["job"] == "recover":
-    recover_lake(LakeHandle.open(spec["root"]), interval=spec["interval"])
+    recover_lake(LakeHandle.open(spec["root"]), RecoverOptions(interval=spec["interval"]))
 else:
     lake = LakeHandle.open(spec["root"])
-    apply_retention(lake, RetentionRules(retention_ms=0), now_ms=spec["now_ms"])
+    apply_retention(lake, RetentionRules(retention_ms=0), RetentionOptions(now_ms=spec["now_ms"]))
 """
 
 

@@ -133,3 +133,34 @@ def test_key_queries_in_the_job_equal_lake_lookup(spark, tmp_path) -> None:
         for tasks in (None, 3):
             job = lookup(spark, str(root), queries, latest_per_key=latest, num_tasks=tasks)
             assert _rows(mine, KEY_LOOKUP_SCHEMA) == _rows(job.toArrow(), KEY_LOOKUP_SCHEMA)
+
+
+def test_key_columns_become_the_same_bytes_in_spark_and_in_process(spark) -> None:
+    """Integer keys (tinyint .. bigint, negatives, nulls), strings and binary: the job's
+    ``query_key`` equals ``Lake.lookup``'s (one rule: ``lake/lookup_queries.py``); a float
+    key column is the same one line in both."""
+    from pyspark.sql import types as T
+
+    from seglake.errors import InputSchemaError
+    from seglake.lake.lookup_queries import query_table
+    from seglake.spark.lookup_queries import normalize_queries
+
+    cases = [
+        (T.ByteType(), pa.int8(), [-128, -1, 0, 7, 127, None]),
+        (T.ShortType(), pa.int16(), [-32768, -2, 300, None]),
+        (T.IntegerType(), pa.int32(), [-(2**31), -40000, 0, 2**31 - 1, None]),
+        (T.LongType(), pa.int64(), [-(2**63), -1, 2**40, 2**63 - 1, None]),
+        (T.StringType(), pa.string(), ["k1", "", None]),
+        (T.BinaryType(), pa.binary(), [b"\x00\xff", None]),
+    ]
+    for stype, atype, keys in cases:
+        schema = T.StructType([T.StructField("topic", T.StringType()), T.StructField("key", stype)])
+        df = spark.createDataFrame([("t", k) for k in keys], schema)
+        job = [r["query_key"] for r in normalize_queries(df).collect()]
+        mine = query_table(pa.table({"topic": ["t"] * len(keys), "key": pa.array(keys, atype)}))
+        assert [None if k is None else bytes(k) for k in job] == mine["query_key"].to_pylist()
+    floats = spark.createDataFrame([("t", 1.5)], "topic string, key double")
+    with pytest.raises(InputSchemaError, match="key column of type double; expected"):
+        normalize_queries(floats)
+    with pytest.raises(InputSchemaError, match="key column of type double; expected"):
+        query_table(pa.table({"topic": ["t"], "key": [1.5]}))

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 import seglake.spark
 from seglake.errors import ConfigError
 from seglake.lake.handle import LakeHandle
-from seglake.lake.retention import apply_retention
+from seglake.lake.retention import RetentionOptions, apply_retention
 from seglake.lake.table import CatalogTable
 from seglake.sample import generate
 from seglake.spark.ingest import ingest
@@ -94,7 +94,7 @@ def test_offsets_removed_before_they_were_read_are_data_loss(spark, tmp_path):
     _stream(spark, root, cp, out, subscribe="s2", startingOffsets="earliest")
     _ingest(spark, root, 1500, seed=6, topic="s2", partitions=1)
     rules = RetentionRules(log_start_offsets={("s2", 0): 1500})
-    report = apply_retention(LakeHandle.open(root), rules, delete_delay_ms=0)
+    report = apply_retention(LakeHandle.open(root), rules, RetentionOptions(delete_delay_ms=0))
     lso = max(r["next_offset"] for r in report.deleted.to_pylist())
     assert 600 < lso <= 1500  # offsets 600..lso-1 went before the stream read them
     shutil.copytree(cp, str(tmp_path / "cp-skip"))  # the same query, twice

@@ -32,6 +32,7 @@ SCRIPTS = sorted(n for n, p in MODULES.items() if "if __name__ ==" in p.read_tex
 SMALL: dict[str, tuple[list[str], str]] = {
     "encode": (["--records", "2000", "--repeat", "1"], "| encode | none |"),
     "notebook": (["--messages", "2000", "--lookups", "20"], "| seglake, warm index"),
+    "broadcast": (["--segments", "200", "--keys", "100"], "| arrays | 200 |"),
 }
 SPARK = ("pyspark", "seglake.spark", "delta")  # an import of one of these needs Spark
 TIMEOUT = 120.0

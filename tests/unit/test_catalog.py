@@ -180,6 +180,29 @@ def test_pinned_version_reads(catalog: Catalog) -> None:
         catalog.segments(version=99)
 
 
+def test_newest_version_then_its_rows_open_the_table_once(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """version() then segments(version=that) (Snapshot.read, seglake.open) open the Delta
+    table once; a later commit is still seen by version(), and an older version read."""
+    catalog.commit(rows("orders", 0, [(0, 10)]), "r1")
+    opened: list[Any] = []
+    real = deltalake.DeltaTable.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        opened.append(kwargs.get("version"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting)
+    v = catalog.version()
+    assert keys(catalog.segments(version=v)) == [("orders", 0, 0, 10)]
+    assert opened == [None]
+    catalog.commit(rows("orders", 0, [(10, 25)]), "r2")
+    assert catalog.version() == v + 1
+    assert keys(catalog.segments(version=v)) == [("orders", 0, 0, 10)]  # the old one again
+    assert len(keys(catalog.segments(version=v + 1))) == 2
+
+
 def test_rerun_of_committed_run_id_writes_nothing(catalog: Catalog) -> None:
     first = catalog.commit(rows("orders", 0, [(0, 10)]), "run-1")
     assert first.committed and catalog.run_committed("run-1")

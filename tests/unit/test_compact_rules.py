@@ -16,7 +16,7 @@ import pytest
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table, segment_row
 from seglake.record.batch import DELETE_HORIZON_BIT, scan_batches
@@ -35,8 +35,9 @@ def txn_lake(root: Path, *, seed: int, codec: int) -> pd.DataFrame:
     truth, _ = write_transactional_log(d, seed=seed, steps=250, codec=codec, segment_bytes=3000)
     fs, _ = lakefs.resolve(str(root))
     rows = []
-    for p in sorted(d.glob("*.log")):
-        rec = recover_segment(fs, str(p), interval=512)
+    state: dict[int, int] = {}  # open transactions carried segment to segment, as Kafka's
+    for p in sorted(d.glob("*.log")):  # LogLoader does: a .txnindex entry's first offset
+        rec = recover_segment(fs, str(p), interval=512, producer_state=state)
         rows.append(segment_row("c", 0, rec, f"c-0/{p.name}"))
     Catalog(str(root)).commit(rows_table(rows), "setup")
     return truth
@@ -102,7 +103,7 @@ def test_first_round_matches_the_model(tmp_path: Path, seed: int, codec: int) ->
     before_rows = cat.segments()
     v0, before = cat.version(), visible(root)
     upper = int(before_rows["base_offset"][-1].as_py())  # the active segment's base
-    result = run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW)
+    result = run_compaction(LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW))
     assert result.committed, result.summary()
     p = result.partitions[0]
     assert p.action == "compact" and p.checkpoint == upper
@@ -122,7 +123,7 @@ def test_first_round_matches_the_model(tmp_path: Path, seed: int, codec: int) ->
         assert scan.error is None and scan.crc_valid.all()
     assert check_partition_dir(root / "c-0") == rows.num_rows  # each with its .keyindex
     # a second round with nothing dirty changes nothing
-    again = run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW)
+    again = run_compaction(LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW))
     assert not again.committed and again.partitions[0].action == "skip"
 
 
@@ -130,7 +131,7 @@ def test_tombstones_go_after_the_delete_horizon(tmp_path: Path) -> None:
     root = tmp_path / "lake"
     truth = keyed_lake(root, seed=7)
     conf = {**COMPACT, "delete.retention.ms": "1000"}
-    run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW)
+    run_compaction(LakeHandle.open(str(root)), CompactOptions(conf=conf, now_ms=NOW))
     first = visible(root)
     rows = Catalog(str(root)).segments()
     tomb = first[first["value"].isna()]
@@ -145,12 +146,12 @@ def test_tombstones_go_after_the_delete_horizon(tmp_path: Path) -> None:
     cat = Catalog(str(root))
     reset = cat.segments().drop_columns(["cleaner_checkpoint"])
     cat.replace_rows(reset.drop_columns(["run_id", "committed_at"]), "reset-1")
-    run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW + 999)
+    run_compaction(LakeHandle.open(str(root)), CompactOptions(conf=conf, now_ms=NOW + 999))
     assert visible(root)["value"].isna().sum() == len(tomb)
     cat.replace_rows(
         cat.segments().drop_columns(["cleaner_checkpoint", "run_id", "committed_at"]), "reset-2"
     )
-    run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW + 1000)
+    run_compaction(LakeHandle.open(str(root)), CompactOptions(conf=conf, now_ms=NOW + 1000))
     after = visible(root)
     upper = int(rows["base_offset"][-1].as_py())
     assert after[after["offset"] < upper]["value"].isna().sum() == 0

@@ -206,6 +206,45 @@ def test_point_reads_skip(lake: Path) -> None:
     assert pos in seg.skipped and any(issubclass(x.category, CorruptBatchWarning) for x in w)
 
 
+def test_key_lookups_skip_and_report_damaged_batches(lake: Path) -> None:
+    """Key queries (``Lake.lookup``, the job's ``answer_chunk``) over a damaged batch: it
+    raises naming the file and position; in skip mode the other batches' records of the
+    key are answered and the batch is reported (a warning; the job's ``skipped`` lines,
+    as for offset queries)."""
+    from seglake.lake.lookup_keys import answer_chunk
+    from seglake.lake.lookup_queries import query_table
+    from seglake.storage.index_cache import IndexCache
+
+    path, pos, lo, hi = damage(lake)
+    before = brute(lake)
+    keys = before.column("key").to_pylist()
+    want = [o for o, k in zip(offsets(before), keys, strict=True) if k == b"k3"]
+    assert any(o < lo for o in want) and any(o > hi for o in want)
+    q = pa.table({"topic": ["t"], "key": ["k3"]})
+    with pytest.raises(CorruptRecordError) as exc:
+        seglake.open(str(lake)).lookup(q)
+    expect_named(exc, path, pos)
+    lk = seglake.open(str(lake), on_corrupt="skip")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = lk.lookup(q)
+    assert offsets(got) == want
+    assert any(issubclass(x.category, CorruptBatchWarning) for x in w)
+    skipped: list[str] = []
+    with pytest.warns(CorruptBatchWarning):  # a new cache: the segment opened again
+        out = answer_chunk(
+            lk.location,
+            lk._lookup_parts[1],
+            IndexCache(),
+            query_table(q),
+            on_corrupt="skip",
+            skipped=skipped,
+            version=lk.version,
+        )
+    assert offsets(out) == want
+    assert len(skipped) == 1 and str(path) in skipped[0] and f"position {pos}" in skipped[0]
+
+
 def test_torn_tail_of_a_broker_dir_still_reads(lake: Path) -> None:
     d = lake / "t-0"
     last = logs(lake)[-1]

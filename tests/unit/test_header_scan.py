@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglake.record.batch import SCAN_COLUMNS, BatchScan, scan_batches
-from seglake.record.header_scan import scan_headers
+from seglake.record.batch import HEADER_SIZE, SCAN_COLUMNS, BatchScan, scan_batches
+from seglake.record.header_scan import header_bytes, scan_headers
 from tests.unit.test_fuzz import FUZZ, mutated_logs, valid_log
 
 
@@ -90,3 +90,15 @@ def test_a_short_length_falls_back_to_the_careful_error() -> None:
     buf[8:12] = struct.pack(">i", 10)  # below the minimum 49
     got = scan_headers(bytes(buf))
     assert got.error is not None and "below the minimum" in got.error and len(got) == 0
+
+
+@given(st.data(), st.integers(HEADER_SIZE, 300))
+def test_header_bytes_are_the_bytes_at_each_position(data, n):
+    """header_bytes (rows of a sliding window) = the bytes an index array of n x 61
+    positions gathers, up to the data's last header; a negative position (the index
+    array's path) counts from the end, as numpy's."""
+    buf = np.arange(n, dtype=np.int64).astype(np.uint8)
+    at = np.array(data.draw(st.lists(st.integers(-n, n - HEADER_SIZE), max_size=20)), np.int64)
+    got = header_bytes(buf, at)
+    assert got.shape == (len(at), HEADER_SIZE)
+    assert np.array_equal(got, buf[at[:, None] + np.arange(HEADER_SIZE)])

@@ -33,7 +33,7 @@ from seglake.lake.catalog import Catalog
 from seglake.lake.garbage import collect, retire
 from seglake.lake.handle import LakeHandle
 from seglake.lake.register import register
-from seglake.lake.retention import apply_retention
+from seglake.lake.retention import RetentionOptions, apply_retention
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import cleanup, discard_staging, publish_pending
 from seglake.lake_paths import RETIRED_DIR
@@ -137,7 +137,9 @@ def test_lake_functions_refuse_a_bad_run_id(
     calls = [
         lambda: register(LakeHandle.open(str(lake)), str(broker), run_id=bad),
         lambda: apply_retention(
-            LakeHandle.open(str(lake)), RetentionRules(log_start_offsets={("t", 0): 0}), run_id=bad
+            LakeHandle.open(str(lake)),
+            RetentionRules(log_start_offsets={("t", 0): 0}),
+            RetentionOptions(run_id=bad),
         ),
         lambda: publish_pending(LakeHandle.open(str(lake)), bad),
         lambda: discard_staging(LakeHandle.open(str(lake)), bad),
@@ -146,9 +148,9 @@ def test_lake_functions_refuse_a_bad_run_id(
     ]
     if bad:  # a row without a run id has no staged or retired copy
         calls.append(lambda: row_copies(str(lake), "t-0/00000000000000000000.log", bad))
-    from seglake.lake.compaction import run_compaction
+    from seglake.lake.compaction import CompactOptions, run_compaction
 
-    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), run_id=bad))
+    calls.append(lambda: run_compaction(LakeHandle.open(str(lake)), CompactOptions(run_id=bad)))
     for call in calls:
         with pytest.raises(InvalidNameError, match="run id"):
             call()
@@ -331,7 +333,7 @@ def test_symlinked_segment_files_delete_the_link_only(lake: Path, tmp_path: Path
     shutil.move(segs[0], outside)
     segs[0].symlink_to(outside)
     rules = RetentionRules(log_start_offsets={("t", 0): int(segs[1].stem)})
-    apply_retention(LakeHandle.open(str(lake)), rules, delete_delay_ms=0)
+    apply_retention(LakeHandle.open(str(lake)), rules, RetentionOptions(delete_delay_ms=0))
     assert not segs[0].is_symlink() and outside.exists()
     assert logs(lake / "t-0") == segs[1:]
 

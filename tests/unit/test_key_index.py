@@ -157,7 +157,9 @@ def test_every_damage_is_detected() -> None:
 
 
 # ------------------------------------------------------------------ writer and lookup
-def write_segments(tmp_path, keys: list[bytes | None], segment_bytes: int = 1 << 30) -> str:
+def write_segments(
+    tmp_path, keys: list[bytes | None], segment_bytes: int = 1 << 30, **conf: object
+) -> str:
     import pyarrow.fs as pafs
 
     from seglake.config import LogConfig
@@ -173,7 +175,7 @@ def write_segments(tmp_path, keys: list[bytes | None], segment_bytes: int = 1 <<
         }
     )
     d = tmp_path / "t-0"
-    cfg = LogConfig(segment_bytes=segment_bytes, batch_size=300)
+    cfg = LogConfig(segment_bytes=segment_bytes, batch_size=300).with_overrides(conf or None)
     w = SegmentWriter(pafs.LocalFileSystem(), str(d), config=cfg, min_offset=0)
     for part in (table.slice(0, n // 3), table.slice(n // 3)):
         w.append(part)
@@ -304,6 +306,86 @@ def test_kernel_sort_and_filter_equal_numpy(values, dups, nbytes) -> None:
         slow = KeyIndex.build(100, 100 + 3 * len(h) + 1, h, offsets, max_filter_bytes=nbytes)
     assert fast.to_bytes() == slow.to_bytes()
     assert fast.hashes.tolist() == sorted(h.tolist())
+
+
+@needs_kernel
+def test_kernel_sort_of_large_and_crafted_inputs_equals_numpy() -> None:
+    """sl_sort_pairs past the hypothesis sizes: uniform hashes, hashes sharing their top
+    40 bits, one hash many times (equal hashes keep their offsets' order) and the three
+    mixed, as numpy's stable argsort and lexsort order them."""
+    rng = np.random.default_rng(5)
+    uniform = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
+    shared = np.uint64(0xABCDEF1234 << 24) | rng.integers(0, 2**24, 20_000, dtype=np.uint64)
+    same = np.full(5_000, 0x42, np.uint64)
+    for h in (uniform, shared, same, rng.permutation(np.concatenate([uniform, shared, same]))):
+        offsets = np.arange(len(h), dtype=np.int64) + 7
+        fast = KeyIndex.build(7, 7 + len(h), h, offsets)
+        with patch.object(native, "kernel", lambda: None):
+            slow = KeyIndex.build(7, 7 + len(h), h, offsets)
+        assert fast.to_bytes() == slow.to_bytes()
+        order = np.lexsort((offsets, h))
+        assert np.array_equal(fast.hashes, h[order])
+        assert np.array_equal(fast.offsets, (offsets[order] - 7).astype(np.uint32))
+
+
+def test_builder_bytes_are_the_format_s() -> None:
+    """A builder's file, pieces with null keys and repeated keys, hashed against the bytes
+    the first version of the format wrote (kernel and numpy): a faster build changes no
+    byte."""
+    import hashlib
+
+    def build() -> bytes:
+        rng = np.random.default_rng(32)
+        b = KeyIndexBuilder(1000)
+        for part in range(3):
+            keys = [None if k % 11 == 0 else b"k-%d" % k for k in rng.integers(0, 3000, 4000)]
+            b.add(pa.array(keys, pa.binary()), 1000 + part * 4000 + np.arange(4000))
+        return b.finish(1000 + 12000).to_bytes()
+
+    want = "af33185e450264cf1a499c93f643ef58db2a45f09e5971cc10af3fbe56902ea2"
+    assert hashlib.sha256(build()).hexdigest() == want
+    with patch.object(native, "kernel", lambda: None):
+        assert hashlib.sha256(build()).hexdigest() == want
+
+
+def test_builder_finishes_again_after_more_records() -> None:
+    """finish, more records, finish: the index of all of them, as one builder given them
+    all (finish keeps its sorted entries as the builder's)."""
+    rng = np.random.default_rng(8)
+    keys = [b"k%d" % k for k in rng.integers(0, 40, 600)]
+    once, twice = KeyIndexBuilder(10), KeyIndexBuilder(10)
+    once.add(pa.array(keys, pa.binary()), 10 + np.arange(600))
+    twice.add(pa.array(keys[:250], pa.binary()), 10 + np.arange(250))
+    first = twice.finish(260)
+    twice.add(pa.array(keys[250:], pa.binary()), 260 + np.arange(350))
+    assert twice.finish(610).to_bytes() == once.finish(610).to_bytes()
+    assert twice.finish(610).to_bytes() == once.finish(610).to_bytes()  # finish is repeatable
+    assert (
+        first.entries == 250
+        and first.to_bytes()
+        == KeyIndex.build(
+            10, 260, key_hash.key_hashes(pa.array(keys[:250], pa.binary()))[0], 10 + np.arange(250)
+        ).to_bytes()
+    )
+
+
+def test_key_index_can_be_switched_off(tmp_path) -> None:
+    """``seglake.key.index.enable=false``: the writer's segments have their ``.index`` and
+    ``.timeindex``, no ``.keyindex``."""
+    d = Path(
+        write_segments(
+            tmp_path,
+            [b"k%d" % (i % 7) for i in range(300)],
+            2048,
+            **{"seglake.key.index.enable": "false"},
+        )
+    )
+    logs = sorted(d.glob("*.log"))
+    assert len(logs) >= 2
+    assert not list(d.glob("*.keyindex"))
+    assert all(
+        p.with_suffix(".index").exists() and p.with_suffix(".timeindex").exists() for p in logs
+    )
 
 
 def test_recover_writes_a_missing_damaged_or_truncated_key_index(tmp_path) -> None:

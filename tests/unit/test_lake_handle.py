@@ -30,7 +30,10 @@ ENTRY_POINTS = {
     "cli/recover.py": "a user's path: a lake or a partition directory",
     "cli/consume.py": "a user's path: a lake or a partition directory",
     "cli/offsets.py": "get_offsets, called with the command's handle (or a root)",
-    "cli/dump.py": "a user's file paths (no lake)",
+    **{
+        f"cli/dump/{name}.py": "a user's file paths (no lake)"
+        for name in ("indexes", "log", "snapshot")
+    },
     "cli/read.py": "a user's partition directory",
     "cli/targets.py": "a user's partition directory",
     "spark/jobs.py": "the job main: the root opened once; output paths",

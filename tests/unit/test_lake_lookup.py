@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import seglake
 from seglake.errors import InputSchemaError
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import LOOKUP_SCHEMA
 from seglake.record.reader import read_log
@@ -33,7 +33,8 @@ def compacted_txn_lake(root: Path) -> None:
     segments, compacted (keys' older records and aborted ones removed: offset gaps)."""
     txn_lake(root, seed=3, codec=3)
     assert run_compaction(
-        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "3000"}, now_ms=NOW
+        LakeHandle.open(str(root)),
+        CompactOptions(conf={**COMPACT, "segment.bytes": "3000"}, now_ms=NOW),
     ).committed
 
 
@@ -226,7 +227,9 @@ def test_lookup_follows_the_lake_version(tmp_path: Path) -> None:
     lk = seglake.open(str(root))
     q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 40)})
     want = lk.lookup(q)
-    assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
+    assert run_compaction(
+        LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW)
+    ).committed
     after = lk.refresh().lookup(q)
     assert (after["status"] == "ok").all() and (want["status"] == "ok").all()
     assert not after["offset"].equals(want["offset"])  # compaction removed some
@@ -278,7 +281,9 @@ def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Pa
     q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 400, 7)})
     want = lk.lookup(q)
     names = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
-    assert run_compaction(LakeHandle.open(str(root)), conf=COMPACT, now_ms=NOW).committed
+    assert run_compaction(
+        LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW)
+    ).committed
     now = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
     assert names & now  # a segment kept its name
     hits = get_cache().stats()["hits"]

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -225,3 +226,53 @@ def test_each_segment_is_asked_once_a_chunk(lake, monkeypatch) -> None:
     assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
     segments = sum(len(lk.segments(TOPIC).query(f"partition == {p}")) for p in (0, 1))
     assert len(calls) == segments and max(calls) == 3  # unique keys of a partition
+
+
+def test_integer_keys_are_their_big_endian_bytes(tmp_path: Path) -> None:
+    """A ``key`` column of integers asks the keys Kafka's Short/Integer/LongSerializer
+    write: the big-endian two's complement bytes at the column's width (the Spark job's
+    rule, ``int_key_sql``); a null is ``invalid_query``; a float column is one line."""
+    import struct
+
+    from seglake.errors import InputSchemaError
+    from seglake.lake.lookup_queries import query_table
+
+    ints = [-1, 0, 7, 300, -40000, 2**31 - 1]
+    fmts = {pa.int8(): ">b", pa.int16(): ">h", pa.int32(): ">i", pa.int64(): ">q"}
+    for t, fmt in fmts.items():
+        vals = [v for v in ints if -(2 ** (t.bit_width - 1)) <= v < 2 ** (t.bit_width - 1)]
+        got = query_table(
+            pa.table({"topic": ["x"] * (len(vals) + 1), "key": pa.array([*vals, None], t)})
+        )
+        assert got.column("query_key").to_pylist() == [*(struct.pack(fmt, v) for v in vals), None]
+    assert query_table(pa.table({"topic": ["x"], "key": pa.array([255], pa.uint8())}))[
+        "query_key"
+    ].to_pylist() == [b"\xff"]
+    root = tmp_path / "lake"
+    keys = [struct.pack(">i", i % 5 - 2) for i in range(40)] + [struct.pack(">q", 3)] * 2
+    recs = pa.table(
+        {
+            "offset": pa.array(np.arange(len(keys)), pa.int64()),
+            "timestamp": pa.array(1_700_000_000_000 + np.arange(len(keys)), pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array([b"v"] * len(keys), pa.binary()),
+        }
+    )
+    d = root / f"{TOPIC}-0"
+    d.mkdir(parents=True)
+    PartitionLog.open(str(d)).append(recs, config=LogConfig(segment_bytes=500))
+    fs, _ = lakefs.resolve(str(root))
+    rows = [
+        segment_row(TOPIC, 0, recover_segment(fs, str(p), interval=64), f"{d.name}/{p.name}")
+        for p in sorted(d.glob("*.log"))
+    ]
+    Catalog(str(root)).commit(rows_table(rows), "ints")
+    lk = seglake.open(str(root))
+    q = pd.DataFrame({"topic": TOPIC, "key": pd.array([-2, None], "Int32")})
+    out = lk.lookup(q)
+    assert out["offset"].tolist()[:-1] == list(range(0, 40, 5))
+    assert out["status"].tolist()[-1] == "invalid_query"
+    longs = lk.lookup(pd.DataFrame({"topic": [TOPIC], "key": [3]}))  # pandas int64: 8 bytes
+    assert longs["offset"].tolist() == [40, 41]
+    with pytest.raises(InputSchemaError, match="key column of type double; expected a string"):
+        lk.lookup(pd.DataFrame({"topic": [TOPIC], "key": [1.5]}))

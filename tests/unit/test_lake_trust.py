@@ -30,7 +30,7 @@ from seglake.errors import CorruptBatchWarning, CorruptRecordError, TruncatedSeg
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
 from seglake.lake.pinned import PinnedVersion
-from seglake.lake.recovery import recover_lake
+from seglake.lake.recovery import RecoverOptions, recover_lake
 from seglake.lake.retention import apply_retention
 from seglake.lake.staging import open_partition
 from seglake.record.batch import scan_batches
@@ -121,7 +121,7 @@ def test_cli_consume_and_read_of_a_log_cut_short(lake: Path, capsys) -> None:  #
 
 def test_recover_dry_run_names_the_offsets_a_cut_drops(lake: Path) -> None:  # noqa: F811
     path, pos, lo, hi = cut(lake, inside=False)
-    rep = recover_lake(LakeHandle.open(str(lake)), dry_run=True)
+    rep = recover_lake(LakeHandle.open(str(lake)), RecoverOptions(dry_run=True))
     lost = [x for p in rep.partitions for x in p.lost]
     assert [(x["file"], x["position"], x["first_offset"], x["last_offset"]) for x in lost] == [
         (str(path), pos, lo, hi)

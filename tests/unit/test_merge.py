@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from seglake.errors import ConcurrentRunError
 from seglake.format import INT32_MAX
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import cleanup
@@ -246,7 +246,9 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict)
     cat = Catalog(str(lake))
     v0, before, batches = cat.version(), lake_records(str(lake)), _batch_bytes(lake)
     n0 = cat.segments().num_rows
-    result = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, **where)
+    result = run_compaction(
+        LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=MERGE), **where
+    )
     assert result.committed
     rows = cat.segments()
     assert rows.num_rows < n0
@@ -261,7 +263,7 @@ def test_merge_keeps_records_batches_and_pinned_readers(lake: Path, where: dict)
         assert r["size_bytes"] == len(data) and r["index_entries"] == len(oi)
     assert lake_records(str(lake), version=v0).equals(before)  # the pinned reader
     v1 = cat.version()
-    again = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE)
+    again = run_compaction(LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=MERGE))
     assert not again.committed and cat.version() == v1  # twice: nothing changes
     # retired files go with cleanup, only after the delete delay
     assert cleanup(LakeHandle.open(str(lake)), delete_delay_s=10**6).retired.deleted == []
@@ -298,7 +300,9 @@ def test_merge_groups_packed_into_tasks_give_the_same_lake(
     for dst in copies.values():
         shutil.copytree(lake, dst)
     run_compaction(
-        LakeHandle.open(str(copies["driver"])), merge_only=True, conf=MERGE, run_id="m", **ON_DRIVER
+        LakeHandle.open(str(copies["driver"])),
+        CompactOptions(merge_only=True, conf=MERGE, run_id="m"),
+        **ON_DRIVER,
     )
     seen: dict[str, list[int]] = {}
     for name, cores, least in (("one-task", 2, 1 << 30), ("per-core", 2, 1)):
@@ -311,9 +315,7 @@ def test_merge_groups_packed_into_tasks_give_the_same_lake(
         root = str(copies[name])
         got = run_compaction(
             LakeHandle.open(root),
-            merge_only=True,
-            conf=MERGE,
-            run_id="m",
+            CompactOptions(merge_only=True, conf=MERGE, run_id="m"),
             map_tasks=tasks,
             parallelism=cores,
         )
@@ -336,14 +338,20 @@ def _specs(root: Path) -> list:
         raise RuntimeError("planned")
 
     with pytest.raises(RuntimeError, match="planned"):
-        run_compaction(LakeHandle.open(str(root)), merge_only=True, conf=MERGE, map_tasks=record)
+        run_compaction(
+            LakeHandle.open(str(root)),
+            CompactOptions(merge_only=True, conf=MERGE),
+            map_tasks=record,
+        )
     return found
 
 
 def test_dry_run_writes_nothing(lake: Path) -> None:
     cat = Catalog(str(lake))
     v0 = cat.version()
-    result = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, dry_run=True)
+    result = run_compaction(
+        LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=MERGE, dry_run=True)
+    )
     assert result.partitions[0].segments_after < result.partitions[0].segments_before
     assert cat.version() == v0 and not (lake / "_staging").exists()
 
@@ -386,10 +394,10 @@ CRASH_POINTS = {  # point: committed when the driver dies there
 }
 DRIVER = """
 import json, sys
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 lake = LakeHandle.open(sys.argv[1])
-r = run_compaction(lake, merge_only=True, conf=json.loads(sys.argv[2]), run_id="m1")
+r = run_compaction(lake, CompactOptions(merge_only=True, conf=json.loads(sys.argv[2]), run_id="m1"))
 print(r.committed)
 """
 
@@ -420,7 +428,9 @@ def test_driver_killed_at_each_step(lake: Path, point: str) -> None:
     assert ("m1" in report.published_runs) == CRASH_POINTS[point]
     assert lake_records(str(lake)).equals(before)
     assert lake_records(str(lake), version=v0).equals(before)
-    rerun = run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, run_id="m1")
+    rerun = run_compaction(
+        LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=MERGE, run_id="m1")
+    )
     assert rerun.committed or rerun.already_committed
     assert lake_records(str(lake)).equals(before)
     assert _batch_bytes(lake) == batches
@@ -442,7 +452,7 @@ def test_merge_of_rows_whose_files_are_still_staged(lake: Path) -> None:
     n = cat.segments().num_rows
     bigger = {**MERGE, "segment.bytes": "1000000"}
     assert run_compaction(
-        LakeHandle.open(str(lake)), merge_only=True, conf=bigger, **ON_DRIVER
+        LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=bigger), **ON_DRIVER
     ).committed
     assert cat.segments().num_rows < n
     assert lake_records(str(lake)).equals(before)
@@ -459,5 +469,7 @@ def test_torn_segment_is_refused_and_nothing_committed(lake: Path, where: dict) 
     first = lake / cat.segments().to_pylist()[0]["path"]
     first.write_bytes(first.read_bytes()[:-5])
     with pytest.raises(CorruptRecordError, match="run `recover`"):
-        run_compaction(LakeHandle.open(str(lake)), merge_only=True, conf=MERGE, **where)
+        run_compaction(
+            LakeHandle.open(str(lake)), CompactOptions(merge_only=True, conf=MERGE), **where
+        )
     assert cat.version() == v0 and not list((lake / "_staging").glob("*"))

@@ -14,7 +14,7 @@ import pytest
 from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.retention import apply_retention
@@ -79,7 +79,8 @@ def test_shorter_file_of_a_pinned_segment(tmp_path: Path) -> None:
     pinned = cat.version()
     first = cat.segments("c", 0).to_pylist()[0]
     assert run_compaction(
-        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
+        LakeHandle.open(str(root)),
+        CompactOptions(conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW),
     ).committed
     cleanup(LakeHandle.open(str(root)), delete_delay_s=0)
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]

@@ -85,10 +85,12 @@ def test_the_cli_reads_records_through_read_log() -> None:
 def test_one_aborted_records_filter() -> None:
     """The records of aborted transactions are matched in ``storage/txn_index.py`` alone
     (``aborted_mask``, inside ``aborted_records``); ``aborted_records`` is called by the
-    one task reader (``lake/scan_read.py``), ``collect_aborted`` (Kafka's
-    collectAbortedTxns) by the one planner (``lake/scan.py``)."""
+    one task reader (``lake/scan_read.py``) and by the key lookups' answers
+    (``lake/lookup_keys.py``: records found by point reads, their transactions collected
+    by the planner's ``aborted_in``), ``collect_aborted`` (Kafka's collectAbortedTxns) by
+    the one planner (``lake/scan.py``)."""
     assert set(_calls({"aborted_mask"})) == {"storage/txn_index.py"}
-    assert set(_calls({"aborted_records"})) == {"lake/scan_read.py"}
+    assert set(_calls({"aborted_records"})) == {"lake/scan_read.py", "lake/lookup_keys.py"}
     assert set(_calls({"collect_aborted"})) - {"storage/txn_index.py"} == {"lake/scan.py"}
 
 

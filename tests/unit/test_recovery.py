@@ -18,7 +18,7 @@ from seglake.cli.main import main
 from seglake.config import LogConfig
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
-from seglake.lake.recovery import recover_lake
+from seglake.lake.recovery import RecoverOptions, recover_lake
 from seglake.lake.rows import rows_table, segment_row
 from seglake.lake.staging import open_partition
 from seglake.record.batch import scan_batches
@@ -312,11 +312,13 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
     segs[1].write_bytes(data[: int(scan.position[-1]) + 10])  # torn tail in segment 1
     v = cat.version()
     dry = recover_lake(
-        LakeHandle.open(str(root)), dry_run=True, interval=INTERVAL, kafka_truncate=True
+        LakeHandle.open(str(root)),
+        RecoverOptions(dry_run=True, interval=INTERVAL, kafka_truncate=True),
     )
     assert cat.version() == v and dry.rows_replaced == 1 and dry.rows_removed == len(segs) - 2
     rep = recover_lake(
-        LakeHandle.open(str(root)), interval=INTERVAL, delete_delay_ms=0, kafka_truncate=True
+        LakeHandle.open(str(root)),
+        RecoverOptions(interval=INTERVAL, delete_delay_ms=0, kafka_truncate=True),
     )
     assert cat.version() == v + 1  # one commit
     assert (rep.rows_replaced, rep.rows_removed) == (1, len(segs) - 2)
@@ -331,7 +333,9 @@ def test_recover_lake_fixes_catalog_in_one_commit(tmp_path: Path, pristine: Path
         o for o in full.column("offset").to_pylist() if o < leo
     ]
     assert cat.segments("u", 3).num_rows == len(segs)  # the other partition untouched
-    again = recover_lake(LakeHandle.open(str(root)), interval=INTERVAL, kafka_truncate=True)
+    again = recover_lake(
+        LakeHandle.open(str(root)), RecoverOptions(interval=INTERVAL, kafka_truncate=True)
+    )
     assert not again.changed and cat.version() == v + 1
 
 
@@ -351,12 +355,12 @@ def test_recover_lake_fills_in_and_corrects_tail_minima(tmp_path: Path, pristine
         "old-catalog",
     )
     v = cat.version()
-    dry = recover_lake(LakeHandle.open(str(root)), dry_run=True, interval=INTERVAL)
+    dry = recover_lake(LakeHandle.open(str(root)), RecoverOptions(dry_run=True, interval=INTERVAL))
     assert dry.rows_replaced == rows.num_rows and cat.version() == v
-    rep = recover_lake(LakeHandle.open(str(root)), interval=INTERVAL)
+    rep = recover_lake(LakeHandle.open(str(root)), RecoverOptions(interval=INTERVAL))
     assert rep.rows_replaced == rows.num_rows and cat.version() == v + 1
     assert cat.segments().column("tail_min_timestamps").to_pylist() == good
-    assert not recover_lake(LakeHandle.open(str(root)), interval=INTERVAL).changed
+    assert not recover_lake(LakeHandle.open(str(root)), RecoverOptions(interval=INTERVAL)).changed
 
 
 def test_cli_recover(tmp_path: Path, pristine: Path, capsys) -> None:

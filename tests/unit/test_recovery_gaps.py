@@ -18,7 +18,7 @@ from seglake import fs as lakefs
 from seglake.cli.main import main
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
-from seglake.lake.recovery import recover_lake
+from seglake.lake.recovery import RecoverOptions, recover_lake
 from seglake.lake.rows import rows_table
 from seglake.lake.staging import open_partition
 from seglake.record.batch import scan_batches
@@ -116,7 +116,7 @@ def test_kafka_truncate_deletes_later_segments(tmp_path: Path, pristine: Path) -
     expected = brute_force(root / "t-0")
     rows = cat.segments("t", 0).to_pylist()
     _, _, first, _ = damage(root, "records")
-    rep = recover_lake(LakeHandle.open(str(root)), kafka_truncate=True)
+    rep = recover_lake(LakeHandle.open(str(root)), RecoverOptions(kafka_truncate=True))
     (part,) = rep.partitions
     assert part.deleted_segments == [r["base_offset"] for r in rows[2:]]
     assert readable(root) == {o: r for o, r in expected.items() if o < first}
@@ -217,7 +217,7 @@ def test_catalog_without_the_interval_falls_back_to_the_argument(tmp_path: Path)
     idx = seg.with_suffix(".index")
     original = idx.read_bytes()
     idx.unlink()
-    rep = recover_lake(LakeHandle.open(str(root)), interval=500)
+    rep = recover_lake(LakeHandle.open(str(root)), RecoverOptions(interval=500))
     assert idx.read_bytes() == original
     # the rebuilt segment's row now records the interval its index was built with
     got = cat.segments().column("index_interval_bytes").to_pylist()

@@ -16,7 +16,7 @@ from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.errors import SegmentReplacedError, TruncatedSegmentError, VersionSupersededError
 from seglake.lake.catalog import Catalog
-from seglake.lake.compaction import run_compaction
+from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.rows import segment_refs
 from seglake.lake.scan_read import SplitReads, read_splits
@@ -37,7 +37,9 @@ def test_pinned_reader_past_the_delay_gets_one_error(tmp_path: Path, segment_byt
     first = old.to_pylist()[0]
     p = lake.partition("c", 0)
     conf = {**COMPACT, **({"segment.bytes": segment_bytes} if segment_bytes else {})}
-    assert run_compaction(LakeHandle.open(str(root)), conf=conf, now_ms=NOW).committed
+    assert run_compaction(
+        LakeHandle.open(str(root)), CompactOptions(conf=conf, now_ms=NOW)
+    ).committed
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] != first["size_bytes"]
     # within the delay: the retired copy, every record
@@ -105,7 +107,8 @@ def test_a_partition_opened_before_an_in_place_compaction(tmp_path: Path) -> Non
     p = lake.partition("c", 0)  # opened while current: no exact size check planned
     plan = plan_extract(str(root), "c", version=pinned)  # a Spark read's splits, as planned
     assert run_compaction(
-        LakeHandle.open(str(root)), conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW
+        LakeHandle.open(str(root)),
+        CompactOptions(conf={**COMPACT, "segment.bytes": "2000"}, now_ms=NOW),
     ).committed
     new = Catalog(str(root)).segments("c", 0).to_pylist()[0]
     assert new["path"] == first["path"] and new["size_bytes"] < first["size_bytes"]

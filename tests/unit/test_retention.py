@@ -15,7 +15,7 @@ from seglake.errors import ConfigError
 from seglake.lake import retention as retention_mod
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
-from seglake.lake.retention import apply_retention
+from seglake.lake.retention import RetentionOptions, apply_retention
 from seglake.lake.staging import open_partition
 from seglake.storage.retention import (
     RetentionRules,
@@ -121,9 +121,11 @@ def test_apply_retention_catalog_first(tmp_path: Path, pristine: Path) -> None: 
     segs = logs(root / "t-0")
     v = cat.version()
     by_size = RetentionRules(retention_bytes=0)
-    dry = apply_retention(LakeHandle.open(str(root)), by_size, now_ms=0, dry_run=True)
+    dry = apply_retention(
+        LakeHandle.open(str(root)), by_size, RetentionOptions(now_ms=0, dry_run=True)
+    )
     assert dry.deleted.num_rows == len(segs) - 1 and cat.version() == v
-    rep = apply_retention(LakeHandle.open(str(root)), by_size, delete_delay_ms=0)
+    rep = apply_retention(LakeHandle.open(str(root)), by_size, RetentionOptions(delete_delay_ms=0))
     assert cat.version() == v + 1 and rep.deleted.num_rows == len(segs) - 1
     assert [p.name for p in logs(root / "t-0")] == [segs[-1].name]
     assert sorted(p.name for p in (root / "t-0").iterdir()) == sorted(
@@ -169,7 +171,9 @@ def test_crash_between_catalog_and_files(
     )  # retires the leftovers: kept a while
     assert rep.deleted.num_rows == 0 and len(rep.leftovers_finished) >= 7
     assert logs(root / "t-0") == segs and not list((root / "t-0").glob("*.deleted"))
-    rep = apply_retention(LakeHandle.open(str(root)), nothing_more, delete_delay_ms=0)
+    rep = apply_retention(
+        LakeHandle.open(str(root)), nothing_more, RetentionOptions(delete_delay_ms=0)
+    )
     assert rep.leftovers_finished == [] and len(rep.files_deleted) >= 6
     assert logs(root / "t-0") == segs[2:]
     assert not list((root / "t-0").glob("*.deleted"))

@@ -20,7 +20,7 @@ from seglake.lake.lookup_plan import partition_arrays
 from seglake.lake.rows import segment_ref, segment_refs
 from seglake.lake.scan_read import read_split
 from seglake.lake.snapshot import Snapshot
-from seglake.spark.extract_plan import plan_extract
+from seglake.spark.extract_plan import ExtractOptions, plan_extract
 from seglake.storage.index_builder import DEFAULT_INTERVAL
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.log import PartitionLog
@@ -77,7 +77,7 @@ def test_executor_segments_rebuild_with_the_rows_interval(lake_without_indexes) 
         np.testing.assert_array_equal(_entries(seg), written[r["path"]])
     # extract: a split carries it to read_split's segment
     cache = IndexCache()
-    splits = plan_extract(root, "c", split_bytes=1 << 20).tasks
+    splits = plan_extract(root, "c", ExtractOptions(split_bytes=1 << 20)).tasks
     assert {s.index_interval_bytes for s in splits} == {INTERVAL}
     for s in splits:
         read_split(cache, root, s)

@@ -15,7 +15,7 @@ from seglake.errors import ConfigError
 from seglake.lake.catalog import Catalog
 from seglake.lake.handle import LakeHandle
 from seglake.lake.recovery import fallback_intervals
-from seglake.lake.retention import apply_retention
+from seglake.lake.retention import RetentionOptions, apply_retention
 from seglake.lake.topic_config import parse_value, resolve, with_topics
 from seglake.lake.topic_store import alter_config, overrides_for, stored_configs, topic_configs
 from seglake.storage.retention import RetentionRules
@@ -171,21 +171,25 @@ def test_retention_follows_cleanup_policy(tmp_path: Path, pristine: Path) -> Non
     n = cat.segments().num_rows
     later = 2_000_000_000_000
     with pytest.raises(ConfigError, match="no rule given"):
-        apply_retention(LakeHandle.open(str(root)), RetentionRules(), now_ms=later, dry_run=True)
+        apply_retention(
+            LakeHandle.open(str(root)),
+            RetentionRules(),
+            RetentionOptions(now_ms=later, dry_run=True),
+        )
     alter_config(cat, "t", set_={"cleanup.policy": "compact", "retention.ms": "1"})
     report = apply_retention(
-        LakeHandle.open(str(root)), RetentionRules(), now_ms=later, dry_run=True
+        LakeHandle.open(str(root)), RetentionRules(), RetentionOptions(now_ms=later, dry_run=True)
     )
     assert report.deleted.num_rows == 0  # compact only: no time or size retention
     alter_config(cat, "t", set_={"cleanup.policy": "compact,delete"})
     report = apply_retention(
-        LakeHandle.open(str(root)), RetentionRules(), now_ms=later, dry_run=True
+        LakeHandle.open(str(root)), RetentionRules(), RetentionOptions(now_ms=later, dry_run=True)
     )
     assert report.deleted.num_rows == n - 1  # the topic's retention.ms: all but the newest
     big = RetentionRules(retention_ms=10 * later)  # a rule the run gives wins
     assert (
         apply_retention(
-            LakeHandle.open(str(root)), big, now_ms=later, dry_run=True
+            LakeHandle.open(str(root)), big, RetentionOptions(now_ms=later, dry_run=True)
         ).deleted.num_rows
         == 0
     )

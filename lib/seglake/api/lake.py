@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,27 +29,30 @@ if TYPE_CHECKING:
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
+@dataclasses.dataclass(frozen=True)
+class OpenOptions:
+    """How a lake is opened: :func:`open`'s keywords (documented there), built once
+    there and handed to :class:`Lake` whole."""
+
+    version: int | None = None
+    storage_options: Mapping[str, str] | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    on_corrupt: str = "raise"
+    timestamp_as_of: TimeLike | None = None
+
+
 class Lake:
     """A lake opened at one catalog version (see :func:`open`)."""
 
-    def __init__(
-        self,
-        root: Root,
-        *,
-        version: int | None = None,
-        storage_options: Mapping[str, str] | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        on_corrupt: str = "raise",
-        timestamp_as_of: TimeLike | None = None,
-    ) -> None:
-        self.handle = LakeHandle.open(root, storage_options)  # the one parse of the root
+    def __init__(self, root: Root, options: OpenOptions = OpenOptions()) -> None:
+        self.handle = LakeHandle.open(root, options.storage_options)  # the one parse
         self.location = self.handle.location  # catalog and segment files
         self.root = self.location.root
-        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.on_corrupt = check_on_corrupt(options.on_corrupt)
         self.catalog = self.handle.catalog
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self._cache = LRU(cache_bytes)
-        self._load(_as_of(self.handle, version, timestamp_as_of))
+        self._cache = LRU(options.cache_bytes)
+        self._load(_as_of(self.handle, options.version, options.timestamp_as_of))
 
     def _load(self, version: int | None) -> None:
         snapshot = Snapshot.read(self.handle, version=None if version is None else int(version))
@@ -159,15 +163,19 @@ class Lake:
         end: TimeLike | None = None,
         *,
         as_: As = "pandas",
+        isolation_level: str = "read_uncommitted",
     ) -> Any:
         """Every record of ``topic`` whose key is ``key`` (or one of a list of keys), with
         ``start <= timestamp < end`` when given: the data source's columns (``key``,
-        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset.
+        ``value``, ``topic``, ``partition``, ``offset``, ...), by partition then offset;
+        ``isolation_level="read_committed"``: not the records of aborted transactions.
         Without Spark: each partition's :meth:`Partition.find`, through the segments' key
         indexes."""
         keys = [key] if isinstance(key, bytes | str) else list(key)
         parts = [
-            self.partition(topic, p).find(keys, start, end, as_="arrow")
+            self.partition(topic, p).find(
+                keys, start, end, as_="arrow", isolation_level=isolation_level
+            )
             for p in self.partitions(topic)
         ]
         if not parts:
@@ -248,7 +256,11 @@ class Lake:
 
     # -- point lookups ----------------------------------------------------------------
     def lookup(
-        self, queries: pd.DataFrame | pa.Table, *, latest_per_key: bool = False
+        self,
+        queries: pd.DataFrame | pa.Table,
+        *,
+        latest_per_key: bool = False,
+        isolation_level: str = "read_uncommitted",
     ) -> pd.DataFrame | pa.Table:
         """Answer point queries in this process, as the Spark ``lookup`` job answers them
         (same rules and code: :mod:`seglake.lake.lookup_local`), at this lake's version.
@@ -267,7 +279,9 @@ class Lake:
         null or absent: every partition of the topic): each answered by every record
         with those key bytes (``latest_per_key``: the last one per partition), the
         query's columns and ``query_key`` echoed, or one ``no_record_for_key`` row
-        (:mod:`seglake.lake.lookup_keys`).
+        (:mod:`seglake.lake.lookup_keys`). ``isolation_level="read_committed"``: key
+        queries leave out the records of aborted transactions (the latest per key is the
+        latest committed one); offset and time queries answer as read_uncommitted.
 
         Raises:
             InputSchemaError: a query column missing.
@@ -289,6 +303,7 @@ class Lake:
             cache=get_cache(LogConfig().index_cache_bytes),
             on_corrupt=self.on_corrupt,
             latest_per_key=latest_per_key,
+            isolation_level=isolation_level,
         )
         return out if isinstance(queries, pa.Table) else out.to_pandas()
 
@@ -359,10 +374,5 @@ def open(
         ConfigError: ``timestamp_as_of`` before the first commit or after the newest.
     """
     return Lake(
-        root,
-        version=version,
-        storage_options=storage_options,
-        cache_bytes=cache_bytes,
-        on_corrupt=on_corrupt,
-        timestamp_as_of=timestamp_as_of,
+        root, OpenOptions(version, storage_options, cache_bytes, on_corrupt, timestamp_as_of)
     )

@@ -14,18 +14,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake.api.show import As, html_table, output
+from seglake.lake.key_plan import per_segment
 from seglake.lake.pinned import PinnedVersion
 from seglake.lake.rows import segment_refs
-from seglake.lake.scan import ALL, Range, Scan, SegmentTask
+from seglake.lake.scan import ALL, Range, Scan, SegmentTask, check_isolation_level
 from seglake.lake.scan_read import SplitReads, read_tasks
 from seglake.lake.snapshot import Snapshot
 from seglake.record.batch import SkippedBatch
 from seglake.record.schema import empty_records, to_kafka_source
 from seglake.render import iso, size_text
-from seglake.storage.key_lookup import find_keys
 from seglake.storage.log import PartitionLog
 from seglake.storage.segment import TimestampOffset
 from seglake.storage.stats import STAT_COLUMNS
+from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 from seglake.times import TimeLike, to_millis
 
 if TYPE_CHECKING:
@@ -229,41 +230,34 @@ class Partition:
         end: TimeLike | None = None,
         *,
         as_: As = "pandas",
+        isolation_level: str = "read_uncommitted",
     ) -> Any:
         """Every record whose key is one of ``keys`` (bytes; str as UTF-8), with
         ``start <= timestamp < end`` when given, in offset order (Kafka source columns;
-        aborted transactional records included, as read_uncommitted reads them).
+        ``isolation_level="read_committed"`` leaves out aborted transactions' records,
+        by default they are read as read_uncommitted reads them).
 
-        Each segment is asked through its ``.keyindex`` (:func:`~seglake.storage.
-        key_lookup.find_keys`: its filter, its sorted hashes, then the key bytes compared);
-        segments whose time range misses ``[start, end)`` are skipped. A segment without
-        a usable key index is scanned: one warning says which and why.
+        Planned as every read is (a :class:`~seglake.lake.scan.Scan`: segments pruned by
+        the catalog's min/max timestamps, aborted transactions under read_committed),
+        then read by key as the data source's pushed-down keys and ``consume --key`` are
+        (:func:`~seglake.lake.scan_read.read_tasks`: each segment's ``.keyindex``, its
+        filter, its sorted hashes, then the key bytes compared). A segment without a
+        usable key index is scanned: one warning says which and why.
         """
-        lo = None if start is None else to_millis(start)
-        hi = None if end is None else to_millis(end)
-        parts, scanned = [], []
-        for seg in self.log.segments:
-            if lo is not None and seg.max_timestamp < lo:
-                continue
-            m = find_keys(seg, list(keys))
-            if m.scanned:
-                scanned.append(m.status)
-            t = m.records.drop_columns(["query"])
-            ts = t.column("timestamp")
-            if lo is not None:
-                t = t.filter(pc.greater_equal(ts, lo))
-                ts = t.column("timestamp")
-            if hi is not None:
-                t = t.filter(pc.less(ts, hi))
-            parts.append(t)
-        if scanned:
+        lo = NO_TS_LO if start is None else to_millis(start)
+        hi = NO_TS_HI if end is None else to_millis(end)
+        level = check_isolation_level(isolation_level)
+        asked = tuple(k.encode() if isinstance(k, str) else k for k in keys if k is not None)
+        how = SplitReads(isolation_level=level, keys=asked, scanned=[])
+        tasks = per_segment(Scan(self._snapshot, times=(lo, hi), isolation_level=level).tasks())
+        t = self._read_tasks(tasks, how)
+        if how.scanned:
             warnings.warn(
-                f"{self.topic}-{self.partition}: {len(scanned)} segment(s) scanned without "
-                f"a key index, e.g. {scanned[0]}",
+                f"{self.topic}-{self.partition}: {len(how.scanned)} segment(s) scanned without "
+                f"a key index, e.g. {how.scanned[0]}",
                 stacklevel=3,
             )
-        recs = pa.concat_tables(parts) if parts else empty_records()
-        return output(to_kafka_source(recs, self.topic, self.partition), as_)
+        return output(t, as_)
 
     def summary(self) -> dict[str, Any]:
         """One :meth:`Lake.describe` row."""

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
+from seglake.cli.jobargs import isolation_level_arg
 from seglake.cli.targets import report_skipped, skip_corrupt
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.format import LONG_MAX
@@ -386,11 +387,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         metavar="K",
         help="only records with this key (UTF-8; repeat for several), through the key index",
     )
-    c.add_argument(
-        "--isolation-level",
-        default="read_uncommitted",
-        choices=("read_uncommitted", "read_committed"),
-    )
+    isolation_level_arg(c)
     c.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
     c.add_argument(
         "--formatter",

@@ -10,10 +10,12 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from seglake.format import LONG_MAX
+from seglake.format import ISOLATION_LEVELS, LONG_MAX
 
 if TYPE_CHECKING:
     from seglake.config import LogConfig
+    from seglake.lake.recovery import RecoverOptions
+    from seglake.lake.retention import RetentionOptions
     from seglake.storage.retention import RetentionRules
 
 FORMATS = ("parquet", "json", "csv", "delta")
@@ -90,14 +92,28 @@ _EITHER, _POSITIONAL, _OPTION = "_target_dest", "_target", "_target_root"
 
 def target_argument(p: argparse.ArgumentParser, dest: str, metavar: str = "LAKE") -> None:
     """What an operation of both the CLI and the jobs works on (``recover``,
-    ``retention``), taken in either form in both: positional, as ``seglake recover LAKE``,
-    or ``--root LAKE``, as ``./spark-submit.sh recover --root LAKE``; exactly one, in
-    ``args.<dest>`` (:class:`Parser` checks it)."""
+    ``retention``, ``lookup``), taken in either form in both: positional, as
+    ``seglake recover LAKE``, or ``--root LAKE``, as ``./spark-submit.sh recover --root
+    LAKE``; exactly one, in ``args.<dest>`` (:class:`Parser` checks it). The names of an
+    operation's other arguments are the same in both too (tests/unit/test_options_objects.py).
+    """
     p.add_argument(_POSITIONAL, nargs="?", default=None, metavar=metavar)
     p.add_argument(
         "--root", dest=_OPTION, default=None, metavar=metavar, help=f"the same as {metavar}"
     )
     p.set_defaults(**{_EITHER: (dest, metavar)})
+
+
+def topics_argument(p: argparse.ArgumentParser) -> None:
+    """``--topics T1 [T2 ...]``: only these topics (default: every topic); repeatable."""
+    p.add_argument(
+        "--topics",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="TOPIC",
+        help="only these topics (default: every topic)",
+    )
 
 
 def non_negative(value: str) -> int:
@@ -134,7 +150,23 @@ def run_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+KEY_QUERIES_ONLY = " (of key queries; offset and time queries answer as read_uncommitted)"
+
+
+def isolation_level_arg(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--isolation-level read_uncommitted|read_committed`` (Kafka consumer's
+    isolation.level; ``what``: which reads it applies to, in the help)."""
+    p.add_argument(
+        "--isolation-level",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help=f"read_committed leaves out aborted transactions' records{what}",
+    )
+
+
+def conf_arguments(p: argparse.ArgumentParser) -> None:
+    """``--conf-file`` and ``--conf KEY=VALUE``: Kafka-named settings (every job, and
+    ``seglake retention``)."""
     p.add_argument(
         "--conf-file",
         default=None,
@@ -187,7 +219,7 @@ def ingest_parser() -> argparse.ArgumentParser:
         default=None,
         help="idempotency key: rerunning a committed run id is a no-op",
     )
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -210,13 +242,9 @@ def extract_parser() -> argparse.ArgumentParser:
         help="offsets: offsetsForTimes(start)..offsetsForTimes(end) (Kafka source "
         "semantics); filter: every record with start <= timestamp < end",
     )
-    p.add_argument(
-        "--isolation-level",
-        choices=("read_uncommitted", "read_committed"),
-        default="read_uncommitted",
-    )
+    isolation_level_arg(p)
     _output_args(p)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -227,16 +255,17 @@ def lookup_parser() -> argparse.ArgumentParser:
         "and key indexes: one output row per offset/time query, one per record of a key, "
         "with a status.",
     )
-    p.add_argument("--root", required=True)
+    target_argument(p, "root")
     p.add_argument("--queries", required=True, help="parquet, JSON lines or CSV")
     p.add_argument(
         "--latest-per-key",
         action="store_true",
         help="a key query answers its key's last record per partition (a compacted view)",
     )
+    isolation_level_arg(p, KEY_QUERIES_ONLY)
     p.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     _output_args(p)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -247,7 +276,7 @@ def recover_parser() -> argparse.ArgumentParser:
         "tails, rebuild bad indexes); the driver fixes the catalog in one commit.",
     )
     target_argument(p, "root")
-    p.add_argument("--topics", nargs="+", default=None)
+    topics_argument(p)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--force", action="store_true", help="rebuild valid indexes too")
     p.add_argument(
@@ -257,7 +286,7 @@ def recover_parser() -> argparse.ArgumentParser:
         "cut out only the damaged batch, keep the rest; the offsets lost are reported)",
     )
     p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
@@ -268,15 +297,16 @@ def retention_parser() -> argparse.ArgumentParser:
         "then the files, once older than file.delete.delay.ms.",
     )
     target_argument(p, "root")
-    p.add_argument("--topics", nargs="+", default=None)
     retention_arguments(p)
-    p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 
 def retention_arguments(p: argparse.ArgumentParser) -> None:
-    """The rule arguments shared by the retention job and ``seglake retention``."""
+    """The arguments shared by the retention job and ``seglake retention`` (its rules,
+    which topics, the run id; the lake: :func:`target_argument`)."""
+    topics_argument(p)
+    p.add_argument("--run-id", type=run_id_arg, default=None)
     p.add_argument("--retention-ms", type=int, default=None, help="log.retention.ms (-1: off)")
     p.add_argument(
         "--retention-bytes", type=int, default=None, help="log.retention.bytes (-1: off)"
@@ -294,11 +324,12 @@ def retention_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would go, change nothing")
 
 
-def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, LogConfig]:
-    """``(RetentionRules, LogConfig)`` of parsed retention arguments: exactly the rules
-    given (``--retention-*``, ``--log-start-offset``, ``--conf log.retention.*=``); the
-    broker defaults only with ``--broker-defaults``."""
+def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, RetentionOptions]:
+    """The rules and the run's options of parsed retention arguments (the CLI's and the
+    job's): exactly the rules given (``--retention-*``, ``--log-start-offset``, ``--conf
+    log.retention.*=``); the broker defaults only with ``--broker-defaults``."""
     from seglake.config import LogConfig, parse_overrides
+    from seglake.lake.retention import RetentionOptions
     from seglake.storage.retention import parse_log_start_offsets, retention_rules
 
     overrides = parse_overrides(args.conf)
@@ -310,7 +341,30 @@ def retention_from_args(args: argparse.Namespace) -> tuple[RetentionRules, LogCo
         overrides=overrides,
         defaults=config if args.broker_defaults else None,
     )
-    return rules, config
+    return rules, RetentionOptions(
+        now_ms=args.now_ms,
+        topics=args.topics,
+        run_id=args.run_id,
+        dry_run=args.dry_run,
+        delete_delay_ms=config.file_delete_delay_ms,
+    )
+
+
+def recover_options(args: argparse.Namespace, config: LogConfig | None) -> RecoverOptions:
+    """A lake recovery's options of parsed recover arguments (``seglake recover``'s, with
+    its ``--index-interval-bytes``; the job's, with its settings ``config``)."""
+    from seglake.lake.recovery import RecoverOptions
+
+    return RecoverOptions(
+        dry_run=args.dry_run,
+        interval=getattr(args, "index_interval_bytes", RecoverOptions().interval),
+        force=args.force,
+        topics=args.topics,
+        run_id=args.run_id,
+        delete_delay_ms=None if config is None else config.file_delete_delay_ms,
+        kafka_truncate=args.kafka_truncate,
+        config=config,
+    )
 
 
 def compact_parser() -> argparse.ArgumentParser:
@@ -325,8 +379,9 @@ def compact_parser() -> argparse.ArgumentParser:
         "index.interval.bytes.",
     )
     p.add_argument("--root", required=True, help="lake root")
-    p.add_argument(
-        "--topic", action="append", default=None, help="only this topic (repeatable; default all)"
+    topics_argument(p)
+    p.add_argument(  # the name before --topics (as recover and retention take it)
+        "--topic", action="append", dest="topics", help="deprecated: the same as --topics"
     )
     p.add_argument("--partitions", default=None, help="comma-separated, e.g. 0,3 (default all)")
     p.add_argument(
@@ -340,7 +395,7 @@ def compact_parser() -> argparse.ArgumentParser:
         "--now-ms", type=non_negative, default=None, help="the cleaner's clock (default now)"
     )
     p.add_argument("--run-id", type=run_id_arg, default=None)
-    _common(p)
+    conf_arguments(p)
     return p
 
 

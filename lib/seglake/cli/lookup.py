@@ -1,7 +1,8 @@
 """``seglake lookup``: point lookups on a lake in this process (``Lake.lookup``: the
 lookup job's answers and statuses without Spark), queries from the command line
-(``--offset TOPIC:PARTITION:OFFSET``, ``--time TOPIC:PARTITION:TIME``) or a file (the
-job's ``--queries``: parquet, JSON lines or CSV)."""
+(``--offset TOPIC:PARTITION:OFFSET``, ``--time TOPIC:PARTITION:TIME``, ``--key K`` of
+``--topic T`` and optionally ``--partition P``) or a file (the job's ``--queries``:
+parquet, JSON lines or CSV)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from seglake.cli.jobargs import Parser, format_from_path, require_path
+from seglake.cli.jobargs import (
+    KEY_QUERIES_ONLY,
+    Parser,
+    format_from_path,
+    isolation_level_arg,
+    require_path,
+    target_argument,
+)
 from seglake.cli.targets import check_lake, skip_corrupt
 from seglake.errors import InputSchemaError
 
@@ -38,9 +46,9 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     """``seglake lookup``: offset and time queries answered in this process."""
     lk = sub.add_parser(
         "lookup",
-        help="answer offset/time queries on a lake in this process (the lookup job's rows)",
+        help="answer offset/time/key queries on a lake in this process (the lookup job's rows)",
     )
-    lk.add_argument("root", metavar="LAKE")
+    target_argument(lk, "root")
     lk.add_argument(
         "--offset", action="append", default=[], type=_query("offset"), metavar="T:P:OFFSET"
     )
@@ -53,6 +61,16 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         help="epoch ms or ISO-8601, or latest/earliest/max (-1/-2/-3)",
     )
     lk.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="K",
+        help="a key query (UTF-8; repeat for several) of --topic (and --partition; "
+        "default every partition): every record with that key",
+    )
+    lk.add_argument("--topic", default=None, help="the topic of the --key queries")
+    lk.add_argument("--partition", type=int, default=None, help="the --key queries' partition")
+    lk.add_argument(
         "--queries", help="a file of queries, as the lookup job takes them (key queries too)"
     )
     lk.add_argument(
@@ -60,6 +78,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         action="store_true",
         help="a key query answers its key's last record per partition (a compacted view)",
     )
+    isolation_level_arg(lk, KEY_QUERIES_ONLY)
     lk.add_argument("--queries-format", choices=("parquet", "json", "csv"), default=None)
     lk.add_argument("--version", type=int, default=None, help="catalog version (default newest)")
     lk.add_argument("--json", action="store_true", help="one JSON object per answer")
@@ -67,12 +86,19 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _queries(args: argparse.Namespace) -> pa.Table:
-    """The queries of ``--offset``/``--time`` (in that order), or of ``--queries``."""
+    """The queries of ``--offset``/``--time``/``--key`` (in that order), or of
+    ``--queries``."""
     import pyarrow as pa
 
+    if (args.topic is not None or args.partition is not None) and not args.key:
+        raise InputSchemaError("--topic/--partition: the topic of --key queries; no --key given")
+    if args.key and args.topic is None:
+        raise InputSchemaError(f"--key {args.key[0]}: which topic? (give --topic)")
     if args.queries is not None:
-        if args.offset or args.time:
-            raise InputSchemaError("--queries: give either a file or --offset/--time, not both")
+        if args.offset or args.time or args.key:
+            raise InputSchemaError(
+                "--queries: give either a file or --offset/--time/--key, not both"
+            )
         require_path(args.queries, "queries")
         fmt = format_from_path(args.queries, args.queries_format, ("parquet", "json", "csv"))
         if fmt == "csv":
@@ -86,19 +112,22 @@ def _queries(args: argparse.Namespace) -> pa.Table:
         import pyarrow.parquet as pq
 
         return pq.read_table(args.queries)
-    if not args.offset and not args.time:
-        raise InputSchemaError("lookup: no queries (give --offset, --time or --queries)")
-    rows = [(t, p, int(v), None) for t, p, v in args.offset] + [
-        (t, p, None, v) for t, p, v in args.time
-    ]
-    return pa.table(
-        {
-            "topic": [r[0] for r in rows],
-            "partition": pa.array([r[1] for r in rows], pa.int32()),
-            "offset": pa.array([r[2] for r in rows], pa.int64()),
-            "timestamp": pa.array([r[3] for r in rows], pa.string()),
-        }
+    if not args.offset and not args.time and not args.key:
+        raise InputSchemaError("lookup: no queries (give --offset, --time, --key or --queries)")
+    rows = (
+        [(t, p, int(v), None, None) for t, p, v in args.offset]
+        + [(t, p, None, v, None) for t, p, v in args.time]
+        + [(args.topic, args.partition, None, None, k) for k in args.key]
     )
+    cols = {
+        "topic": [r[0] for r in rows],
+        "partition": pa.array([r[1] for r in rows], pa.int32()),
+        "offset": pa.array([r[2] for r in rows], pa.int64()),
+        "timestamp": pa.array([r[3] for r in rows], pa.string()),
+    }
+    if args.key:  # a key column makes key queries (and adds query_key to the answers)
+        cols["key"] = pa.array([r[4] for r in rows], pa.string())
+    return pa.table(cols)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
     lake = seglake.open(
         args.root, version=args.version, on_corrupt="skip" if args.skip_corrupt else "raise"
     )
-    for r in lake.lookup(q, latest_per_key=args.latest_per_key).to_pylist():
+    answers = lake.lookup(
+        q, latest_per_key=args.latest_per_key, isolation_level=args.isolation_level
+    )
+    for r in answers.to_pylist():
         ts = r["timestamp"]
         rec = {
             **r,

@@ -7,7 +7,14 @@ import argparse
 import json
 import re
 
-from seglake.cli.jobargs import Parser, non_negative, target_argument
+from seglake.cli.jobargs import (
+    Parser,
+    non_negative,
+    recover_options,
+    run_id_arg,
+    target_argument,
+    topics_argument,
+)
 from seglake.cli.targets import no_segments
 from seglake.errors import ConfigError, InvalidTopicError
 from seglake.lake.handle import LakeHandle
@@ -41,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         help="lake: Kafka's rule, truncate at a damaged batch and delete the later segments "
         "(default: cut out only the damaged batch; a partition directory always uses Kafka's)",
     )
+    topics_argument(rc)  # the recover job's names, for a lake
+    rc.add_argument("--run-id", type=run_id_arg, default=None, help="a lake's run id")
     rc.add_argument("--json", action="store_true", help="one JSON object per partition")
 
 
@@ -55,19 +64,16 @@ def run(args: argparse.Namespace) -> int:
     target = LakeHandle.open(args.target)  # a lake or a partition directory
     fs, path = target.fs, target.base
     if lakefs.exists(fs, lakefs.join(path, CATALOG_DIR)):
-        rep = recover_lake(
-            target,
-            dry_run=args.dry_run,
-            force=args.force,
-            interval=args.index_interval_bytes,
-            kafka_truncate=args.kafka_truncate,
-        )
+        rep = recover_lake(target, recover_options(args, None))
         if args.json:
             for p in rep.partitions:
                 print(json.dumps(p.to_dict()))
         else:
             print(rep)
         return 0
+    for flag, value in (("--topics", args.topics), ("--run-id", args.run_id)):
+        if value is not None:  # a lake's: a partition directory is one topic's, no run
+            raise ConfigError(f"{flag}: recovers a lake's partitions; {args.target} is not a lake")
     lake = lake_of(args.target)
     if lake is not None:  # Kafka's rule there would leave catalog rows without files
         raise ConfigError(

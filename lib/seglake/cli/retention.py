@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from seglake.cli.jobargs import Parser, retention_arguments, retention_from_args, target_argument
+from seglake.cli.jobargs import (
+    Parser,
+    conf_arguments,
+    retention_arguments,
+    retention_from_args,
+    target_argument,
+)
 from seglake.lake.handle import LakeHandle
 
 
@@ -18,21 +24,12 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     target_argument(rt, "root")
     retention_arguments(rt)
-    rt.add_argument("--conf-file", default=None, help="Kafka-named settings (.properties)")
-    rt.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    conf_arguments(rt)
 
 
 def run(args: argparse.Namespace) -> int:
     from seglake.lake.retention import apply_retention
 
-    rules, config = retention_from_args(args)
-    print(
-        apply_retention(
-            LakeHandle.open(args.root),  # main's handle (itself), or a root
-            rules,
-            now_ms=args.now_ms,
-            dry_run=args.dry_run,
-            delete_delay_ms=config.file_delete_delay_ms,
-        )
-    )
+    rules, options = retention_from_args(args)
+    print(apply_retention(LakeHandle.open(args.root), rules, options))  # main's handle
     return 0

@@ -42,7 +42,7 @@ from seglake.lake.topic_store import topic_configs
 from seglake.storage.clean import CleanRound, CleanStats
 from seglake.storage.naming import validate_partition, validate_run_id
 
-__all__ = ["CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
+__all__ = ["CompactOptions", "CompactResult", "PartitionSummary", "new_run_id", "run_compaction"]
 
 MERGE_THREADS = 4  # merges the driver runs at once (the kernel copies: I/O bound)
 # merge groups packed into tasks of about this many bytes (a task's fixed cost is about
@@ -65,6 +65,32 @@ def parse_partitions(partitions: str | Iterable[int] | None) -> list[int] | None
 def new_run_id() -> str:
     """``compact-<UTC time>-<8 hex digits>``."""
     return runs.new_run_id("compact-")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactOptions:
+    """What a ``compact`` run does (built once where it is asked for: ``seglake.spark.
+    compact``'s keywords, the job's flags; passed down whole).
+
+    topics, partitions: only these (default: all; a topic name or several; partitions as
+        ``"0,3"`` or numbers).
+    merge_only: concatenate adjacent segments up to ``segment.bytes``, never clean.
+    dry_run: plan and report, write nothing.
+    conf: Kafka-named settings that win over the topic configs stored in the lake
+        (``{"segment.bytes": "1048576", "delete.retention.ms": "0"}``).
+    base: broker-level settings (``--conf-file``; default Kafka's).
+    run_id: idempotency key (rerunning a committed run only finishes publishing).
+    now_ms: the cleaner's clock (default: now).
+    """
+
+    topics: str | Iterable[str] | None = None
+    partitions: str | Iterable[int] | None = None
+    merge_only: bool = False
+    dry_run: bool = False
+    conf: Mapping[str, Any] | None = None
+    base: LogConfig | None = None
+    run_id: str | None = None
+    now_ms: int | None = None
 
 
 @dataclasses.dataclass
@@ -145,35 +171,31 @@ def _analyze(
 
 def run_compaction(
     lake: LakeHandle,
+    options: CompactOptions = CompactOptions(),
     *,
     map_tasks: MapTasks = in_process,
-    topics: Iterable[str] | None = None,
-    partitions: str | Iterable[int] | None = None,
-    merge_only: bool = False,
-    dry_run: bool = False,
-    conf: Mapping[str, Any] | None = None,
-    base: LogConfig | None = None,
-    run_id: str | None = None,
-    now_ms: int | None = None,
     driver_merge_bytes: int = 0,
     parallelism: int = 1,
 ) -> CompactResult:
     """Plan, run the tasks, commit, publish; see the module docstring (``parallelism``:
     the cores ``map_tasks`` runs on)."""
     started = time.time()
-    run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+    o, dry_run = options, options.dry_run
+    run_id = new_run_id() if o.run_id is None else validate_run_id(o.run_id)
     catalog = lake.catalog
     catalog.require()
     if catalog.run_committed(run_id):
         publish_pending(lake, run_id)
         return CompactResult(run_id, False, True, dry_run, catalog.version(), [], 0.0)
     version = catalog.version()
+    topics = [o.topics] if isinstance(o.topics, str) else o.topics  # one name, or several
     rows = catalog.segments(
-        list(topics) if topics else None, parse_partitions(partitions), version=version
+        list(topics) if topics else None, parse_partitions(o.partitions), version=version
     )
-    configs = topic_configs(catalog, (base or LogConfig()).with_overrides(conf), version=version)
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    plans, to_analyze = _plan_partitions(rows, configs, merge_only, now_ms)
+    base = o.base or LogConfig()
+    configs = topic_configs(catalog, base.with_overrides(o.conf), version=version)
+    now_ms = int(time.time() * 1000) if o.now_ms is None else o.now_ms
+    plans, to_analyze = _plan_partitions(rows, configs, o.merge_only, now_ms)
     analyses = map_tasks(
         functools.partial(_analyze, lake, now_ms),
         [(p.to_pylist(), cfg) for _, p, cfg in to_analyze],

@@ -11,10 +11,15 @@ status ``ok``; or one row ``no_record_for_key`` (``unknown_partition`` when the 
 partition has no segment). Every segment of the partition is asked through its
 ``.keyindex`` (:func:`~seglake.storage.key_lookup.find_keys`: the filter read on the
 host that answers, then the exact level, then the key bytes compared); a segment without
-a usable key index is scanned, and logged so. Null keys never match. Aborted
-transactional records are answered, as the offset and time lookups answer them
-(read_uncommitted); transaction markers never are. A segment that cannot be read gives
-the query one ``read_error`` row for its partition (logged), as for offsets.
+a usable key index is scanned, and logged so. Null keys never match; transaction
+markers never are answered. Aborted transactional records are answered under
+``read_uncommitted`` (the default, as the offset and time lookups answer them); under
+``read_committed`` they are not (the latest per key is then the latest committed one):
+when a partition's matches hold transactional records, its ``.txnindex`` files are read
+from the segment of the first one on (:func:`~seglake.lake.scan.aborted_in`, Kafka's
+collectAbortedTxns, as every read_committed read) and
+:func:`~seglake.storage.txn_index.aborted_records` drops them. A segment that cannot be
+read gives the query one ``read_error`` row for its partition (logged), as for offsets.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ from seglake.lake.lookup_answer import (
 )
 from seglake.lake.lookup_plan import groups
 from seglake.lake.pinned import PinnedVersion
+from seglake.lake.scan import aborted_in, check_isolation_level
 from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache
 from seglake.storage.key_lookup import find_keys
+from seglake.storage.segment import LogSegment
+from seglake.storage.txn_index import aborted_records
 
 __all__ = ["NO_RECORD_FOR_KEY", "answer_chunk", "answer_keys"]
 
@@ -54,11 +62,13 @@ def answer_chunk(
     on_corrupt: str = "raise",
     skipped: list[str] | None = None,
     version: int | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> pa.Table:
     """The answers of a chunk of queries, in query order: without a ``query_key`` column,
     :func:`answer_queries`'s :data:`LOOKUP_SCHEMA` rows (one per query); with one,
     :data:`KEY_LOOKUP_SCHEMA` rows: one per offset/time query, and a key query's rows
-    (:func:`answer_keys`)."""
+    (:func:`answer_keys`, read at ``isolation_level``)."""
+    check_isolation_level(isolation_level)
     kw: dict[str, Any] = {"on_corrupt": on_corrupt, "version": version}
     if "query_key" not in q.column_names:
         return answer_queries(root, parts, cache, q, skipped=skipped, **kw)
@@ -67,8 +77,16 @@ def answer_chunk(
     oq = q.take(pa.array(other, pa.int64()))
     out = answer_queries(root, parts, cache, oq, skipped=skipped, **kw)
     out = out.add_column(out.schema.get_field_index("status"), "query_key", oq["query_key"])
+    kq = q.take(pa.array(keyed, pa.int64()))
     ans, pos = answer_keys(
-        root, parts, cache, q.take(pa.array(keyed, pa.int64())), latest_per_key, **kw
+        root,
+        parts,
+        cache,
+        kq,
+        latest_per_key,
+        isolation_level=isolation_level,
+        skipped=skipped,
+        **kw,
     )
     both = pa.concat_tables([out.cast(KEY_LOOKUP_SCHEMA), ans])
     order = np.argsort(np.concatenate([other, keyed[pos]]), kind="stable")
@@ -88,10 +106,14 @@ def answer_keys(
     *,
     on_corrupt: str = "raise",
     version: int | None = None,
+    isolation_level: str = "read_uncommitted",
+    skipped: list[str] | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """The :data:`KEY_LOOKUP_SCHEMA` rows of key queries ``q`` (each has ``query_key``),
     and for each row the position of its query in ``q``; a query's rows in partition
-    then offset order."""
+    then offset order (``read_committed``: aborted transactions' records left out). With
+    ``on_corrupt="skip"`` a damaged batch's records are left out, ``skipped`` one line
+    per batch, as for offset queries."""
     pin = None if version is None else PinnedVersion(root, version)
     of_topic: dict[Any, list[int]] = {}
     for topic, p in parts:
@@ -111,7 +133,17 @@ def answer_keys(
     for (topic, p), idxs in sorted(of_part.items()):  # each partition's segments read once
         idx = np.concatenate(idxs)
         a = parts[(topic, p)]
-        got = _partition_keys(cache, root, a, keys.take(idx), latest_per_key, on_corrupt, pin)
+        got = _partition_keys(
+            cache,
+            root,
+            a,
+            keys.take(idx),
+            latest_per_key,
+            on_corrupt,
+            pin,
+            committed=isolation_level == "read_committed",
+            skipped=skipped,
+        )
         if got is None:
             lone += [(int(i), "read_error", p) for i in idx]
             found[idx] = True
@@ -138,16 +170,22 @@ def _partition_keys(
     latest: bool,
     on_corrupt: str,
     pin: PinnedVersion | None,
+    *,
+    committed: bool = False,
+    skipped: list[str] | None = None,
 ) -> tuple[np.ndarray, pa.Table] | None:
     """The records of one partition (arrays ``a``) matching ``keys`` (one per query,
     duplicates allowed): (the query of each record, the records), by query then offset
-    (only each query's last with ``latest``); ``None`` when a segment cannot be read."""
+    (only each query's last with ``latest``; with ``committed``, of the records not in
+    aborted transactions); ``None`` when a segment cannot be read."""
     uniq = pc.unique(keys)
     which = pc.index_in(keys, value_set=uniq).to_numpy(zero_copy_only=False)
     tables, hit, scanned = [], [], []
+    segs: list[LogSegment] = []
     for s in range(len(a["base_offset"])):  # ascending offsets
         try:
-            m = find_keys(open_segment(cache, root, a, s, on_corrupt, pin), uniq)
+            segs.append(open_segment(cache, root, a, s, on_corrupt, pin))
+            m = find_keys(segs[-1], uniq)
         except CorruptRecordError:
             raise
         except (SeglakeError, OSError) as exc:  # never fail the job on one segment
@@ -157,6 +195,8 @@ def _partition_keys(
             return None
         if m.scanned:
             scanned.append(m.status)
+        if skipped is not None:  # damaged batches skipped (on_corrupt="skip")
+            skipped += [b.describe(segs[-1].log_path) for _, b in sorted(segs[-1].skipped.items())]
         tables.append(m.records.drop_columns(["query"]))
         hit.append(m.records.column("query").to_numpy(zero_copy_only=False))
     if scanned:
@@ -165,6 +205,9 @@ def _partition_keys(
         )
     recs = pa.concat_tables(tables, promote_options="default")
     u = np.concatenate(hit).astype(np.int64)  # the unique key of each record
+    if committed:
+        keep = ~_aborted(segs, recs)
+        recs, u = recs.filter(pa.array(keep)), u[keep]
     by_u = np.argsort(u, kind="stable")  # offset order kept within a key
     lo = np.searchsorted(u[by_u], which, "left")
     hi = np.searchsorted(u[by_u], which, "right")
@@ -178,6 +221,21 @@ def _partition_keys(
         else np.zeros(0, np.int64)
     )
     return query, recs.take(pa.array(pick, pa.int64()))
+
+
+def _aborted(segs: list[LogSegment], recs: pa.Table) -> np.ndarray:
+    """Which of ``recs`` (a partition's records, from ``segs``, ascending base offsets)
+    belong to aborted transactions; the ``.txnindex`` files are read only when a
+    transactional record is among them, from the segment of the first one on."""
+    tx = np.asarray(recs.column("transactional").to_numpy(zero_copy_only=False), bool)
+    if not tx.any():
+        return np.zeros(recs.num_rows, bool)
+    off = recs.column("offset").to_numpy()
+    lo, hi = int(off[tx].min()), int(off[tx].max()) + 1
+    first = int(np.searchsorted([s.base_offset for s in segs], lo, "right")) - 1
+    txns = aborted_in(segs[max(first, 0) :], lo, hi)
+    pid = recs.column("producer_id").to_numpy()
+    return np.asarray(aborted_records(txns, off, pid, tx), bool)
 
 
 def _assemble(

@@ -36,11 +36,13 @@ def lookup_local(
     on_corrupt: str = "raise",
     chunk_rows: int = CHUNK_ROWS,
     latest_per_key: bool = False,
+    isolation_level: str = "read_uncommitted",
 ) -> pa.Table:
     """One :data:`LOOKUP_SCHEMA` row per query of ``queries`` (pandas or Arrow, the
     lookup job's query columns), in order, against ``parts`` (``partition_arrays`` of
     catalog ``version``'s snapshot); with a ``key`` column, :data:`KEY_LOOKUP_SCHEMA`
-    rows, a key query's matching records (or the latest per key) in its place."""
+    rows, a key query's matching records (or the latest per key) in its place
+    (``read_committed``: not those of aborted transactions)."""
     q = query_table(queries)
     out = [
         answer_chunk(
@@ -51,6 +53,7 @@ def lookup_local(
             latest_per_key=latest_per_key,
             on_corrupt=on_corrupt,
             version=version,
+            isolation_level=isolation_level,
         )
         for lo in range(0, q.num_rows, chunk_rows)
     ]

@@ -11,7 +11,9 @@ its column -> the :data:`~seglake.lake.lookup_answer.QUERY_SCHEMA` column it fil
   sentinels), a timestamp (floored to ms; before 1970 no time, never a sentinel) or a
   string (epoch ms, ISO-8601 or a sentinel's name, :func:`string_millis`); a value that
   is no time is null, so its query is ``invalid_query``;
-- ``key``: a string (UTF-8 bytes) or binary; ``partition`` may be null or absent then
+- ``key``: a string (UTF-8 bytes), binary, or an integer (its big-endian bytes at its
+  column's width, 1, 2, 4 or 8: what Kafka's Short/Integer/LongSerializer write,
+  :func:`int_key_sql` in Spark); ``partition`` may be null or absent then
   (every partition of the topic). Its answer is every record with those key bytes
   (:mod:`seglake.lake.lookup_keys`); the rows carry a ``query_key`` column then
   (:data:`~seglake.lake.lookup_keys.KEY_QUERY_SCHEMA`).
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,7 +34,14 @@ from seglake.lake.lookup_answer import KEY_QUERY_SCHEMA, QUERY_SCHEMA
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["QUERY_KINDS", "check_query_columns", "query_table", "string_millis"]
+__all__ = [
+    "QUERY_KINDS",
+    "check_query_columns",
+    "int_key_sql",
+    "key_type_error",
+    "query_table",
+    "string_millis",
+]
 
 QUERY_KINDS = {"offset": "query_offset", "timestamp": "query_timestamp", "key": "query_key"}
 _PLACE = ("topic", "partition")  # where a query asks
@@ -86,8 +96,41 @@ def _millis(col: pa.ChunkedArray) -> pa.Array:
 
 
 def _key_bytes(col: pa.ChunkedArray) -> pa.Array:
-    """Keys as binary: strings as their UTF-8 bytes (Spark's CAST AS BINARY)."""
-    return pc.cast(col.combine_chunks(), pa.binary())
+    """Keys as binary: strings as their UTF-8 bytes (Spark's CAST AS BINARY), integers as
+    their big-endian bytes at the column's width (:func:`int_key_sql`'s rule)."""
+    arr = col.combine_chunks()
+    t = arr.type
+    if pa.types.is_integer(t):
+        width = t.bit_width // 8
+        kind = "i" if pa.types.is_signed_integer(t) else "u"
+        data = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(f">{kind}{width}")
+        ends = np.arange(len(arr) + 1, dtype=np.int32) * width
+        raw = pa.Array.from_buffers(
+            pa.binary(), len(arr), [None, pa.py_buffer(ends), pa.py_buffer(data.tobytes())]
+        )
+        return pc.if_else(arr.is_valid(), raw, pa.scalar(None, pa.binary()))
+    try:  # strings, binary of any kind, nulls
+        return pc.cast(arr, pa.binary())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        raise key_type_error(str(t)) from None
+
+
+def key_type_error(type_name: str) -> InputSchemaError:
+    """The one line for a ``key`` column of a type no key is made of."""
+    return InputSchemaError(
+        f"queries: key column of type {type_name}; expected a string (its UTF-8 bytes), "
+        "binary or an integer (big-endian)"
+    )
+
+
+def int_key_sql(column: str, width: int) -> str:
+    """The Spark SQL expression of an integer key ``column`` of ``width`` bytes (1, 2, 4,
+    8: tinyint .. bigint) as its big-endian bytes, two's complement, as
+    :func:`_key_bytes` makes them (Spark's ``CAST(int AS BINARY)``, which ANSI mode
+    refuses): the last ``2 * width`` digits of the 16 hex digits of the value as a
+    bigint, unhexed."""
+    digits = f"lpad(hex(CAST({column} AS BIGINT)), 16, '0')"
+    return f"unhex(substring({digits}, {17 - 2 * width}, {2 * width}))"
 
 
 _CONVERT: dict[str, Callable[[pa.ChunkedArray], pa.Array]] = {

@@ -50,6 +50,7 @@ from seglake.storage.recovery import DEFAULT_INTERVAL, PartitionRecovery, recove
 
 __all__ = [
     "LakeRecovery",
+    "RecoverOptions",
     "apply_recovery_fix",
     "recover_lake",
     "recover_partition_rows",
@@ -296,17 +297,38 @@ def fallback_intervals(catalog: Catalog, topics: Iterable[str], base: LogConfig)
     return {t: configs.for_topic(t).index_interval_bytes for t in set(topics)}
 
 
+@dataclasses.dataclass(frozen=True)
+class RecoverOptions:
+    """How a lake's recovery runs; built once from the arguments both ``seglake recover``
+    and the job take (:func:`seglake.cli.jobargs.recover_options`).
+
+    dry_run: report, change nothing.
+    interval: ``index.interval.bytes`` of rebuilt indexes where a row has none recorded
+        and ``config`` is not given.
+    force: rebuild valid indexes too (Kafka always rebuilds).
+    topics: only these (default: all).
+    run_id: the catalog commit's run id.
+    delete_delay_ms: removed files older than this are deleted (default
+        ``file.delete.delay.ms``).
+    kafka_truncate: Kafka's rule: the segments after a damaged one are deleted too.
+    config: the settings the topics' configs override (default: ``interval`` as
+        ``index.interval.bytes``).
+    """
+
+    dry_run: bool = False
+    interval: int = DEFAULT_INTERVAL
+    force: bool = False
+    topics: Iterable[str] | None = None
+    run_id: str | None = None
+    delete_delay_ms: int | None = None
+    kafka_truncate: bool = False
+    config: LogConfig | None = None
+
+
 def recover_lake(
     lake: LakeHandle,
+    options: RecoverOptions = RecoverOptions(),
     *,
-    dry_run: bool = False,
-    interval: int = DEFAULT_INTERVAL,
-    force: bool = False,
-    topics: Iterable[str] | None = None,
-    run_id: str | None = None,
-    delete_delay_ms: int | None = None,
-    kafka_truncate: bool = False,
-    config: LogConfig | None = None,
     map_tasks: MapTasks = in_process,
 ) -> LakeRecovery:
     """Recover every catalogued partition of a lake and fix the catalog in one commit.
@@ -315,10 +337,10 @@ def recover_lake(
     recovered in place (damaged batches cut out, torn tails truncated, indexes rebuilt)
     and their rows replaced; segments left empty lose their rows, then their files. With
     ``kafka_truncate`` (Kafka's rule) the segments after a damaged one are deleted too.
-    One partition a task through ``map_tasks`` (the ``recover`` job: Spark's); ``config``:
-    the settings the topics' configs override (default: ``interval`` as
-    ``index.interval.bytes``).
+    One partition a task through ``map_tasks`` (the ``recover`` job: Spark's).
     """
+    o = options
+    dry_run, force, kafka_truncate, topics = o.dry_run, o.force, o.kafka_truncate, o.topics
     catalog = lake.catalog
     catalog.require()
     if not dry_run:
@@ -329,7 +351,7 @@ def recover_lake(
     intervals = fallback_intervals(
         catalog,
         [g[0]["topic"] for g in groups],
-        LogConfig(index_interval_bytes=interval) if config is None else config,
+        LogConfig(index_interval_bytes=o.interval) if o.config is None else o.config,
     )
     task = functools.partial(_recover_task, lake, dry_run, force, kafka_truncate, intervals)
     results = map_tasks(task, groups)
@@ -341,7 +363,7 @@ def recover_lake(
         partitions,
         replace,
         remove,
-        run_id=run_id,
+        run_id=o.run_id,
         dry_run=dry_run,
-        delete_delay_ms=delete_delay_ms,
+        delete_delay_ms=o.delete_delay_ms,
     )

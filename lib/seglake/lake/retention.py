@@ -26,7 +26,12 @@ from seglake.lake.topic_store import topic_rules
 from seglake.storage.naming import parse_segment_file_name, partition_dir_name, validate_run_id
 from seglake.storage.retention import RetentionRules
 
-__all__ = ["RetentionReport", "apply_retention", "finish_interrupted_deletes"]
+__all__ = [
+    "RetentionOptions",
+    "RetentionReport",
+    "apply_retention",
+    "finish_interrupted_deletes",
+]
 
 Key = tuple[str, int]
 
@@ -127,27 +132,42 @@ def _check_log_starts(
             )
 
 
+@dataclasses.dataclass(frozen=True)
+class RetentionOptions:
+    """How a retention run runs (its rules: :class:`~seglake.storage.retention.
+    RetentionRules`); built once from the arguments both the CLI and the job take
+    (:func:`seglake.cli.jobargs.retention_from_args`).
+
+    now_ms: the clock the rules are planned at (default: now).
+    topics: only these (default: all).
+    run_id: the catalog commit's run id (default: a new one).
+    dry_run: report, change nothing.
+    delete_delay_ms: retired files older than this are deleted (default
+        ``file.delete.delay.ms``; 0: this run's at once).
+    """
+
+    now_ms: int | None = None
+    topics: list[str] | None = None
+    run_id: str | None = None
+    dry_run: bool = False
+    delete_delay_ms: int | None = None
+
+
 def apply_retention(
-    lake: LakeHandle,
-    rules: RetentionRules,
-    *,
-    now_ms: int | None = None,
-    topics: list[str] | None = None,
-    run_id: str | None = None,
-    dry_run: bool = False,
-    delete_delay_ms: int | None = None,
+    lake: LakeHandle, rules: RetentionRules, options: RetentionOptions = RetentionOptions()
 ) -> RetentionReport:
     """Plan ``rules`` on the catalog, remove the rows in one commit, retire the files,
-    then delete every retired file older than ``delete_delay_ms`` (default
-    ``file.delete.delay.ms``; 0 deletes this run's files at once).
+    then delete every retired file older than ``options.delete_delay_ms``.
 
     Raises:
         ConfigError: ``rules`` is empty (a retention run asked for nothing).
     """
+    o = options
+    run_id, topics, dry_run = o.run_id, o.topics, o.dry_run
     if run_id is not None:
         validate_run_id(run_id)
-    delay = LogConfig().file_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    delay = LogConfig().file_delete_delay_ms if o.delete_delay_ms is None else o.delete_delay_ms
+    now_ms = int(time.time() * 1000) if o.now_ms is None else o.now_ms
     catalog = lake.catalog
     version = catalog.version()
     rows = catalog.segments(topics, version=version)

@@ -21,11 +21,12 @@ plan_files() -> FileScanTask``: a :class:`Scan` of a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
 from seglake.errors import ConfigError, DataLossError
+from seglake.format import ISOLATION_LEVELS
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES, offset_ranges
 from seglake.lake.snapshot import Snapshot, TopicPartition
 from seglake.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
@@ -36,11 +37,29 @@ from seglake.storage.time_index import NO_ENTRY
 from seglake.storage.txn_index import collect_aborted
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 
-__all__ = ["ALL", "Range", "Scan", "ScanPlan", "SegmentTask", "offset_bound", "resume_offset"]
+__all__ = [
+    "ALL",
+    "Range",
+    "Scan",
+    "ScanPlan",
+    "SegmentTask",
+    "aborted_in",
+    "check_isolation_level",
+    "offset_bound",
+    "resume_offset",
+]
 
 Range = tuple[int, int]  # [lo, hi)
 ALL: Range = (NO_TS_LO, NO_TS_HI)  # unbounded
 Aborted = tuple[tuple[int, int, int], ...]  # (producer id, first offset, last offset)
+
+
+def check_isolation_level(level: str, option: str = "isolation_level") -> str:
+    """``level`` if it is one of :data:`ISOLATION_LEVELS`, else a
+    :class:`~seglake.errors.ConfigError` naming ``option``."""
+    if level not in ISOLATION_LEVELS:
+        raise ConfigError(f"{option}: {level!r} is not one of {list(ISOLATION_LEVELS)}")
+    return level
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -218,7 +237,7 @@ class Scan:
                 chosen.append((i, first, last))
         aborted: Aborted = ()
         if self.isolation_level == "read_committed" and chosen:
-            aborted = _aborted(log, chosen[0][0], lo, hi)
+            aborted = aborted_in(log.segments[chosen[0][0] :], lo, hi)
         for i, first, last in chosen:
             seg = log.segments[i]
             base = SegmentTask(
@@ -322,9 +341,11 @@ def _time_seek(seg: LogSegment, ts_lo: int) -> int:
     return int(seg.time_index.bounds_many([ts_lo])[0][0])
 
 
-def _aborted(log: PartitionLog, first: int, lo: int, hi: int) -> Aborted:
-    """Aborted transactions overlapping [lo, hi): Kafka's collectAbortedTxns walk."""
-    txns = collect_aborted((s.txn_index for s in log.segments[first:]), lo, hi)
+def aborted_in(segments: Iterable[LogSegment], lo: int, hi: int) -> Aborted:
+    """Aborted transactions overlapping ``[lo, hi)`` of a partition, from its
+    ``segments`` (in offset order, the first holding ``lo``): Kafka's
+    collectAbortedTxns walk (what read_committed drops: ``txn_index.aborted_records``)."""
+    txns = collect_aborted((s.txn_index for s in segments), lo, hi)
     return tuple((a.producer_id, a.first_offset, a.last_offset) for a in txns)
 
 

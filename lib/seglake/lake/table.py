@@ -138,6 +138,7 @@ class CatalogTable:
         self.root = self.location.root
         self.uri = f"{self.location.uri}/{CATALOG_DIR}"
         self.storage_options = self.location.storage_options
+        self._newest: Any = None  # the table :meth:`version` opened (a version's rows never change)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
@@ -148,6 +149,9 @@ class CatalogTable:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
+        newest = self._newest
+        if version is not None and newest is not None and newest.version() == version:
+            return newest  # version() then segments(version=...): one open, not two
         try:
             return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         except TableNotFoundError as exc:
@@ -214,7 +218,8 @@ class CatalogTable:
 
     def version(self) -> int:
         """Current table version."""
-        return int(self._open().version())
+        self._newest = table = self._open()
+        return int(table.version())
 
     # ------------------------------------------------------------------ reads
 

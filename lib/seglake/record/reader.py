@@ -475,7 +475,7 @@ def _kernel_picks(
     lib = native.kernel()
     if lib is None or not parts:
         return None
-    g = gathered(parts)
+    g = gathered(parts, views_too=False)  # the kernel reads the one buffer where there is one
     scan = g[0]
     p = pick_native(lib, g, ids, targets, lo, is_ts)
     if p is None:
@@ -505,10 +505,14 @@ def _kernel_picks(
     return walk, record
 
 
-def gathered(parts: list[Part]) -> tuple[BatchScan, list[memoryview], Bytes | None]:
+def gathered(
+    parts: list[Part], *, views_too: bool = True
+) -> tuple[BatchScan, list[memoryview], Bytes | None]:
     """``(scan, views, one)``: the batches ``sel`` of each part, parts one after the
     other, as one scan, each batch's bytes (a view), and the one buffer all parts share
-    (the lookup's; the scan's positions are then its positions), else None."""
+    (the lookup's; the scan's positions are then its positions), else None. Without
+    ``views_too``, no views where there is that one buffer (a view a batch costs a
+    lookup of 10,000 records ~10 ms)."""
     scan = BatchScan(
         **{  # type: ignore[arg-type]  # the array columns
             f: np.concatenate([getattr(p.scan, f)[p.sel] for p in parts])
@@ -518,10 +522,12 @@ def gathered(parts: list[Part]) -> tuple[BatchScan, list[memoryview], Bytes | No
         },
         valid_bytes=0,
     )
+    one = parts[0].buf if parts and all(p.buf is parts[0].buf for p in parts) else None
+    if one is not None and not views_too:
+        return scan, [], one
     views = [
         memoryview(p.buf)[a : a + z]
         for p in parts
         for a, z in zip(p.scan.position[p.sel].tolist(), p.scan.size[p.sel].tolist(), strict=True)
     ]
-    one = parts[0].buf if parts and all(p.buf is parts[0].buf for p in parts) else None
     return scan, views, one

@@ -22,18 +22,17 @@ from pyspark.sql import SparkSession
 from seglake.config import LogConfig
 from seglake.errors import ConfigError
 from seglake.format import LONG_MAX
-from seglake.lake.compaction import CompactResult, run_compaction
+from seglake.lake.compaction import CompactOptions, CompactResult, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.location import Root
 from seglake.spark.session import seglake_errors, task_mapper
 
-__all__ = ["DRIVER_MERGE_CONF", "compact"]
+__all__ = ["DRIVER_MERGE_CONF", "compact", "compact_with"]
 
 DRIVER_MERGE_CONF = "spark.seglake.compact.driver.merge.bytes"
 DEFAULT_DRIVER_MERGE_BYTES = 1 << 30
 
 
-@seglake_errors()  # a task's own error, not Spark's wrapper
 def compact(
     spark: SparkSession,
     root: Root | LakeHandle,
@@ -48,29 +47,22 @@ def compact(
     now_ms: int | None = None,
 ) -> CompactResult:
     """Compact (``cleanup.policy=compact``) or merge (``delete``, or ``merge_only``) the
-    segments of ``root``'s partitions; returns the per-partition summary.
+    segments of ``root``'s partitions; returns the per-partition summary. The keywords:
+    :class:`~seglake.lake.compaction.CompactOptions` (this is where a caller's become
+    one, as the job's flags do in ``spark/jobs.py``)."""
+    options = CompactOptions(topics, partitions, merge_only, dry_run, conf, base, run_id, now_ms)
+    return compact_with(spark, root, options)
 
-    Args:
-        topics, partitions: only these (default: all).
-        merge_only: concatenate adjacent segments up to ``segment.bytes``, never clean.
-        dry_run: plan and report, write nothing.
-        conf: Kafka-named settings that win over the topic configs stored in the lake
-            (``{"segment.bytes": "1048576", "delete.retention.ms": "0"}``).
-        base: broker-level settings (``--conf-file``).
-        run_id: idempotency key (rerunning a committed run only finishes publishing).
-        now_ms: the cleaner's clock (default: now).
-    """
+
+@seglake_errors()  # a task's own error, not Spark's wrapper
+def compact_with(
+    spark: SparkSession, root: Root | LakeHandle, options: CompactOptions
+) -> CompactResult:
+    """:func:`compact` of one options object (the job's)."""
     return run_compaction(
         LakeHandle.open(root),
+        options,
         map_tasks=task_mapper(spark),
-        topics=[topics] if isinstance(topics, str) else topics,
-        partitions=partitions,
-        merge_only=merge_only,
-        dry_run=dry_run,
-        conf=conf,
-        base=base,
-        run_id=run_id,
-        now_ms=now_ms,
         driver_merge_bytes=driver_merge_bytes(spark),
         parallelism=spark.sparkContext.defaultParallelism,
     )

@@ -45,7 +45,7 @@ from seglake.lake.scan import ScanPlan
 from seglake.lake.scan_read import SplitReads, iter_splits
 from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA
-from seglake.spark.extract_plan import BROADCAST_SPLITS, plan_extract
+from seglake.spark.extract_plan import BROADCAST_SPLITS, ExtractOptions, plan_extract
 from seglake.spark.session import spark_schema
 from seglake.storage.index_cache import get_cache
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pyspark import Accumulator
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["extract"]
+__all__ = ["extract", "extract_with"]
 
 
 def extract(
@@ -77,48 +77,61 @@ def extract(
 ) -> DataFrame:
     """Records of ``topic`` in a time/offset range, exactly :data:`KAFKA_SOURCE_SCHEMA`.
 
+    What is read (``partitions`` .. ``split_bytes``, ``on_corrupt``):
+    :class:`~seglake.spark.extract_plan.ExtractOptions`, built here once (the job builds
+    its own from its flags); the rest: :func:`extract_with`.
+    """
+    options = ExtractOptions(
+        partitions,
+        start,
+        end,
+        start_offset,
+        end_offset,
+        mode,
+        isolation_level,
+        split_bytes,
+        on_corrupt,
+    )
+    return extract_with(
+        spark,
+        root,
+        topic,
+        options,
+        plan=plan,
+        cache_bytes=cache_bytes,
+        bytes_accumulator=bytes_accumulator,
+        skipped_accumulator=skipped_accumulator,
+    )
+
+
+def extract_with(
+    spark: SparkSession,
+    root: Root | LakeHandle,
+    topic: str,
+    options: ExtractOptions,
+    *,
+    plan: ScanPlan | None = None,
+    cache_bytes: int | None = None,
+    bytes_accumulator: Accumulator[int] | None = None,
+    skipped_accumulator: Accumulator[list[str]] | None = None,
+) -> DataFrame:
+    """:func:`extract` of one options object.
+
     Args:
-        spark: the session.
-        root: lake root.
-        topic: the topic.
-        partitions: partition numbers (list or "0,3"); default all.
-        start, end: ``[start, end)`` as epoch ms or ISO-8601 strings.
-        start_offset, end_offset: ``[start_offset, end_offset)`` (intersected with the
-            time range).
-        mode: ``offsets`` (Kafka source startingOffsetsByTimestamp /
-            endingOffsetsByTimestamp semantics) or ``filter`` (every record with
-            start <= timestamp < end, exact under non-monotonic timestamps).
-        isolation_level: ``read_committed`` drops records of aborted transactions.
-        split_bytes: large segments are cut at offset-index positions this far apart;
-            a task takes splits of up to 4x this (128 MiB by default).
+        plan: a plan from :func:`plan_extract` of the same options (else made here).
         cache_bytes: ``seglake.index.cache.bytes`` of the executors' cache.
-        plan: a plan from :func:`plan_extract` (else made here).
         bytes_accumulator: a Spark accumulator that receives the log bytes tasks read.
-        on_corrupt: a damaged batch fails the task with
-            :class:`~seglake.errors.CorruptRecordError` (``"raise"``), or is skipped
-            (``"skip"``: every other record is returned).
         skipped_accumulator: a list accumulator (:func:`~seglake.spark.session.
-            list_accumulator`) that receives one line per batch skipped.
+            list_accumulator`) that receives one line per batch skipped
+            (``on_corrupt="skip"``).
     """
     from seglake.config import LogConfig
 
     lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
-    plan = plan or plan_extract(
-        lake,
-        topic,
-        partitions=partitions,
-        start=start,
-        end=end,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        mode=mode,
-        isolation_level=isolation_level,
-        split_bytes=split_bytes,
-        on_corrupt=on_corrupt,
-    )
+    plan = plan or plan_extract(lake, topic, options)
     cache_bytes = LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes
-    acc, level = bytes_accumulator, isolation_level
-    tasks = pack(plan.tasks, spark.sparkContext.defaultParallelism, split_bytes=split_bytes)
+    acc, level, on_corrupt = bytes_accumulator, options.isolation_level, options.on_corrupt
+    tasks = pack(plan.tasks, spark.sparkContext.defaultParallelism, split_bytes=options.split_bytes)
     # the task list travels with the function, or as a broadcast when it is large
     big = len(plan.tasks) > BROADCAST_SPLITS
     payload = spark.sparkContext.broadcast(tasks) if big else tasks

@@ -16,7 +16,7 @@ from seglake import fs as lakefs
 from seglake.errors import ConfigError, SegmentNotFoundError
 from seglake.lake.handle import LakeHandle
 from seglake.lake.packing import DEFAULT_SPLIT_BYTES
-from seglake.lake.scan import Scan, ScanPlan
+from seglake.lake.scan import Scan, ScanPlan, check_isolation_level
 from seglake.lake.snapshot import Snapshot
 from seglake.location import Root
 from seglake.render import iso
@@ -24,7 +24,13 @@ from seglake.storage.index_cache import IndexCache
 from seglake.storage.window_records import NO_TS_HI, NO_TS_LO
 from seglake.times import to_millis
 
-__all__ = ["BROADCAST_SPLITS", "DEFAULT_SPLIT_BYTES", "parse_time", "plan_extract"]
+__all__ = [
+    "BROADCAST_SPLITS",
+    "DEFAULT_SPLIT_BYTES",
+    "ExtractOptions",
+    "parse_time",
+    "plan_extract",
+]
 
 BROADCAST_SPLITS = 512  # more splits than this go to the tasks as a broadcast
 
@@ -74,37 +80,61 @@ def _partitions(partitions: Iterable[int] | str | None) -> list[int] | None:
         raise ConfigError(f"partitions {partitions!r}: expected numbers like 0,3") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class ExtractOptions:
+    """What an extraction reads (built once where it is asked for: ``extract``'s
+    keywords, the job's flags; passed down whole to the planner and the tasks).
+
+    partitions: partition numbers (list or ``"0,3"``); default all.
+    start, end: ``[start, end)`` as epoch ms or ISO-8601 strings.
+    start_offset, end_offset: ``[start_offset, end_offset)`` (intersected with the time
+        range).
+    mode: ``offsets`` (Kafka source startingOffsetsByTimestamp /
+        endingOffsetsByTimestamp semantics) or ``filter`` (every record with
+        start <= timestamp < end, exact under non-monotonic timestamps).
+    isolation_level: ``read_committed`` drops records of aborted transactions.
+    split_bytes: large segments are cut at offset-index positions this far apart; a task
+        takes splits of up to 4x this (128 MiB by default).
+    on_corrupt: a damaged batch raises :class:`~seglake.errors.CorruptRecordError`
+        (``"raise"``), or is skipped (``"skip"``: every other record is returned; the
+        offsetsForTimes lookups of a time range too, see
+        :class:`~seglake.storage.segment.LogSegment`).
+    """
+
+    partitions: Iterable[int] | str | None = None
+    start: int | str | None = None
+    end: int | str | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    mode: str = "offsets"
+    isolation_level: str = "read_uncommitted"
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    on_corrupt: str = "raise"
+
+
 def plan_extract(
     root: Root | LakeHandle,
     topic: str,
+    options: ExtractOptions = ExtractOptions(),
     *,
-    partitions: Iterable[int] | str | None = None,
-    start: int | str | None = None,
-    end: int | str | None = None,
-    start_offset: int | None = None,
-    end_offset: int | None = None,
-    mode: str = "offsets",
-    isolation_level: str = "read_uncommitted",
-    split_bytes: int = DEFAULT_SPLIT_BYTES,
     version: int | None = None,
     cache: IndexCache | None = None,
-    on_corrupt: str = "raise",
 ) -> ScanPlan:
     """The tasks of an extraction (its :class:`~seglake.lake.scan.Scan` planned, with the
-    driver's bytes and seconds); runs on the driver. ``on_corrupt``: the offsetsForTimes
-    lookups of a time range raise at a damaged batch, or skip it (``"skip"``, see
-    :class:`~seglake.storage.segment.LogSegment`)."""
+    driver's bytes and seconds); runs on the driver."""
+    o = options
+    mode, isolation_level = o.mode, o.isolation_level
     if mode not in ("offsets", "filter"):
         raise ConfigError(f"mode {mode!r}: expected 'offsets' or 'filter'")
-    if isolation_level not in ("read_uncommitted", "read_committed"):
-        raise ConfigError(f"isolation_level {isolation_level!r}")
-    start, end = parse_time(start), parse_time(end)
+    check_isolation_level(isolation_level)
+    start_offset, end_offset = o.start_offset, o.end_offset
+    start, end = parse_time(o.start), parse_time(o.end)
     _check_bounds(start, end, start_offset, end_offset)
     started = time.time()
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
-    parts = _partitions(partitions)
+    parts = _partitions(o.partitions)
     lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
-    snap = Snapshot.read(lake, topic, parts, version=version, cache=cache, on_corrupt=on_corrupt)
+    snap = Snapshot.read(lake, topic, parts, version=version, cache=cache, on_corrupt=o.on_corrupt)
     _check_partitions(lake, snap, topic, parts)
     scan = Scan(
         snap,
@@ -115,7 +145,7 @@ def plan_extract(
         (NO_TS_LO if start is None else start, NO_TS_HI if end is None else end),
         seek_times=mode == "offsets",
         isolation_level=isolation_level,
-        split_bytes=split_bytes,
+        split_bytes=o.split_bytes,
     )
     plan = scan.planned()
     return dataclasses.replace(

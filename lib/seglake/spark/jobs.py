@@ -197,14 +197,12 @@ def _accumulator(spark: SparkSession) -> Accumulator[int] | None:
 
 def run_extract(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake import fs as lakefs
-    from seglake.spark.extract import extract
-    from seglake.spark.extract_plan import plan_extract
+    from seglake.spark.extract import extract_with
+    from seglake.spark.extract_plan import ExtractOptions, plan_extract
 
     config = _config(args)
     started = time.time()
-    plan = plan_extract(
-        args.root,
-        args.topic,
+    options = ExtractOptions(
         partitions=args.partitions,
         start=args.start,
         end=args.end,
@@ -214,19 +212,18 @@ def run_extract(spark: SparkSession, args: argparse.Namespace) -> int:
         isolation_level=args.isolation_level,
         on_corrupt=config.read_corrupt,
     )
+    plan = plan_extract(args.root, args.topic, options)
     print(plan.summary())
     acc, skipped = _accumulator(spark), list_accumulator(spark)
     before = lakefs.IO_STATS.snapshot()["bytes_read"]
-    df = extract(
+    df = extract_with(
         spark,
         args.root,
         args.topic,
-        mode=args.mode,
-        isolation_level=args.isolation_level,
+        options,
         plan=plan,
         cache_bytes=config.index_cache_bytes,
         bytes_accumulator=acc,
-        on_corrupt=config.read_corrupt,
         skipped_accumulator=skipped,
     )
     write_output(spark, df, args.output, args.output_format)
@@ -277,6 +274,7 @@ def run_lookup(spark: SparkSession, args: argparse.Namespace) -> int:
         on_corrupt=config.read_corrupt,
         skipped_accumulator=skipped,
         latest_per_key=args.latest_per_key,
+        isolation_level=args.isolation_level,
     ).cache()
     counts = {r["status"]: r["count"] for r in out.groupBy("status").count().collect()}
     write_output(spark, out, args.output, args.output_format)
@@ -296,46 +294,26 @@ def run_recover(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.lake.recovery import recover_lake
     from seglake.spark.session import task_mapper
 
-    config = _config(args)
-    report = recover_lake(
-        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
-        dry_run=args.dry_run,
-        force=args.force,
-        topics=args.topics,
-        run_id=args.run_id,
-        delete_delay_ms=config.file_delete_delay_ms,
-        kafka_truncate=args.kafka_truncate,
-        config=config,
-        map_tasks=task_mapper(spark),
-    )
-    print(report)
+    options = jobargs.recover_options(args, _config(args))
+    # main's handle (itself), or a root given directly
+    print(recover_lake(LakeHandle.open(args.root), options, map_tasks=task_mapper(spark)))
     return 0
 
 
 def run_retention(spark: SparkSession, args: argparse.Namespace) -> int:
     from seglake.lake.retention import apply_retention
 
-    rules, config = jobargs.retention_from_args(args)
-    report = apply_retention(
-        LakeHandle.open(args.root),  # main's handle (itself), or a root given directly
-        rules,
-        now_ms=args.now_ms,
-        topics=args.topics,
-        run_id=args.run_id,
-        dry_run=args.dry_run,
-        delete_delay_ms=config.file_delete_delay_ms,
-    )
-    print(report)
+    rules, options = jobargs.retention_from_args(args)
+    print(apply_retention(LakeHandle.open(args.root), rules, options))  # main's handle
     return 0
 
 
 def run_compact(spark: SparkSession, args: argparse.Namespace) -> int:
-    from seglake.spark.compact_job import compact
+    from seglake.lake.compaction import CompactOptions
+    from seglake.spark.compact_job import compact_with
 
-    result = compact(
-        spark,
-        args.root,
-        topics=args.topic,
+    options = CompactOptions(
+        topics=args.topics,
         partitions=args.partitions,
         merge_only=args.merge_only,
         dry_run=args.dry_run,
@@ -344,6 +322,7 @@ def run_compact(spark: SparkSession, args: argparse.Namespace) -> int:
         run_id=args.run_id,
         now_ms=args.now_ms,
     )
+    result = compact_with(spark, args.root, options)
     print(result.summary())
     return 0
 

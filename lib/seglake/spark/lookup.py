@@ -83,6 +83,7 @@ from seglake.lake.lookup_answer import (
 from seglake.lake.lookup_keys import answer_chunk
 from seglake.lake.lookup_local import CHUNK_ROWS
 from seglake.lake.lookup_plan import groups, partition_arrays, segment_for
+from seglake.lake.scan import check_isolation_level
 from seglake.lake.snapshot import Snapshot
 from seglake.location import LakeLocation, Root
 from seglake.spark.lookup_queries import normalize_queries
@@ -126,6 +127,7 @@ def lookup(
     on_corrupt: str = "raise",
     skipped_accumulator: Accumulator[list[str]] | None = None,
     latest_per_key: bool = False,
+    isolation_level: str = "read_uncommitted",
 ) -> DataFrame:
     """Answer point queries; one output row (schema :data:`LOOKUP_SCHEMA`) per query.
 
@@ -156,6 +158,9 @@ def lookup(
         skipped_accumulator: a list accumulator that receives one line per batch skipped.
         latest_per_key: a key query answers only its key's last record per partition
             (the compacted view), not every one.
+        isolation_level: ``read_committed``: key queries leave out the records of
+            aborted transactions (offset and time queries answer the record at the
+            offset or time as Kafka's default, read_uncommitted, does).
 
     Key queries: the broadcast is the same (each partition's segments are what routes
     a key query); the task that holds a key query asks every segment of its
@@ -167,6 +172,7 @@ def lookup(
     from seglake.config import LogConfig
     from seglake.spark.session import spark_schema
 
+    check_isolation_level(isolation_level)
     lake = LakeHandle.open(root)  # parsed once (a handle: the job's)
     catalog = lake.catalog
     version = catalog.version() if version is None else version
@@ -178,7 +184,7 @@ def lookup(
     answer = _answers(
         lake.location,
         qschema,
-        latest_per_key,
+        (latest_per_key, isolation_level),
         bc,
         version,
         LogConfig().index_cache_bytes if cache_bytes is None else cache_bytes,
@@ -208,7 +214,7 @@ def _keyed(qschema: pa.Schema) -> pa.Schema:
 def _answers(
     root: LakeLocation,
     qschema: pa.Schema,
-    latest_per_key: bool,
+    keys_how: tuple[bool, str],
     bc: Parts,
     version: int,
     cache_bytes: int,
@@ -220,7 +226,9 @@ def _answers(
     """What a task runs (mapInArrow): its queries (``qschema``), ``chunk_rows`` at a
     time, answered by :func:`~seglake.lake.lookup_keys.answer_chunk` against the
     broadcast ``bc`` (the bytes and files read counted into ``accs``, the batches
-    skipped into ``skipped_accumulator``)."""
+    skipped into ``skipped_accumulator``); key queries as ``keys_how`` says (latest
+    per key, isolation level)."""
+    latest_per_key, isolation_level = keys_how
 
     def answer(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, cache = bc.value, get_cache(cache_bytes)
@@ -244,6 +252,7 @@ def _answers(
                         on_corrupt=on_corrupt,
                         skipped=skipped,
                         version=version,
+                        isolation_level=isolation_level,
                     )
                 if skipped and skipped_accumulator is not None:
                     skipped_accumulator.add(skipped)

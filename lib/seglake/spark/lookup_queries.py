@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd  # at run time: Spark reads the pandas UDF's type hints
 
-from seglake.lake.lookup_queries import check_query_columns
+from seglake.lake.lookup_queries import check_query_columns, int_key_sql, key_type_error
 from seglake.times import SPARK_MILLIS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
 
 def _string_millis(texts: pd.Series) -> pd.Series:
@@ -30,6 +31,22 @@ def _string_millis(texts: pd.Series) -> pd.Series:
     from seglake.lake.lookup_queries import string_millis
 
     return pd.Series([string_millis(t) for t in texts], dtype="Int64")
+
+
+def _key_sql(dt: DataType) -> str:
+    """The key column as binary by :mod:`seglake.lake.lookup_queries`' rule: strings'
+    UTF-8 bytes, binary as is, integers big-endian at their width (:func:`int_key_sql`);
+    another type refused (:func:`key_type_error`)."""
+    from pyspark.sql.types import BinaryType, IntegralType, NullType, StringType
+
+    if isinstance(dt, IntegralType):
+        return int_key_sql("`key`", _WIDTHS[dt.typeName()])
+    if not isinstance(dt, (StringType, BinaryType, NullType)):
+        raise key_type_error(dt.simpleString())
+    return "CAST(`key` AS BINARY)"
+
+
+_WIDTHS = {"byte": 1, "short": 2, "integer": 4, "long": 8}  # Spark's integral types' bytes
 
 
 def normalize_queries(df: DataFrame) -> DataFrame:
@@ -61,7 +78,7 @@ def normalize_queries(df: DataFrame) -> DataFrame:
         f"CAST({part} AS INT) AS partition",
         f"{off} AS query_offset",
     ]
-    key = ["CAST(`key` AS BINARY) AS query_key"] if "key" in cols else []
+    key = [f"{_key_sql(df.schema['key'].dataType)} AS query_key"] if "key" in cols else []
     if udf is None:
         return df.selectExpr(*exprs, f"{ts} AS query_timestamp", *key)
     return df.select(

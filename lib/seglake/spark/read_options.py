@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import CaseInsensitiveDict
 
 from seglake.errors import ConfigError, SeglakeError
+from seglake.format import ISOLATION_LEVELS
 from seglake.lake.handle import LakeHandle
 from seglake.lake.scan import offset_bound
 from seglake.lake.time_travel import version_as_of
@@ -92,7 +93,7 @@ SEGLAKE_OPTIONS = (
     "timestampAsOf",
 )
 BATCH_ONLY = ("versionAsOf", "timestampAsOf")  # a stream follows the newest version
-_LEVELS = ("read_uncommitted", "read_committed")
+_LEVELS = ISOLATION_LEVELS
 
 
 # ------------------------------------------------------------------------------ options

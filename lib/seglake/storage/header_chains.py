@@ -16,7 +16,7 @@ from seglake import fs as lakefs
 from seglake.errors import SeglakeError
 from seglake.format import LOG_OVERHEAD
 from seglake.record.batch import CONTROL_BIT, HEADER_DTYPE, HEADER_SIZE, MAGIC
-from seglake.record.header_scan import headers_at
+from seglake.record.header_scan import header_bytes, headers_at
 from seglake.storage.point_gather import Gather
 from seglake.storage.point_requests import (
     LOCAL_READ_GAP,
@@ -114,9 +114,12 @@ class Chains:
         room = self.data_at[buf] + self.got[buf] - at
         if not len(self.data):
             return at, room, np.zeros(len(at), dtype=HEADER_DTYPE)
-        idx = np.minimum(at, max(len(self.data) - HEADER_SIZE, 0))[:, None] + np.arange(HEADER_SIZE)
-        raw = self.data[np.minimum(idx, len(self.data) - 1)]
-        return at, room, np.ascontiguousarray(raw).view(HEADER_DTYPE).ravel()
+        if len(self.data) < HEADER_SIZE:  # garbage, in bounds
+            idx = np.minimum(at, 0)[:, None] + np.arange(HEADER_SIZE)
+            raw = np.ascontiguousarray(self.data[np.minimum(idx, len(self.data) - 1)])
+        else:
+            raw = header_bytes(self.data, np.minimum(at, len(self.data) - HEADER_SIZE))
+        return at, room, raw.view(HEADER_DTYPE).ravel()
 
 
 def locate(reqs: list[Request], gather: Gather) -> None:

@@ -22,17 +22,21 @@ sparse multi-GiB one) is not read and counts as unused, as trailing zero entries
 Kafka; :meth:`IndexBuffer.from_bytes` is told the file's whole ``length``.
 
 The writable side (appends, truncation, resize, the ``mmap`` of a local file, close) is
-:class:`seglake.storage.index_file.IndexFile`, a subclass.
+:class:`seglake.storage.index_file.IndexFile`, a subclass. A reader that lists every entry
+of a file (``seglake dump``) takes it in windows of whole entries: :func:`entry_windows`.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from typing import Any, ClassVar, Self
 
 import numpy as np
+import pyarrow.fs as pafs
 
+from seglake import fs as lakefs
 from seglake.errors import (
     CorruptIndexError,
     OffsetOrderError,
@@ -51,6 +55,7 @@ __all__ = [
     "IndexFullError",
     "InvalidIndexAppendError",
     "ReadOnlyIndexError",
+    "entry_windows",
 ]
 
 
@@ -287,3 +292,20 @@ class IndexBuffer:
                 path=self._path,
                 position=slot * self.ENTRY_SIZE,
             )
+
+
+def entry_windows(
+    fs: pafs.FileSystem, path: str, entry_size: int, size: int
+) -> Iterator[tuple[int, bytes]]:
+    """The first ``size`` bytes of an index file in windows of whole ``entry_size``-byte
+    entries (at most :data:`~seglake.fs.WINDOW_BYTES` each), with each window's file
+    position: a sparse or hostile multi-GiB file is never read whole, and a caller may stop
+    at any window. Ends early where the file does."""
+    window = entry_size * (lakefs.WINDOW_BYTES // entry_size)
+    pos = 0
+    while pos < size:
+        chunk = lakefs.read_range(fs, path, pos, min(window, size - pos))
+        if not chunk:
+            return
+        yield pos, chunk
+        pos += len(chunk)

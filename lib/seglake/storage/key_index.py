@@ -108,23 +108,38 @@ class KeyIndex:
     ) -> KeyIndex:
         """The index of records at absolute ``offsets`` (ascending) with key ``hashes``
         (non-null keys only)."""
-        rel = np.asarray(offsets, np.int64) - int(base_offset)
-        if len(rel) and (rel.min() < 0 or rel.max() > _U32_MAX):
-            raise ValueError(f"offsets {rel.min()}..{rel.max()} do not fit the segment")
-        h, rel32 = _sorted_pairs(np.asarray(hashes, np.uint64), rel.astype(np.uint32))
-        first = np.ones(len(h), bool)
-        first[1:] = h[1:] != h[:-1]
-        unique = h[first]
-        filt = KeyFilter.build(unique, filter_bytes(len(unique), fpp, max_filter_bytes))
-        return cls(int(base_offset), int(next_offset), filt, h, rel32)
+        rel = _relative(np.asarray(offsets, np.int64), int(base_offset))
+        h = np.array(hashes, np.uint64)  # its own copy: sorted in place
+        return cls._of_owned((base_offset, next_offset), h, rel, (fpp, max_filter_bytes))
+
+    @classmethod
+    def _of_owned(
+        cls, span: tuple[int, int], hashes: np.ndarray, rel: np.ndarray, sizing: tuple[float, int]
+    ) -> KeyIndex:
+        """:meth:`build` (``span``: base and next offset; ``sizing``: fpp and the largest
+        filter) of arrays nobody else holds (uint64 hashes, uint32 relative offsets),
+        sorted in place. The filter takes every sorted hash (an equal one sets the same
+        bits again), sized by the distinct ones."""
+        h, rel32 = _sorted_pairs(hashes, rel)
+        distinct = int(np.count_nonzero(h[1:] != h[:-1])) + 1 if len(h) else 0
+        filt = KeyFilter.build(h, filter_bytes(distinct, *sizing))
+        return cls(int(span[0]), int(span[1]), filt, h, rel32)
 
     @property
     def entries(self) -> int:
         return len(self.hashes)
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes | memoryview]:
+        """The file's bytes in pieces (header, filter, hashes, offsets): a writer writes
+        them one after another without joining 12 bytes a record into one more copy."""
         filt = self.filter.to_bytes()
-        exact = self.hashes.astype("<u8").tobytes() + self.offsets.astype("<u4").tobytes()
+        exact = [
+            np.ascontiguousarray(self.hashes, "<u8").data.cast("B"),
+            np.ascontiguousarray(self.offsets, "<u4").data.cast("B"),
+        ]
         head = _HEAD.pack(
             MAGIC,
             VERSION,
@@ -134,9 +149,9 @@ class KeyIndex:
             self.entries,
             len(filt),
             crc32c(filt),
-            crc32c(exact),
+            crc32c(exact[1], crc32c(exact[0])),
         )
-        return head + struct.pack("<II", crc32c(head), 0) + filt + exact
+        return [head + struct.pack("<II", crc32c(head), 0), filt, *exact]
 
     @classmethod
     def from_bytes(cls, data: bytes, base_offset: int, *, path: str | None = None) -> KeyIndex:
@@ -177,14 +192,23 @@ class KeyIndex:
         return which, self.offsets[slots].astype(np.int64) + self.base_offset
 
 
+def _relative(offsets: np.ndarray, base_offset: int) -> np.ndarray:
+    """Absolute int64 ``offsets`` as uint32 offsets from ``base_offset`` (``ValueError``
+    when one does not fit the segment)."""
+    rel = offsets - base_offset
+    if len(rel) and (rel.min() < 0 or rel.max() > _U32_MAX):
+        raise ValueError(f"offsets {rel.min()}..{rel.max()} do not fit the segment")
+    return rel.astype(np.uint32)
+
+
 def _sorted_pairs(h: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(h, rel)`` sorted by ``h``, stable (equal hashes keep their offsets' order): the
-    kernel's radix sort (``sl_sort_pairs``), else numpy's stable argsort."""
+    """``(h, rel)`` (uint64, uint32; the caller's own: sorted in place) sorted by ``h``,
+    stable (equal hashes keep their offsets' order): the kernel's radix sort
+    (``sl_sort_pairs``), else numpy's stable argsort."""
     lib = native.kernel()
     if lib is None or not len(h):
         order = np.argsort(h, kind="stable")
         return h[order], rel[order]
-    h, rel = h.copy(), np.ascontiguousarray(rel, np.uint32).copy()
     h2, rel2 = np.empty_like(h), np.empty_like(rel)
     lib.sl_sort_pairs(len(h), *(native.address(a) for a in (h, rel, h2, rel2)))
     return h, rel
@@ -235,7 +259,7 @@ class KeyIndexBuilder:
     def __init__(self, base_offset: int) -> None:
         self.base_offset = int(base_offset)
         self._hashes: list[np.ndarray] = []
-        self._offsets: list[np.ndarray] = []
+        self._offsets: list[np.ndarray] = []  # uint32, relative to base_offset
 
     @classmethod
     def resume(cls, index: KeyIndex) -> KeyIndexBuilder:
@@ -248,7 +272,9 @@ class KeyIndexBuilder:
         """The entries of another segment's index (its absolute offsets, ascending past
         the ones added so far): segments merged."""
         self._hashes.append(index.hashes)
-        self._offsets.append(index.offsets.astype(np.int64) + index.base_offset)
+        self._offsets.append(
+            _relative(index.offsets.astype(np.int64) + index.base_offset, self.base_offset)
+        )
 
     def add(self, keys: pa.Array | pa.ChunkedArray, offsets: np.ndarray) -> None:
         """Records with ``keys`` at absolute ``offsets`` (nulls skipped)."""
@@ -257,16 +283,29 @@ class KeyIndexBuilder:
         if not valid.all():
             hashes, off = hashes[valid], off[valid]
         self._hashes.append(hashes)
-        self._offsets.append(off)
+        self._offsets.append(_relative(off, self.base_offset))
 
     def add_records(self, records: pa.Table) -> None:
         """Records of a decoded table (``key`` and ``offset`` columns)."""
         self.add(records.column("key"), records.column("offset").to_numpy())
 
     def finish(self, next_offset: int) -> KeyIndex:
-        hashes = np.concatenate(self._hashes) if self._hashes else np.zeros(0, np.uint64)
-        offsets = np.concatenate(self._offsets) if self._offsets else np.zeros(0, np.int64)
-        return KeyIndex.build(self.base_offset, next_offset, hashes, offsets)
+        """The index: the pieces joined once into arrays of its own, sorted in place. The
+        pieces are let go before the sort (the peak holds the entries twice, not three
+        times) and the sorted entries become the one piece (a stable sort of them and
+        later records orders them as of the pieces: more may be added, finish again)."""
+        hashes = _joined(self._hashes, np.uint64)
+        offsets = _joined(self._offsets, np.uint32)
+        self._hashes, self._offsets = [], []
+        span, sizing = (self.base_offset, next_offset), (TARGET_FPP, MAX_BYTES)
+        index = KeyIndex._of_owned(span, hashes, offsets, sizing)
+        self._hashes, self._offsets = [index.hashes], [index.offsets]
+        return index
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """``parts`` in one new array (a copy even of one part: the caller sorts it)."""
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
 def move_key_index(fs: pafs.FileSystem, src: str, dst: str, delta: int = 0) -> None:

@@ -115,6 +115,7 @@ class SegmentWriter:
     ) -> None:
         self.fs = fs
         self.indexes = indexes  # False: no .index/.timeindex/.keyindex (index_interval_bytes None)
+        self._key_index = indexes and config.key_index_enable  # seglake.key.index.enable
         self.directory = directory.rstrip("/")
         self.config = config
         self.tmp_suffix = tmp_suffix
@@ -265,7 +266,7 @@ class SegmentWriter:
             seg.stream.write(data[lo:hi])
         st.size += hi - lo
         st.index_full = seg.builder.is_full
-        if self.indexes:
+        if self._key_index:
             r0 = int(b.record_start[i])
             r1 = r0 + int(b.records_count[run].sum())
             rows = table.slice(r0, r1 - r0)
@@ -324,11 +325,12 @@ class SegmentWriter:
             seg.stream.close()
         seg.builder.finish()
         base = seg.state.base_offset
-        files: dict[str, bytes | None] = {LOG_SUFFIX: None}
+        files: dict[str, list[bytes | memoryview] | None] = {LOG_SUFFIX: None}
         if self.indexes:
-            files[INDEX_SUFFIX] = seg.builder.offset_index.to_bytes()
-            files[TIME_INDEX_SUFFIX] = seg.builder.time_index.to_bytes()
-            files[KEY_INDEX_SUFFIX] = seg.keys.finish(seg.next_offset).to_bytes()
+            files[INDEX_SUFFIX] = [seg.builder.offset_index.to_bytes()]
+            files[TIME_INDEX_SUFFIX] = [seg.builder.time_index.to_bytes()]
+        if self._key_index:
+            files[KEY_INDEX_SUFFIX] = seg.keys.finish(seg.next_offset).parts()
         for suffix, payload in files.items():
             path = self._path(base, suffix)
             if payload is not None:
@@ -336,7 +338,8 @@ class SegmentWriter:
                     self._writing(path),
                     self.fs.open_output_stream(path + (self.tmp_suffix or "")) as out,
                 ):
-                    out.write(payload)
+                    for piece in payload:
+                        out.write(piece)
             if self.tmp_suffix:
                 self.fs.move(path + self.tmp_suffix, path)
         firsts, positions, min_ts = np.concatenate(seg.batches, axis=1).astype(np.int64)
