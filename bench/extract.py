@@ -71,8 +71,6 @@ def build(root: str, n: int) -> float:
     import pyarrow.parquet as pq
 
     from seglake.config import LogConfig
-    from seglake.lake.catalog import Catalog
-    from seglake.lake.rows import rows_table
     from seglake.record.schema import to_kafka_source
     from seglake.sample import START_MS, generate
     from seglake.storage.writer import SegmentWriter
@@ -119,12 +117,21 @@ def build(root: str, n: int) -> float:
         out.write_table(table, row_group_size=CHUNK)
     if out is not None:
         out.close()
-    rows = []
-    for p in range(PARTITIONS):
-        infos[p] += writers[p].close()
-        rows += [i.catalog_row(TOPIC, p, f"{TOPIC}-{p}/{i.base_offset:020d}.log") for i in infos[p]]
-    Catalog(root).commit(rows_table(rows), "bench-build")
+    commit_lake(root, TOPIC, writers, infos)
     return time.perf_counter() - started
+
+
+def commit_lake(root: str, topic: str, writers: list, infos: list[list]) -> None:
+    """Close each partition's ``SegmentWriter`` (``writers[p]``, its segments so far in
+    ``infos[p]``) and commit every segment to the lake's catalog in one commit."""
+    from seglake.lake.catalog import Catalog
+    from seglake.lake.rows import rows_table
+
+    rows = []
+    for p, w in enumerate(writers):
+        infos[p] += w.close()
+        rows += [i.catalog_row(topic, p, f"{topic}-{p}/{i.base_offset:020d}.log") for i in infos[p]]
+    Catalog(root).commit(rows_table(rows), "bench-build")
 
 
 def best(fns: dict, repeat: int = 3) -> dict:

@@ -54,6 +54,14 @@ BENCHES: list[tuple[str, str, str, str | None]] = [
     # directory and lake are kept in bench/out/kafka
     ("kafka", "broker_peers", "", "--quick"),
     ("broadcast", "broadcast", "", "--quick"),  # issue 32: the lookup job's broadcast
+    # issue 32 KEY1: key lookups vs a full scan, parquet + bloom, a broker (its lake,
+    # parquet and broker directory are kept in bench/out/keys)
+    (
+        "key-lookup",
+        "key_lookup",
+        "",
+        "--messages 2000000 --keys 100000 --partitions 16 --queries 200",
+    ),
     (
         "catalog-commit",
         "catalog_commit",
@@ -75,6 +83,7 @@ TARGETS = {
     "## kafka": "issue 22 K1-K3 vs Spark's Kafka source / a consumer (<= 0.3x, <= 0.5x, >= 10x); "
     "issue 32 K3 in-process (Lake.lookup) and K3x (the job on 1,000,000 queries) >= 10x",
     "## broadcast": "issue 32: the lookup job's broadcast for 10,000 segments (< 64 MiB)",
+    "## key lookups": "issue 32 KEY1: key lookups vs full scan (>= 20x), parquet bloom (>= 3x)",
     "## catalog commits": "issue 23: catalog commits, deltalake vs delta-spark",
 }
 
