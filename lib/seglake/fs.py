@@ -355,7 +355,8 @@ def read_all(fs: pafs.FileSystem, path: str) -> bytes:
         SegmentNotFoundError: the file does not exist.
         NotRegularFileError: it is a fifo, device or socket.
     """
-    return read_all_buffer(fs, path).to_pybytes()
+    data: bytes = read_all_buffer(fs, path).to_pybytes()
+    return data
 
 
 def read_all_buffer(fs: pafs.FileSystem, path: str) -> pa.Buffer:

@@ -196,6 +196,9 @@ def lookup(
     if not num_tasks:
         few = _few_tasks(queries_df)
         if few is not None:  # one stage, no exchange: 10,000 queries are one task
+            if qschema is KEY_QUERY_SCHEMA:  # a key query reads every segment of its
+                # partition(s): as many tasks as cores (when the frame has them)
+                few = max(few, spark.sparkContext.defaultParallelism)
             q = q.coalesce(few)
     else:
         q = (
