@@ -17,7 +17,7 @@ fifo, device or socket is refused before it is opened
 opener here runs). A read never allocates more than the file holds from where it
 starts: a length from a catalog row or a header is cut to the file's size first.
 :data:`IO_STATS` counts the bytes this process read, so tests can assert
-that a lookup reads an index interval and one batch, not a whole segment.
+that a lookup reads an index interval or two (the batch after it whole), not a whole segment.
 """
 
 from __future__ import annotations
