@@ -17,7 +17,7 @@ fifo, device or socket is refused before it is opened
 opener here runs). A read never allocates more than the file holds from where it
 starts: a length from a catalog row or a header is cut to the file's size first.
 :data:`IO_STATS` counts the bytes this process read, so tests can assert
-that a lookup reads an index interval and one batch, not a whole segment.
+that a lookup reads an index interval or two (the batch after it whole), not a whole segment.
 """
 
 from __future__ import annotations
@@ -355,11 +355,25 @@ def read_all(fs: pafs.FileSystem, path: str) -> bytes:
         SegmentNotFoundError: the file does not exist.
         NotRegularFileError: it is a fifo, device or socket.
     """
+    data: bytes = read_all_buffer(fs, path).to_pybytes()
+    return data
+
+
+def read_all_buffer(fs: pafs.FileSystem, path: str) -> pa.Buffer:
+    """:func:`read_all` as an Arrow buffer, for large files parsed in place: a local file
+    memory-mapped (no copy: the page cache's pages; seglake replaces a file by a rename,
+    :func:`write_bytes`, never rewrites it in place, so the map stays whole), another read
+    into Arrow's memory pool."""
     check_regular(fs, path)
-    with _missing_as_not_found(path), fs.open_input_stream(path) as f:
-        data = f.readall()
+    with _missing_as_not_found(path):
+        if is_local(fs):
+            with pa.memory_map(path) as m:
+                data = m.read_buffer()
+        else:
+            with fs.open_input_stream(path) as f:
+                data = f.read_buffer()
     IO_STATS.record(len(data))
-    return bytes(data)
+    return data
 
 
 def _parent(path: str) -> str:

@@ -140,6 +140,27 @@ def test_round_trip_and_candidates() -> None:
     assert read_filter(data[: HEADER_SIZE + idx.filter.nbytes], 1000).may_contain(h[[0, 2]]).all()
 
 
+def test_a_mapped_file_is_searched_in_place(tmp_path) -> None:
+    """A local ``.keyindex`` is memory-mapped and its exact level searched there: the
+    hashes and offsets are views of the file's buffer, not copies."""
+    import sys
+
+    import pyarrow.fs as pafs
+
+    from seglake import fs as lakefs
+
+    idx = sample_index()
+    path = str(tmp_path / "00000000000000001000.keyindex")
+    lakefs.write_bytes(pafs.LocalFileSystem(), path, idx.to_bytes())
+    buf = lakefs.read_all_buffer(pafs.LocalFileSystem(), path)
+    back = KeyIndex.from_bytes(buf, 1000)
+    raw = np.frombuffer(buf, np.uint8)
+    if sys.byteorder == "little":
+        assert np.shares_memory(back.hashes, raw) and np.shares_memory(back.offsets, raw)
+    assert back.hashes.tolist() == idx.hashes.tolist()
+    assert back.offsets.tolist() == idx.offsets.tolist()
+
+
 def test_every_damage_is_detected() -> None:
     data = sample_index().to_bytes()
     for i in range(len(data)):

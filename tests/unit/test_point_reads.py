@@ -84,3 +84,22 @@ def test_point_reads_of_a_moved_segment_read_through_the_segment(lake, monkeypat
     ts = np.array(want.column("timestamp").to_pylist())[targets]
     row, got = point_reads.resolve_timestamps(seg, ts)
     assert offsets(got.take(pa.array(row))) == targets.tolist()
+
+
+def test_a_target_in_the_batch_at_the_next_index_entry_takes_one_read(tmp_path):
+    """Where every batch has an index entry, a target's batch is the one at the entry
+    after its floor: the first read holds it whole (one ``preadv``, no second round)."""
+    from seglake import fs as lakefs
+    from tests.unit.test_key_index import open_segments, write_segments
+
+    keys = [b"k%d" % i for i in range(3000)]  # at offsets 5, 7, 9, ...
+    d = write_segments(tmp_path, keys, **{"index.interval.bytes": 1})
+    seg = open_segments(d)[0]
+    assert len(seg.offset_index.offsets) > 10  # an entry a batch
+    targets = np.array([2 * 1499 + 5, 2 * 2600 + 6])
+    assert seg.offset_index is not None  # opened before counting
+    before = lakefs.IO_STATS.snapshot()["reads"]
+    got = point_reads.read_offsets(seg, targets)
+    assert lakefs.IO_STATS.snapshot()["reads"] - before == 2  # one a target (far apart)
+    assert got.column("offset").to_pylist() == [int(targets[0])]  # odd offsets: none there
+    assert got.column("key").to_pylist() == [b"k1499"]

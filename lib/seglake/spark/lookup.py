@@ -7,7 +7,8 @@
                catalog version: the driver keeps the last few)
     executors: mapInArrow over the queries as they are partitioned (no shuffle; a
                query set the plan's statistics show small, e.g. 10,000 queries, is
-               coalesced into one task per ``TASK_QUERIES``: one stage, no exchange,
+               coalesced into one task per ``TASK_QUERIES`` (a frame of key queries into
+               at least ``defaultParallelism`` tasks): one stage, no exchange,
                also for an aggregation over the answers (two tasks on two cores did not
                pay at 10,000 queries: bench/RESULTS.md); with ``num_tasks``, first a
                pass that keys each query by its segment and a repartition that puts a
@@ -146,7 +147,9 @@ def lookup(
         cache_bytes: ``seglake.index.cache.bytes`` for the executors' index cache.
         num_tasks: ``None`` (default): answer the queries where they are, one pass, no
             shuffle (a small query set coalesced into one task per
-            :data:`TASK_QUERIES`: :func:`_few_tasks`). A number:
+            :data:`TASK_QUERIES`: :func:`_few_tasks`; with a ``key`` column into at
+            least ``defaultParallelism`` tasks, as the frame's partitions allow). A
+            number:
             first repartition them into that many tasks by segment, so that each
             segment's queries meet in one task (worth it when many queries share
             batches).
@@ -196,6 +199,9 @@ def lookup(
     if not num_tasks:
         few = _few_tasks(queries_df)
         if few is not None:  # one stage, no exchange: 10,000 queries are one task
+            if qschema is KEY_QUERY_SCHEMA:  # a key query reads every segment of its
+                # partition(s): as many tasks as cores (when the frame has them)
+                few = max(few, spark.sparkContext.defaultParallelism)
             q = q.coalesce(few)
     else:
         q = (

@@ -126,8 +126,9 @@ def locate(reqs: list[Request], gather: Gather) -> None:
     """``ids`` of all requests' targets at once (-2: the index and the log disagree: the
     careful path takes those).
 
-    Reads are those of :meth:`LogSegment._span`: from the offset index floor of ``lo``
-    to the entry after ``hi`` plus a header (targets whose ranges lie within
+    Reads are those of :meth:`LogSegment._span`, one entry longer: from the offset
+    index floor of ``lo`` to the second entry after ``hi`` plus a header (the batch at
+    the first read whole: :func:`byte_ranges` ``whole``; targets whose ranges lie within
     :data:`READ_GAP` (:data:`LOCAL_READ_GAP` on a local file) share one read, through the
     segment), and the batch there only
     when it holds an answer. Then every target's chain of batch headers is followed from
@@ -227,7 +228,7 @@ def _first_reads(
     reqs: list[Request], chains: Chains
 ) -> tuple[dict[int, tuple[int, int]], dict[str, np.ndarray]]:
     """Each request's first reads added to ``chains`` (from the offset index floor of
-    its targets' ``lo`` to the entry after ``hi`` plus a header; a request whose index
+    its targets' ``lo`` to the second entry after ``hi`` plus a header; a request whose index
     cannot be read gets its ``error``): ``(spans, columns)``, each request's slice of
     the per-target columns (``lo``, ``hi``, ``ts``, ``is_ts``, ``start``, ``floor``,
     ``buf``, ``req``, ``size``, ``file``)."""
@@ -239,7 +240,7 @@ def _first_reads(
         r.ids = np.full(n, -2, dtype=np.int64)
         r.after = np.full(n, -1, dtype=np.int64)
         try:
-            floor, start, end = byte_ranges(r.seg, r.lo, r.hi)
+            floor, start, end = byte_ranges(r.seg, r.lo, r.hi, whole=True)
             gap = LOCAL_READ_GAP if lakefs.is_local(r.seg.fs) else READ_GAP
             group, first, last = read_groups(start, end, gap)
             buf = chains.add(r.seg, first, np.minimum(r.seg.size, last + HEADER_SIZE))[group]

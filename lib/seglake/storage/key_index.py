@@ -154,8 +154,12 @@ class KeyIndex:
         return [head + struct.pack("<II", crc32c(head), 0), filt, *exact]
 
     @classmethod
-    def from_bytes(cls, data: bytes, base_offset: int, *, path: str | None = None) -> KeyIndex:
-        """Parse a whole file; :class:`CorruptIndexError` if any check fails."""
+    def from_bytes(
+        cls, data: bytes | pa.Buffer, base_offset: int, *, path: str | None = None
+    ) -> KeyIndex:
+        """Parse a whole file; :class:`CorruptIndexError` if any check fails. The hashes
+        and offsets are views of ``data`` (read-only; no copy on a little-endian
+        machine), the checks passes over them."""
         entries, fbytes, filt = _header_and_filter(data, base_offset, path)
         exact_crc, next_offset = _HEAD.unpack_from(data)[8], _HEAD.unpack_from(data)[4]
         start = HEADER_SIZE + fbytes
@@ -167,9 +171,10 @@ class KeyIndex:
             )
         if crc32c(memoryview(data)[start:end]) != exact_crc:
             raise CorruptIndexError(".keyindex exact level fails its CRC", path=path)
-        hashes = np.frombuffer(data, "<u8", entries, start).astype(np.uint64)
-        offsets = np.frombuffer(data, "<u4", entries, start + HASH_SIZE * entries).astype(np.uint32)
-        if entries > 1 and np.any(hashes[1:] < hashes[:-1]):
+        hashes = np.frombuffer(data, "<u8", entries, start).astype(np.uint64, copy=False)
+        at = start + HASH_SIZE * entries
+        offsets = np.frombuffer(data, "<u4", entries, at).astype(np.uint32, copy=False)
+        if entries > 1 and np.less(hashes[1:], hashes[:-1]).any():
             raise CorruptIndexError(".keyindex hashes are not in order", path=path)
         if entries and int(offsets.max()) >= next_offset - base_offset:
             raise CorruptIndexError(
@@ -226,7 +231,7 @@ def head_next_offset(head: bytes) -> int:
 
 
 def _header_and_filter(
-    data: bytes, base_offset: int, path: str | None
+    data: bytes | pa.Buffer, base_offset: int, path: str | None
 ) -> tuple[int, int, KeyFilter]:
     if len(data) < HEADER_SIZE:
         raise CorruptIndexError(

@@ -65,14 +65,16 @@ class KeyMatches:
         return self.status != INDEXED
 
 
-def load_key_index(seg: LogSegment, data: bytes | None = None) -> tuple[KeyIndex | None, str]:
+def load_key_index(
+    seg: LogSegment, data: bytes | pa.Buffer | None = None
+) -> tuple[KeyIndex | None, str]:
     """The segment's usable ``.keyindex`` (its bytes ``data`` if read already) and ``""``,
     or ``None`` and why not (missing, damaged, or covering fewer offsets than the
     segment)."""
     path = seg.stem + KEY_INDEX_SUFFIX
     try:
         if data is None:
-            data = seg.files.index_file(KEY_INDEX_SUFFIX)
+            data = seg.files.index_buffer(KEY_INDEX_SUFFIX)
         if data is None:
             return None, f"{path}: missing"
         idx = KeyIndex.from_bytes(data, seg.base_offset, path=path)

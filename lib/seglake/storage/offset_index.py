@@ -161,11 +161,14 @@ class OffsetIndex(AbstractIndex):
         positions = np.where(hit, self.positions[s], 0)
         return offsets, positions
 
-    def upper_positions(self, targets: np.ndarray | list[int], end: int) -> np.ndarray:
+    def upper_positions(
+        self, targets: np.ndarray | list[int], end: int, beyond: int = 0
+    ) -> np.ndarray:
         """Where a read that must cover each target offset may stop: the position of the
         first entry whose offset is > the target (the batch there starts after it), or
-        ``end`` (the segment's size) when there is none. Vectorised; int64."""
-        slots = self._upper_slots(targets, strict=True)
+        ``end`` (the segment's size) when there is none. Vectorised; int64. ``beyond``:
+        that many entries further (1: the batch at the first entry read whole too)."""
+        slots = self._upper_slots(targets, strict=True) + beyond
         if self._n == 0:
             return np.full(slots.shape, end, dtype=np.int64)
         return np.where(slots < self._n, self.positions[np.minimum(slots, self._n - 1)], end)

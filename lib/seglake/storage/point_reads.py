@@ -229,9 +229,9 @@ def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
     if not len(targets):
         return empty_records()
     req = offset_request(seg, targets)
-    gather = _walked(req)
+    gather = _planned(req)
     assert req.ids is not None  # set by plan_requests
-    rec = gather.offset_records(req.ids, targets)
+    rec, _ = gather.pick(req.ids, targets, targets, np.zeros(len(targets), bool))
     assert gather.records is not None  # walked
     rec[rec >= 0] = np.where(
         gather.records.offset[rec[rec >= 0]] == targets[rec >= 0], rec[rec >= 0], -1
@@ -255,12 +255,10 @@ def resolve_timestamps(
     targets = np.asarray(targets, dtype=np.int64)
     lo = seg.base_offset if min_offset is None else max(min_offset, seg.base_offset)
     req = time_request(seg, targets, lo)
-    gather = _walked(req)
+    gather = _planned(req)
     assert req.ids is not None  # set by plan_requests
     picks, is_ts = req.picks()
-    record = np.where(
-        is_ts, gather.timestamp_records(req.ids, picks, lo), gather.offset_records(req.ids, picks)
-    )
+    record, _ = gather.pick(req.ids, picks, np.full(len(picks), lo, np.int64), is_ts)
     table, answer = gather.decode(record)
     left = np.flatnonzero(answer < 0)  # the index could not place them: scan
     if not len(left):
@@ -270,11 +268,11 @@ def resolve_timestamps(
     return answer, pa.concat_tables([table, scanned])
 
 
-def _walked(req: Request) -> Gather:
-    """The reads of one segment's request planned and walked (its error raised)."""
+def _planned(req: Request) -> Gather:
+    """The reads of one segment's request planned (its error raised): the answer
+    batches gathered, to be walked and picked at once (:meth:`Gather.pick`)."""
     gather = Gather()
     plan_requests([req], gather)
     if req.error is not None:
         raise req.error
-    gather.walk()
     return gather

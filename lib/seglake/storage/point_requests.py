@@ -55,13 +55,16 @@ def read_groups(
 
 
 def byte_ranges(
-    seg: LogSegment, lo: np.ndarray, hi: np.ndarray
+    seg: LogSegment, lo: np.ndarray, hi: np.ndarray, *, whole: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What :meth:`LogSegment._span` reads for offsets ``[lo, hi]``: ``(floor, start,
     end)``, the offset index floor of ``lo`` (its offset, and its position: 0 when
-    there is none) to the first entry after ``hi``."""
+    there is none) to the first entry after ``hi``. With ``whole``, to the entry after
+    that one: the batch at the first entry read whole too (the header chains' first
+    reads: where every batch has an entry, a target's batch is most often that one, and
+    needs no second read)."""
     floor, start = seg.floor_positions(lo)
-    return floor, start, seg.upper_positions(hi)
+    return floor, start, seg.upper_positions(hi, beyond=int(whole))
 
 
 def batch_hits(

@@ -426,9 +426,9 @@ class LogSegment:
         offset index entry above it, or the segment's size."""
         return self.offset_index.upper_position(offset, self.size)
 
-    def upper_positions(self, offsets: np.ndarray) -> np.ndarray:
-        """:meth:`upper_position` of many offsets (int64)."""
-        return self.offset_index.upper_positions(offsets, self.size)
+    def upper_positions(self, offsets: np.ndarray, *, beyond: int = 0) -> np.ndarray:
+        """:meth:`upper_position` of many offsets (int64), or ``beyond`` entries further."""
+        return self.offset_index.upper_positions(offsets, self.size, beyond)
 
     def _span(self, lo: int, hi: int) -> Window:
         """Whole batches covering offsets ``[lo, hi]``, read with at most two requests:

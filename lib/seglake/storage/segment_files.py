@@ -277,15 +277,20 @@ class SegmentFiles:
 
     def read_file(self, suffix: str) -> bytes:
         """The whole file of the segment with ``suffix``."""
+        return self._whole(suffix, lakefs.read_all)
+
+    def _whole(self, suffix: str, read: Callable[[pafs.FileSystem, str], _T]) -> _T:
+        """``read(fs, path)`` of the segment's file with ``suffix``, on the other copy if
+        it is gone."""
         self.locate()
         try:
-            return lakefs.read_all(self.fs, self.stem + suffix)
+            return read(self.fs, self.stem + suffix)
         except SegmentNotFoundError as exc:
             if suffix == LOG_SUFFIX:
                 self.gone(exc)
             if not self.fallback():
                 raise
-            return lakefs.read_all(self.fs, self.stem + suffix)
+            return read(self.fs, self.stem + suffix)
 
     def read_index(self, suffix: str, limit: int) -> tuple[bytes, int]:
         """At most ``limit`` bytes of the segment's index file with ``suffix`` (an index
@@ -322,5 +327,12 @@ class SegmentFiles:
         """An index file of the segment (``None`` if it is missing)."""
         try:
             return self.read_file(suffix)
+        except SegmentNotFoundError:
+            return None
+
+    def index_buffer(self, suffix: str) -> pa.Buffer | None:
+        """:meth:`index_file` as an Arrow buffer (a large file parsed in place)."""
+        try:
+            return self._whole(suffix, lakefs.read_all_buffer)
         except SegmentNotFoundError:
             return None
