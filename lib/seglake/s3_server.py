@@ -54,7 +54,7 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[2]
 WEED = Path(os.environ.get("SEGLAKE_WEED", REPO / ".bin" / "weed"))
 REGION = "us-east-1"
-START_TIMEOUT_S = 180.0  # a loaded 2-core machine (load 12: over 60 s) starts it slowly
+START_TIMEOUT_S = 180.0  # a loaded 2-core machine starts it slowly
 STOP_TIMEOUT_S = 20.0
 # the ports of one weed server: master, volume, filer, s3, each with a gRPC twin
 SERVICES = ("master", "volume", "filer", "s3")
