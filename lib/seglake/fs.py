@@ -355,23 +355,23 @@ def read_all(fs: pafs.FileSystem, path: str) -> bytes:
         SegmentNotFoundError: the file does not exist.
         NotRegularFileError: it is a fifo, device or socket.
     """
-    data: bytes = read_all_buffer(fs, path).to_pybytes()
-    return data
+    check_regular(fs, path)
+    with _missing_as_not_found(path), fs.open_input_stream(path) as f:
+        data = f.readall()
+    IO_STATS.record(len(data))
+    return bytes(data)
 
 
 def read_all_buffer(fs: pafs.FileSystem, path: str) -> pa.Buffer:
     """:func:`read_all` as an Arrow buffer, for large files parsed in place: a local file
     memory-mapped (no copy: the page cache's pages; seglake replaces a file by a rename,
-    :func:`write_bytes`, never rewrites it in place, so the map stays whole), another read
-    into Arrow's memory pool."""
+    :func:`write_bytes`, never rewrites it in place, so the map stays whole), another
+    read as :func:`read_all` reads it."""
+    if not is_local(fs):
+        return pa.py_buffer(read_all(fs, path))
     check_regular(fs, path)
-    with _missing_as_not_found(path):
-        if is_local(fs):
-            with pa.memory_map(path) as m:
-                data = m.read_buffer()
-        else:
-            with fs.open_input_stream(path) as f:
-                data = f.read_buffer()
+    with _missing_as_not_found(path), pa.memory_map(path) as m:
+        data = m.read_buffer()
     IO_STATS.record(len(data))
     return data
 
