@@ -19,7 +19,7 @@ SOURCES = {str(p.relative_to(LIB)): ast.parse(p.read_text()) for p in sorted(LIB
 # where a root (or a user's path) may be parsed, and why
 ENTRY_POINTS = {
     "location.py": "LakeLocation itself",
-    "fs.py": "fs.resolve, the path helper of the modules below",
+    "fs/__init__.py": "fs.resolve, the path helper of the modules below",
     "lake/handle.py": "LakeHandle.open, the one parse of a lake root",
     "cli/main.py": "every lake command's root, opened once",
     "cli/jobargs.py": "a job's root and input paths, checked before Spark starts",

@@ -120,7 +120,10 @@ def test_merged_tail_is_exact() -> None:
 COPY_PATHS = {  # how the bytes are copied: what is patched to take that path
     "kernel": (),  # os.copy_file_range
     "pread": (("os.copy_file_range", OSError(errno.EXDEV, "cross-device")),),
-    "stream": (("seglake.fs.is_local", False),),  # an object store's read + write
+    "stream": (  # an object store's read + write: the callers' fs.is_local and fs.read's own
+        ("seglake.fs.is_local", False),
+        ("seglake.fs.read.is_local", False),
+    ),
 }
 
 
