@@ -264,56 +264,6 @@ def test_s3_endpoint_from_environment(s3_root: str, monkeypatch: pytest.MonkeyPa
     assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
 
 
-def test_s3_reads_of_a_known_size_segment_head_each_file_once(
-    s3_credentials: S3Server, s3_root: str, tmp_path: Path
-) -> None:
-    """pyarrow 26's Python API opens an S3 object by path only (a HEAD for its size;
-    ``open_input_file`` takes no FileInfo, ``FileFragment.open`` ignores ``file_size``),
-    so a segment keeps its ``.log`` handle: one HEAD per file, then one ranged GET per
-    read. The staged/retired copies of a catalog row are probed by opening them (a HEAD
-    each, no listing). Old code: a HEAD before every read, a LIST per probe."""
-    import numpy as np
-    import pyarrow as pa
-
-    from seglake.config import LogConfig
-    from seglake.lake.rows import segment_ref
-    from seglake.storage.log import PartitionLog
-    from seglake.storage.segment import LogSegment
-
-    n = 2000
-    recs = pa.table(
-        {
-            "offset": pa.array(np.arange(n), pa.int64()),
-            "timestamp": pa.array(1_700_000_000_000 + np.arange(n), pa.int64()),
-            "key": pa.array([b"k"] * n, pa.binary()),
-            "value": pa.array([b"v" * 100] * n, pa.binary()),
-        }
-    )
-    local = tmp_path / "t-0"
-    local.mkdir()
-    PartitionLog.open(str(local)).append(recs, config=LogConfig(batch_size=3000))
-    filesystem, root = fs.resolve(s3_root)
-    for p in local.iterdir():
-        fs.write_bytes(filesystem, f"{root}/t-0/{p.name}", p.read_bytes())
-    log = sorted(local.glob("*.log"))[0]
-    path, size = f"t-0/{log.name}", log.stat().st_size
-
-    def reads(seg: LogSegment) -> list:
-        mark = s3_credentials.mark()
-        for lo in (100, 900, 1500):  # three windows of the .log
-            assert seg.read_records(lo, lo + 10).column("offset").to_pylist()[0] == lo
-        return [r for r in s3_credentials.requests_since(mark) if r.path.endswith(".log")]
-
-    got = reads(LogSegment(filesystem, f"{root}/{path}", size=size, committed=True))
-    assert [r.method for r in got].count("HEAD") == 1  # old code: one per GET
-    assert [r.method for r in got if r.range].count("GET") >= 3
-    row = {"path": path, "size_bytes": size, "run_id": "r1"}
-    got = reads(segment_ref(row).open(filesystem, root))
-    heads = sorted(r.path.split("/root/", 1)[1] for r in got if r.method == "HEAD")
-    assert heads == [f"_retired/r1/{path}", f"_staging/r1/{path}", path]
-    assert all(r.range for r in got if r.method == "GET")  # no listing, no whole object
-
-
 # ------------------------------------------------------------------ coalesced ranged reads
 
 

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import seglake
-from seglake.errors import InputSchemaError
+from seglake.errors import InputSchemaError, VersionSupersededError
 from seglake.lake.catalog import Catalog
 from seglake.lake.compaction import CompactOptions, run_compaction
 from seglake.lake.handle import LakeHandle
 from seglake.lake.lookup_answer import LOOKUP_SCHEMA
+from seglake.lake.staging import cleanup
 from seglake.record.reader import read_log
 from tests.unit.test_compact_rules import COMPACT, NOW, txn_lake
 
@@ -272,7 +273,9 @@ def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Pa
     """The process's index cache holds segments of version 1; a compaction replaces them
     under their names (the old files retired): a lookup still pinned to version 1 in the
     same process answers as a fresh process does (no VersionSupersededError), and the
-    cache still serves the repeated lookup."""
+    cache still serves the repeated lookup. Its hits before the compaction (a lookup
+    pinned to version 1 too, which found no retired copy) do not stand for the lookups
+    after it: the retired copy is looked for once per reader, not per pinned version."""
     from seglake.storage.index_cache import get_cache
 
     root = tmp_path / "lake"
@@ -280,6 +283,7 @@ def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Pa
     lk = seglake.open(str(root))
     q = pd.DataFrame({"topic": TOPIC, "partition": 0, "offset": np.arange(0, 400, 7)})
     want = lk.lookup(q)
+    pd.testing.assert_frame_equal(lk.lookup(q), want)  # hits, version 1: no retired copy
     names = {r["path"] for r in Catalog(str(root)).segments(TOPIC, [0]).to_pylist()}
     assert run_compaction(
         LakeHandle.open(str(root)), CompactOptions(conf=COMPACT, now_ms=NOW)
@@ -291,3 +295,6 @@ def test_a_cached_segment_compacted_in_place_reads_its_retired_copy(tmp_path: Pa
     assert get_cache().stats()["hits"] > hits
     get_cache().clear()  # as a fresh process reads version 1
     pd.testing.assert_frame_equal(seglake.open(str(root), version=lk.version).lookup(q), want)
+    cleanup(LakeHandle.open(str(root)), delete_delay_s=0)  # the retired copies deleted
+    with pytest.raises(VersionSupersededError):  # the cached segments: their copies gone
+        lk.lookup(q)

@@ -9,7 +9,10 @@ least recently used entries are evicted once the total exceeds
 Entries are keyed by (lake location, segment path, run id, size): a segment rewritten by
 recovery gets a new size or run id, so a stale entry is never returned. A hit on a row
 whose file a later run replaced under its name since (compaction) reads the retired copy,
-as a fresh open does (one existence check per hit of a row with a run id).
+as a fresh open does: one existence check per reader of a row with a run id (a pinned
+reader's first hit, unless it located the files itself; every hit of an unpinned one),
+not one per hit (on S3 a HEAD each: :meth:`SegmentFiles.retired_since
+<seglake.storage.segment_files.SegmentFiles.retired_since>`).
 """
 
 from __future__ import annotations

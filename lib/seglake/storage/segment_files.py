@@ -81,6 +81,7 @@ class SegmentFiles:
         self._replaced: SegmentReplacedError | None = None  # the exact size check failed
         self._handle: tuple[str, pa.NativeFile] | None = None  # object stores: the open .log
         self.pin: Pin | None = None  # the catalog version its reader is pinned to
+        self._checked_for: Pin | None = None  # the reader whose copies were last looked for
         self._lost_tail: SkippedBatch | None = None  # a .log cut short: what it lost
         self._cut_checked = False
 
@@ -142,6 +143,7 @@ class SegmentFiles:
                 self.gone(self._replaced)
             return
         self._located = True
+        self._checked_for = self.pin
         retired = self._retired_path
         if retired is not None and self._exists(retired):
             self._other_path = None
@@ -161,10 +163,20 @@ class SegmentFiles:
         """Whether a later run retired this row's files since they were located (a
         segment kept open, e.g. in the index cache, while a compaction replaced it under
         its name): then switch to the retired copy, the one this row's version reads (one
-        existence check; none once on the retired copy or for a row without a run)."""
+        existence check; none once on the retired copy or for a row without a run).
+
+        Once per reader: no request when the reader now pinned (:attr:`pin`, the same
+        object) already looked, here or when the files were located, as a segment it
+        opened itself would not look again (a compaction meanwhile: its pin's error
+        paths). Not once per pinned version: a pin of an older version is made again
+        after a compaction (a notebook ``Lake`` looks up twice); unpinned readers look
+        every time."""
         retired = self._retired_path
         if retired is None or retired == self.log_path or not self._located:
             return False
+        if self.pin is not None and self._checked_for is self.pin:
+            return False
+        self._checked_for = self.pin
         if not self._exists(retired):
             return False
         self._other_path, self._replaced = None, None
@@ -215,11 +227,15 @@ class SegmentFiles:
 
     # -- reading them -----------------------------------------------------------------
     def file_size(self) -> int:
-        """Bytes of the ``.log`` in use (from its kept handle, if it has one)."""
+        """Bytes of the ``.log`` in use. On an object store from its kept handle, opened
+        if there is none: the HEAD that gives the size is the one the reads that follow
+        use (not a HEAD for the size, then another to open it)."""
         kept = self._handle
-        if kept is not None and kept[0] == self.log_path:
-            return int(kept[1].size())
-        return lakefs.file_size(self.fs, self.log_path)
+        if kept is None or kept[0] != self.log_path:
+            if lakefs.renames_atomically(self.fs):
+                return lakefs.file_size(self.fs, self.log_path)
+            kept = self._handle = (self.log_path, lakefs.open_ranged(self.fs, self.log_path))
+        return int(kept[1].size())
 
     def log_size(self) -> int:
         """:meth:`file_size` of the ``.log``, located first, on the other copy if it is
