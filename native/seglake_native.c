@@ -32,7 +32,7 @@ PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #include <stdint.h>
 #include <string.h>
 
-#define ABI_VERSION 9
+#define ABI_VERSION 10
 #define HEADER_SIZE 61
 #define MIN_BODY 6
 #define MIN_RECORD 7
@@ -206,6 +206,12 @@ i64 sl_has_crc(void) { return crc_hw; }
 
 /* CRC-32C of data[0:len) (only where sl_has_crc()). */
 i64 sl_crc32c(const u8 *data, i64 len) { return crc32c(data, (size_t)len); }
+
+/* CRC-32C of each range data[start[i]:end[i]) into out[i], in one call (only where
+ * sl_has_crc(); the caller keeps every range inside data). */
+void sl_crc_ranges(const u8 *data, i64 n, const i64 *start, const i64 *end, uint32_t *out) {
+    for (i64 i = 0; i < n; i++) out[i] = crc32c(data + start[i], (size_t)(end[i] - start[i]));
+}
 
 static inline void put_be32(u8 *o, uint32_t v) {
     o[0] = (u8)(v >> 24);

@@ -25,6 +25,7 @@ from seglake.config import LogConfig
 from seglake.errors import SeglakeError
 from seglake.record import batch, native, reader
 from seglake.record.batch import SCAN_COLUMNS, scan_batches
+from seglake.record.crc import crc32c_ranges
 from seglake.record.encode import encode_batches
 from seglake.record.reader import decode_batches, read_log, record_times
 from seglake.storage import window_records
@@ -169,6 +170,23 @@ def test_crc32c_matches_the_crc32c_package(data, skip):
         pytest.skip("no SSE4.2 here: the encoder uses the crc32c package")
     arr = np.frombuffer(data, np.uint8)[min(skip, len(data)) :]
     assert LIB.sl_crc32c(arr.ctypes.data, len(arr)) == crc32c(arr.tobytes())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.binary(max_size=3000),
+    ranges=st.lists(st.tuples(st.integers(0, 3100), st.integers(0, 3100)), max_size=20),
+)
+def test_crc32c_ranges_match_a_slice_each(data, ranges):
+    """Many ranges in one call (the kernel's, and the package's loop without it) give
+    each slice's CRC-32C, a range past the data cut at its end, an empty one 0."""
+    arr = np.frombuffer(data, np.uint8)
+    start = np.array([a for a, _ in ranges], np.int64)
+    end = np.array([b for _, b in ranges], np.int64)
+    want = [crc32c(data[a:b]) for a, b in ranges]
+    assert crc32c_ranges(arr, start, end).tolist() == want
+    with patch.object(native, "kernel", lambda: None):
+        assert crc32c_ranges(arr, start, end).tolist() == want
 
 
 def test_one_abi_version():

@@ -38,7 +38,7 @@ import numpy as np
 
 from seglake.format import INT32_MAX, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from seglake.record import native
-from seglake.record.crc import crc32c
+from seglake.record.crc import crc32c, crc32c_ranges
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = RECORD_BATCH_OVERHEAD  # 61
@@ -103,6 +103,14 @@ def move_base_offsets(
     at = (np.asarray(positions, np.int64)[:, None] + np.arange(8)).ravel()
     moved = np.asarray(base_offsets, np.int64) + delta
     data[at] = moved.astype(">i8").view(np.uint8)
+
+
+def batch_crcs(data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The CRC-32C of every batch at ``position`` (``size`` bytes) of ``data`` (uint8),
+    over its bytes ``[21, end)`` (attributes on): what its header's ``crc`` must hold.
+    One kernel call for all of them (:func:`~seglake.record.crc.crc32c_ranges`)."""
+    position = np.asarray(position, dtype=np.int64)
+    return crc32c_ranges(data, position + ATTRIBUTES_OFFSET, position + size)
 
 
 def claimed_size(buf: bytes | memoryview, pos: int = 0) -> int:

@@ -61,6 +61,7 @@ from seglake.record.batch import (
     MAGIC,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    batch_crcs,
 )
 from seglake.record.codecs import NAMES
 from seglake.record.encode_input import (
@@ -73,7 +74,7 @@ from seglake.record.encode_input import (
     int64_column,
     prepare_headers,
 )
-from seglake.record.encoded import EncodedBatches, batch_crcs, compress_batches, empty_batches
+from seglake.record.encoded import EncodedBatches, compress_batches, empty_batches
 from seglake.record.plan import (
     RelVarints,
     check_deltas,

@@ -10,11 +10,16 @@ import dataclasses
 import numpy as np
 
 from seglake.format import LOG_OVERHEAD
-from seglake.record.batch import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, BatchScan
+from seglake.record.batch import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    HEADER_SIZE,
+    BatchScan,
+)
 from seglake.record.codecs import compress
 from seglake.record.crc import crc32c
 
-__all__ = ["EncodedBatches", "batch_crcs", "compress_batches", "empty_batches"]
+__all__ = ["EncodedBatches", "compress_batches", "empty_batches"]
 
 
 @dataclasses.dataclass
@@ -83,14 +88,6 @@ class EncodedBatches:
             crc_valid=np.ones(n, dtype=bool),
             valid_bytes=len(self.data),
         )
-
-
-def batch_crcs(data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """CRC-32C of bytes [21, end) of every batch (one C call per batch)."""
-    view = memoryview(data)  # type: ignore[arg-type]  # ndarray
-    starts = (position + ATTRIBUTES_OFFSET).tolist()
-    ends = (position + size).tolist()
-    return np.array([crc32c(view[a:b]) for a, b in zip(starts, ends, strict=True)], dtype=np.uint32)
 
 
 def compress_batches(

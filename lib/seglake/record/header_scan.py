@@ -24,15 +24,14 @@ import numpy as np
 
 from seglake.format import LOG_OVERHEAD
 from seglake.record.batch import (
-    ATTRIBUTES_OFFSET,
     HEADER_DTYPE,
     HEADER_SIZE,
     MAGIC,
     SCAN_COLUMNS,
     BatchScan,
+    batch_crcs,
     scan_batches,
 )
-from seglake.record.crc import crc32c
 
 __all__ = ["header_bytes", "headers_at", "scan_headers"]
 
@@ -51,17 +50,8 @@ def headers_at(
     at = np.asarray(at, dtype=np.int64)
     h = _gather(data, at)
     size = h["batch_length"].astype(np.int64) + LOG_OVERHEAD
-    if verify_crc:
-        view = memoryview(data)  # type: ignore[arg-type]  # ndarray
-        crc_ok = np.array(
-            [
-                crc32c(view[a + ATTRIBUTES_OFFSET : a + z]) == c
-                for a, z, c in zip(at.tolist(), size.tolist(), h["crc"].tolist(), strict=True)
-            ],
-            dtype=bool,
-        )
-    else:
-        crc_ok = np.ones(len(at), dtype=bool)
+    ok = batch_crcs(data, at, size) == h["crc"] if verify_crc else np.ones(len(at), bool)
+    crc_ok = np.asarray(ok, dtype=bool)
     return _scan(h, at, len(data), crc_ok), crc_ok
 
 

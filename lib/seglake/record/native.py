@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 MODULE = "seglake_native"
-ABI_VERSION = 9  # sl_abi_version() of the C source this wrapper calls
+ABI_VERSION = 10  # sl_abi_version() of the C source this wrapper calls
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _COLUMN = [_P, _P, ctypes.c_int, _P]
@@ -55,6 +55,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_abi_version": (_I, []),
     "sl_has_crc": (_I, []),
     "sl_crc32c": (_I, [_P, _I]),
+    # data, n, starts, ends, out (record/crc.py)
+    "sl_crc_ranges": (None, [_P, _I, _P, _P, _P]),
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
     "sl_walk": (_I, [_P, _I, *[_P] * 8, _I, *[_P] * 10]),
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
