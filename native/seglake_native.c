@@ -17,6 +17,7 @@
  * Decompress: sl_inflate (records blocks back to back: raw ones copied, Kafka's lz4
  * frames decoded by a bounds-checked LZ4 block decoder; any other block, and any frame it
  * does not take, is left to the caller's Python decompressor).
+ * Read: sl_pread_ranges (many ranges of a local file, one pread each, into one buffer).
  * Hash: sl_xxh64 (XXH64, seed 0, of each value of an Arrow binary column: the key index's
  * hash, storage/key_index.py); sl_sort_pairs (the key index's hashes sorted, stable, with
  * their offsets) and sl_sbbf (its split-block bloom filter, storage/key_filter.py).
@@ -29,8 +30,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "seglake_native",
                                     NULL, NULL, NULL, NULL, NULL};
 PyMODINIT_FUNC PyInit_seglake_native(void) { return PyModule_Create(&module); }
 #endif
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ABI_VERSION 10
 #define HEADER_SIZE 61
@@ -211,6 +214,24 @@ i64 sl_crc32c(const u8 *data, i64 len) { return crc32c(data, (size_t)len); }
  * sl_has_crc(); the caller keeps every range inside data). */
 void sl_crc_ranges(const u8 *data, i64 n, const i64 *start, const i64 *end, uint32_t *out) {
     for (i64 i = 0; i < n; i++) out[i] = crc32c(data + start[i], (size_t)(end[i] - start[i]));
+}
+
+/* Read each range [start[i], start[i] + len[i]) of the open file fd into out, back to
+ * back (pread, reading on after a short read until the file ends); got[i]: the bytes
+ * read. Returns 0, or the errno of a failed read (got of that range and later ones unset). */
+i64 sl_pread_ranges(i64 fd, i64 n, const i64 *start, const i64 *len, u8 *out, i64 *got) {
+    for (i64 i = 0, at = 0; i < n; at += len[i], i++) {
+        i64 k = 0;
+        while (k < len[i]) {
+            ssize_t r = pread((int)fd, out + at + k, (size_t)(len[i] - k), (off_t)(start[i] + k));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return errno;
+            if (r == 0) break;
+            k += r;
+        }
+        got[i] = k;
+    }
+    return 0;
 }
 
 static inline void put_be32(u8 *o, uint32_t v) {

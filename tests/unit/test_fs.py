@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from unittest.mock import patch
 
 import pyarrow.fs as pafs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from seglake import fs, lake_paths
 from seglake.errors import ConfigError, InvalidTopicError, SeglakeError, SegmentNotFoundError
+from seglake.record import native
 from tests.s3_server import S3Server
 
 
@@ -301,6 +305,34 @@ def test_read_ranges_into_on_an_object_store_is_one_read_a_span() -> None:
     for (start, length), n in zip(ranges, got, strict=True):
         assert bytes(buf[at : at + n]) == data[start : start + n]
         at += length
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    size=st.integers(0, 5000),
+    ranges=st.lists(st.tuples(st.integers(0, 6000), st.integers(0, 900)), max_size=40),
+)
+def test_read_ranges_into_a_local_file_kernel_and_loop_agree(tmp_path: Path, size, ranges) -> None:
+    """Many ranges of a local file are read in one kernel call (``sl_pread_ranges``),
+    few by a Python loop; both land each range in its place, short or empty where the
+    file ends, and count one read a range."""
+    path = tmp_path / "f"
+    data = bytes(i * 7 % 251 for i in range(size))
+    path.write_bytes(data)
+    want = [data[a : a + n] for a, n in ranges]
+    for kernel in (native.kernel, lambda: None):
+        buf = bytearray(sum(n for _, n in ranges))
+        fs.IO_STATS.reset()
+        with patch.object(native, "kernel", kernel):
+            got = fs.read_ranges_into(pafs.LocalFileSystem(), str(path), ranges, memoryview(buf))
+        assert got == [len(w) for w in want]
+        at = 0
+        for (_, n), w in zip(ranges, want, strict=True):
+            assert bytes(buf[at : at + len(w)]) == w
+            at += n
+        assert fs.IO_STATS.reads == len(ranges)
 
 
 def test_make_dirs_only_where_there_are_directories(tmp_path: Path) -> None:

@@ -228,6 +228,48 @@ def test_each_segment_is_asked_once_a_chunk(lake, monkeypatch) -> None:
     assert len(calls) == segments and max(calls) == 3  # unique keys of a partition
 
 
+def test_a_cached_segment_keeps_its_checked_key_index(tmp_path: Path, monkeypatch) -> None:
+    """A key lookup reads and checks each ``.keyindex`` once per process (kept on the
+    cached segment, weighed as its filter: the local exact level is memory-mapped); a
+    segment without a usable one keeps nothing (scanned), and once ``seglake index
+    build`` wrote it the next lookup uses it."""
+    from seglake.lake.handle import LakeHandle
+    from seglake.lake.key_build import build_key_indexes
+    from seglake.storage import key_lookup
+    from seglake.storage.index_cache import get_cache
+
+    root = tmp_path / "lake"
+    _keyed_partition(root, 1)
+    lk = seglake.open(str(root))
+    truth = {1: _records(str(root), 1)}
+    queries = [(1, b"k3"), (1, b"k7")]
+    q = pa.table({"topic": [TOPIC] * 2, "partition": [1, 1], "key": [k for _, k in queries]})
+    loads: list[str] = []
+    load = key_lookup.load_key_index
+    monkeypatch.setattr(
+        key_lookup, "load_key_index", lambda seg, *a: loads.append(seg.log_path) or load(seg, *a)
+    )
+    get_cache().clear()
+    segments = len(lk.segments(TOPIC))
+    assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
+    assert len(loads) == segments  # each once, the first (no .keyindex) among them
+    before = get_cache().bytes
+    loads.clear()
+    assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
+    assert len(loads) == 1  # only the one without: looked for again
+    assert get_cache().bytes == before
+    kept = [s for s, _ in get_cache()._entries.values() if not isinstance(s.key_index, str)]
+    assert len(kept) == segments - 1
+    assert all(key_lookup.key_index_bytes(s) == s.key_index.filter.words.nbytes for s in kept)
+    build_key_indexes(LakeHandle.open(str(root)))
+    loads.clear()
+    assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
+    assert len(loads) == 1 and get_cache().bytes > before  # read, kept, weighed
+    loads.clear()
+    assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
+    assert loads == []
+
+
 def test_integer_keys_are_their_big_endian_bytes(tmp_path: Path) -> None:
     """A ``key`` column of integers asks the keys Kafka's Short/Integer/LongSerializer
     write: the big-endian two's complement bytes at the column's width (the Spark job's

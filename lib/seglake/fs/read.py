@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 from seglake.errors import NotRegularFileError, SegmentNotFoundError
 from seglake.fs.errors import _missing_as_not_found
 from seglake.io_stats import IO_STATS
+from seglake.record import native
 
 WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end found): each
 # ranged reads of one object an object store makes one GET across holes up to this size:
@@ -195,12 +196,10 @@ def read_ranges_into(
     object store ranges near each other are one ranged GET (:func:`coalesce`)."""
     if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
-    got, at = [], 0
+    got: list[int] = []
     if is_local(fs):
         with _local_fd(path) as (fd, _):
-            for start, length in ranges:
-                got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
-                at += length
+            got = _pread_ranges(fd, path, ranges, out)
         reads = len(ranges)
     else:
         spans = coalesce(ranges)
@@ -251,6 +250,30 @@ def coalesce(
                 continue
         spans.append((start, end, [i]))
     return spans
+
+
+NATIVE_READS = 8  # ranges from which one kernel call reads them all (fewer: a Python loop)
+
+
+def _pread_ranges(fd: int, path: str, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
+    """Each ``(start, length)`` of ``ranges`` of ``fd`` into ``out``, back to back (it
+    holds them all); the bytes each read got. Many ranges in one call of the kernel
+    (``sl_pread_ranges``: a ``pread`` each, no Python step), else one ``preadv`` each."""
+    lib = native.kernel()
+    if lib is None or len(ranges) < NATIVE_READS:
+        got, at = [], 0
+        for start, length in ranges:
+            got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
+            at += length
+        return got
+    pairs = np.array(ranges, np.int64).reshape(-1, 2)
+    arrays = [native.int64s(pairs[:, 0]), native.int64s(pairs[:, 1])]
+    arrays += [np.frombuffer(out, np.uint8), np.zeros(len(ranges), np.int64)]
+    err = lib.sl_pread_ranges(fd, len(ranges), *(native.address(a) for a in arrays))
+    if err:
+        raise OSError(err, os.strerror(err), path)
+    done: list[int] = arrays[3].tolist()
+    return done
 
 
 def _pread_into(fd: int, out: memoryview, start: int) -> int:

@@ -361,7 +361,11 @@ def open_segment(
     s: int,
     on_corrupt: str = "raise",
     pin: PinnedVersion | None = None,
+    *,
+    key_index: bool = False,
 ) -> LogSegment:
+    """Segment ``s`` of a partition's arrays ``a`` through ``cache`` (with its
+    ``.keyindex`` kept on it: ``key_index``)."""
     ref = SegmentRef(
         path=str(a["path"][s]),
         size_bytes=int(a["size"][s]),
@@ -370,7 +374,7 @@ def open_segment(
         run_id=a["run_id"][s] or None,
         index_interval_bytes=int(a["index_interval_bytes"][s]) or None,
     )
-    return cache.segment(root, ref, on_corrupt=on_corrupt, pin=pin)
+    return cache.segment(root, ref, on_corrupt=on_corrupt, pin=pin, key_index=key_index)
 
 
 def _assemble(q: pa.Table, ans: _Answers) -> pa.Table:

@@ -184,7 +184,7 @@ def _partition_keys(
     segs: list[LogSegment] = []
     for s in range(len(a["base_offset"])):  # ascending offsets
         try:
-            segs.append(open_segment(cache, root, a, s, on_corrupt, pin))
+            segs.append(open_segment(cache, root, a, s, on_corrupt, pin, key_index=True))
             m = find_keys(segs[-1], uniq)
         except CorruptRecordError:
             raise
@@ -215,11 +215,8 @@ def _partition_keys(
         lo = np.maximum(lo, hi - 1)
     n = hi - lo
     query = np.repeat(np.arange(len(which)), n)
-    pick = (
-        by_u[np.concatenate([np.arange(x, y) for x, y in zip(lo, hi, strict=True)])]
-        if n.sum()
-        else np.zeros(0, np.int64)
-    )
+    # lo[q] .. hi[q] of each query, back to back
+    pick = by_u[np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))]
     return query, recs.take(pa.array(pick, pa.int64()))
 
 

@@ -57,6 +57,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_crc32c": (_I, [_P, _I]),
     # data, n, starts, ends, out (record/crc.py)
     "sl_crc_ranges": (None, [_P, _I, _P, _P, _P]),
+    # fd, n, starts, lengths, out, got (fs.read_ranges_into)
+    "sl_pread_ranges": (_I, [_I, _I, _P, _P, _P, _P]),
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
     "sl_walk": (_I, [_P, _I, *[_P] * 8, _I, *[_P] * 10]),
     "sl_gather": (None, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P]),

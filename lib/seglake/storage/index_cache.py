@@ -1,4 +1,5 @@
-"""Per-process LRU cache of opened segments (their offset and time indexes), bounded by bytes.
+"""Per-process LRU cache of opened segments (their offset and time indexes, and for key
+lookups their ``.keyindex``), bounded by bytes.
 
 Kafka's ``RemoteIndexCache`` for seglake's executors: a Python worker that answers many
 lookups or reads many splits of the same segment reads each ``.index``/``.timeindex``
@@ -27,6 +28,8 @@ import pyarrow.fs as pafs
 from seglake import fs as lakefs
 from seglake.config import LogConfig
 from seglake.location import Root
+from seglake.storage.key_index import KeyIndex
+from seglake.storage.key_lookup import keep_key_index, key_index_bytes
 from seglake.storage.log import PartitionLog
 from seglake.storage.naming import partition_dir_name
 from seglake.storage.segment import LogSegment
@@ -46,7 +49,7 @@ def segment_weight(seg: LogSegment) -> int:
         w += len(seg._offset_index) * seg._offset_index.ENTRY_SIZE
     if seg._time_index is not None:
         w += len(seg._time_index) * seg._time_index.ENTRY_SIZE
-    return w
+    return w + key_index_bytes(seg)
 
 
 class IndexCache:
@@ -90,13 +93,15 @@ class IndexCache:
         load_indexes: bool = True,
         on_corrupt: str = "raise",
         pin: Pin | None = None,
+        key_index: bool = False,
     ) -> LogSegment:
         """The committed segment ``ref`` of the lake at ``root`` (:meth:`SegmentRef.open
         <seglake.storage.segment_ref.SegmentRef.open>`), indexes loaded, from the cache;
         ``on_corrupt`` as :class:`LogSegment`'s. ``pin``: the catalog version the caller
         is pinned to, set on the segment for this read (a process reads for one task at a
         time; a shared segment is the same row, so another reader's pin would tell the
-        same)."""
+        same). ``key_index``: its usable ``.keyindex`` kept on it too
+        (:func:`~seglake.storage.key_lookup.keep_key_index`), and weighed."""
         key = (root, ref.path, ref.run_id or None, ref.size_bytes, on_corrupt)
         with self._lock:
             hit = self._entries.get(key)
@@ -108,6 +113,8 @@ class IndexCache:
                 self.misses += 1
         if hit is not None:
             hit[0].files.retired_since()  # compacted in place since: read the row's copy
+            if key_index and not isinstance(hit[0].key_index, KeyIndex) and keep_key_index(hit[0]):
+                self._reweigh(key, hit[0])  # its key index now held
             return hit[0]
         fs, base = self.resolve(root)
         seg = ref.open(fs, base, on_corrupt=on_corrupt, pin=pin)
@@ -115,6 +122,8 @@ class IndexCache:
             seg.offset_index  # noqa: B018  (loads both indexes, one ranged read each)
         if self.max_bytes <= 0:
             return seg
+        if key_index:
+            keep_key_index(seg)
         weight = segment_weight(seg)
         with self._lock:
             old = self._entries.pop(key, None)
@@ -127,6 +136,14 @@ class IndexCache:
                 self.bytes -= w
                 self.evictions += 1
         return seg
+
+    def _reweigh(self, key: tuple[Any, ...], seg: LogSegment) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is seg:
+                w = segment_weight(seg)
+                self.bytes += w - entry[1]
+                self._entries[key] = (seg, w)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -23,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglake import fs as lakefs
 from seglake.errors import CorruptIndexError, CorruptRecordError, SegmentNotFoundError
 from seglake.storage import key_index
 from seglake.storage.key_filter import MAX_BYTES
 from seglake.storage.key_index import (
+    ENTRY_SIZE,
     HEADER_SIZE,
     KeyIndex,
     head_next_offset,
@@ -41,6 +43,8 @@ __all__ = [
     "INDEXED",
     "KeyMatches",
     "find_keys",
+    "keep_key_index",
+    "key_index_bytes",
     "load_key_index",
     "rules_out",
     "segment_key_index",
@@ -88,6 +92,28 @@ def load_key_index(
     return idx, ""
 
 
+def keep_key_index(seg: LogSegment) -> int:
+    """Load ``seg``'s usable ``.keyindex`` and keep it on the segment
+    (:attr:`LogSegment.key_index`: a cached segment's is read and checked once per
+    process); when it is not usable, why (the segment is scanned; the next lookup looks
+    again: :meth:`IndexCache.segment <seglake.storage.index_cache.IndexCache.segment>`).
+    Returns the memory kept (:func:`key_index_bytes`; 0 if none)."""
+    if not isinstance(seg.key_index, KeyIndex):
+        idx, why = load_key_index(seg)
+        seg.key_index = why if idx is None else idx
+    return key_index_bytes(seg)
+
+
+def key_index_bytes(seg: LogSegment) -> int:
+    """The memory ``seg``'s kept key index holds: its filter, and its exact level (12
+    bytes a record) unless memory-mapped (a local file's: the page cache holds it)."""
+    idx = seg.key_index
+    if not isinstance(idx, KeyIndex):
+        return 0
+    exact = 0 if lakefs.is_local(seg.fs) else idx.entries * ENTRY_SIZE
+    return int(idx.filter.words.nbytes) + exact
+
+
 def segment_key_index(seg: LogSegment) -> KeyIndex:
     """The segment's key index: its file when usable, else built from its ``.log`` (a
     broker's segment, an older lake's), cut to the segment's offsets."""
@@ -112,10 +138,18 @@ def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMa
     query = _query_array(keys)
     hashes, valid = key_index.hash_keys(query)
     asked = np.flatnonzero(valid)
-    ruled_out, whole = _filter_check(seg, hashes[asked])
+    kept = seg.key_index  # (checked once: keep_key_index)
+    idx, why, whole = None, "", None
+    if isinstance(kept, KeyIndex):
+        idx, ruled_out = kept, not kept.filter.may_contain(hashes[asked]).any()
+    elif kept is None:
+        ruled_out, whole = _filter_check(seg, hashes[asked])
+    else:
+        ruled_out, why = False, kept
     if ruled_out:
         return KeyMatches(_matching(_empty(seg), query), INDEXED)
-    idx, why = load_key_index(seg, whole)
+    if idx is None and not why:
+        idx, why = load_key_index(seg, whole)
     if idx is None:
         table = seg.read_records(end_offset=seg.next_offset)
         return KeyMatches(_matching(table, query), f"scanned: {why}")

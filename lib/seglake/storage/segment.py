@@ -37,6 +37,7 @@ Record reads:
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -76,6 +77,9 @@ from seglake.storage.segment_window import (
 )
 from seglake.storage.time_index import TimeIndex, TimestampOffset
 from seglake.storage.txn_index import TransactionIndex
+
+if TYPE_CHECKING:
+    from seglake.storage.key_index import KeyIndex
 
 __all__ = ["DEFAULT_INTERVAL", "LogSegment", "TimestampOffset"]
 
@@ -151,6 +155,9 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | bool | None = False
+        # its checked .keyindex once a key lookup kept it, or why it has no usable one
+        # (as of that lookup); None: not looked at (storage/key_lookup.keep_key_index)
+        self.key_index: KeyIndex | str | None = None
         self.index_source = "unread"
         self.committed, self.may_tear = committed, may_tear
         self._end_checked = False  # a zero tail looked for (``size``)
