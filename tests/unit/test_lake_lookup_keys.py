@@ -206,15 +206,21 @@ def test_cli_lookup_answers_key_queries(lake, capsys, tmp_path: Path) -> None:
 
 def test_each_segment_is_asked_once_a_chunk(lake, monkeypatch) -> None:
     """Queries of a partition given and of every partition (null) share one
-    ``find_keys`` call per segment, all their keys at once."""
+    ``find_keys_many`` call per partition (each of its segments asked once), all their
+    keys at once."""
     from seglake.lake import lookup_keys
 
     lk, truth = lake
     calls: list[int] = []
-    find = lookup_keys.find_keys
-    monkeypatch.setattr(
-        lookup_keys, "find_keys", lambda seg, keys: calls.append(len(keys)) or find(seg, keys)
-    )
+    asked: list[int] = []
+    find = lookup_keys.find_keys_many
+
+    def counted(segs, keys):
+        asked.append(len(segs))
+        calls.append(len(keys))
+        return find(segs, keys)
+
+    monkeypatch.setattr(lookup_keys, "find_keys_many", counted)
     queries = [(0, b"k3"), (None, b"k3"), (1, b"k5"), (None, b"absent"), (1, b"k3")]
     q = pa.table(
         {
@@ -225,7 +231,7 @@ def test_each_segment_is_asked_once_a_chunk(lake, monkeypatch) -> None:
     )
     assert _rows(lk.lookup(q)) == _expected(truth, queries, False)
     segments = sum(len(lk.segments(TOPIC).query(f"partition == {p}")) for p in (0, 1))
-    assert len(calls) == segments and max(calls) == 3  # unique keys of a partition
+    assert len(calls) == 2 and sum(asked) == segments and max(calls) == 3  # unique keys
 
 
 def test_a_cached_segment_keeps_its_checked_key_index(tmp_path: Path, monkeypatch) -> None:

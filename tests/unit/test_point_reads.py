@@ -103,3 +103,40 @@ def test_a_target_in_the_batch_at_the_next_index_entry_takes_one_read(tmp_path):
     assert lakefs.IO_STATS.snapshot()["reads"] - before == 2  # one a target (far apart)
     assert got.column("offset").to_pylist() == [int(targets[0])]  # odd offsets: none there
     assert got.column("key").to_pylist() == [b"k1499"]
+
+
+def test_read_offsets_many_is_each_segments_read_together(lake):  # noqa: F811
+    """Targets of every segment of a partition (present, in gaps past a segment's end,
+    none for one segment) read as one set of point reads: each segment's table is the
+    brute-force records at its targets, as ``read_offsets`` of it alone gives; a damaged
+    segment's error is raised, the first in order, as reading it alone raises it."""
+    from tests.unit.test_corrupt_reads import damage
+
+    want = brute(lake)
+    segs = [LogSegment(pafs.LocalFileSystem(), str(p)) for p in logs(lake)]
+    have = set(offsets(want))
+    rng = np.random.default_rng(5)
+    parts, ends = [], []
+    for i, seg in enumerate(segs):
+        ends.append(segs[i + 1].base_offset if i + 1 < len(segs) else max(have) + 1)
+        t = rng.integers(seg.base_offset, ends[-1] + 3, 12) if i != 1 else np.zeros(0, np.int64)
+        parts.append((seg, t))
+    got = point_reads.read_offsets_many(parts)
+    assert len(got) == len(segs)
+    for (seg, t), g, end in zip(parts, got, ends, strict=True):
+        mine = {int(o) for o in t if seg.base_offset <= o < end} & have
+        assert offsets(g) == sorted(mine)
+        assert offsets(g) == offsets(point_reads.read_offsets(seg, t))
+    path, _, lo, hi = damage(lake, seg=2)
+    segs = [LogSegment(pafs.LocalFileSystem(), str(p)) for p in logs(lake)]
+    parts = [(s, np.arange(s.base_offset, s.base_offset + 5)) for s in segs[:2]]
+    parts.append((segs[2], np.array([lo, hi])))
+    for fn in (
+        lambda: point_reads.read_offsets_many(parts),
+        lambda: point_reads.read_offsets(segs[2], np.array([lo, hi])),
+    ):
+        try:
+            fn()
+            raise AssertionError("no error")
+        except Exception as exc:
+            assert str(path) in str(exc), exc

@@ -43,7 +43,7 @@ from seglake.lake.scan import aborted_in, check_isolation_level
 from seglake.location import Root
 from seglake.record.schema import KAFKA_SOURCE_SCHEMA, to_kafka_source
 from seglake.storage.index_cache import IndexCache
-from seglake.storage.key_lookup import find_keys
+from seglake.storage.key_lookup import find_keys_many
 from seglake.storage.segment import LogSegment
 from seglake.storage.txn_index import aborted_records
 
@@ -182,21 +182,24 @@ def _partition_keys(
     which = pc.index_in(keys, value_set=uniq).to_numpy(zero_copy_only=False)
     tables, hit, scanned = [], [], []
     segs: list[LogSegment] = []
-    for s in range(len(a["base_offset"])):  # ascending offsets
-        try:
+    s = 0
+    try:
+        for s in range(len(a["base_offset"])):  # ascending offsets
             segs.append(open_segment(cache, root, a, s, on_corrupt, pin, key_index=True))
-            m = find_keys(segs[-1], uniq)
-        except CorruptRecordError:
+        matches = find_keys_many(segs, uniq)  # the partition's point reads at once
+    except CorruptRecordError:
+        raise
+    except (SeglakeError, OSError) as exc:  # never fail the job on one segment
+        if isinstance(exc, VersionSupersededError):
             raise
-        except (SeglakeError, OSError) as exc:  # never fail the job on one segment
-            if isinstance(exc, VersionSupersededError):
-                raise
-            log.warning("lookup key segment %s: %s", a["path"][s], exc)
-            return None
+        where = a["path"][s] if len(segs) <= s else str(a["path"][0]).rsplit("/", 1)[0]
+        log.warning("lookup key segment %s: %s", where, exc)  # (the error names the file)
+        return None
+    for seg, m in zip(segs, matches, strict=True):
         if m.scanned:
             scanned.append(m.status)
         if skipped is not None:  # damaged batches skipped (on_corrupt="skip")
-            skipped += [b.describe(segs[-1].log_path) for _, b in sorted(segs[-1].skipped.items())]
+            skipped += [b.describe(seg.log_path) for _, b in sorted(seg.skipped.items())]
         tables.append(m.records.drop_columns(["query"]))
         hit.append(m.records.column("query").to_numpy(zero_copy_only=False))
     if scanned:

@@ -36,13 +36,14 @@ from seglake.storage.key_index import (
     read_filter,
 )
 from seglake.storage.naming import KEY_INDEX_SUFFIX
-from seglake.storage.point_reads import read_offsets
+from seglake.storage.point_reads import read_offsets_many
 from seglake.storage.segment import LogSegment
 
 __all__ = [
     "INDEXED",
     "KeyMatches",
     "find_keys",
+    "find_keys_many",
     "keep_key_index",
     "key_index_bytes",
     "load_key_index",
@@ -131,13 +132,43 @@ def segment_key_index(seg: LogSegment) -> KeyIndex:
 
 
 def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMatches:
-    """Every record of ``seg`` whose key equals one of ``keys`` (bytes; str is UTF-8).
+    """Every record of ``seg`` whose key equals one of ``keys`` (bytes; str is UTF-8):
+    :func:`find_keys_many` of one segment."""
+    return find_keys_many([seg], keys)[0]
 
-    One read of the file's first ``48 + MAX_BYTES`` bytes (its header and filter, all of
-    a small file); when the filter rules every key out, nothing more is read."""
+
+def find_keys_many(
+    segs: Sequence[LogSegment], keys: Sequence[bytes | None] | pa.Array
+) -> list[KeyMatches]:
+    """Every record of each of ``segs`` whose key equals one of ``keys`` (bytes; str is
+    UTF-8), a :class:`KeyMatches` a segment. Each segment's filter, then exact level,
+    gives its candidate offsets (segment by segment: one read of a file's first ``48 +
+    MAX_BYTES`` bytes, its header and filter, all of a small file; none when kept on the
+    segment; nothing more when the filter rules every key out); then the candidates of
+    all segments are read as one set of point reads (:func:`read_offsets_many`). An
+    error is raised for the first segment (in order) that has one."""
     query = _query_array(keys)
     hashes, valid = key_index.hash_keys(query)
     asked = np.flatnonzero(valid)
+    out: list[KeyMatches | None] = []
+    reads: list[tuple[int, np.ndarray]] = []  # (segment, its candidate offsets)
+    for seg in segs:
+        got = _candidates(seg, query, hashes, asked)
+        out.append(got if isinstance(got, KeyMatches) else None)
+        if not isinstance(got, KeyMatches):
+            reads.append((len(out) - 1, got))
+    tables = read_offsets_many([(segs[i], offsets) for i, offsets in reads])
+    for (i, offsets), table in zip(reads, tables, strict=True):
+        out[i] = KeyMatches(_matching(table, query), INDEXED, len(offsets))
+    return [m for m in out if m is not None]
+
+
+def _candidates(
+    seg: LogSegment, query: pa.Array, hashes: np.ndarray, asked: np.ndarray
+) -> KeyMatches | np.ndarray:
+    """The offsets of ``seg`` its key index gives for the keys ``asked`` (of ``query``,
+    their ``hashes``), or its answer when there is nothing to read: no candidate, or
+    scanned (no usable index: the segment read whole, its keys compared)."""
     kept = seg.key_index  # (checked once: keep_key_index)
     idx, why, whole = None, "", None
     if isinstance(kept, KeyIndex):
@@ -158,8 +189,7 @@ def find_keys(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> KeyMa
     offsets = np.unique(offsets[offsets < seg.next_offset])
     if not len(offsets):
         return KeyMatches(_matching(_empty(seg), query), INDEXED)
-    table = read_offsets(seg, offsets)  # only the batches holding them, decoded at once
-    return KeyMatches(_matching(table, query), INDEXED, len(offsets))
+    return offsets
 
 
 def rules_out(seg: LogSegment, keys: Sequence[bytes | None] | pa.Array) -> bool:

@@ -40,6 +40,7 @@ __all__ = [
     "offset_request",
     "plan_requests",
     "read_offsets",
+    "read_offsets_many",
     "resolve_timestamps",
     "scan_times",
     "time_request",
@@ -219,25 +220,42 @@ def _scan_window(
 
 
 def read_offsets(seg: LogSegment, targets: np.ndarray) -> pa.Table:
-    """Records at ``targets`` (offsets of ``seg``); missing ones left out.
+    """Records at ``targets`` (offsets of ``seg``); missing ones left out:
+    :func:`read_offsets_many` of one segment."""
+    return read_offsets_many([(seg, targets)])[0]
+
+
+def read_offsets_many(parts: list[tuple[LogSegment, np.ndarray]]) -> list[pa.Table]:
+    """For each ``(segment, targets)`` of ``parts``, the records at those offsets (missing
+    ones left out), in offset order; all parts' reads planned, their records picked and
+    decoded together (one call each). The first part's error (in order) is raised.
 
     Targets whose index intervals touch share one ranged read of
     ``[floor(lo), next_entry(hi)) + header`` and, only if needed, the batch after it.
-    Only the batches holding targets are decoded, all in one call.
+    Only the batches holding targets are decoded.
     """
-    targets = np.unique(np.asarray(targets, dtype=np.int64))
-    if not len(targets):
-        return empty_records()
-    req = offset_request(seg, targets)
-    gather = _planned(req)
-    assert req.ids is not None  # set by plan_requests
-    rec, _ = gather.pick(req.ids, targets, targets, np.zeros(len(targets), bool))
+    wanted = [np.unique(np.asarray(t, dtype=np.int64)) for _, t in parts]
+    reqs = [offset_request(seg, t) for (seg, _), t in zip(parts, wanted, strict=True) if len(t)]
+    if not reqs:
+        return [empty_records() for _ in parts]
+    gather = Gather()
+    plan_requests(reqs, gather)
+    for r in reqs:
+        if r.error is not None:
+            raise r.error
+    ids = np.concatenate([r.ids for r in reqs if r.ids is not None])  # set by plan_requests
+    targets = np.concatenate([r.lo for r in reqs])
+    rec, _ = gather.pick(ids, targets, targets, np.zeros(len(targets), bool))
     assert gather.records is not None  # walked
-    rec[rec >= 0] = np.where(
-        gather.records.offset[rec[rec >= 0]] == targets[rec >= 0], rec[rec >= 0], -1
-    )
+    hit = rec >= 0
+    rec[hit] = np.where(gather.records.offset[rec[hit]] == targets[hit], rec[hit], -1)
     table, row = gather.decode(rec)  # exactly the targets (no next record)
-    return table.take(pa.array(row[row >= 0]))
+    out, at = [], 0
+    for t in wanted:
+        mine = row[at : at + len(t)]
+        out.append(table.take(pa.array(mine[mine >= 0])) if len(t) else empty_records())
+        at += len(t)
+    return out
 
 
 def resolve_timestamps(
