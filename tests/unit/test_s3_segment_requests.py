@@ -138,3 +138,30 @@ def test_s3_index_cache_hits_probe_the_retired_copy_once_a_reader(
     assert probes(Reader(), 3) == 1  # another reader: its first hit
     assert probes(None, 3) == 3
     assert cache.stats()["misses"] == 1
+
+
+def test_s3_a_segment_txnindex_is_read_without_an_existence_check(
+    s3_credentials: S3Server, segment: Segment
+) -> None:
+    """A read_committed read asks for the segment's ``.txnindex``: one request where
+    there is none, and where there is one (empty here) its read alone, not an existence
+    check first; asked again, none (the answer is kept on the segment)."""
+    seg = segment_ref(segment.row).open(segment.filesystem, segment.root)
+    seg.files.locate()
+    mark = s3_credentials.mark()
+    assert seg.txn_index is None
+    txn = [r for r in s3_credentials.requests_since(mark) if r.path.endswith(".txnindex")]
+    assert len(txn) == 1, [(r.method, r.path) for r in txn]  # old code: 2
+    mark = s3_credentials.mark()
+    assert seg.txn_index is None
+    assert not s3_credentials.requests_since(mark)
+    # where there is one: its read alone (old code: a HEAD first)
+    stem = segment.path.removesuffix(".log")
+    fs.write_bytes(segment.filesystem, f"{segment.root}/{stem}.txnindex", b"")
+    seg = segment_ref(segment.row).open(segment.filesystem, segment.root)
+    seg.files.locate()
+    mark = s3_credentials.mark()
+    assert seg.txn_index is not None and not len(seg.txn_index)
+    txn = [r for r in s3_credentials.requests_since(mark) if r.path.endswith(".txnindex")]
+    assert [r.method for r in txn] == ["HEAD"], [(r.method, r.path) for r in txn]  # old: 2
+    fs.delete_file(segment.filesystem, f"{segment.root}/{stem}.txnindex", root=segment.root)

@@ -261,11 +261,12 @@ class LogSegment:
         if self._txn_index is False:
             self.files.locate()
             path = self.stem + TXN_INDEX_SUFFIX
-            self._txn_index = (
-                TransactionIndex.from_bytes(lakefs.read_all(self.fs, path), path=path)
-                if lakefs.exists(self.fs, path)
-                else None
-            )
+            try:  # one request (a read that finds no file), not an existence check first
+                data = lakefs.read_all(self.fs, path)
+            except SegmentNotFoundError:
+                self._txn_index = None
+            else:
+                self._txn_index = TransactionIndex.from_bytes(data, path=path)
         return self._txn_index  # type: ignore[return-value]
 
     def _load_indexes(self) -> None:
