@@ -194,12 +194,13 @@ def read_ranges_into(
     Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short).
     A local file is read with ``preadv`` (one system call a range, no seek); on an
     object store ranges near each other are one ranged GET (:func:`coalesce`)."""
-    if any(a < 0 or n < 0 for a, n in ranges) or sum(n for _, n in ranges) > len(out):
+    pairs = np.array(ranges, np.int64).reshape(-1, 2)  # checked at numpy speed
+    if (pairs < 0).any() or int(pairs[:, 1].sum()) > len(out):
         raise ValueError(f"{path}: read ranges {ranges[:4]}... do not fit {len(out)} bytes")
     got: list[int] = []
     if is_local(fs):
         with _local_fd(path) as (fd, _):
-            got = _pread_ranges(fd, path, ranges, out)
+            got = _pread_ranges(fd, path, ranges, pairs, out)
         reads = len(ranges)
     else:
         spans = coalesce(ranges)
@@ -255,10 +256,13 @@ def coalesce(
 NATIVE_READS = 8  # ranges from which one kernel call reads them all (fewer: a Python loop)
 
 
-def _pread_ranges(fd: int, path: str, ranges: list[tuple[int, int]], out: memoryview) -> list[int]:
-    """Each ``(start, length)`` of ``ranges`` of ``fd`` into ``out``, back to back (it
-    holds them all); the bytes each read got. Many ranges in one call of the kernel
-    (``sl_pread_ranges``: a ``pread`` each, no Python step), else one ``preadv`` each."""
+def _pread_ranges(
+    fd: int, path: str, ranges: list[tuple[int, int]], pairs: np.ndarray, out: memoryview
+) -> list[int]:
+    """Each ``(start, length)`` of ``ranges`` (``pairs``: the same as an ``(n, 2)`` array)
+    of ``fd`` into ``out``, back to back (it holds them all); the bytes each read got.
+    Many ranges in one call of the kernel (``sl_pread_ranges``: a ``pread`` each, no
+    Python step), else one ``preadv`` each."""
     lib = native.kernel()
     if lib is None or len(ranges) < NATIVE_READS:
         got, at = [], 0
@@ -266,7 +270,6 @@ def _pread_ranges(fd: int, path: str, ranges: list[tuple[int, int]], out: memory
             got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
             at += length
         return got
-    pairs = np.array(ranges, np.int64).reshape(-1, 2)
     arrays = [native.int64s(pairs[:, 0]), native.int64s(pairs[:, 1])]
     arrays += [np.frombuffer(out, np.uint8), np.zeros(len(ranges), np.int64)]
     err = lib.sl_pread_ranges(fd, len(ranges), *(native.address(a) for a in arrays))
