@@ -21,7 +21,7 @@ import errno
 import itertools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +30,6 @@ import pyarrow.fs as pafs
 from seglake.errors import NotRegularFileError, SegmentNotFoundError
 from seglake.fs.errors import _missing_as_not_found
 from seglake.io_stats import IO_STATS
-from seglake.record import native
 
 WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end found): each
 # ranged reads of one object an object store makes one GET across holes up to this size:
@@ -186,13 +185,16 @@ def read_ranges_into(
     *,
     handle: pa.NativeFile | None = None,
     opened: int | None = None,
+    pread_many: PreadMany | None = None,
 ) -> list[int]:
     """Read each ``(start, length)`` of ``ranges`` into ``out`` (back to back, in order),
     the file opened once (or read through ``handle``, :func:`open_ranged` of ``path``,
     kept open by the caller; ``opened``: file opens to count, default 1, 0 with it); returns
     the bytes each read got (fewer if the file ends).
     Raises SegmentNotFoundError (no file), ValueError (a negative range, ``out`` short).
-    A local file is read with ``preadv`` (one system call a range, no seek); on an
+    A local file is read with ``preadv`` (one system call a range, no seek), or many
+    ranges by ``pread_many`` at once (the kernel's,
+    :func:`seglake.record.native.pread_ranges`, passed by the storage layer); on an
     object store ranges near each other are one ranged GET (:func:`coalesce`)."""
     pairs = np.array(ranges, np.int64).reshape(-1, 2)  # checked at numpy speed
     if (pairs < 0).any() or int(pairs[:, 1].sum()) > len(out):
@@ -200,7 +202,7 @@ def read_ranges_into(
     got: list[int] = []
     if is_local(fs):
         with _local_fd(path) as (fd, _):
-            got = _pread_ranges(fd, path, ranges, pairs, out)
+            got = _pread_ranges(fd, path, ranges, pairs, out, pread_many)
         reads = len(ranges)
     else:
         spans = coalesce(ranges)
@@ -253,30 +255,31 @@ def coalesce(
     return spans
 
 
-NATIVE_READS = 8  # ranges from which one kernel call reads them all (fewer: a Python loop)
+MANY_READS = 8  # ranges from which ``pread_many`` reads them all (fewer: a Python loop)
+# (fd, path, ranges as an (n, 2) int64 array, out) -> the bytes each got (None: not here)
+PreadMany = Callable[[int, str, np.ndarray, memoryview], "list[int] | None"]
 
 
 def _pread_ranges(
-    fd: int, path: str, ranges: list[tuple[int, int]], pairs: np.ndarray, out: memoryview
+    fd: int,
+    path: str,
+    ranges: list[tuple[int, int]],
+    pairs: np.ndarray,
+    out: memoryview,
+    many: PreadMany | None,
 ) -> list[int]:
     """Each ``(start, length)`` of ``ranges`` (``pairs``: the same as an ``(n, 2)`` array)
-    of ``fd`` into ``out``, back to back (it holds them all); the bytes each read got.
-    Many ranges in one call of the kernel (``sl_pread_ranges``: a ``pread`` each, no
-    Python step), else one ``preadv`` each."""
-    lib = native.kernel()
-    if lib is None or len(ranges) < NATIVE_READS:
-        got, at = [], 0
-        for start, length in ranges:
-            got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
-            at += length
-        return got
-    arrays = [native.int64s(pairs[:, 0]), native.int64s(pairs[:, 1])]
-    arrays += [np.frombuffer(out, np.uint8), np.zeros(len(ranges), np.int64)]
-    err = lib.sl_pread_ranges(fd, len(ranges), *(native.address(a) for a in arrays))
-    if err:
-        raise OSError(err, os.strerror(err), path)
-    done: list[int] = arrays[3].tolist()
-    return done
+    of ``fd`` into ``out``, back to back (it holds them all); the bytes each read got:
+    by ``many`` in one call where given, else one ``preadv`` each."""
+    if many is not None and len(ranges) >= MANY_READS:
+        done = many(fd, path, pairs, out)
+        if done is not None:
+            return done
+    got, at = [], 0
+    for start, length in ranges:
+        got.append(_pread_into(fd, out[at : at + length], start) if length else 0)
+        at += length
+    return got
 
 
 def _pread_into(fd: int, out: memoryview, start: int) -> int:

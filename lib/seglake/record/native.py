@@ -41,6 +41,7 @@ __all__ = [
     "load",
     "plan",
     "pool_array",
+    "pread_ranges",
     "record_extra",
     "scan",
     "walk",
@@ -57,7 +58,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "sl_crc32c": (_I, [_P, _I]),
     # data, n, starts, ends, out (record/crc.py)
     "sl_crc_ranges": (None, [_P, _I, _P, _P, _P]),
-    # fd, n, starts, lengths, out, got (fs.read_ranges_into)
+    # fd, n, starts, lengths, out, got (pread_ranges)
     "sl_pread_ranges": (_I, [_I, _I, _P, _P, _P, _P]),
     "sl_scan": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _P]),
     "sl_walk": (_I, [_P, _I, *[_P] * 8, _I, *[_P] * 10]),
@@ -164,6 +165,24 @@ def scan(
         if stopped or k < cap:
             break
     return np.concatenate(chunks), pos, stopped
+
+
+def pread_ranges(fd: int, path: str, pairs: np.ndarray, out: memoryview) -> list[int] | None:
+    """Each ``(start, length)`` row of ``pairs`` of the open file ``fd`` into ``out``, back
+    to back (it holds them all), in one call (``sl_pread_ranges``: a ``pread`` each, no
+    Python step a range): the bytes each got; ``None`` without the kernel. A failed read
+    raises ``OSError`` naming ``path`` (the ``pread_many`` of
+    :func:`seglake.fs.read_ranges_into`)."""
+    lib = kernel()
+    if lib is None:
+        return None
+    arrays = [int64s(pairs[:, 0]), int64s(pairs[:, 1])]
+    arrays += [np.frombuffer(out, np.uint8), np.zeros(len(pairs), np.int64)]
+    err = lib.sl_pread_ranges(fd, len(pairs), *(address(a) for a in arrays))
+    if err:
+        raise OSError(err, os.strerror(err), path)
+    done: list[int] = arrays[3].tolist()
+    return done
 
 
 def int64s(a: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 
 from seglake import fs as lakefs
 from seglake.errors import SegmentNotFoundError, SegmentReplacedError
+from seglake.record import native
 from seglake.record.batch import SkippedBatch, scan_batches
 from seglake.storage.naming import LOG_SUFFIX
 
@@ -281,8 +282,12 @@ class SegmentFiles:
         """:meth:`read_range` of each ``(start, length)`` into ``out``, back to back,
         the ``.log`` opened once (on an object store: its kept handle, see :meth:`_ranged`);
         returns the bytes each read got."""
-        if lakefs.renames_atomically(self.fs):
-            return self._log_read(lambda p: lakefs.read_ranges_into(self.fs, p, ranges, out))
+        if lakefs.renames_atomically(self.fs):  # (a local file: many ranges in one call)
+            return self._log_read(
+                lambda p: lakefs.read_ranges_into(
+                    self.fs, p, ranges, out, pread_many=native.pread_ranges
+                )
+            )
         return self._log_read(
             lambda p: self._through_handle(
                 lambda f, opened: lakefs.read_ranges_into(
