@@ -168,14 +168,21 @@ def _dump_txn_index(
             except CorruptIndexError as exc:
                 err.write(f"{path} failed sanity check: {exc}\n")
                 status = 1
-        for e in TransactionIndex.from_bytes(chunk, path=p).all_aborted():
-            if as_json:
+        idx = TransactionIndex.from_bytes(chunk, path=p)
+        if as_json:
+            for e in idx.all_aborted():
                 out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
-            else:
-                out.write(
-                    f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
-                    f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n"
+        else:  # a window's lines at once, from its columns (a sparse file: millions)
+            cols = (idx.producer_ids, idx.first_offsets, idx.last_offsets)
+            out.write(
+                "".join(
+                    f"version: 0 producerId: {pid} firstOffset: {first} "
+                    f"lastOffset: {last} lastStableOffset: {lso}\n"
+                    for pid, first, last, lso in zip(
+                        *(c.tolist() for c in (*cols, idx.last_stable_offsets)), strict=True
+                    )
                 )
+            )
         before = chunk[-TransactionIndex.ENTRY_SIZE :]  # windows hold whole entries
     return status
 
