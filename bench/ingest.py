@@ -61,7 +61,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from results import replace_section
+from results import kernel_note, replace_section
 
 SECTION = "## ingest (bench/ingest.py)"
 KEY_SECTION = "## key index cost (bench/ingest.py --key-index)"
@@ -210,6 +210,11 @@ class MemSampler(Periodic):
         ``interval`` of CPU)."""
         return sum(c - self._cpu0.get(p, 0.0) for p, c in self._cpu.items())
 
+    @property
+    def jvm_cpu_s(self) -> float:
+        """The JVM's part of :attr:`cpu_s` (the rest is its Python workers')."""
+        return self._cpu.get(self.jvm, 0.0) - self._cpu0.get(self.jvm, 0.0)
+
     def __enter__(self) -> MemSampler:
         _reset_hwm(self.jvm)
         for p in self._workers():
@@ -343,7 +348,12 @@ def run_key_index(spark, jvm: int, inp: list[str], n: int, repeat: int, tmp: str
             files = list(Path(root).rglob("*.keyindex"))
             assert bool(files) == with_index, (codec, with_index, len(files))
             name = f"{codec}, {'with' if with_index else 'without'} the key index"
-            print(f"{name} {n:,}: {secs:.2f} s, {mem.cpu_s:.1f} CPU s", file=sys.stderr, flush=True)
+            print(
+                f"{name} {n:,}: {secs:.2f} s, {mem.cpu_s:.1f} CPU s "
+                f"(JVM {mem.jvm_cpu_s:.1f}, workers {mem.cpu_s - mem.jvm_cpu_s:.1f})",
+                file=sys.stderr,
+                flush=True,
+            )
             b = best.get((codec, with_index), (float("inf"), float("inf")))
             best[codec, with_index] = (min(b[0], secs), min(b[1], mem.cpu_s))
             if with_index:
@@ -356,7 +366,8 @@ def run_key_index(spark, jvm: int, inp: list[str], n: int, repeat: int, tmp: str
     lines = [
         f"`local[2]`, {os.cpu_count()} CPUs, Python {platform.python_version()}; {n:,} "
         f"messages ({VALUE_BYTES}-byte values, seglake.sample keys); best of {repeat} rounds "
-        "(the four runs alternating in each); without = `seglake.key.index.enable=false`.",
+        "(the four runs alternating in each); without = `seglake.key.index.enable=false`; "
+        f"{kernel_note()}.",
         "",
         "| codec | seconds with / without | **ratio** | CPU s with / without | CPU ratio "
         "| .keyindex bytes / record | segments | filter bytes a segment (min..max) "

@@ -61,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extract as bx  # bench/extract.py
-from results import replace_section
+from results import kernel_note, replace_section
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## key lookups (bench/key_lookup.py)"
@@ -353,7 +353,8 @@ def report(got: dict, facts: dict, args, loads: list[str]) -> str:
     lines = [
         SECTION,
         "",
-        f"`local[2]`, {os.cpu_count()} CPUs; {args.messages:,} messages of topic `{TOPIC}`, "
+        f"`local[2]`, {os.cpu_count()} CPUs, {kernel_note()}; {args.messages:,} messages "
+        f"of topic `{TOPIC}`, "
         f"{args.keys:,} distinct keys (uniform), {args.partitions} partitions (Kafka's "
         f"partitioner), {VALUE_BYTES}-byte values ({facts['values']}), lz4, 8 MiB segments "
         f"({facts['log_bytes']:,} bytes of .log, {facts['key_bytes']:,} of .keyindex); "

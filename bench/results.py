@@ -36,3 +36,11 @@ def replace_section(text: str) -> Path:
         new = old.rstrip("\n") + "\n\n" + body
     path.write_text(new.rstrip("\n") + "\n")
     return path
+
+
+def kernel_note() -> str:
+    """Whether this process runs the compiled kernel (``seglake_native``): a bench's
+    figures without it (absent, or built for another ABI) are the numpy code's."""
+    from seglake.record import native
+
+    return "compiled kernel: " + ("yes" if native.kernel() is not None else "**no, numpy code**")

@@ -5,8 +5,9 @@
 site-packages, outside the package: ``spark-submit.sh`` zips ``lib/seglake`` for the
 executors and a shared library cannot be loaded from a zip, while a packed venv carries
 it. :func:`kernel` is ``None``, and the numpy code runs, when the module is absent or does
-not load, was built for another :data:`ABI_VERSION`, or the environment sets
-``SEGLAKE_NATIVE=0``. Both paths give the same bytes and arrays (tests compare them).
+not load, was built for another :data:`ABI_VERSION` (a ``RuntimeWarning`` says so), or
+the environment sets ``SEGLAKE_NATIVE=0``. Both paths give the same bytes and arrays
+(tests compare them).
 
 The wrappers take and return numpy arrays; a decode wrapper returns ``None`` where the
 kernel refuses the bytes, and the caller walks them again with numpy, which names the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import warnings
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -107,7 +109,16 @@ def load(origin: str | None = None) -> ctypes.CDLL | None:
             fn.argtypes = argtypes
     except (OSError, AttributeError):
         return None
-    return lib if lib.sl_abi_version() == ABI_VERSION else None
+    if (built := lib.sl_abi_version()) != ABI_VERSION:
+        warnings.warn(
+            f"{origin}: the C kernel was built for ABI {built}, this seglake calls ABI "
+            f"{ABI_VERSION}: the numpy code runs instead, several times slower (`make venv` "
+            "or `pip install ./native` rebuilds it)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return lib
 
 
 def kernel() -> ctypes.CDLL | None:
