@@ -29,7 +29,7 @@ from collections.abc import Callable
 import pyarrow.fs as pafs
 
 from seglake.errors import NotRegularFileError, SegmentNotFoundError
-from seglake.fs.errors import _missing_as_not_found, native_stderr_held, refused, writing
+from seglake.fs.errors import missing_as_not_found, native_stderr_held, refused, writing
 from seglake.fs.read import (
     COALESCE_GAP_BYTES,
     WINDOW_BYTES,
@@ -164,7 +164,7 @@ def move(fs: pafs.FileSystem, src: str, dst: str) -> None:
     """
     if _parent(dst):
         make_dirs(fs, _parent(dst))
-    with _missing_as_not_found(src):
+    with missing_as_not_found(src):
         fs.move(src, dst)
 
 
@@ -198,7 +198,7 @@ def listdir(fs: pafs.FileSystem, path: str, *, missing_ok: bool = False) -> list
         SegmentNotFoundError: ``path`` does not exist (unless ``missing_ok``).
     """
     try:
-        with _missing_as_not_found(path, "directory"):
+        with missing_as_not_found(path, "directory"):
             infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=missing_ok))
     except NotADirectoryError:
         raise SegmentNotFoundError(f"{path}: is a file, not a directory") from None

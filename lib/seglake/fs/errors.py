@@ -1,9 +1,9 @@
 """The file system's errors as seglake's: a missing file as
-:class:`~seglake.errors.SegmentNotFoundError` naming the path; a refused write (read-only,
-full, too large, no access) as one :class:`~seglake.errors.FileSystemError` line naming
-the path and what to do (:func:`refused`, :func:`writing` at write sites); what delta-rs
-prints to file descriptor 2 when a catalog write is refused, held back
-(:func:`native_stderr_held`).
+:class:`~seglake.errors.SegmentNotFoundError` naming the path (:func:`missing_as_not_found`);
+a refused write (read-only, full, too large, no access) as one
+:class:`~seglake.errors.FileSystemError` line naming the path and what to do
+(:func:`refused`, :func:`writing` at write sites); what delta-rs prints to file descriptor
+2 when a catalog write is refused, held back (:func:`native_stderr_held`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from seglake.errors import FileSystemError, NoSpaceError, SegmentNotFoundError
 
 
 @contextlib.contextmanager
-def _missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
+def missing_as_not_found(path: str, what: str = "file") -> Iterator[None]:
+    """A ``FileNotFoundError`` in the block as :class:`SegmentNotFoundError` naming
+    ``path`` ("no such file" / "no such directory")."""
     try:
         yield
     except FileNotFoundError as exc:

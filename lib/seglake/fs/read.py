@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from seglake.errors import NotRegularFileError, SegmentNotFoundError
-from seglake.fs.errors import _missing_as_not_found
+from seglake.fs.errors import missing_as_not_found
 from seglake.io_stats import IO_STATS
 
 WINDOW_BYTES = 8 << 20  # a file read in windows (zeros checked, a log's end found): each
@@ -91,7 +91,7 @@ def _local_fd(path: str) -> Iterator[tuple[int, int]]:
     """A local regular file opened for reading (``pread``) and its size;
     :class:`SegmentNotFoundError` if there is no such file, :class:`NotRegularFileError`
     for a fifo, device or socket (opened without waiting for a writer, then refused)."""
-    with _missing_as_not_found(path):
+    with missing_as_not_found(path):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -156,7 +156,7 @@ def open_ranged(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
     :class:`SegmentNotFoundError` if there is no such file, :class:`NotRegularFileError`
     for a fifo, device or socket."""
     check_regular(fs, path)
-    with _missing_as_not_found(path):
+    with missing_as_not_found(path):
         return fs.open_input_file(path)
 
 
@@ -165,7 +165,7 @@ def read_at(f: pa.NativeFile, path: str, start: int, length: int, *, opened: int
     read; ``opened``: file opens to count with it (0 for a kept handle). ``length`` is
     cut to what the file holds from ``start`` first (its size is known once opened)."""
     _check_range(path, start, length)
-    with _missing_as_not_found(path):
+    with missing_as_not_found(path):
         length = min(length, max(0, f.size() - start))
         data = f.read_at(length, start) if length else b""
     IO_STATS.record(len(data), opened=opened)
@@ -209,7 +209,7 @@ def read_ranges_into(
         reads = len(spans)
         got = [0] * len(ranges)
         places = [0, *itertools.accumulate(n for _, n in ranges)]
-        with _missing_as_not_found(path), contextlib.ExitStack() as stack:
+        with missing_as_not_found(path), contextlib.ExitStack() as stack:
             f = handle or stack.enter_context(fs.open_input_file(path))
             for begin, end, members in spans:
                 f.seek(begin)
@@ -301,7 +301,7 @@ def read_all(fs: pafs.FileSystem, path: str) -> bytes:
         NotRegularFileError: it is a fifo, device or socket.
     """
     check_regular(fs, path)
-    with _missing_as_not_found(path), fs.open_input_stream(path) as f:
+    with missing_as_not_found(path), fs.open_input_stream(path) as f:
         data = f.readall()
     IO_STATS.record(len(data))
     return bytes(data)
@@ -315,7 +315,7 @@ def read_all_buffer(fs: pafs.FileSystem, path: str) -> pa.Buffer:
     if not is_local(fs):
         return pa.py_buffer(read_all(fs, path))
     check_regular(fs, path)
-    with _missing_as_not_found(path), pa.memory_map(path) as m:
+    with missing_as_not_found(path), pa.memory_map(path) as m:
         data = m.read_buffer()
     IO_STATS.record(len(data))
     return data
