@@ -29,12 +29,21 @@ from seglake.lake.handle import LakeHandle
 from seglake.lake.staging import open_partition
 from seglake.sample import START_MS, generate
 from tests.conftest import ROOT
+from tests.crash_runner import JVM_OPTIONS
 from tests.s3_server import CREDENTIALS
 
 pytestmark = pytest.mark.spark
 
 START_TIMEOUT_S = 240  # the machine is busy: JVMs start slowly
 JOB_TIMEOUT_S = 600
+# every JVM here is short-lived on a few MB: master and worker (SPARK_DAEMON_JAVA_OPTS)
+# and each job's executor with JVM_OPTIONS (C1 only, the serial GC) as its driver
+# (conftest.py); Delta's log replayed in one task, not 50, at every read of a table's
+# state (spark.databricks.delta.snapshotPartitions)
+JOB_CONF = {
+    "spark.executor.defaultJavaOptions": JVM_OPTIONS,
+    "spark.databricks.delta.snapshotPartitions": "1",
+}
 
 
 def _free_port() -> int:
@@ -96,6 +105,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     work = tmp_path_factory.mktemp("cluster")
     env = _env()
     env["SPARK_WORKER_DIR"] = str(work / "worker")
+    env["SPARK_DAEMON_JAVA_OPTS"] = JVM_OPTIONS
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
@@ -139,6 +149,7 @@ def submit(url: str, log: Path, *args: str) -> None:
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.ui.showConsoleProgress=false",
         "--conf", "spark.sql.shuffle.partitions=2",
+        *(f"--conf={k}={v}" for k, v in JOB_CONF.items()),
         *args,
     ]  # fmt: skip
     job = next(a for a in args if not a.startswith("--"))
