@@ -310,3 +310,31 @@ def test_time_index_bounds_equal_brute_force(steps, targets) -> None:
         assert first[k] == (below[-1] + 1 if below else base)
         assert last[k] == (above[0] if above else NO_ENTRY)
         assert first[k] == (ti.lookup_strict(target).offset + 1 if below else base)
+
+
+def test_the_search_reads_up_to_the_next_time_entry_at_once(tmp_path: Path) -> None:
+    """Batches' largest timestamps 10, 20, 15, 18, 30, 40 (an index entry each, interval 1):
+    the time index holds 10, 20, 30, 40, so a search for 25 may end at the batch of 30. Its
+    bytes are one read (were one an interval: four), the answer the brute force's; the
+    batch after it is not read."""
+    spec = [(0, [(0, t - 1), (0, t)], None, False) for t in (10, 20, 15, 18, 30, 40)]
+    log = write_segment(tmp_path, encode_spec(spec, 0), 0, interval=1, index_files=True)
+    seg = LogSegment(FS, str(log), index_interval_bytes=1)
+    offsets, timestamps = records_of([log])
+    reads: list[tuple[int, int]] = []
+    read_range = seg.files.read_range
+
+    def counted(start: int, length: int) -> bytes:
+        reads.append((start, length))
+        return read_range(start, length)
+
+    seg.files.read_range = counted  # type: ignore[method-assign]
+    assert (
+        found(seg.find_offset_by_timestamp(T0 + 25))
+        == brute_force(offsets, timestamps, T0 + 25, 0)
+        == (T0 + 29, 8)
+    )
+    sizes = [len(b) for b in encode_spec(spec, 0)]
+    # (the last 8 bytes: the zero-tail check of a log's end.) From the offset index's floor
+    # of offset 4 (the entry of batch 1, whose last offset is 3) through batch 4
+    assert [r for r in reads if r != (sum(sizes) - 8, 8)] == [(sizes[0], sum(sizes[1:5]))]

@@ -372,14 +372,24 @@ class LogSegment:
         lo = self.base_offset if start_offset is None else max(start_offset, self.base_offset)
         # where the answer can start: TimeIndex.bounds_many's ``first`` (one past the
         # strict floor entry's offset), the one rule every timestamp read uses
-        first_possible = int(self.time_index.bounds_many([timestamp])[0][0])
+        first_possible, last = (int(b[0]) for b in self.time_index.bounds_many([timestamp]))
         from_offset = max(first_possible, lo)
         pos = first = self.floor_position(from_offset)
         oi = self.offset_index
+        # the answer is at the latest in the batch holding ``last`` (the time index's next
+        # entry): its bytes are read at once (one request on an object store where an
+        # interval at a time took two; at most COALESCE_GAP_BYTES past the first interval),
+        # then checked an interval at a time as before (a damaged batch past the answer is
+        # never looked at)
+        ahead, interval_end = b"", oi.next_position(pos, self.size)
+        if last >= from_offset:
+            stop = min(self.upper_position(last), interval_end + lakefs.COALESCE_GAP_BYTES)
+            if stop > interval_end:
+                ahead = self.files.read_range(pos, stop - pos)
         while pos < self.size:
             # one index interval at a time: up to the next index entry after pos
             end = oi.next_position(pos, self.size)
-            w = self.window(pos, end)
+            w = self.window(pos, end, ahead=(first, ahead))
             if w.end == pos:
                 # a batch larger than the chunk (or a torn tail): read it whole
                 head = self.window(pos, pos + HEADER_SIZE, verify_crc=False).data
@@ -404,10 +414,22 @@ class LogSegment:
         return None
 
     # -- byte access ------------------------------------------------------------------
-    def window(self, start: int, end: int, *, verify_crc: bool = True) -> Window:
-        """One ranged read of ``[start, end)`` and the whole batches in it."""
+    def window(
+        self,
+        start: int,
+        end: int,
+        *,
+        verify_crc: bool = True,
+        ahead: tuple[int, bytes] = (0, b""),
+    ) -> Window:
+        """One ranged read of ``[start, end)`` and the whole batches in it; ``ahead``:
+        ``(position, bytes)`` read before, used instead where they hold the range."""
         end = min(end, self.size)
-        data = self.files.read_range(start, end - start) if end > start else b""
+        at, pre = ahead
+        if at <= start and end <= at + len(pre):
+            data = pre[start - at : end - at]
+        else:
+            data = self.files.read_range(start, end - start) if end > start else b""
         eof = eof_of(start, end, data, self.size)
         return make_window(self, start, data, eof, verify_crc=verify_crc)
 
