@@ -378,13 +378,13 @@ class LogSegment:
         oi = self.offset_index
         # the answer is at the latest in the batch holding ``last`` (the time index's next
         # entry): its bytes are read at once (one request on an object store where an
-        # interval at a time took two; at most COALESCE_GAP_BYTES past the first interval),
-        # then checked an interval at a time as before (a damaged batch past the answer is
-        # never looked at)
-        ahead, interval_end = b"", oi.next_position(pos, self.size)
+        # interval at a time took two; COALESCE_GAP_BYTES at most, so a sparse index's long
+        # interval is never held twice), then checked an interval at a time as before (a
+        # damaged batch past the answer is never looked at)
+        ahead = b""
         if last >= from_offset:
-            stop = min(self.upper_position(last), interval_end + lakefs.COALESCE_GAP_BYTES)
-            if stop > interval_end:
+            stop = min(self.upper_position(last), pos + lakefs.COALESCE_GAP_BYTES)
+            if stop > oi.next_position(pos, self.size):
                 ahead = self.files.read_range(pos, stop - pos)
         while pos < self.size:
             # one index interval at a time: up to the next index entry after pos

@@ -173,14 +173,12 @@ def _dump_txn_index(
             for e in idx.all_aborted():
                 out.write(json.dumps({"version": 0, **e._asdict()}) + "\n")
         else:  # a window's lines at once, from its columns (a sparse file: millions)
-            cols = (idx.producer_ids, idx.first_offsets, idx.last_offsets)
+            cols = (idx.producer_ids, idx.first_offsets, idx.last_offsets, idx.last_stable_offsets)
             out.write(
                 "".join(
                     f"version: 0 producerId: {pid} firstOffset: {first} "
                     f"lastOffset: {last} lastStableOffset: {lso}\n"
-                    for pid, first, last, lso in zip(
-                        *(c.tolist() for c in (*cols, idx.last_stable_offsets)), strict=True
-                    )
+                    for pid, first, last, lso in zip(*(c.tolist() for c in cols), strict=True)
                 )
             )
         before = chunk[-TransactionIndex.ENTRY_SIZE :]  # windows hold whole entries
